@@ -1,0 +1,101 @@
+"""validate_completion: a parsed body in, a checked request out, or the first ApiError.
+
+Stages, in the spec's order (x-check-order): unknown field, required, type,
+range, cross-field rules, model, token caps. The Budget comes after, in the
+server, through contract.budget.hold.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+from contract.caps import resolve_max_tokens
+from contract.errors import InvalidJson, ModelNotFound
+from contract.rules import check_model_rules, check_rules
+from contract.schema import request_schema
+from contract.spec import ModelInfo, spec
+from contract.steering import SteeringVector, decode_vectors
+from contract.tokens import encode
+
+
+@dataclass(frozen=True)
+class CompletionRequest:
+    body: dict[str, Any]               # the client's fields, nulls removed
+    model: ModelInfo
+    prompts: list[list[int]]           # token ids of each prompt, as vLLM counts them
+    prompt_texts: list[str] | None     # the strings, when the prompts were strings
+    max_tokens: int
+    max_tokens_defaulted: bool
+    steering: list[SteeringVector] = field(default_factory=list)
+
+    @property
+    def n(self) -> int:
+        return int(self.body.get("n", 1))
+
+    @property
+    def stream(self) -> bool:
+        return bool(self.body.get("stream", False))
+
+    @property
+    def prompt_token_counts(self) -> list[int]:
+        return [len(p) for p in self.prompts]
+
+    @property
+    def layers(self) -> list[int] | None:
+        return self.body.get("output_residual_stream")
+
+
+def parse_json(raw: bytes) -> dict[str, Any]:
+    """Strict JSON: no NaN or Infinity, and the top level must be an object."""
+    def no_constant(name: str) -> Any:
+        raise ValueError(f"{name} is not JSON")
+    try:
+        body = json.loads(raw, parse_constant=no_constant)
+    except (ValueError, RecursionError) as exc:
+        reason = exc.msg if isinstance(exc, json.JSONDecodeError) else str(exc)
+        raise InvalidJson.from_template("invalid_json", reason=reason) from None
+    if not isinstance(body, dict):
+        raise InvalidJson.from_template("not_json_object")
+    return body
+
+
+def _prompts(body: dict[str, Any], model: ModelInfo) -> tuple[list[list[int]], list[str] | None]:
+    prompt = body["prompt"]
+    add_special = body.get("add_special_tokens", True)
+    if isinstance(prompt, str):
+        texts = [prompt]
+    elif isinstance(prompt[0], str):
+        texts = prompt
+    elif isinstance(prompt[0], int):
+        return [prompt], None
+    else:
+        return list(prompt), None
+    return [encode(model, t, add_special) for t in texts], texts
+
+
+def _truncate(prompts: list[list[int]], keep: int | None, model: ModelInfo) -> list[list[int]]:
+    if keep is None or keep == 0:
+        return prompts
+    keep = model.max_model_len if keep == -1 else keep
+    return [p[-keep:] for p in prompts]
+
+
+def validate_completion(body: Any, models: Mapping[str, ModelInfo] | None = None) -> CompletionRequest:
+    """Check a parsed body against the spec; `models` overrides the spec's (a deployment's max_model_len)."""
+    if not isinstance(body, dict):
+        raise InvalidJson.from_template("not_json_object")
+    body = {k: v for k, v in body.items() if v is not None}
+    request_schema().validate(body)
+    check_rules(body)
+    models = spec().models if models is None else models
+    model = models.get(body["model"])
+    if model is None:
+        raise ModelNotFound.from_template("model_not_found", "model", model=body["model"])
+    check_model_rules(body, model)
+    steering = decode_vectors(body["apply_steering_vectors"], model) if "apply_steering_vectors" in body else []
+    prompts, texts = _prompts(body, model)
+    prompts = _truncate(prompts, body.get("truncate_prompt_tokens"), model)
+    max_tokens = resolve_max_tokens(body, [len(p) for p in prompts], model)
+    return CompletionRequest(body, model, prompts, texts, max_tokens,
+                             body.get("max_tokens") is None, steering)

@@ -1,0 +1,66 @@
+"""Cross-field rules (x-rules) and model rules (x-model-rules)."""
+from __future__ import annotations
+
+from functools import cache
+from typing import Any, Callable
+
+from fastjsonschema import JsonSchemaValueException
+
+from contract.errors import RuleViolation, rule_error
+from contract.schema import compile_schema
+from contract.spec import ModelInfo, spec
+
+
+@cache
+def _compiled_rules() -> list[tuple[dict[str, Any], Callable[[Any], Any]]]:
+    return [(rule, compile_schema(rule["when"])) for rule in spec().rules]
+
+
+def _matches(check: Callable[[Any], Any], body: dict[str, Any]) -> bool:
+    try:
+        check(body)
+    except JsonSchemaValueException:
+        return False
+    return True
+
+
+def iter_rule_errors(body: dict[str, Any]) -> list[RuleViolation]:
+    """Every broken cross-field rule, in the spec's order."""
+    return [rule_error(rule, **body) for rule, check in _compiled_rules() if _matches(check, body)]
+
+
+def check_rules(body: dict[str, Any]) -> None:
+    for rule, check in _compiled_rules():
+        if _matches(check, body):
+            raise rule_error(rule, **body)
+
+
+def _token_id_lists(body: dict[str, Any]) -> list[tuple[str, list[int]]]:
+    prompt = body["prompt"]
+    lists: list[tuple[str, list[int]]] = []
+    if isinstance(prompt, list) and prompt and isinstance(prompt[0], int):
+        lists.append(("prompt", prompt))
+    elif isinstance(prompt, list) and prompt and isinstance(prompt[0], list):
+        lists.extend(("prompt", ids) for ids in prompt)
+    for field in ("stop_token_ids", "allowed_token_ids"):
+        if field in body:
+            lists.append((field, body[field]))
+    return lists
+
+
+def check_model_rules(body: dict[str, Any], model: ModelInfo) -> None:
+    """Ranges that depend on the model (the steering vectors are checked by steering.py)."""
+    rules = spec().model_rules
+    for param, ids in _token_id_lists(body):
+        # max() runs in C; a 100,000-token prompt costs one pass.
+        if ids and max(ids) >= model.vocab_size:
+            bad = next(i for i in ids if i >= model.vocab_size)
+            raise rule_error(rules["token_id_in_vocab"], param, token_id=bad, param=param,
+                             vocab_size=model.vocab_size)
+    if body.get("top_k", 0) > model.vocab_size:
+        raise rule_error(rules["top_k_in_vocab"], "top_k", value=body["top_k"],
+                         vocab_size=model.vocab_size)
+    for layer in body.get("output_residual_stream", ()):
+        if layer >= model.num_layers:
+            raise rule_error(rules["layer_in_range"], "output_residual_stream", layer=layer,
+                             param="output_residual_stream", num_layers=model.num_layers)

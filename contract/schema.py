@@ -1,0 +1,169 @@
+"""The JSON Schema part of strict validation, with the API's messages.
+
+A compiled validator of the whole request schema is the fast path: a valid
+body passes it in one call. Only when it fails are the per-field validators
+run, stage by stage (unknown field, required, type, range) and field by field
+in body order, so the first error reported is the one the spec's order names.
+The type stage uses the same schemas with range keywords removed.
+"""
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from functools import cache
+from typing import Any, Callable
+
+import fastjsonschema
+from fastjsonschema import JsonSchemaValueException
+
+from contract.errors import ApiError, InvalidType, MissingField, OutOfRange, UnknownField
+from contract.spec import spec
+
+RANGE_KEYWORDS = frozenset({
+    "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "minItems", "maxItems",
+    "minLength", "maxLength", "uniqueItems", "pattern", "enum", "const",
+})
+
+Validator = Callable[[Any], Any]
+
+
+def strip_ranges(node: Any) -> Any:
+    """The schema with every range keyword removed: what is left checks types only."""
+    if isinstance(node, dict):
+        return {k: strip_ranges(v) for k, v in node.items() if k not in RANGE_KEYWORDS}
+    if isinstance(node, list):
+        return [strip_ranges(v) for v in node]
+    return node
+
+
+@cache
+def _compile(schema_json: str) -> Validator:
+    return fastjsonschema.compile(json.loads(schema_json))
+
+
+def compile_schema(schema: dict[str, Any]) -> Validator:
+    return _compile(json.dumps(schema, sort_keys=True))
+
+
+def _show(value: Any) -> str:
+    return json.dumps(value)
+
+
+class ObjectSchema:
+    """Strict validation of one closed object schema (the request body)."""
+
+    def __init__(self, schema: dict[str, Any]) -> None:
+        self.schema = schema
+        self.properties: dict[str, dict[str, Any]] = schema["properties"]
+        self.required: list[str] = schema.get("required", [])
+        self._whole = compile_schema(schema)
+        self._types = {k: compile_schema(strip_ranges(s)) for k, s in self.properties.items()}
+        self._ranges = {k: compile_schema(s) for k, s in self.properties.items()}
+
+    def validate(self, body: dict[str, Any]) -> None:
+        """Raise the first error in the spec's order; return None for a valid body."""
+        try:
+            self._whole(body)
+        except JsonSchemaValueException:
+            for error in self.iter_errors(body):
+                raise error
+            raise  # the whole schema and its parts disagree: a bug, not bad input
+
+    def iter_errors(self, body: dict[str, Any]) -> Iterator[ApiError]:
+        """Every error, stage by stage; within a stage, in body order."""
+        messages = spec().messages
+        for key in body:
+            if key not in self.properties:
+                yield UnknownField(messages["unknown_field"].format(field=key), key)
+        for key in self.required:
+            if key not in body:
+                yield MissingField(messages["missing_field"].format(param=key), key)
+        typed_ok = []
+        for key, value in body.items():
+            if key not in self.properties:
+                continue
+            try:
+                self._types[key](value)
+                typed_ok.append(key)
+            except JsonSchemaValueException as exc:
+                yield _map(key, self.properties[key], value, exc, types_only=True)
+        for key in typed_ok:
+            try:
+                self._ranges[key](body[key])
+            except JsonSchemaValueException as exc:
+                yield _map(key, self.properties[key], body[key], exc, types_only=False)
+
+
+def _locate(name: str, schema: dict[str, Any], value: Any, path: list[Any]) -> tuple[str, dict[str, Any], Any, str]:
+    """Walk the error path: (param, nearest node with x-expected, value at the path, full path)."""
+    param, expected_node, node, here, full = name, schema, schema, value, name
+    for part in path[1:]:
+        if isinstance(here, list) and isinstance(part, str) and part.isdigit():
+            part = int(part)
+        if isinstance(part, int):
+            node, full = node.get("items", {}), f"{full}[{part}]"
+        else:
+            node, full = node.get("properties", {}).get(part, {}), f"{full}.{part}"
+        try:
+            here = here[part]
+        except (KeyError, IndexError, TypeError):
+            break
+        if "x-expected" in node:
+            param, expected_node = full, node
+    return param, expected_node, here, full
+
+
+def _expected(node: dict[str, Any], value: Any) -> str:
+    """What the field expects; a fractional number in an integer field expects an integer."""
+    types = node.get("type", [])
+    if "integer" in types and isinstance(value, float) and not isinstance(value, bool):
+        return spec().messages["expected_integer"]
+    return node["x-expected"]
+
+
+def _map(name: str, schema: dict[str, Any], value: Any, exc: JsonSchemaValueException,
+         *, types_only: bool) -> ApiError:
+    messages = spec().messages
+    path = list(exc.path)
+    param, expected_node, here, full = _locate(name, schema, value, path)
+    rule = exc.rule
+    if rule == "additionalProperties":
+        allowed = (exc.definition or {}).get("properties", {})
+        extra = next(k for k in here if k not in allowed)
+        field = f"{full}.{extra}"
+        return UnknownField(messages["unknown_field"].format(field=field), field)
+    if rule == "required":
+        missing = next(k for k in exc.rule_definition if k not in here)
+        field = f"{full}.{missing}"
+        return MissingField(messages["missing_field"].format(param=field), field)
+    if types_only or rule == "type":
+        return InvalidType(messages["invalid_type"].format(
+            param=param, expected=_expected(expected_node, here)), param)
+    if rule == "anyOf":
+        return _map_union(param, exc.definition, here)
+    template = messages["range"][rule]
+    return OutOfRange(template.format(param=param, value=_show(here), limit=_show(exc.rule_definition)), param)
+
+
+def _map_union(param: str, definition: dict[str, Any], value: Any) -> ApiError:
+    """A union failed on a range: report the range error of the branch whose type fits."""
+    for branch in definition["anyOf"]:
+        try:
+            compile_schema(strip_ranges(branch))(value)
+        except JsonSchemaValueException:
+            continue
+        try:
+            compile_schema(branch)(value)
+        except JsonSchemaValueException as exc:
+            template = spec().messages["range"][exc.rule]
+            here = value
+            for part in list(exc.path)[1:]:
+                here = here[int(part) if isinstance(here, list) else part]
+            return OutOfRange(template.format(param=param, value=_show(here),
+                                              limit=_show(exc.rule_definition)), param)
+    return InvalidType(spec().messages["invalid_type"].format(param=param, expected="a valid value"), param)
+
+
+@cache
+def request_schema() -> ObjectSchema:
+    return ObjectSchema(spec().schema("CompletionRequest"))

@@ -1,0 +1,101 @@
+"""vllm-lens steering vectors: decode and check each one against the model.
+
+A bad vector must be a 400 here, never an exception later: in vLLM a wrong
+hidden size breaks the other requests of the same batch.
+"""
+from __future__ import annotations
+
+import base64
+import binascii
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import zstandard
+
+from contract.errors import RuleViolation, rule_error
+from contract.spec import ModelInfo, spec
+
+_BF16_EXPONENT = 0x7F80  # all exponent bits set: inf or NaN
+
+
+@dataclass(frozen=True)
+class SteeringVector:
+    values: np.ndarray           # storage dtype (int16 holds bf16 bits), the declared shape
+    original_dtype: str
+    layer_indices: tuple[int, ...]
+    scale: float
+    norm_match: bool
+    position_indices: tuple[int, ...] | None
+    wire: dict[str, Any]         # the object as the client sent it, for Inference
+
+
+def decode_vectors(vectors: list[dict[str, Any]], model: ModelInfo) -> list[SteeringVector]:
+    return [decode_vector(v, model, f"apply_steering_vectors[{i}]") for i, v in enumerate(vectors)]
+
+
+def decode_vector(obj: dict[str, Any], model: ModelInfo, param: str) -> SteeringVector:
+    rule = spec().model_rules["steering_vector"]
+
+    def bad(reason: str, **fields: Any) -> RuleViolation:
+        return rule_error(rule, param, param=param, reason=rule["reasons"][reason].format(**fields))
+
+    acts = obj["activations"]
+    dtype, original, shape = acts["dtype"], acts["original_dtype"], acts["shape"]
+    layers = obj["layer_indices"]
+    for layer in layers:
+        if layer >= model.num_layers:
+            raise bad("layer", layer=layer, num_layers=model.num_layers)
+    if rule["dtype_pairs"][dtype] != original:
+        raise bad("dtype_pair", dtype=dtype, original_dtype=original)
+    if shape[0] != len(layers):
+        raise bad("rows", rows=shape[0], layers=len(layers))
+    if shape[-1] != model.hidden_size:
+        raise bad("hidden", got=shape[-1], hidden_size=model.hidden_size)
+    positions = obj.get("position_indices")
+    if positions is not None:
+        if len(shape) != 3:
+            raise bad("positions_2d")
+        if len(positions) != shape[1]:
+            raise bad("positions_count", got=len(positions), want=shape[1])
+    scale = obj.get("scale", 1.0)
+    if not math.isfinite(scale):
+        raise bad("scale")
+    try:
+        frame = base64.b64decode(acts["data"], validate=True)
+    except (binascii.Error, ValueError):
+        raise bad("base64") from None
+    want = math.prod(shape) * np.dtype(dtype).itemsize
+    try:
+        size = zstandard.frame_content_size(frame)
+    except zstandard.ZstdError:
+        raise bad("zstd") from None
+    if size < 0:
+        raise bad("zstd")
+    if size != want:
+        raise bad("length", got=size, want=want)
+    try:
+        raw = zstandard.ZstdDecompressor().decompress(frame, max_output_size=want)
+    except zstandard.ZstdError:
+        raise bad("zstd") from None
+    if len(raw) != want:
+        raise bad("length", got=len(raw), want=want)
+    values = np.frombuffer(raw, dtype=np.dtype(dtype).newbyteorder("<")).reshape(shape)
+    if dtype == "int16":
+        finite = not np.any((values.view(np.uint16) & _BF16_EXPONENT) == _BF16_EXPONENT)
+    else:
+        finite = bool(np.isfinite(values).all())
+    if not finite:
+        raise bad("finite")
+    return SteeringVector(values, original, tuple(layers), float(scale),
+                          bool(obj.get("norm_match", False)),
+                          tuple(positions) if positions is not None else None, obj)
+
+
+def encode_tensor(values: np.ndarray, original_dtype: str) -> dict[str, Any]:
+    """vllm-lens's wire form of a tensor (the inverse of the decoding above)."""
+    little = values.astype(values.dtype.newbyteorder("<"), copy=False)
+    frame = zstandard.ZstdCompressor(level=1, write_content_size=True).compress(little.tobytes())
+    return {"data": base64.b64encode(frame).decode("ascii"), "dtype": str(values.dtype),
+            "original_dtype": original_dtype, "shape": list(values.shape), "compression": "zstd"}
