@@ -49,12 +49,12 @@ class CompletionRequest:
 def parse_json(raw: bytes) -> dict[str, Any]:
     """Strict JSON: no NaN or Infinity, and the top level must be an object."""
     def no_constant(name: str) -> Any:
-        raise ValueError(f"{name} is not JSON")
+        raise ValueError(name)
     try:
         body = json.loads(raw, parse_constant=no_constant)
-    except (ValueError, RecursionError) as exc:
-        reason = exc.msg if isinstance(exc, json.JSONDecodeError) else str(exc)
-        raise InvalidJson.from_template("invalid_json", reason=reason) from None
+    except (ValueError, RecursionError):
+        # UnicodeDecodeError is a ValueError too; the parser's own words stay out of the body.
+        raise InvalidJson.from_template("invalid_json") from None
     if not isinstance(body, dict):
         raise InvalidJson.from_template("not_json_object")
     return body

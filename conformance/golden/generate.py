@@ -1,0 +1,423 @@
+"""Write the golden cases that follow from openapi.yaml: fields, rules, caps, lens, http.
+
+Expected bodies are built here from the spec's templates and numbers, not by
+calling the core, so running the cases through the core checks the core.
+`python -m conformance.golden` rewrites the files; a test checks they are fresh.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Iterator
+
+import numpy as np
+import yaml
+
+from conformance.golden import HERE, REQUEST_ID_MASK
+from contract.spec import Spec, spec
+from contract.steering import encode_tensor
+
+PROMPT = "The sky is"
+GENERATED_FILES = ("fields.yaml", "rules.yaml", "caps.yaml", "lens.yaml", "http.yaml")
+
+
+def _error(code: str, message: str, param: str | None, s: Spec) -> dict[str, Any]:
+    return {"error": {"message": message, "type": s.error_codes[code]["type"], "param": param,
+                      "code": code}, "request_id": REQUEST_ID_MASK}
+
+
+def _case(cid: str, doc: str, tags: list[str], body: Any, status: int,
+          error: dict[str, Any] | None = None, generates: int = 0,
+          path: str = "/v1/completions", method: str = "POST", **request: Any) -> dict[str, Any]:
+    req: dict[str, Any] = {"method": method, "path": path, **request}
+    if body is not None:
+        req["body"] = body
+    expect: dict[str, Any] = {"status": status}
+    if error is not None:
+        expect["body"] = error
+    if status == 200:
+        expect["generates"] = generates
+    return {"id": cid, "doc": doc, "tags": tags, "request": req, "expect": expect}
+
+
+def _show(value: Any) -> str:
+    return json.dumps(value)
+
+
+class Writer:
+    def __init__(self, s: Spec) -> None:
+        self.s = s
+        self.model = s.models[s.default_model]
+        self.base = {"model": self.model.name, "prompt": PROMPT, "max_tokens": 1}
+
+    def invalid(self, param: str | None, message: str, code: str = "invalid_request") -> dict[str, Any]:
+        return _error(code, message, param, self.s)
+
+    def rule(self, rid: str, table: str = "x-rules", **fields: Any) -> dict[str, Any]:
+        rule = next(r for r in self.s.raw[table] if r["id"] == rid)
+        return _error(rule["code"], rule["message"].format(**fields), rule.get("param"), self.s)
+
+    # --- fields: unknown, missing, wrong type, ranges ----------------------------------
+    def fields(self) -> Iterator[dict[str, Any]]:
+        m = self.s.messages
+        req = self.s.schema("CompletionRequest")
+        for name in ("best_of", "suffix", "logit_bias", "vllm_xargs", "request_id", "prompt_embeds",
+                     "response_format", "use_beam_search", "kv_transfer_params", "cache_salt"):
+            yield _case(f"unknown.{name}", "refused as an unknown field", ["validation"],
+                        {**self.base, name: 1}, 400,
+                        self.invalid(name, m["unknown_field"].format(field=name)))
+        for name in req["required"]:
+            body = {k: v for k, v in self.base.items() if k != name}
+            yield _case(f"missing.{name}", "required field left out", ["validation"], body, 400,
+                        self.invalid(name, m["missing_field"].format(param=name)))
+            yield _case(f"missing.{name}.null", "null means left out", ["validation"],
+                        {**body, name: None}, 400,
+                        self.invalid(name, m["missing_field"].format(param=name)))
+        for name, prop in req["properties"].items():
+            for label, value, expected in _wrong_types(prop, m):
+                yield _case(f"type.{name}.{label}", "strict types", ["validation"],
+                            {**self.base, name: value}, 400,
+                            self.invalid(name, m["invalid_type"].format(param=name, expected=expected)))
+        for name, prop in req["properties"].items():
+            yield from self._ranges(name, prop)
+        yield _case("type.null_is_left_out", "null means left out, for every optional field",
+                    ["validation"], {**self.base, **{k: None for k in req["properties"]
+                                                     if k not in req["required"] and k != "max_tokens"}},
+                    200, generates=1)
+        yield _case("type.priority.string_of_integer", "priority also takes an integer in a string",
+                    ["validation"], {**self.base, "priority": "-5"}, 200, generates=1)
+        yield _case("type.integer_as_float", "2.0 is an integer", ["validation"],
+                    {**self.base, "max_tokens": 1.0}, 200, generates=1)
+        yield _case("type.temperature.integer", "a whole number is a valid decimal", ["validation"],
+                    {**self.base, "temperature": 1}, 200, generates=1)
+
+    def _ranges(self, name: str, prop: dict[str, Any]) -> Iterator[dict[str, Any]]:
+        templates = self.s.messages["range"]
+        numeric = "integer" in prop.get("type", []) and "integer" or "number"
+        step = 1 if numeric == "integer" else 0.01
+        bounds = [("minimum", -step, True), ("maximum", step, True),
+                  ("exclusiveMinimum", 0, False), ("exclusiveMaximum", 0, False)]
+        for keyword, past, inclusive in bounds:
+            if keyword not in prop:
+                continue
+            limit = prop[keyword]
+            if abs(limit) >= 2**63 - 1:
+                past = 1 if limit > 0 else -1
+                bad, good = limit + past, limit
+            elif inclusive:
+                bad, good = _num(limit + past), limit
+            else:
+                bad, good = limit, _num(limit + (step if keyword == "exclusiveMinimum" else -step))
+            body_ok, n_ok = self._with(name, good)
+            yield _case(f"range.{name}.{keyword}.at", f"{keyword} {limit}: the bound is valid",
+                        ["validation"], body_ok, 200, generates=n_ok)
+            yield _case(f"range.{name}.{keyword}.past", f"{keyword} {limit}: one past it",
+                        ["validation"], self._with(name, bad)[0], 400,
+                        self.invalid(name, templates[keyword].format(
+                            param=name, value=_show(bad), limit=_show(limit))))
+        item = _item_example(prop)
+        for keyword, delta in (("minItems", -1), ("maxItems", 1)):
+            if keyword not in prop or item is None:
+                continue
+            limit = prop[keyword]
+            good = [item(i) for i in range(limit)]
+            bad = [item(i) for i in range(limit + delta)]
+            body_ok, n_ok = self._with(name, good)
+            yield _case(f"range.{name}.{keyword}.at", f"{keyword} {limit}", ["validation"],
+                        body_ok, 200, generates=n_ok)
+            yield _case(f"range.{name}.{keyword}.past", f"{keyword} {limit}: one past it",
+                        ["validation"], self._with(name, bad)[0], 400,
+                        self.invalid(name, templates[keyword].format(param=name, limit=limit)))
+
+    def _with(self, name: str, value: Any) -> tuple[dict[str, Any], int]:
+        """The base body with one field set, plus what other rules then need."""
+        body = {**self.base, name: value}
+        if name == "n":
+            body["max_tokens"] = 1
+        if name in ("stream_options",):
+            body["stream"] = True
+        if name == "prompt_logprobs":
+            body["stream"] = False
+        if name == "max_tokens" and isinstance(value, int) and value > self.s.caps["max_tokens_without_stream"]:
+            body["stream"] = True
+        if name == "min_tokens":
+            body["max_tokens"] = max(1, value if isinstance(value, int) else 1)
+        n = body.get("n", 1) if isinstance(body.get("n", 1), int) else 1
+        prompts = len(body["prompt"]) if isinstance(body["prompt"], list) and body["prompt"] and \
+            isinstance(body["prompt"][0], (str, list)) else 1
+        mt = body["max_tokens"] if isinstance(body["max_tokens"], int) else 1
+        return body, n * prompts * mt
+
+    # --- cross-field rules --------------------------------------------------------------
+    def rules(self) -> Iterator[dict[str, Any]]:
+        b = {"model": self.model.name, "prompt": PROMPT}
+        t = ["validation"]
+        examples = {
+            "max_tokens_required": [("n", {**b, "n": 2}), ("prompts", {**b, "prompt": [PROMPT, PROMPT]}),
+                                    ("token_prompts", {**b, "prompt": [[791], [791]]})],
+            "greedy_n": [("zero", {**b, "n": 2, "max_tokens": 1, "temperature": 0}),
+                         ("below", {**b, "n": 2, "max_tokens": 1, "temperature": 0.000009})],
+            "stream_options_without_stream": [("absent", {**b, "max_tokens": 1, "stream_options": {"include_usage": True}}),
+                                              ("false", {**b, "max_tokens": 1, "stream": False, "stream_options": {}})],
+            "continuous_usage_without_include_usage": [("absent", {**b, "max_tokens": 1, "stream": True, "stream_options": {"continuous_usage_stats": True}})],
+            "prompt_logprobs_with_stream": [("", {**b, "max_tokens": 1, "stream": True, "prompt_logprobs": 1})],
+            "lens_one_prompt": [("capture", {**b, "max_tokens": 1, "prompt": [PROMPT, PROMPT], "output_residual_stream": [0]})],
+            "lens_one_choice": [("capture", {**b, "max_tokens": 1, "n": 2, "output_residual_stream": [0]})],
+        }
+        for rid, cases in examples.items():
+            for label, body in cases:
+                cid = f"rule.{rid}" + (f".{label}" if label else "")
+                yield _case(cid, f"x-rules {rid}", t, body, 400, self.rule(rid))
+        ok = [("greedy_n.at_threshold", {**b, "n": 2, "max_tokens": 1, "temperature": 0.00001}, 2),
+              ("stream_options.with_stream", {**b, "max_tokens": 1, "stream": True,
+                                              "stream_options": {"include_usage": True, "continuous_usage_stats": True}}, 1),
+              ("max_tokens_required.one_token_prompt", {**b, "prompt": [791, 13180]}, None)]
+        for label, body, generates in ok:
+            if generates is None:
+                continue
+            yield _case(f"rule.ok.{label}", "the rule's boundary is valid", t, body, 200, generates=generates)
+        yield _case("model.unknown", "unknown model", t, {**self.base, "model": "no-such-model"}, 404,
+                    _error("model_not_found", self.s.messages["model_not_found"].format(model="no-such-model"),
+                           "model", self.s))
+
+    # --- caps that need the tokenizer, and the model's limits ---------------------------
+    def caps(self) -> Iterator[dict[str, Any]]:
+        c, m, t = self.s.caps, self.model, ["caps"]
+        b = {"model": m.name, "prompt": PROMPT}
+        cap, wait = c["max_generated_tokens"], c["max_tokens_without_stream"]
+        half = cap // 2
+        yield _case("caps.generated.at", "prompts x n x max_tokens at the cap", t,
+                    {**b, "n": 2, "max_tokens": half, "stream": True}, 200, generates=2 * half)
+        yield _case("caps.generated.past", "prompts x n x max_tokens one past the cap", t,
+                    {**b, "n": 2, "max_tokens": half + 1, "stream": True}, 400,
+                    self.rule("generated_tokens_cap", "x-token-rules", cap=cap, n=2, max_tokens=half + 1,
+                              prompts=1, total=2 * (half + 1)))
+        yield _case("caps.generated.prompts.past", "two prompts count twice", t,
+                    {**b, "prompt": [PROMPT, PROMPT], "max_tokens": half + 1, "stream": True}, 400,
+                    self.rule("generated_tokens_cap", "x-token-rules", cap=cap, n=1, max_tokens=half + 1,
+                              prompts=2, total=2 * (half + 1)))
+        yield _case("caps.generated.single.past", "one sequence over the cap", t,
+                    {**b, "max_tokens": cap + 1, "stream": True}, 400,
+                    self.rule("generated_tokens_cap", "x-token-rules", cap=cap, n=1, max_tokens=cap + 1,
+                              prompts=1, total=cap + 1))
+        yield _case("caps.without_stream.at", "max_tokens at the no-stream limit", t,
+                    {**b, "max_tokens": wait}, 200, generates=wait)
+        yield _case("caps.without_stream.past", "max_tokens one past the no-stream limit", t,
+                    {**b, "max_tokens": wait + 1}, 400,
+                    self.rule("deadline_infeasible", "x-token-rules", cap=wait, max_tokens=wait + 1,
+                              minutes=c["wait_seconds"] // 60))
+        fit = m.max_model_len - wait
+        yield _case("caps.context.at", "prompt + max_tokens = max_model_len", t,
+                    {**b, "prompt": {"$token_ids": {"count": fit, "id": 791}}, "max_tokens": wait}, 200,
+                    generates=wait)
+        yield _case("caps.context.past", "prompt + max_tokens = max_model_len + 1", t,
+                    {**b, "prompt": {"$token_ids": {"count": fit + 1, "id": 791}}, "max_tokens": wait}, 400,
+                    self.rule("context_length", "x-token-rules", max_model_len=m.max_model_len,
+                              total=m.max_model_len + 1, prompt_tokens=fit + 1, max_tokens=wait))
+        yield _case("caps.default_max_tokens.at", "a prompt of max_model_len - 1 leaves one token", t,
+                    {**b, "prompt": {"$token_ids": {"count": m.max_model_len - 1, "id": 791}}}, 200,
+                    generates=1)
+        yield _case("caps.default_max_tokens.past", "a prompt of max_model_len leaves none", t,
+                    {**b, "prompt": {"$token_ids": {"count": m.max_model_len, "id": 791}}}, 400,
+                    self.rule("prompt_too_long", "x-token-rules", max_model_len=m.max_model_len,
+                              prompt_tokens=m.max_model_len))
+        yield _case("caps.min_tokens.at", "min_tokens = max_tokens", t,
+                    {**b, "max_tokens": 2, "min_tokens": 2}, 200, generates=2)
+        yield _case("caps.min_tokens.past", "min_tokens = max_tokens + 1", t,
+                    {**b, "max_tokens": 2, "min_tokens": 3}, 400,
+                    self.rule("min_tokens_above_max_tokens", "x-token-rules", min_tokens=3, max_tokens=2))
+        yield from self._capture(b)
+        yield from self._model_limits(b)
+        size = c["max_body_bytes"]
+        small = {**b, "max_tokens": 1}
+        yield _case("caps.body.at", "a body of exactly the cap", t + ["http"], small, 200,
+                    generates=1, body_bytes=size)
+        yield _case("caps.body.past", "a body one byte over the cap", t + ["http"], small, 413,
+                    _error("request_too_large", self.s.messages["request_too_large"].format(limit=size),
+                           None, self.s), body_bytes=size + 1)
+
+    def _capture(self, b: dict[str, Any]) -> Iterator[dict[str, Any]]:
+        m, t = self.model, ["caps", "lens"]
+        cap, layers = m.capture_cap, list(range(m.num_layers))
+        per_layer = cap // len(layers)   # positions when every layer is captured
+        for label, lay, positions in (("all_layers", layers, per_layer), ("one_layer", [0], cap)):
+            # positions = prompt tokens + max_tokens - 1, with max_tokens 1 or 2
+            prompt_ok = positions - 1
+            body = {**b, "prompt": {"$token_ids": {"count": prompt_ok, "id": 791}}, "max_tokens": 2,
+                    "output_residual_stream": lay}
+            yield _case(f"caps.capture.{label}.at", "Layers x tokens at the capture cap", t, body, 200,
+                        generates=2)
+            yield _case(f"caps.capture.{label}.past", "Layers x tokens one token past the cap", t,
+                        {**body, "max_tokens": 3}, 400,
+                        self.rule("capture_cap", "x-token-rules", cap=cap, layers=len(lay),
+                                  positions=positions + 1, total=len(lay) * (positions + 1)))
+
+    def _model_limits(self, b: dict[str, Any]) -> Iterator[dict[str, Any]]:
+        m, t = self.model, ["validation"]
+        vocab, rules = m.vocab_size, "x-model-rules"
+        for param in ("prompt", "stop_token_ids", "allowed_token_ids"):
+            body = {**b, "max_tokens": 1} if param != "prompt" else dict(b, max_tokens=1)
+            ok = {**body, param: [vocab - 1]}
+            bad = {**body, param: [791, vocab]}
+            yield _case(f"model.{param}.vocab.at", "the last token id", t, ok, 200, generates=1)
+            yield _case(f"model.{param}.vocab.past", "one past the vocabulary", t, bad, 400,
+                        _error("invalid_request", self._model_msg("token_id_in_vocab", token_id=vocab,
+                               param=param, vocab_size=vocab), param, self.s))
+        yield _case("model.top_k.at", "top_k = vocabulary size", t, {**b, "max_tokens": 1, "top_k": vocab},
+                    200, generates=1)
+        yield _case("model.top_k.past", "top_k one past the vocabulary", t,
+                    {**b, "max_tokens": 1, "top_k": vocab + 1}, 400,
+                    _error("invalid_request", self._model_msg("top_k_in_vocab", value=vocab + 1,
+                           vocab_size=vocab), "top_k", self.s))
+        yield _case("model.layers.at", "the last layer", t + ["lens"],
+                    {**b, "max_tokens": 1, "output_residual_stream": [m.num_layers - 1]}, 200, generates=1)
+        yield _case("model.layers.past", "one past the last layer", t + ["lens"],
+                    {**b, "max_tokens": 1, "output_residual_stream": [0, m.num_layers]}, 400,
+                    _error("invalid_request", self._model_msg("layer_in_range", layer=m.num_layers,
+                           param="output_residual_stream", num_layers=m.num_layers),
+                           "output_residual_stream", self.s))
+
+    def _model_msg(self, rid: str, **fields: Any) -> str:
+        return self.s.model_rules[rid]["message"].format(**fields)
+
+    # --- steering vectors ----------------------------------------------------------------
+    def lens(self) -> Iterator[dict[str, Any]]:
+        m, t = self.model, ["lens", "steering", "validation"]
+        rule = self.s.model_rules["steering_vector"]
+        b = {"model": m.name, "prompt": PROMPT, "max_tokens": 1}
+        pairs = rule["dtype_pairs"]
+        hidden = m.hidden_size
+
+        def vec(values: np.ndarray, original: str, layers: list[int], **extra: Any) -> dict[str, Any]:
+            return {"activations": encode_tensor(values, original), "layer_indices": layers, **extra}
+
+        def bad(label: str, vector: dict[str, Any], reason: str, **fields: Any) -> dict[str, Any]:
+            param = "apply_steering_vectors[0]"
+            message = rule["message"].format(param=param, reason=rule["reasons"][reason].format(**fields))
+            return _case(f"steering.{label}", f"steering vector: {reason}", t,
+                         {**b, "apply_steering_vectors": [vector]}, 400,
+                         _error(rule["code"], message, param, self.s))
+
+        f32 = np.zeros((1, hidden), dtype=np.float32)
+        for dtype, original in pairs.items():
+            good = vec(np.zeros((2, hidden), dtype=dtype), original, [0, m.num_layers - 1], scale=2.0)
+            yield _case(f"steering.ok.{dtype}", "a valid vector", t, {**b, "apply_steering_vectors": [good]},
+                        200, generates=1)
+        yield _case("steering.ok.positions", "a 3-D vector with positions", t,
+                    {**b, "apply_steering_vectors": [vec(np.zeros((1, 2, hidden), dtype=np.float16),
+                                                         pairs["float16"], [1], position_indices=[0, 3])]},
+                    200, generates=1)
+        yield bad("hidden", vec(np.zeros((1, hidden - 1), dtype=np.float32), pairs["float32"], [0]),
+                  "hidden", got=hidden - 1, hidden_size=hidden)
+        yield bad("rows", vec(np.zeros((2, hidden), dtype=np.float32), pairs["float32"], [0]),
+                  "rows", rows=2, layers=1)
+        yield bad("layer", vec(f32, pairs["float32"], [m.num_layers]), "layer", layer=m.num_layers,
+                  num_layers=m.num_layers)
+        mismatch = vec(f32, pairs["float32"], [0])
+        mismatch["activations"]["original_dtype"] = pairs["int16"]
+        yield bad("dtype_pair", mismatch, "dtype_pair", dtype="float32", original_dtype=pairs["int16"])
+        not_b64 = vec(f32, pairs["float32"], [0])
+        not_b64["activations"]["data"] = "not base64!"
+        yield bad("base64", not_b64, "base64")
+        not_zstd = vec(f32, pairs["float32"], [0])
+        not_zstd["activations"]["data"] = "aGVsbG8gd29ybGQ="
+        yield bad("zstd", not_zstd, "zstd")
+        short = vec(np.zeros((1, hidden // 2), dtype=np.float32), pairs["float32"], [0])
+        short["activations"]["shape"] = [1, hidden]
+        yield bad("length", short, "length", got=hidden // 2 * 4, want=hidden * 4)
+        nan = vec(np.full((1, hidden), np.nan, dtype=np.float32), pairs["float32"], [0])
+        yield bad("finite", nan, "finite")
+        bf16_inf = vec(np.full((1, hidden), 0x7F80, dtype=np.int16), pairs["int16"], [0])
+        yield bad("finite_bf16", bf16_inf, "finite")
+        yield bad("positions_2d", vec(f32, pairs["float32"], [0], position_indices=[0]), "positions_2d")
+        yield bad("positions_count", vec(np.zeros((1, 2, hidden), dtype=np.float32), pairs["float32"], [0],
+                                         position_indices=[0]), "positions_count", got=1, want=2)
+
+    # --- HTTP-level rules ----------------------------------------------------------------
+    def http(self) -> Iterator[dict[str, Any]]:
+        msg, t = self.s.messages, ["http", "validation"]
+        body = self.base
+        yield _case("http.not_found", "unknown route", t, None, 404,
+                    _error("not_found", msg["not_found"].format(method="GET", path="/v1/nothing"), None, self.s),
+                    path="/v1/nothing", method="GET")
+        yield _case("http.method_not_allowed", "wrong method on a known route", t, None, 405,
+                    _error("method_not_allowed", msg["method_not_allowed"].format(
+                        method="GET", path="/v1/completions", allow="POST"), None, self.s),
+                    path="/v1/completions", method="GET")
+        yield _case("http.no_key", "no Authorization header", t + ["auth"], body, 401,
+                    _error("invalid_api_key", msg["invalid_api_key"], None, self.s), auth="none")
+        yield _case("http.not_bearer", "a key without the Bearer scheme", t + ["auth"], body, 401,
+                    _error("invalid_api_key", msg["invalid_api_key"], None, self.s), auth="Basic abc")
+        yield _case("http.empty_bearer", "an empty Bearer key", t + ["auth"], body, 401,
+                    _error("invalid_api_key", msg["invalid_api_key"], None, self.s), auth="Bearer ")
+        yield _case("http.media_type", "a body that is not application/json", t, body, 415,
+                    _error("unsupported_media_type", msg["unsupported_media_type"], None, self.s),
+                    headers={"Content-Type": "text/plain"})
+        yield _case("http.invalid_json", "a body that is not JSON", t, None, 400,
+                    _error("invalid_json", msg["invalid_json"], None, self.s),
+                    raw_body="{not json")
+        yield _case("http.nan", "NaN is not JSON", t, None, 400,
+                    _error("invalid_json", msg["invalid_json"], None, self.s),
+                    raw_body='{"model": "llama-8b", "prompt": "x", "temperature": NaN}')
+        yield _case("http.not_object", "a JSON body that is not an object", t, None, 400,
+                    _error("invalid_json", msg["not_json_object"], None, self.s), raw_body="[1, 2]")
+        yield _case("http.models", "the models list", ["http"], None, 200, path="/v1/models", method="GET")
+        yield _case("http.chat.empty_body", "chat is refused whatever the body", t, None, 400,
+                    _error("invalid_request", msg["chat_refused"], None, self.s),
+                    path="/v1/chat/completions", raw_body="{}")
+
+
+def _num(x: float) -> float | int:
+    return int(x) if float(x).is_integer() else round(x, 10)
+
+
+def _wrong_types(prop: dict[str, Any], m: dict[str, Any]) -> Iterator[tuple[str, Any, str]]:
+    types = prop.get("type") or [b.get("type") for b in prop.get("anyOf", [])]
+    types = {t for t in (types if isinstance(types, list) else [types]) if t}
+    expected = prop["x-expected"]
+    if types & {"integer", "number"}:
+        if "string" not in types:
+            yield "string", "2", expected
+        yield "boolean", True, expected
+        yield "array", [1], expected
+    if "integer" in prop.get("type", []):
+        yield "fraction", 1.5, m["expected_integer"]
+    if "boolean" in types:
+        yield "integer", 1, expected
+        yield "string", "true", expected
+    if "string" in types and not types & {"integer", "array"}:
+        yield "integer", 1, expected
+    if "array" in types:
+        yield "object", {"a": 1}, expected
+    if "object" in types:
+        yield "string", "x", expected
+
+
+def _item_example(prop: dict[str, Any]) -> Any:
+    items = prop.get("items", {})
+    kind = items.get("type")
+    if kind == "integer":
+        return lambda i: i
+    if kind == "string":
+        return lambda i: f"s{i}"
+    return None
+
+
+def generate(s: Spec | None = None) -> dict[str, list[dict[str, Any]]]:
+    w = Writer(s or spec())
+    return {"fields.yaml": list(w.fields()), "rules.yaml": list(w.rules()), "caps.yaml": list(w.caps()),
+            "lens.yaml": list(w.lens()), "http.yaml": list(w.http())}
+
+
+def render(cases: list[dict[str, Any]]) -> str:
+    head = "# Generated from openapi.yaml by `python -m conformance.golden`; do not edit.\n"
+    return head + yaml.safe_dump({"cases": cases}, sort_keys=False, width=120, allow_unicode=True)
+
+
+def write(directory: Path = HERE) -> list[Path]:
+    out = []
+    for name, cases in generate().items():
+        path = directory / name
+        path.write_text(render(cases), encoding="utf-8")
+        out.append(path)
+    return out
