@@ -80,6 +80,18 @@ class Writer:
                             self.invalid(name, m["invalid_type"].format(param=name, expected=expected)))
         for name, prop in req["properties"].items():
             yield from self._ranges(name, prop)
+        union = [("stop.max_items", "stop", ["a", "b", "c", "d", "e"], "maxItems", 4),
+                 ("stop.empty_string", "stop", "", "minLength", 1),
+                 ("prompt.empty_array", "prompt", [], "minItems", 1),
+                 ("prompt.empty_token_ids", "prompt", [[]], "minItems", 1),
+                 ("priority.not_an_integer", "priority", "abc", "pattern", None),
+                 ("output_residual_stream.duplicates", "output_residual_stream", [1, 1], "uniqueItems", True)]
+        for label, name, value, keyword, limit in union:
+            yield _case(f"range.{label}", f"{keyword} of {name}", ["validation"], {**self.base, name: value},
+                        400, self.invalid(name, m["range"][keyword].format(param=name, value=_show(value),
+                                                                            limit=_show(limit))))
+        yield _case("range.stop.max_items.at", "stop takes 4 strings", ["validation"],
+                    {**self.base, "stop": ["a", "b", "c", "d"]}, 200, generates=1)
         yield _case("type.null_is_left_out", "null means left out, for every optional field",
                     ["validation"], {**self.base, **{k: None for k in req["properties"]
                                                      if k not in req["required"] and k != "max_tokens"}},

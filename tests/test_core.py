@@ -1,0 +1,141 @@
+"""The core's own behaviour beyond the golden cases."""
+from __future__ import annotations
+
+import ast
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from openapi_spec_validator import validate
+
+import contract
+from contract import (
+    InsufficientQuota, SpecError, encode_tensor, hold, load_spec, spec, validate_completion,
+)
+from contract.schema import request_schema
+from contract.tokens import encode
+
+ROOT = Path(__file__).resolve().parent.parent
+MODEL = spec().default_model
+
+
+def test_openapi_spec_validator_accepts_the_spec() -> None:
+    validate(spec().raw)
+
+
+def test_a_broken_spec_fails_fast_with_a_clear_error(tmp_path: Path) -> None:
+    bad = tmp_path / "openapi.yaml"
+    bad.write_text("openapi: 3.1.0\ninfo: {title: x}\npaths: {}\n")
+    with pytest.raises(SpecError, match="not valid OpenAPI"):
+        load_spec(bad)
+    bare = tmp_path / "bare.yaml"
+    bare.write_text("openapi: 3.1.0\ninfo: {title: x, version: '1'}\npaths: {}\n")
+    with pytest.raises(SpecError, match="lacks the extensions x-models"):
+        load_spec(bare)
+
+
+def test_llama3_tokenizer_counts_like_vllm() -> None:
+    model = spec().models[MODEL]
+    assert encode(model, "The sky is", add_special_tokens=False) == [791, 13180, 374]
+    assert encode(model, "The sky is") == [model.bos_token_id, 791, 13180, 374]
+    req = validate_completion({"model": MODEL, "prompt": "The sky is", "max_tokens": 1})
+    assert req.prompt_token_counts == [4]
+    ids = validate_completion({"model": MODEL, "prompt": [1, 2, 3], "max_tokens": 1})
+    assert ids.prompt_token_counts == [3]
+
+
+def test_default_max_tokens_is_max_model_len_less_the_prompt_within_the_caps() -> None:
+    model, caps = spec().models[MODEL], spec().caps
+    assert validate_completion({"model": MODEL, "prompt": "x"}).max_tokens == caps["max_tokens_without_stream"]
+    assert validate_completion({"model": MODEL, "prompt": "x", "stream": True}).max_tokens == caps["max_generated_tokens"]
+    near = model.max_model_len - 10
+    req = validate_completion({"model": MODEL, "prompt": [5] * near})
+    assert req.max_tokens == 10 and req.max_tokens_defaulted
+
+
+def test_a_deployment_sets_its_own_max_model_len() -> None:
+    from dataclasses import replace
+    small = {MODEL: replace(spec().models[MODEL], max_model_len=64)}
+    assert validate_completion({"model": MODEL, "prompt": [5] * 60}, models=small).max_tokens == 4
+
+
+def test_hold_passes_clamps_and_refuses() -> None:
+    assert hold([4], 1, 10, None) == contract.Hold(10, False, 14)
+    assert hold([4], 1, 10, 14) == contract.Hold(10, False, 14)
+    assert hold([4, 4], 2, 10, 20) == contract.Hold(3, True, 20)
+    with pytest.raises(InsufficientQuota) as err:
+        hold([4, 4], 2, 10, 11)
+    assert err.value.status == spec().error_codes["insufficient_quota"]["status"]
+    assert err.value.message == spec().messages["insufficient_quota"].format(
+        remaining=11, prompt_tokens=8, sequences=4)
+
+
+def test_steering_vectors_decode_to_their_values() -> None:
+    model = spec().models[MODEL]
+    values = np.arange(2 * model.hidden_size, dtype=np.float32).reshape(2, model.hidden_size)
+    wire = {"activations": encode_tensor(values, "torch.float32"), "layer_indices": [3, 4], "scale": 0.5}
+    req = validate_completion({"model": MODEL, "prompt": "x", "max_tokens": 1, "apply_steering_vectors": [wire]})
+    (vector,) = req.steering
+    assert np.array_equal(vector.values, values) and vector.layer_indices == (3, 4) and vector.scale == 0.5
+
+
+def test_several_errors_come_out_in_the_spec_order() -> None:
+    body = {"model": MODEL, "prompt": "x", "temperature": 5, "n": "2", "best_of": 1, "echo": 1}
+    errors = list(request_schema().iter_errors(body))
+    assert [type(e).__name__ for e in errors] == ["UnknownField", "InvalidType", "InvalidType", "OutOfRange"]
+    assert [e.param for e in errors] == ["best_of", "n", "echo", "temperature"]
+    with pytest.raises(contract.UnknownField):
+        validate_completion(body)
+
+
+def test_scale_must_be_finite_even_when_json_cannot_say_it() -> None:
+    model = spec().models[MODEL]
+    wire = {"activations": encode_tensor(np.zeros((1, model.hidden_size), np.float32), "torch.float32"),
+            "layer_indices": [0], "scale": float("inf")}
+    with pytest.raises(contract.RuleViolation, match="scale"):
+        validate_completion({"model": MODEL, "prompt": "x", "max_tokens": 1, "apply_steering_vectors": [wire]})
+
+
+def test_error_bodies_never_echo_a_whole_input() -> None:
+    huge = "x" * 100_000
+    with pytest.raises(contract.ApiError) as err:
+        validate_completion({"model": MODEL, "prompt": "x", "stop": [huge] * 5})
+    assert len(json.dumps(err.value.body("req_0"))) < 500
+
+
+def test_the_core_imports_no_web_framework_http_client_or_vllm() -> None:
+    banned = {"flask", "werkzeug", "gunicorn", "httpx", "requests", "urllib3", "vllm", "aiohttp", "openai"}
+    for path in (ROOT / "contract").glob("*.py"):
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+            for name in names:
+                assert name.split(".")[0] not in banned, f"{path.name} imports {name}"
+
+
+def test_public_names_are_pinned() -> None:
+    assert sorted(contract.__all__) == sorted([
+        "ApiError", "ChatRefused", "CompletionRequest", "ContextLengthExceeded", "DeadlineExceeded",
+        "DeadlineInfeasible", "Hold", "InferenceUnavailable", "InsufficientQuota", "InternalError",
+        "InvalidApiKey", "InvalidJson", "InvalidRequest", "InvalidType", "MethodNotAllowed",
+        "MissingField", "ModelInfo", "ModelNotFound", "NotFound", "OutOfRange", "RequestTooLarge",
+        "RuleViolation", "Spec", "SpecError", "SteeringVector", "UnknownField",
+        "UnsupportedMediaType", "encode_tensor", "error_for_status", "hold", "load_spec",
+        "new_request_id", "parse_json", "spec", "validate_completion",
+    ])
+    for name in contract.__all__:
+        assert getattr(contract, name) is not None
+
+
+def test_every_error_code_has_a_class_with_its_status() -> None:
+    classes = {cls.code for cls in _subclasses(contract.ApiError)}
+    assert classes == set(spec().error_codes)
+
+
+def _subclasses(cls: type) -> set[type]:
+    out = set()
+    for sub in cls.__subclasses__():
+        out |= {sub} | _subclasses(sub)
+    return out
