@@ -1,0 +1,88 @@
+"""The ceiling for bench/http_bench.py: a bare Flask app with fixed bodies.
+
+It does the least a completions server must do: read the body, parse it as JSON,
+and answer. A `max_tokens` that is not an integer gets a fixed 400 error body; any
+other request gets a fixed 16-token Completion, or, with `"stream": true`, a
+stream of `max_tokens` fixed one-token chunks and `data: [DONE]`. The bodies have
+the API's shapes and about the mock's sizes, so the ceiling pays for the same
+bytes on the wire. Nothing is validated, tokenized or generated.
+
+Run under the mock's gunicorn settings by http_bench.py:
+    gunicorn --chdir bench -k gthread --workers N --threads T bare_app:app
+"""
+
+import json
+
+from flask import Flask, Response, request
+
+_REQUEST_ID = "req_" + "0" * 32
+
+ERROR_BODY = json.dumps(
+    {
+        "error": {
+            "message": "Invalid type for 'max_tokens': expected a number.",
+            "type": "invalid_request_error",
+            "param": "max_tokens",
+            "code": "invalid_request",
+        },
+        "request_id": _REQUEST_ID,
+    }
+)
+
+COMPLETION_BODY = json.dumps(
+    {
+        "id": "cmpl-" + "0" * 32,
+        "object": "text_completion",
+        "created": 0,
+        "model": "llama-8b",
+        "choices": [
+            {
+                "index": 0,
+                "text": " blue, and the sun is shining brightly over the hills today.",
+                "logprobs": None,
+                "finish_reason": "length",
+                "stop_reason": None,
+            }
+        ],
+        "usage": {"prompt_tokens": 4, "completion_tokens": 16, "total_tokens": 20},
+    }
+)
+
+_CHUNK = (
+    "data: "
+    + json.dumps(
+        {
+            "id": "cmpl-" + "0" * 32,
+            "object": "text_completion",
+            "created": 0,
+            "model": "llama-8b",
+            "choices": [{"index": 0, "text": " sky", "logprobs": None, "finish_reason": None}],
+        }
+    )
+    + "\n\n"
+).encode()
+
+_HEADERS = {"X-Request-Id": _REQUEST_ID}
+
+app = Flask(__name__)
+
+
+@app.get("/health")
+def health():
+    return Response('{"status": "ok"}', mimetype="application/json", headers=_HEADERS)
+
+
+@app.post("/v1/completions")
+def completions():
+    body = json.loads(request.get_data())
+    if type(body.get("max_tokens")) is not int:
+        return Response(ERROR_BODY, status=400, mimetype="application/json", headers=_HEADERS)
+    if body.get("stream") is True:
+        return Response(_stream(body["max_tokens"]), mimetype="text/event-stream", headers=_HEADERS)
+    return Response(COMPLETION_BODY, mimetype="application/json", headers=_HEADERS)
+
+
+def _stream(count):
+    for _ in range(count):
+        yield _CHUNK
+    yield b"data: [DONE]\n\n"

@@ -1,0 +1,585 @@
+"""HTTP throughput: the mock vs Prism vs a bare Flask app, side by side, in one run.
+
+    .venv/bin/python bench/http_bench.py [--duration S]
+
+Starts three servers on free ports of 127.0.0.1 -- the mock (`python -m mock_server`),
+Prism (`@stoplight/prism-cli`, pinned in bench/package-lock.json, mocking openapi.yaml)
+and bench/bare_app.py under the mock's gunicorn settings (the ceiling) -- then measures:
+
+  (a) a 400 validation error (max_tokens as a string) and
+  (b) a 16-token completion (max_tokens 16, temperature 0)
+      with wrk at each connection count: requests/s, p50 and p99 latency;
+  (c) one unthrottled stream (max_tokens 4096, ignore_eos): tokens/s from a Python client.
+
+Writes a markdown report to bench/results/http.md and prints it. Servers are stopped
+at the end, also on error or Ctrl-C.
+
+Exit codes: 0 every cell measured; 1 some cell could not be measured (a server did not
+start or answered with the wrong status; the report says which); 2 usage or tooling
+error (wrk missing, bad option).
+"""
+
+import argparse
+import contextlib
+import datetime
+import importlib.metadata
+import json
+import os
+import platform
+import shlex
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+
+ROOT = Path(__file__).resolve().parent.parent
+BENCH = ROOT / "bench"
+PRISM_BIN = BENCH / "node_modules" / ".bin" / "prism"
+WRK_SCRIPT = BENCH / "wrk_post.lua"
+DEFAULT_OUT = BENCH / "results" / "http.md"
+API_KEY = "bench-key"
+MODEL = "llama-8b"
+PROMPT = "The sky is"
+
+EXIT_OK, EXIT_UNMEASURED, EXIT_USAGE = 0, 1, 2
+
+
+class BenchError(Exception):
+    """A tooling problem that stops the whole run (exit 2)."""
+
+
+class ServerFailed(Exception):
+    """A server that did not start or stopped; its column becomes n/a."""
+
+
+@dataclass(frozen=True)
+class Case:
+    key: str
+    title: str
+    body: dict
+    expect_status: int
+
+
+CASES = (
+    Case(
+        "a",
+        "(a) 400 validation error",
+        {"model": MODEL, "prompt": PROMPT, "max_tokens": "16", "temperature": 0},
+        400,
+    ),
+    Case(
+        "b",
+        "(b) 16-token completion",
+        {"model": MODEL, "prompt": PROMPT, "max_tokens": 16, "temperature": 0},
+        200,
+    ),
+)
+
+STREAM_BODY = {
+    "model": MODEL,
+    "prompt": PROMPT,
+    "max_tokens": 4096,
+    "temperature": 0,
+    "ignore_eos": True,
+    "stream": True,
+    "stream_options": {"include_usage": True},
+}
+
+
+@dataclass
+class Server:
+    key: str
+    label: str
+    argv: list
+    port: int
+    cwd: Path = ROOT
+    env: dict = field(default_factory=dict)
+    proc: subprocess.Popen = None
+    log: Path = None
+    failure: str = None
+
+    @property
+    def url(self):
+        return f"http://127.0.0.1:{self.port}"
+
+
+# ---------------------------------------------------------------------------
+# Servers
+# ---------------------------------------------------------------------------
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def gunicorn_args(args):
+    """The settings the mock and the ceiling share."""
+    return ["-k", "gthread", "--workers", str(args.workers), "--threads", str(args.threads)]
+
+
+def build_servers(args):
+    py = sys.executable
+    servers = {
+        "mock": Server(
+            "mock",
+            "mock",
+            [py, "-m", "mock_server", "--host", "127.0.0.1", "--workers", str(args.workers),
+             "--threads", str(args.threads)],
+            free_port(),
+        ),
+        "prism": Server(
+            "prism",
+            "Prism",
+            [str(PRISM_BIN), "mock", str(ROOT / "openapi.yaml"), "-h", "127.0.0.1",
+             "-v", "silent"],
+            free_port(),
+            env={"SCARF_ANALYTICS": "false"},
+        ),
+        "bare": Server(
+            "bare",
+            "bare Flask",
+            [py, "-m", "gunicorn", *gunicorn_args(args), "--chdir", str(BENCH), "bare_app:app"],
+            free_port(),
+        ),
+    }
+    servers["mock"].argv[4:4] = ["--port", str(servers["mock"].port)]
+    servers["prism"].argv += ["-p", str(servers["prism"].port)]
+    servers["bare"].argv += ["--bind", f"127.0.0.1:{servers['bare'].port}"]
+    return [servers[k] for k in args.servers]
+
+
+def ensure_prism():
+    """Install the pinned Prism from bench/package-lock.json when it is missing."""
+    if PRISM_BIN.exists():
+        return
+    npm = shutil.which("npm")
+    if npm is None:
+        raise ServerFailed("npm is not installed, so Prism could not be installed")
+    print("installing Prism: npm ci --prefix bench", file=sys.stderr)
+    done = subprocess.run(
+        [npm, "ci", "--prefix", str(BENCH), "--ignore-scripts", "--no-audit", "--no-fund"],
+        capture_output=True, text=True, env={**os.environ, "SCARF_ANALYTICS": "false"},
+    )
+    if done.returncode != 0 or not PRISM_BIN.exists():
+        raise ServerFailed(f"npm ci failed: {done.stderr.strip()[-300:]}")
+
+
+def start(server, logdir):
+    if server.key == "prism":
+        ensure_prism()
+    server.log = logdir / f"{server.key}.log"
+    with open(server.log, "wb") as log:
+        server.proc = subprocess.Popen(
+            server.argv, cwd=server.cwd, env={**os.environ, **server.env},
+            stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+
+
+def wait_ready(server, timeout):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if server.proc.poll() is not None:
+            raise ServerFailed(f"exited with status {server.proc.returncode}: {log_tail(server)}")
+        try:
+            if httpx.get(server.url + "/health", timeout=1).status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        time.sleep(0.2)
+    raise ServerFailed(f"not ready after {timeout} s: {log_tail(server)}")
+
+
+def log_tail(server, chars=400):
+    text = server.log.read_text(errors="replace").strip() if server.log else ""
+    return " ".join(text[-chars:].split()) or "(no output)"
+
+
+def stop(server, grace=10):
+    """SIGTERM the server's process group, then SIGKILL what is left after `grace` s."""
+    proc = server.proc
+    if proc is None or proc.poll() is not None:
+        return
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(grace)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
+# ---------------------------------------------------------------------------
+# Measurements
+# ---------------------------------------------------------------------------
+
+
+def headers():
+    return {"Authorization": f"Bearer {API_KEY}", "Content-Type": "application/json"}
+
+
+def preflight(server, case):
+    """One request through a Python client: the status the server gives this case."""
+    r = httpx.post(server.url + "/v1/completions", json=case.body, headers=headers(), timeout=30)
+    return r.status_code
+
+
+def run_wrk(server, case, connections, duration, body_file):
+    cmd = ["wrk", "-t1", f"-c{connections}", f"-d{duration}s", "--latency", "--timeout", "10s",
+           "-s", str(WRK_SCRIPT), server.url + "/v1/completions"]
+    env = {**os.environ, "WRK_BODY_FILE": str(body_file), "WRK_API_KEY": API_KEY}
+    done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=duration + 60)
+    for line in done.stdout.splitlines():
+        if line.startswith("WRK_JSON "):
+            return json.loads(line[len("WRK_JSON "):])
+    raise BenchError(f"wrk gave no summary (status {done.returncode}): {done.stderr.strip()}")
+
+
+def summarise_wrk(raw, case):
+    e = raw["errors"]
+    seconds = raw["duration_us"] / 1e6
+    non_2xx = e["status"]
+    wrong = non_2xx if case.expect_status < 300 else raw["requests"] - non_2xx
+    return {
+        "rps": raw["requests"] / seconds,
+        "p50_ms": raw["latency_us"]["p50"] / 1000,
+        "p99_ms": raw["latency_us"]["p99"] / 1000,
+        "requests": raw["requests"],
+        "wrong_status": wrong,
+        "socket_errors": e["connect"] + e["read"] + e["write"] + e["timeout"],
+    }
+
+
+def one_stream(server):
+    """One streamed completion: (tokens, chunks, ttft_s, total_s) or raises ServerFailed."""
+    t0 = time.perf_counter()
+    ttft, chunks, usage = None, 0, None
+    with httpx.stream("POST", server.url + "/v1/completions", json=STREAM_BODY,
+                      headers=headers(), timeout=120) as r:
+        ctype = r.headers.get("content-type", "")
+        if r.status_code != 200 or not ctype.startswith("text/event-stream"):
+            r.read()
+            raise ServerFailed(f"answered {r.status_code} {ctype or '(no content-type)'}, "
+                               f"not a text/event-stream: {r.text[:120]}")
+        for line in r.iter_lines():
+            if not line.startswith("data: "):
+                continue
+            data = line[len("data: "):]
+            if data == "[DONE]":
+                break
+            event = json.loads(data)
+            if event.get("choices"):
+                chunks += 1
+                if ttft is None:
+                    ttft = time.perf_counter() - t0
+            if event.get("usage"):
+                usage = event["usage"]
+    total = time.perf_counter() - t0
+    tokens = usage["completion_tokens"] if usage else chunks
+    return tokens, chunks, ttft or total, total
+
+
+def run_streams(server, duration):
+    """Streams one after another for `duration` s (at least one); the median run."""
+    runs, deadline = [], time.monotonic() + duration
+    while not runs or (time.monotonic() < deadline and len(runs) < 50):
+        runs.append(one_stream(server))
+    runs.sort(key=lambda run: run[0] / run[3])
+    tokens, chunks, ttft, total = runs[len(runs) // 2]
+    return {
+        "tokens_per_s": tokens / total,
+        "tokens": tokens,
+        "chunks": chunks,
+        "ttft_ms": ttft * 1000,
+        "runs": len(runs),
+        "usage": tokens != chunks or chunks == 0,
+    }
+
+
+def prism_stream_reason(server):
+    """Why Prism has no tokens/s: what it answers to a stream request, both ways of asking."""
+    seen = []
+    for accept in ("*/*", "text/event-stream"):
+        r = httpx.post(server.url + "/v1/completions", json=STREAM_BODY,
+                       headers={**headers(), "Accept": accept}, timeout=30)
+        ctype = r.headers.get("content-type", "").split(";")[0]
+        detail = r.json().get("detail") if ctype == "application/problem+json" else None
+        seen.append(f"with Accept: {accept} it answers {r.status_code} {ctype}"
+                    + (f" ({detail})" if detail else ""))
+    return ("Prism has no streaming (it serves one static example per request): "
+            + "; ".join(seen))
+
+
+# ---------------------------------------------------------------------------
+# The run
+# ---------------------------------------------------------------------------
+
+
+def measure(servers, args, workdir):
+    """Every cell: {(case, connections, server): result or {"na": reason}}; and streams."""
+    cells, streams = {}, {}
+    for case in CASES:
+        body_file = workdir / f"body_{case.key}.json"
+        body_file.write_text(json.dumps(case.body))
+        for conns in args.connections:
+            for server in servers:
+                cells[case.key, conns, server.key] = measure_cell(server, case, conns, args, body_file)
+    for server in servers:
+        streams[server.key] = measure_stream(server, args)
+    return cells, streams
+
+
+def measure_cell(server, case, conns, args, body_file):
+    if server.failure:
+        return {"na": server.failure}
+    try:
+        status = preflight(server, case)
+    except httpx.HTTPError as e:
+        return {"na": f"preflight request failed: {e!r}"}
+    if status != case.expect_status:
+        return {"na": f"answered {status}, not {case.expect_status}"}
+    print(f"  {case.title:28} c={conns:<3} {server.label:11}", end=" ", flush=True, file=sys.stderr)
+    if args.warmup:
+        run_wrk(server, case, conns, args.warmup, body_file)
+    result = summarise_wrk(run_wrk(server, case, conns, args.duration, body_file), case)
+    print(f"{result['rps']:9.0f} req/s", file=sys.stderr)
+    return result
+
+
+def measure_stream(server, args):
+    if server.failure:
+        return {"na": server.failure}
+    try:
+        return run_streams(server, args.duration)
+    except ServerFailed as e:
+        reason = prism_stream_reason(server) if server.key == "prism" else str(e)
+        return {"na": reason}
+
+
+def run(args):
+    servers = build_servers(args)
+    with contextlib.ExitStack() as stack:
+        workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="http_bench_")))
+        for server in servers:
+            stack.callback(stop, server)
+            try:
+                start(server, workdir)
+            except ServerFailed as e:
+                server.failure = str(e)
+        for server in servers:
+            if server.failure is None:
+                try:
+                    wait_ready(server, args.start_timeout)
+                except ServerFailed as e:
+                    server.failure = str(e)
+                    stop(server)
+        print("servers: " + ", ".join(f"{s.label} {s.url if not s.failure else 'FAILED'}"
+                                      for s in servers), file=sys.stderr)
+        cells, streams = measure(servers, args, workdir)
+        versions = collect_versions()
+    return servers, cells, streams, versions
+
+
+# ---------------------------------------------------------------------------
+# Report
+# ---------------------------------------------------------------------------
+
+
+def command_output(argv):
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=30, cwd=ROOT)
+    except (OSError, subprocess.TimeoutExpired):
+        return "n/a"
+    return (done.stdout or done.stderr).strip().splitlines()[0] if (done.stdout or done.stderr) else "n/a"
+
+
+def package_version(name):
+    try:
+        return importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        return "n/a"
+
+
+def collect_versions():
+    rev = command_output(["git", "rev-parse", "--short", "HEAD"])
+    dirty = command_output(["git", "status", "--porcelain", "--", "mock_server", "contract"])
+    return {
+        "mock": f"git {rev}" + (" + uncommitted changes" if dirty != "n/a" else ""),
+        "Prism": f"@stoplight/prism-cli {command_output([str(PRISM_BIN), '--version'])}",
+        "node": command_output(["node", "--version"]),
+        "wrk": command_output(["wrk", "--version"]).split(" Copyright")[0],
+        "Python": platform.python_version(),
+        "Flask": package_version("flask"),
+        "gunicorn": package_version("gunicorn"),
+    }
+
+
+def machine_info():
+    cpu = "unknown CPU"
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    mem = "?"
+    with contextlib.suppress(OSError, ValueError, IndexError):
+        kib = int(Path("/proc/meminfo").read_text().split("MemTotal:")[1].split()[0])
+        mem = f"{kib / 2**20:.0f} GiB"
+    return f"{cpu}, {os.cpu_count()} cores, {mem} RAM, {platform.system()} {platform.release()}"
+
+
+def fmt_cell(cell):
+    if "na" in cell:
+        return "n/a", "n/a"
+    flag = "" if not (cell["wrong_status"] or cell["socket_errors"]) else " (!)"
+    return f"{cell['rps']:,.0f}{flag}", f"{cell['p50_ms']:.2f} / {cell['p99_ms']:.2f}"
+
+
+def ratio(cells, case, conns, other):
+    a, b = cells.get((case, conns, "mock")), cells.get((case, conns, other))
+    if not a or not b or "na" in a or "na" in b:
+        return None
+    return a["rps"] / b["rps"]
+
+
+def fmt_ratio(value, goal):
+    if value is None:
+        return "n/a"
+    return f"{value:.2f} ({'meets' if value >= goal else 'misses'} >= {goal:g})"
+
+
+def throughput_table(servers, cells, args):
+    keys = [s.key for s in servers]
+    labels = {s.key: s.label for s in servers}
+    head = ["case", "conns"]
+    for k in keys:
+        head += [f"{labels[k]} req/s", f"{labels[k]} p50 / p99 ms"]
+    head += ["mock/Prism", "mock/bare"]
+    rows = ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
+    for case in CASES:
+        for conns in args.connections:
+            row = [case.title, str(conns)]
+            for k in keys:
+                row += fmt_cell(cells[case.key, conns, k])
+            row += [fmt_ratio(ratio(cells, case.key, conns, "prism"), 1.0),
+                    fmt_ratio(ratio(cells, case.key, conns, "bare"), 0.6)]
+            rows.append("| " + " | ".join(row) + " |")
+    return rows
+
+
+def stream_table(servers, streams):
+    rows = ["| server | tokens/s | tokens | TTFT ms | runs (median shown) | note |",
+            "| --- | --- | --- | --- | --- | --- |"]
+    for s in servers:
+        st = streams[s.key]
+        if "na" in st:
+            rows.append(f"| {s.label} | n/a | | | | {st['na']} |")
+            continue
+        note = "tokens from the usage chunk" if st["usage"] else "tokens counted as content chunks"
+        if s.key == "bare":
+            note = "fixed one-token chunks from a generator: the server's streaming ceiling"
+        rows.append(f"| {s.label} | {st['tokens_per_s']:,.0f} | {st['tokens']} | "
+                    f"{st['ttft_ms']:.1f} | {st['runs']} | {note} |")
+    return rows
+
+
+def problems(servers, cells):
+    lines = [f"- {s.label} did not run: {s.failure}" for s in servers if s.failure]
+    for (case, conns, key), cell in cells.items():
+        label = next(s.label for s in servers if s.key == key)
+        if "na" in cell and not next(s for s in servers if s.key == key).failure:
+            lines.append(f"- ({case}) c={conns} {label}: {cell['na']}")
+        elif "na" not in cell and (cell["wrong_status"] or cell["socket_errors"]):
+            lines.append(f"- (!) ({case}) c={conns} {label}: {cell['wrong_status']} answers with "
+                         f"the wrong status class, {cell['socket_errors']} socket errors/timeouts "
+                         f"of {cell['requests']} requests")
+    return lines
+
+
+def report(servers, cells, streams, versions, args, command):
+    now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    out = [
+        "# HTTP throughput: mock vs Prism vs bare Flask",
+        "",
+        f"- Date: {now}",
+        f"- Command: `{command}`",
+        f"- Machine: {machine_info()}; wrk and the servers share these cores",
+        "- Versions: " + ", ".join(f"{k} {v}" for k, v in versions.items()),
+        f"- Server settings: mock and bare Flask under gunicorn `{' '.join(gunicorn_args(args))}`;"
+        " Prism `prism mock openapi.yaml -v silent` (openapi.yaml unchanged, one Node process)",
+        f"- Load: wrk `-t1 -c<conns> -d{args.duration}s --latency` with bench/wrk_post.lua,"
+        f" after a {args.warmup} s warm-up per cell; key `Authorization: Bearer {API_KEY}`",
+        "",
+        "## Requests/s and latency",
+        "",
+        "Goals: mock >= Prism (ratio >= 1) and mock >= 60% of the bare ceiling (ratio >= 0.6).",
+        "",
+        *throughput_table(servers, cells, args),
+        "",
+        "## One unthrottled stream (c)",
+        "",
+        f"`max_tokens` {STREAM_BODY['max_tokens']}, temperature 0, ignore_eos, include_usage;"
+        f" one connection, streams back to back for {args.duration} s; tokens/s over the whole"
+        " request (from sending it to `[DONE]`).",
+        "",
+        *stream_table(servers, streams),
+    ]
+    trouble = problems(servers, cells)
+    if trouble:
+        out += ["", "## Problems", "", *trouble]
+    return "\n".join(out) + "\n"
+
+
+def parse_args(argv):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--duration", type=int, default=5, help="seconds per measured cell (default 5)")
+    p.add_argument("--warmup", type=int, default=1, help="warm-up seconds per cell (default 1)")
+    p.add_argument("--connections", type=lambda s: [int(c) for c in s.split(",")],
+                   default=[1, 64], help="wrk connection counts (default 1,64)")
+    p.add_argument("--workers", type=int, default=2, help="gunicorn workers (default 2)")
+    p.add_argument("--threads", type=int, default=8, help="gthread threads per worker (default 8)")
+    p.add_argument("--servers", type=lambda s: s.split(","), default=["mock", "prism", "bare"],
+                   help="a subset of mock,prism,bare (default all three)")
+    p.add_argument("--start-timeout", type=float, default=60, help="seconds to wait for /health")
+    p.add_argument("--out", type=Path, default=DEFAULT_OUT, help="markdown report path")
+    args = p.parse_args(argv)
+    unknown = set(args.servers) - {"mock", "prism", "bare"}
+    if unknown:
+        p.error(f"unknown servers: {', '.join(sorted(unknown))}")
+    return args
+
+
+def main(argv=None):
+    argv = sys.argv[1:] if argv is None else argv
+    args = parse_args(argv)
+    if shutil.which("wrk") is None:
+        print("wrk is not installed: apt-get install wrk", file=sys.stderr)
+        return EXIT_USAGE
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
+    command = shlex.join([".venv/bin/python", "bench/http_bench.py", *argv])
+    try:
+        servers, cells, streams, versions = run(args)
+    except BenchError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    text = report(servers, cells, streams, versions, args, command)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(text)
+    print(text)
+    measured = all("na" not in c for c in cells.values())
+    return EXIT_OK if measured and not any(s.failure for s in servers) else EXIT_UNMEASURED
+
+
+if __name__ == "__main__":
+    sys.exit(main())
