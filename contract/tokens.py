@@ -16,7 +16,7 @@ def _encoding(name: str) -> quicktok.Tokenizer:
 def encode(model: ModelInfo, text: str, add_special_tokens: bool = True) -> list[int]:
     """Token ids of `text`; special tokens written in the text count as one token,
     as in Hugging Face tokenizers, and BOS comes first when special tokens are added."""
-    ids = _encoding(model.tokenizer_encoding).encode(text, allowed_special="all")
+    ids = _encoding(model.tokenizer_encoding).encode_with_special_tokens(text)
     return [model.bos_token_id, *ids] if add_special_tokens else ids
 
 

@@ -1,0 +1,101 @@
+"""Core validation time per request, beside a naive baseline, in one run.
+
+    .venv/bin/python bench/core_bench.py            # writes bench/results/core.md
+
+Baseline: the jsonschema package's default validator (Draft 2020-12) on the same
+request schema. It checks the schema only (no tokenizer, no vector decoding), so
+it is a floor for what a generic validator costs, not a full equivalent.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib.metadata
+import platform
+import statistics
+import sys
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Callable
+
+import jsonschema
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from contract import encode_tensor, spec, validate_completion  # noqa: E402
+
+OUT = Path(__file__).resolve().parent / "results" / "core.md"
+
+
+def bodies() -> dict[str, dict[str, Any]]:
+    model = spec().models[spec().default_model]
+    rng = np.random.default_rng(0)
+    layers = list(range(model.num_layers))
+
+    def vectors(dtype: str) -> list[dict[str, Any]]:
+        values = rng.standard_normal((len(layers), model.hidden_size), dtype=np.float32)
+        if dtype == "bf16":
+            bits = (values.view(np.uint32) >> 16).astype(np.uint16).view(np.int16)
+            wire = encode_tensor(bits, "torch.bfloat16")
+        else:
+            wire = encode_tensor(values, "torch.float32")
+        return [{"activations": wire, "layer_indices": layers, "scale": 1.5}] * 8
+
+    base = {"model": model.name, "prompt": "The sky is", "max_tokens": 16}
+    return {
+        "(a) minimal request": base,
+        "(b) 8 steering vectors, 32 x 4096 bf16": {**base, "apply_steering_vectors": vectors("bf16")},
+        "(b) 8 steering vectors, 32 x 4096 float32": {**base, "apply_steering_vectors": vectors("f32")},
+        "(c) 100,000-token token-id prompt": {**base, "prompt": [791] * 100_000, "stream": True},
+    }
+
+
+def measure(fn: Callable[[], Any], seconds: float) -> tuple[float, float, int]:
+    fn()  # warm caches (compiled validators, tokenizer)
+    times: list[float] = []
+    deadline = time.perf_counter() + seconds
+    while time.perf_counter() < deadline or len(times) < 5:
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    times.sort()
+    return statistics.median(times), times[int(len(times) * 0.9)], len(times)
+
+
+def fmt(seconds: float) -> str:
+    return f"{seconds * 1e6:,.1f} µs" if seconds < 1e-3 else f"{seconds * 1e3:,.2f} ms"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seconds", type=float, default=2.0, help="time per cell")
+    args = parser.parse_args()
+    naive = jsonschema.Draft202012Validator(spec().schema("CompletionRequest"))
+    rows = []
+    for name, body in bodies().items():
+        core = measure(lambda: validate_completion(body), args.seconds)
+        base = measure(lambda: naive.validate(body), args.seconds)
+        rows.append(f"| {name} | {fmt(core[0])} | {fmt(core[1])} | {fmt(base[0])} | {fmt(base[1])} "
+                    f"| {base[0] / core[0]:.1f}x |")
+    table = "\n".join([
+        "# Core validation time per request",
+        "",
+        f"{datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC, Python {platform.python_version()}, "
+        f"{platform.machine()}, jsonschema {importlib.metadata.version('jsonschema')}. "
+        f"Command: `.venv/bin/python bench/core_bench.py --seconds {args.seconds}`.",
+        "",
+        "Core: `contract.validate_completion` (schema, rules, model checks, tokenizer, vector decoding, caps).",
+        "Naive: `jsonschema.Draft202012Validator(...).validate` on the same schema (schema only).",
+        "Targets: (a) under 50 µs, (b) under 50 ms.",
+        "",
+        "| request | core p50 | core p90 | naive p50 | naive p90 | naive / core |",
+        "| --- | --- | --- | --- | --- | --- |",
+        *rows,
+        "",
+    ])
+    OUT.write_text(table, encoding="utf-8")
+    print(table)
+
+
+if __name__ == "__main__":
+    main()
