@@ -11,7 +11,7 @@ from contract.errors import (
     OutOfRange, RequestTooLarge, RuleViolation, UnknownField, UnsupportedMediaType,
     error_for_status, new_request_id,
 )
-from contract.request import CompletionRequest, parse_json, validate_completion
+from contract.request import CompletionRequest, iter_errors, parse_json, validate_completion
 from contract.spec import ModelInfo, Spec, SpecError, load_spec, spec
 from contract.steering import SteeringVector, encode_tensor
 
@@ -21,6 +21,6 @@ __all__ = [
     "InvalidApiKey", "InvalidJson", "InvalidRequest", "InvalidType", "MethodNotAllowed",
     "MissingField", "ModelInfo", "ModelNotFound", "NotFound", "OutOfRange", "RequestTooLarge",
     "RuleViolation", "Spec", "SpecError", "SteeringVector", "UnknownField",
-    "UnsupportedMediaType", "encode_tensor", "error_for_status", "hold", "load_spec",
+    "UnsupportedMediaType", "encode_tensor", "error_for_status", "hold", "iter_errors", "load_spec",
     "new_request_id", "parse_json", "spec", "validate_completion",
 ]

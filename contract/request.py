@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any, Iterator, Mapping
 
 from contract.caps import resolve_max_tokens
-from contract.errors import InvalidJson, ModelNotFound
-from contract.rules import check_model_rules, check_rules
+from contract.errors import ApiError, InvalidJson, ModelNotFound
+from contract.rules import check_model_rules, check_rules, iter_rule_errors
 from contract.schema import request_schema
 from contract.spec import ModelInfo, spec
 from contract.steering import SteeringVector, decode_vectors
@@ -79,6 +79,19 @@ def _truncate(prompts: list[list[int]], keep: int | None, model: ModelInfo) -> l
         return prompts
     keep = model.max_model_len if keep == -1 else keep
     return [p[-keep:] for p in prompts]
+
+
+def iter_errors(body: dict[str, Any]) -> Iterator[ApiError]:
+    """Every schema error, then (for a body whose schema holds) every broken cross-field rule.
+
+    Diagnostics and the conformance suite want them all; a server wants the first,
+    which is what validate_completion raises.
+    """
+    body = {k: v for k, v in body.items() if v is not None}
+    schema_errors = list(request_schema().iter_errors(body))
+    yield from schema_errors
+    if not schema_errors:
+        yield from iter_rule_errors(body)
 
 
 def validate_completion(body: Any, models: Mapping[str, ModelInfo] | None = None) -> CompletionRequest:

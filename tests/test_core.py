@@ -87,6 +87,10 @@ def test_several_errors_come_out_in_the_spec_order() -> None:
     assert [e.param for e in errors] == ["best_of", "n", "echo", "temperature"]
     with pytest.raises(contract.UnknownField):
         validate_completion(body)
+    assert [e.param for e in contract.iter_errors(body)] == ["best_of", "n", "echo", "temperature"]
+    rules = {"model": MODEL, "prompt": ["a", "b"], "output_residual_stream": [0], "stream_options": {}}
+    assert [e.rule for e in contract.iter_errors(rules)] == [
+        "max_tokens_required", "stream_options_without_stream", "lens_one_prompt"]
 
 
 def test_scale_must_be_finite_even_when_json_cannot_say_it() -> None:
@@ -122,7 +126,7 @@ def test_public_names_are_pinned() -> None:
         "InvalidApiKey", "InvalidJson", "InvalidRequest", "InvalidType", "MethodNotAllowed",
         "MissingField", "ModelInfo", "ModelNotFound", "NotFound", "OutOfRange", "RequestTooLarge",
         "RuleViolation", "Spec", "SpecError", "SteeringVector", "UnknownField",
-        "UnsupportedMediaType", "encode_tensor", "error_for_status", "hold", "load_spec",
+        "UnsupportedMediaType", "encode_tensor", "error_for_status", "hold", "iter_errors", "load_spec",
         "new_request_id", "parse_json", "spec", "validate_completion",
     ])
     for name in contract.__all__:
