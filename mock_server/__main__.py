@@ -1,0 +1,92 @@
+"""`python -m mock_server --host H --port P --workers N`: the mock under gunicorn.
+
+gthread workers stream well (a thread per open stream; the worker's heartbeat
+does not wait on a long stream). The app is built once in the master before
+the workers fork (preload), so the spec, tokenizer and tables load once, and
+every worker shares one Budget file. Every option also reads MOCK_<NAME>.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import sys
+import tempfile
+from collections.abc import Sequence
+from typing import Any
+
+from gunicorn.app.base import BaseApplication
+
+from mock_server.config import MockConfig, parse_max_model_len
+
+
+class _Gunicorn(BaseApplication):  # type: ignore[misc]
+    def __init__(self, app: Any, options: dict[str, Any]) -> None:
+        self._app, self._options = app, options
+        super().__init__()
+
+    def load_config(self) -> None:
+        for key, value in self._options.items():
+            self.cfg.set(key, value)
+
+    def load(self) -> Any:
+        return self._app
+
+
+def _env(name: str, default: str | None = None) -> str | None:
+    return os.environ.get("MOCK_" + name, default)
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m mock_server", description=__doc__.splitlines()[0])
+    p.add_argument("--host", default=_env("HOST", "127.0.0.1"))
+    p.add_argument("--port", type=int, default=int(_env("PORT", "8000") or 8000))
+    p.add_argument("--workers", type=int, default=int(_env("WORKERS", str(os.cpu_count() or 1)) or 1))
+    p.add_argument("--threads", type=int, default=int(_env("THREADS", "32") or 32),
+                   help="threads per worker: the open streams one worker serves at once")
+    p.add_argument("--keys", help="comma-separated API keys (default: any non-empty Bearer key)")
+    p.add_argument("--budget-tokens", type=int, help="tokens per key (default: unlimited)")
+    p.add_argument("--budget-dir", help="directory of the Budget file (default: a new temp dir)")
+    p.add_argument("--ttft-ms", type=float, help="simulated time to first token")
+    p.add_argument("--tpot-ms", type=float, help="simulated time per output token")
+    p.add_argument("--keepalive-seconds", type=float, help="interval of ': keepalive' in streams")
+    p.add_argument("--fault-rate", type=float, help="fraction of requests failed with a random status")
+    p.add_argument("--stream-error-rate", type=float, help="fraction of streams broken by an error event")
+    p.add_argument("--eos-rate", type=float, help="chance per token of an end-of-text token")
+    p.add_argument("--max-model-len", help="'4096' for every model, or 'llama-8b=4096,...'")
+    p.add_argument("--log-level", default=_env("LOG_LEVEL", "warning"))
+    p.add_argument("--access-log", action="store_true", help="log every request to stderr")
+    return p
+
+
+def config_from(args: argparse.Namespace) -> MockConfig:
+    """MOCK_* variables, overridden by the options given on the command line."""
+    config = MockConfig.from_env(
+        keys=tuple(k.strip() for k in args.keys.split(",") if k.strip()) if args.keys else None,
+        budget_tokens=args.budget_tokens, budget_dir=args.budget_dir, ttft_ms=args.ttft_ms,
+        tpot_ms=args.tpot_ms, keepalive_seconds=args.keepalive_seconds, fault_rate=args.fault_rate,
+        stream_error_rate=args.stream_error_rate, eos_rate=args.eos_rate,
+        max_model_len=parse_max_model_len(args.max_model_len) if args.max_model_len else None)
+    if config.budget_tokens is not None and config.budget_dir is None:
+        # Made before the fork, so that every worker spends from the same file.
+        config = dataclasses.replace(config, budget_dir=tempfile.mkdtemp(prefix="mock-budget-"))
+    return config
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    from mock_server.app import create_app   # after parsing, so --help is instant
+
+    app = create_app(config_from(args))
+    options = {
+        "bind": f"{args.host}:{args.port}", "workers": args.workers, "threads": args.threads,
+        "worker_class": "gthread", "preload_app": True, "loglevel": args.log_level,
+        "accesslog": "-" if args.access_log else None, "keepalive": 5, "timeout": 60,
+        "graceful_timeout": 5,
+    }
+    _Gunicorn(app, options).run()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

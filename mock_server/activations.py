@@ -1,0 +1,70 @@
+"""Deterministic residual-stream captures in vllm-lens's wire encoding.
+
+A real capture of 8,192 Layers x tokens at hidden 4,096 is 64 MiB of bf16; the
+mock must build it in well under a second. So each layer has a small seeded
+table of rows, and a position's row is picked by its token id and position:
+one numpy gather, no per-element Python. The values depend only on the model,
+the layer, the token and the position, so the same request captures the same
+tensor on every call and after a restart.
+"""
+from __future__ import annotations
+
+import hashlib
+
+import numpy as np
+
+from contract import ModelInfo, encode_tensor
+
+ROWS_PER_LAYER = 16
+
+# The model's dtype -> (storage dtype on the wire, original_dtype); bf16 travels as int16.
+_WIRE = {
+    "bfloat16": (np.int16, "torch.bfloat16"),
+    "float16": (np.float16, "torch.float16"),
+    "float32": (np.float32, "torch.float32"),
+}
+
+
+def _bf16_bits(values: np.ndarray) -> np.ndarray:
+    """float32 -> bf16 bit patterns as int16 (round to nearest even)."""
+    bits = values.astype(np.float32).view(np.uint32)
+    rounded = (bits + 0x7FFF + ((bits >> 16) & 1)) >> 16
+    return rounded.astype(np.uint16).view(np.int16)
+
+
+_TABLES: dict[str, np.ndarray] = {}
+
+
+def _table(model: ModelInfo) -> np.ndarray:
+    table = _TABLES.get(model.hf_id)
+    if table is None:
+        table = _TABLES.setdefault(model.hf_id, _build_table(model))
+    return table
+
+
+def _build_table(model: ModelInfo) -> np.ndarray:
+    """[num_layers, ROWS_PER_LAYER, hidden] in the wire dtype; the norm grows with depth."""
+    seed = int.from_bytes(hashlib.sha256(f"residual:{model.hf_id}".encode()).digest()[:8], "little")
+    rng = np.random.Generator(np.random.PCG64(seed))
+    values = rng.standard_normal((model.num_layers, ROWS_PER_LAYER, model.hidden_size), dtype=np.float32)
+    values *= (0.05 + 0.02 * np.arange(model.num_layers, dtype=np.float32))[:, None, None]
+    storage, _ = _WIRE[model.dtype]
+    return _bf16_bits(values) if storage is np.int16 else values.astype(storage)
+
+
+def warm(model: ModelInfo) -> None:
+    """Build the model's table now (at start), not in the first request."""
+    _table(model)
+
+
+def capture(model: ModelInfo, layers: list[int], token_ids: list[int]) -> dict:
+    """The encoded residual stream of `token_ids` (every prompt token and every
+    generated token but the last) at `layers`: shape [len(layers), positions, hidden]."""
+    table = _table(model)
+    tokens = np.asarray(token_ids, dtype=np.int64)
+    positions = np.arange(len(tokens), dtype=np.int64)
+    layer_ids = np.asarray(layers, dtype=np.int64)
+    rows = (tokens[None, :] * 2654435761 + positions[None, :] * 40503
+            + layer_ids[:, None] * 97) % ROWS_PER_LAYER
+    values = table[layer_ids[:, None], rows]
+    return encode_tensor(values, _WIRE[model.dtype][1])

@@ -1,0 +1,170 @@
+"""The Flask app factory: the HTTP edge around the core and an engine.
+
+Every request gets a request id first; `preflight` (the core) then decides
+route, auth, body size and media type for every path, known or not, so a 404
+or 405 has the API's body too. Every error leaves through `_error_response`,
+the one place an error becomes a response; werkzeug's exceptions and
+unexpected ones are translated there, once.
+"""
+from __future__ import annotations
+
+import dataclasses
+import logging
+import random
+import tempfile
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from flask import Flask, Response, current_app, g, request
+from werkzeug.exceptions import HTTPException
+
+from contract import (
+    ApiError, ChatRefused, InternalError, InvalidJson, ModelInfo, NotFound, RequestTooLarge, new_request_id,
+    spec,
+)
+from contract.http import match_route, preflight
+from mock_server import faults
+from mock_server.budget import BudgetStore, Unlimited
+from mock_server.completions import create_completion
+from mock_server.config import MockConfig
+from mock_server.engine import Engine
+from mock_server.fake_engine import FakeEngine
+from mock_server.responses import dumps
+
+log = logging.getLogger("mock_server")
+
+REQUEST_ID = "X-Request-Id"
+CLAMPED = "X-Acs-Max-Tokens-Clamped"
+
+
+@dataclass(frozen=True)
+class State:
+    """What the routes need; kept in app.extensions["mock"]."""
+    config: MockConfig
+    models: Mapping[str, ModelInfo]
+    engine: Engine
+    budget: BudgetStore | Unlimited
+    rng: random.Random
+    started: int
+
+
+def state() -> State:
+    return current_app.extensions["mock"]
+
+
+def _models(config: MockConfig) -> dict[str, ModelInfo]:
+    """The spec's models with the deployment's max_model_len."""
+    models = dict(spec().models)
+    unknown = set(config.max_model_len) - set(models)
+    if unknown:
+        raise ValueError(f"max_model_len for unknown models: {sorted(unknown)}")
+    for name, length in config.max_model_len.items():
+        models[name] = dataclasses.replace(models[name], max_model_len=length)
+    return models
+
+
+def _budget(config: MockConfig) -> BudgetStore | Unlimited:
+    if config.budget_tokens is None:
+        return Unlimited()
+    return BudgetStore(config.budget_dir or tempfile.mkdtemp(prefix="mock-budget-"), config.budget_tokens)
+
+
+def create_app(config: MockConfig | None = None, engine: Engine | None = None) -> Flask:
+    """The mock (or, with another engine, any server of this API)."""
+    config = config if config is not None else MockConfig.from_env()
+    faults.check_spec()
+    headers = spec().raw["components"]["headers"]
+    if REQUEST_ID not in headers or CLAMPED not in headers:
+        raise RuntimeError("openapi.yaml lacks the response headers the server sends")
+    models = _models(config)
+    app = Flask(__name__)
+    # Werkzeug then cuts a chunked body (no Content-Length) off at the cap: 413.
+    app.config["MAX_CONTENT_LENGTH"] = spec().caps["max_body_bytes"]
+    app.extensions["mock"] = State(
+        config, models, engine if engine is not None else FakeEngine(models.values(), config.eos_rate),
+        _budget(config), random.Random(), int(time.time()))
+    app.before_request(_preflight)
+    app.after_request(_add_request_id)
+    app.register_error_handler(ApiError, _api_error)
+    app.register_error_handler(HTTPException, _http_error)
+    app.register_error_handler(Exception, _unexpected)
+    views = {"createCompletion": create_completion, "createChatCompletion": _chat,
+             "listModels": _list_models, "health": _health}
+    # The routes are the spec's paths; an operation without a view is a startup error.
+    for path, item in spec().raw["paths"].items():
+        for method, op in item.items():
+            app.add_url_rule(path, op["operationId"], views[op["operationId"]], methods=[method.upper()])
+    return app
+
+
+# -- the edge -------------------------------------------------------------------------
+def _preflight() -> None:
+    g.request_id = new_request_id()
+    preflight(request.method, request.path, request.headers, request.content_length,
+              state().config.keys)
+
+
+def _add_request_id(response: Response) -> Response:
+    response.headers[REQUEST_ID] = g.get("request_id") or new_request_id()
+    return response
+
+
+def _error_response(error: ApiError) -> Response:
+    rid = g.get("request_id")
+    if rid is None:
+        rid = g.request_id = new_request_id()
+    response = Response(dumps(error.body(rid)), status=error.status, mimetype="application/json")
+    allow = getattr(error, "allow", None)
+    if allow:
+        response.headers["Allow"] = ", ".join(allow)
+    return response
+
+
+def _api_error(error: ApiError) -> Response:
+    return _error_response(error)
+
+
+def _http_error(error: HTTPException) -> Response:
+    """werkzeug's own errors, as the API's: they should only come from the body read."""
+    limit = spec().caps["max_body_bytes"]
+    if error.code == 413:
+        return _error_response(RequestTooLarge.from_template("request_too_large", limit=limit))
+    if error.code == 400:   # the body ended before Content-Length: not a JSON document
+        return _error_response(InvalidJson.from_template("invalid_json"))
+    if error.code == 404:
+        return _error_response(NotFound.from_template("not_found", method=request.method, path=request.path))
+    if error.code == 405:
+        try:
+            match_route(request.method, request.path)
+        except ApiError as api_error:
+            return _error_response(api_error)
+    log.error("unexpected HTTP error %s on %s %s", error.code, request.method, request.path)
+    return _error_response(InternalError.from_template("internal_error"))
+
+
+def _unexpected(error: Exception) -> Response:
+    log.exception("internal error on %s %s (%s)", request.method, request.path, g.get("request_id"))
+    return _error_response(InternalError.from_template("internal_error"))
+
+
+# -- small routes ---------------------------------------------------------------------
+def _json(obj: Any, status: int = 200) -> Response:
+    return Response(dumps(obj), status=status, mimetype="application/json")
+
+
+def _health() -> Response:
+    return _json({"status": "ok"})
+
+
+def _list_models() -> Response:
+    s = state()
+    return _json({"object": "list", "data": [
+        {"id": name, "object": "model", "created": s.started, "owned_by": "vllm",
+         "max_model_len": m.max_model_len} for name, m in s.models.items()]})
+
+
+def _chat() -> Response:
+    # preflight refuses chat before any view runs; this keeps the route honest if not.
+    raise ChatRefused.from_template("chat_refused")

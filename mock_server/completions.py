@@ -1,0 +1,94 @@
+"""POST /v1/completions: parse, validate through the core, hold the Budget, run
+the engine, serialise (a Completion, or a stream of chunks)."""
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterator
+
+from flask import Response, current_app, g, request
+
+from contract import ApiError, InternalError, parse_json, validate_completion
+from contract.http import check_auth
+from mock_server import faults
+from mock_server.engine import ChoiceDelta, Event
+from mock_server.pacing import Pump, paced
+from mock_server.responses import DONE, KEEPALIVE, Assembler, Meta, completion_id, dumps, sse
+
+log = logging.getLogger("mock_server")
+
+CLAMPED = "X-Acs-Max-Tokens-Clamped"
+
+
+def create_completion() -> Response:
+    s = current_app.extensions["mock"]
+    rid: str = g.request_id
+    # get_data reads at most MAX_CONTENT_LENGTH bytes; werkzeug's 413 is translated at the edge.
+    req = validate_completion(parse_json(request.get_data(cache=False)), models=s.models)
+    key = check_auth(request.headers.get("Authorization"), s.config.keys)
+    plan = faults.plan(request.headers, s.config, s.rng, req.max_tokens)
+    if plan.forced_status is not None:
+        raise faults.forced_error(plan.forced_status, req)
+    held = s.budget.reserve(key, req)
+    headers = {CLAMPED: str(held.max_tokens)} if held.clamped else {}
+    asm = Assembler(req, Meta(completion_id(rid), req.body["model"]))
+
+    def events(sleep: Callable[[float], object]) -> Iterator[Event]:
+        return paced(s.engine.generate(req, held.max_tokens, rid), plan.ttft_s, plan.tpot_s, sleep)
+
+    settled = False
+
+    def settle() -> None:
+        nonlocal settled
+        if not settled:   # once, whether the stream ended, failed or was never read
+            settled = True
+            s.budget.settle(key, held, asm.used)
+
+    if not req.stream:
+        try:
+            for event in events(time.sleep):
+                asm.feed(event)
+        finally:
+            settle()
+        return Response(dumps(asm.completion()), mimetype="application/json", headers=headers)
+    body = _stream(asm, lambda: Pump(events, s.config.keepalive_seconds), settle,
+                   plan.stream_error_after, rid)
+    response = Response(body, mimetype="text/event-stream",
+                        headers={**headers, "Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+    response.call_on_close(settle)
+    return response
+
+
+def _stream(asm: Assembler, start: Callable[[], Pump[Event]], settle: Callable[[], None],
+            error_after: int | None, rid: str) -> Iterator[bytes]:
+    """The SSE body. Events that are ready together leave in one write; a keepalive
+    comment fills each quiet interval; an error after the start is an error event.
+    The engine starts with the first read, so a body never read starts nothing."""
+    batches = start().batches()
+    sent = 0
+    out: list[bytes] = []
+    try:
+        for batch in batches:
+            if not batch:
+                yield KEEPALIVE
+                continue
+            for event in batch:
+                if isinstance(event, ChoiceDelta):
+                    if error_after is not None and sent >= error_after:
+                        raise faults.stream_error()
+                    sent += 1
+                asm.feed(event)
+                chunk = asm.chunk(event)
+                if chunk is not None:
+                    out.append(chunk)
+            yield b"".join(out)
+            out.clear()
+        yield DONE
+    except ApiError as error:
+        yield b"".join(out) + sse(error.body(rid)) + DONE
+    except Exception:
+        log.exception("internal error in the stream of %s", rid)
+        yield b"".join(out) + sse(InternalError.from_template("internal_error").body(rid)) + DONE
+    finally:
+        batches.close()
+        settle()

@@ -1,0 +1,75 @@
+"""The engine protocol: one method, and the events it yields.
+
+An engine turns a validated request into events shaped like vLLM's output:
+per-choice deltas (ChoiceDelta), then the usage (Usage), then, when the
+request captured the residual stream, the activations (Activations). The app
+builds both the Completion and the stream from the same events, so the text
+of a stream equals the text without stream by construction.
+
+The fake engine (fake_engine.py) and the reference implementation's vLLM
+engine are two implementations of this protocol.
+"""
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any, Protocol, Union
+
+from contract import CompletionRequest
+
+
+@dataclass(frozen=True)
+class LogprobsDelta:
+    """OpenAI's logprobs lists for the tokens of one delta; text_offset counts
+    from the start of the choice's whole text (echoed prompt included)."""
+    tokens: list[str]
+    token_logprobs: list[float | None]
+    top_logprobs: list[dict[str, float] | None]
+    text_offset: list[int]
+
+
+@dataclass(frozen=True)
+class ChoiceDelta:
+    """The next piece of one choice. finish_reason is set on its last delta only."""
+    index: int                               # prompt_index * n + choice
+    text: str
+    token_ids: list[int] = field(default_factory=list)   # generated ids in this delta
+    logprobs: LogprobsDelta | None = None
+    finish_reason: str | None = None         # "stop" | "length"
+    stop_reason: str | int | None = None     # the stop string or stop token id
+    # Set on the first delta of a choice, when the request asked for them.
+    prompt_token_ids: list[int] | None = None
+    prompt_logprobs: list[dict[str, dict[str, Any]] | None] | None = None
+
+
+@dataclass(frozen=True)
+class Usage:
+    prompt_tokens: int
+    completion_tokens: int
+
+    @property
+    def total_tokens(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
+
+    def as_dict(self) -> dict[str, int]:
+        return {"prompt_tokens": self.prompt_tokens,
+                "completion_tokens": self.completion_tokens,
+                "total_tokens": self.total_tokens}
+
+
+@dataclass(frozen=True)
+class Activations:
+    """vllm-lens's capture: `residual_stream` is already in the wire encoding."""
+    layers: list[int]
+    residual_stream: dict[str, Any]
+
+
+Event = Union[ChoiceDelta, Usage, Activations]
+
+
+class Engine(Protocol):
+    def generate(self, req: CompletionRequest, max_tokens: int,
+                 request_id: str) -> Iterator[Event]:
+        """Run `req` with `max_tokens` (the Hold's, maybe clamped): deltas, then Usage,
+        then Activations when captured. May raise contract.ApiError (e.g. 503)."""
+        ...

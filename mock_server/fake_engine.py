@@ -1,0 +1,163 @@
+"""The fake engine: deterministic text, logprobs and activations without a GPU.
+
+Every random draw comes from a numpy PCG64 stream seeded by a SHA-256 digest
+of what decides the output (model, prompt tokens, sampling fields, seed,
+steering vectors, choice number), never Python's hash(), so a seeded or
+temperature-0 request gives the same answer on every call and after a
+restart. Without a seed at a temperature above 0, fresh entropy joins the
+digest and the answer varies, as in vLLM.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+import numpy as np
+
+from contract import CompletionRequest, ModelInfo
+from mock_server.activations import capture, warm
+from mock_server.engine import Activations, ChoiceDelta, Event, LogprobsDelta, Usage
+from mock_server.logprobs import Ranked, prompt_logprob, rank_positions, row_width, top_logprobs
+from mock_server.sampler import UNIFORMS_PER_STEP, Choice, Settings, sample_choice
+from mock_server.vocab import Vocab, vocab
+
+# Fields that change which tokens a model samples; stream, logprobs, echo etc. do not.
+SAMPLING_FIELDS = ("temperature", "top_p", "top_k", "min_p", "presence_penalty",
+                   "frequency_penalty", "repetition_penalty", "allowed_token_ids", "bad_words")
+GREEDY_BELOW = 1e-5   # vLLM samples greedily below this temperature
+
+
+def _rng(*parts: Any) -> np.random.Generator:
+    digest = hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).digest()
+    return np.random.Generator(np.random.PCG64(int.from_bytes(digest, "little")))
+
+
+def _steering_digest(req: CompletionRequest) -> list[str]:
+    """What the steering vectors contribute to the seed: their values, layers, scale, ..."""
+    out = []
+    for v in req.steering:
+        h = hashlib.sha256(np.ascontiguousarray(v.values).tobytes())
+        h.update(json.dumps([v.original_dtype, v.layer_indices, v.scale, v.norm_match,
+                             v.position_indices]).encode())
+        out.append(h.hexdigest())
+    return out
+
+
+def _is_greedy(body: dict[str, Any]) -> bool:
+    return body.get("temperature", 1.0) < GREEDY_BELOW or body.get("top_k") == 1
+
+
+class FakeEngine:
+    """Engine protocol (engine.py) over the model's real vocabulary."""
+
+    def __init__(self, models: Iterable[ModelInfo] = (), eos_rate: float = 1 / 64) -> None:
+        self.eos_rate = eos_rate
+        for model in models:   # build the tables at start, not in the first request
+            vocab(model)
+            warm(model)
+
+    def generate(self, req: CompletionRequest, max_tokens: int, request_id: str) -> Iterator[Event]:
+        body, model = req.body, req.model
+        voc = vocab(model)
+        skip = body.get("skip_special_tokens", True)
+        settings = Settings(
+            max_tokens=max_tokens, min_tokens=body.get("min_tokens", 0),
+            eos_token_id=None if body.get("ignore_eos") else model.eos_token_ids[0],
+            stop_token_ids=tuple(body.get("stop_token_ids", ())),
+            stop=(body["stop"],) if isinstance(body.get("stop"), str) else tuple(body.get("stop", ())),
+            include_stop_str_in_output=body.get("include_stop_str_in_output", False),
+            skip_special_tokens=skip, allowed_token_ids=tuple(body.get("allowed_token_ids", ())),
+            bad_words=frozenset(w.strip() for w in body.get("bad_words", ())), eos_rate=self.eos_rate)
+        greedy = _is_greedy(body)
+        common = [model.name, {k: body[k] for k in SAMPLING_FIELDS if k in body}, _steering_digest(req),
+                  None if greedy else body.get("seed", os.urandom(16).hex())]
+        n = req.n
+        deltas: list[Iterator[ChoiceDelta]] = []   # one per choice, in index order
+        choices: list[Choice] = []
+        for p, prompt in enumerate(req.prompts):
+            text = req.prompt_texts[p] if req.prompt_texts else None
+            for j in range(n):
+                key = [*common, prompt, j]
+                uniforms = _rng("tokens", key).random((max_tokens, UNIFORMS_PER_STEP))
+                choice = sample_choice(voc, uniforms, settings)
+                choices.append(choice)
+                deltas.append(_choice_deltas(req, voc, p * n + j, prompt, text, choice, key, greedy))
+        # Choices advance together, one token each per step, as in a batch.
+        while deltas:
+            alive = []
+            for it in deltas:
+                delta = next(it, None)
+                if delta is not None:
+                    alive.append(it)
+                    yield delta
+            deltas = alive
+        yield Usage(sum(req.prompt_token_counts), sum(len(c.token_ids) for c in choices))
+        if req.layers:
+            generated = choices[0].token_ids
+            yield Activations(list(req.layers),
+                              capture(model, req.layers, req.prompts[0] + generated[:-1]))
+
+
+def _choice_deltas(req: CompletionRequest, voc: Vocab, index: int, prompt: list[int],
+                   prompt_text: str | None, choice: Choice, key: list[Any],
+                   greedy: bool) -> Iterator[ChoiceDelta]:
+    body = req.body
+    skip = body.get("skip_special_tokens", True)
+    k = body.get("logprobs")
+    echo = bool(body.get("echo"))
+    prompt_ranked: list[Ranked] = []
+    if (echo and k is not None) or "prompt_logprobs" in body:
+        # A prompt's logprobs depend on the prompt alone, so echo and prompt_logprobs agree.
+        width = max(k or 0, body.get("prompt_logprobs", 0))
+        rows = _rng("prompt", req.model.name, prompt).random((len(prompt), row_width()))
+        prompt_ranked = rank_positions(rows, prompt, width, greedy=False, pool=voc.words)
+    echo_texts = [voc.text(t, skip) for t in prompt] if echo else []
+    echo_text = "" if not echo else (prompt_text if prompt_text is not None else "".join(echo_texts))
+    gen_ranked: list[Ranked] = []
+    if k is not None:
+        rows = _rng("logprobs", key).random((len(choice.token_ids), row_width()))
+        gen_ranked = rank_positions(rows, choice.token_ids, k, greedy, voc.words)
+    offsets = np.cumsum([0, *(len(t) for t in choice.token_texts)]).tolist()
+    last = len(choice.token_ids) - 1
+    for i, token in enumerate(choice.token_ids):
+        start, end = min(offsets[i], len(choice.text)), min(offsets[i + 1], len(choice.text))
+        text = choice.text[start:end] if i < last else choice.text[start:]
+        logprobs = None
+        if k is not None:
+            base = len(echo_text)
+            logprobs = LogprobsDelta([choice.token_texts[i]], [gen_ranked[i].logprob],
+                                     [top_logprobs(gen_ranked[i], voc, skip)], [base + offsets[i]])
+        extra: dict[str, Any] = {}
+        if i == 0:
+            if echo:
+                text = echo_text + text
+                if logprobs is not None:
+                    logprobs = _with_echo(logprobs, echo_texts, prompt_ranked[:len(prompt)], k, voc, skip)
+            if body.get("return_token_ids"):
+                extra["prompt_token_ids"] = list(prompt)
+            if "prompt_logprobs" in body:
+                top = body["prompt_logprobs"]
+                extra["prompt_logprobs"] = [None] + [
+                    prompt_logprob(_trim(r, top), voc, skip) for r in prompt_ranked[1:]]
+        yield ChoiceDelta(index, text, [token], logprobs,
+                          choice.finish_reason if i == last else None,
+                          choice.stop_reason if i == last else None, **extra)
+
+
+def _trim(r: Ranked, k: int) -> Ranked:
+    """The same position showing only the k best alternatives."""
+    return Ranked(r.token_id, r.logprob, r.rank, [a for a in r.alternatives if a[2] <= k])
+
+
+def _with_echo(lp: LogprobsDelta, texts: list[str], ranked: list[Ranked], k: int,
+               voc: Vocab, skip: bool) -> LogprobsDelta:
+    """The prompt's tokens first; the first has no logprob (nothing comes before it)."""
+    offsets = np.cumsum([0, *(len(t) for t in texts)]).tolist()[:-1]
+    return LogprobsDelta(
+        texts + lp.tokens,
+        [None] + [r.logprob for r in ranked[1:]] + lp.token_logprobs,
+        [None] + [top_logprobs(_trim(r, k), voc, skip) for r in ranked[1:]] + lp.top_logprobs,
+        offsets + lp.text_offset)

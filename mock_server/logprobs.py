@@ -1,0 +1,98 @@
+"""Deterministic log probabilities for the fake engine.
+
+For each position the engine draws one row of uniforms (ROW wide) and turns it
+into a descending list of log probabilities, the rank of the actual token and
+alternative tokens from the word pool. The same row always gives the same
+answer, whatever `logprobs` asks for, so the sampled token's logprob does not
+change with the number of alternatives shown.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from contract import spec
+from mock_server.vocab import Vocab
+
+
+def max_top() -> int:
+    """The most alternatives a request may ask for (logprobs / prompt_logprobs maxima)."""
+    props = spec().schema("CompletionRequest")["properties"]
+    return max(props["logprobs"]["maximum"], props["prompt_logprobs"]["maximum"])
+
+
+MAX_RANK = 5          # a sampled token is at most this far down the list
+
+
+def row_width() -> int:
+    # rank, first value, one gap per further rank, one pick per alternative
+    return 2 + (max_top() + MAX_RANK) + max_top()
+
+
+@dataclass(frozen=True)
+class Ranked:
+    """One position: the actual token's logprob and rank, and the alternatives shown."""
+    token_id: int
+    logprob: float
+    rank: int
+    alternatives: list[tuple[int, float, int]]   # (token id, logprob, rank), best first
+
+
+def rank_positions(uniforms: np.ndarray, token_ids: list[int], k: int, greedy: bool,
+                   pool: np.ndarray) -> list[Ranked]:
+    """Rank each actual token and pick the k best alternatives shown beside it.
+
+    `uniforms` has one row of row_width() per token. At temperature 0 the actual
+    token is always the likeliest (rank 1).
+    """
+    top = max_top()
+    ranks_u, first_u = uniforms[:, 0], uniforms[:, 1]
+    gaps_u = uniforms[:, 2:2 + top + MAX_RANK]
+    picks_u = uniforms[:, 2 + top + MAX_RANK:]
+    # Strictly descending and below 0: -first, then minus a positive gap per rank.
+    first = -(0.01 + 1.5 * first_u)
+    values = np.concatenate([first[:, None], first[:, None] - np.cumsum(0.05 + gaps_u, axis=1)], axis=1)
+    if greedy:
+        ranks = np.ones(len(token_ids), dtype=np.int64)
+    else:
+        ranks = np.where(ranks_u < 0.6, 1, 2 + ((ranks_u - 0.6) / 0.4 * (MAX_RANK - 1)).astype(np.int64))
+    picks = (picks_u * len(pool)).astype(np.int64)
+    out = []
+    for i, token in enumerate(token_ids):
+        rank = int(ranks[i])
+        shown = [r for r in range(1, k + 1) if r != rank]
+        alt_ids = _distinct(pool, picks[i], len(shown), exclude=token)
+        row = values[i]
+        out.append(Ranked(token, float(row[rank - 1]), rank,
+                          [(a, float(row[r - 1]), r) for a, r in zip(alt_ids, shown)]))
+    return out
+
+
+def _distinct(pool: np.ndarray, picks: np.ndarray, count: int, exclude: int) -> list[int]:
+    """`count` distinct ids from the pool, none equal to `exclude`, from the picks in order."""
+    chosen: list[int] = []
+    size = len(pool)
+    for start in picks[:count]:
+        j = int(start)
+        while int(pool[j]) in chosen or int(pool[j]) == exclude:
+            j = (j + 1) % size
+        chosen.append(int(pool[j]))
+    return chosen
+
+
+def top_logprobs(r: Ranked, vocab: Vocab, skip_special: bool) -> dict[str, float]:
+    """OpenAI's top_logprobs entry: text -> logprob, best first, holding the actual token."""
+    entries = [(r.rank, vocab.text(r.token_id, skip_special), r.logprob)]
+    entries += [(rank, vocab.text(a, skip_special), lp) for a, lp, rank in r.alternatives]
+    return {text: lp for _, text, lp in sorted(entries)}
+
+
+def prompt_logprob(r: Ranked, vocab: Vocab, skip_special: bool) -> dict[str, dict[str, Any]]:
+    """vLLM's prompt_logprobs entry: the actual token first, then the alternatives by rank."""
+    out = {str(r.token_id): {"logprob": r.logprob, "rank": r.rank,
+                             "decoded_token": vocab.text(r.token_id, skip_special)}}
+    for a, lp, rank in r.alternatives:
+        out[str(a)] = {"logprob": lp, "rank": rank, "decoded_token": vocab.text(a, skip_special)}
+    return out

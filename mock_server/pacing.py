@@ -1,0 +1,114 @@
+"""Simulated latency, and a background pump that lets a stream send keepalives.
+
+An engine's iterator may block (simulated latency here, a real Inference in the
+reference implementation). The stream must still send `: keepalive` while it
+waits, so the iterator runs in a thread and the response reads a queue with a
+timeout. Closing the stream (the client went away) cancels the thread.
+"""
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Generic, TypeVar
+
+from mock_server.engine import ChoiceDelta, Event
+
+T = TypeVar("T")
+
+
+def paced(events: Iterator[Event], ttft_s: float, tpot_s: float,
+          sleep: Callable[[float], object] = time.sleep) -> Iterator[Event]:
+    """`events` with a wait before the first token and before each later step.
+
+    A step is one token of every running choice: choices of one request advance
+    together, as in a batch, so n choices take as long as one.
+    """
+    if not ttft_s and not tpot_s:
+        yield from events
+        return
+    seen: set[int] | None = None
+    for event in events:
+        if isinstance(event, ChoiceDelta):
+            if seen is None:
+                sleep(ttft_s)
+                seen = set()
+            elif event.index in seen:
+                sleep(tpot_s)
+                seen.clear()
+            seen.add(event.index)
+        yield event
+
+
+class _End:
+    """Sentinel: the iterator finished (error holds what it raised, if anything)."""
+
+    def __init__(self, error: BaseException | None = None) -> None:
+        self.error = error
+
+
+class Pump(Generic[T]):
+    """Runs an iterator in a daemon thread; `batches` yields lists of ready items,
+    or an empty list when `interval` seconds pass with nothing."""
+
+    def __init__(self, make: Callable[[Callable[[float], object]], Iterator[T]],
+                 interval: float, maxsize: int = 256) -> None:
+        self.cancelled = threading.Event()
+        self._queue: queue.Queue[T | _End] = queue.Queue(maxsize)
+        self._interval = interval
+        # The iterator sleeps through `cancelled.wait`, so cancelling wakes it at once.
+        self._thread = threading.Thread(target=self._run, args=(make,), daemon=True)
+        self._thread.start()
+
+    def _put(self, item: T | _End) -> bool:
+        while not self.cancelled.is_set():
+            try:
+                self._queue.put(item, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def _run(self, make: Callable[[Callable[[float], object]], Iterator[T]]) -> None:
+        it: Iterator[T] | None = None
+        try:
+            it = make(self.cancelled.wait)
+            for item in it:
+                if self.cancelled.is_set() or not self._put(item):
+                    return
+            self._put(_End())
+        except BaseException as exc:  # handed to the reader, which answers with an error event
+            self._put(_End(exc))
+        finally:
+            close = getattr(it, "close", None)
+            if close is not None:
+                close()
+
+    def batches(self) -> Iterator[list[T]]:
+        """Lists of items as they come; [] for each keepalive interval without one.
+        Raises what the iterator raised, after the items before it."""
+        try:
+            while True:
+                try:
+                    first = self._queue.get(timeout=self._interval)
+                except queue.Empty:
+                    yield []
+                    continue
+                batch: list[T] = []
+                item: T | _End = first
+                while True:
+                    if isinstance(item, _End):
+                        if batch:
+                            yield batch
+                        if item.error is not None:
+                            raise item.error
+                        return
+                    batch.append(item)
+                    try:
+                        item = self._queue.get_nowait()
+                    except queue.Empty:
+                        break
+                yield batch
+        finally:
+            self.cancelled.set()

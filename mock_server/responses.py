@@ -1,0 +1,131 @@
+"""Engine events -> the Completion, or the stream's chunks (api-decisions.md, Responses).
+
+Both are built from the same events, so a stream's text joined per choice is
+the Completion's text.
+"""
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from contract import CompletionRequest
+from mock_server.engine import Activations, ChoiceDelta, Event, LogprobsDelta, Usage
+
+DONE = b"data: [DONE]\n\n"
+KEEPALIVE = b": keepalive\n\n"
+
+
+def dumps(obj: Any) -> bytes:
+    return json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def sse(obj: Any) -> bytes:
+    return b"data: " + dumps(obj) + b"\n\n"
+
+
+@dataclass
+class Meta:
+    """What every chunk and the Completion share."""
+    id: str
+    model: str
+    created: int = field(default_factory=lambda: int(time.time()))
+
+    def head(self) -> dict[str, Any]:
+        return {"id": self.id, "object": "text_completion", "created": self.created, "model": self.model}
+
+
+def completion_id(request_id: str) -> str:
+    """vLLM's `cmpl-` ids, tied to the request id so logs can be joined."""
+    return "cmpl-" + request_id.partition("_")[2]
+
+
+def _logprobs(lp: LogprobsDelta | None) -> dict[str, Any] | None:
+    if lp is None:
+        return None
+    return {"tokens": lp.tokens, "token_logprobs": lp.token_logprobs,
+            "top_logprobs": lp.top_logprobs, "text_offset": lp.text_offset}
+
+
+class Assembler:
+    """Accumulates events; counts tokens as they pass (for the Budget and usage)."""
+
+    def __init__(self, req: CompletionRequest, meta: Meta) -> None:
+        self.req, self.meta = req, meta
+        self.return_token_ids = bool(req.body.get("return_token_ids"))
+        self.prompt_tokens = sum(req.prompt_token_counts)
+        self.completion_tokens = 0
+        self.usage: Usage | None = None
+        self.activations: Activations | None = None
+        self._choices: dict[int, dict[str, Any]] = {}
+
+    @property
+    def used(self) -> int:
+        """Tokens to settle the Hold against: the usage, or what has passed so far."""
+        if self.usage is not None:
+            return self.usage.total_tokens
+        return self.prompt_tokens + self.completion_tokens
+
+    def feed(self, event: Event) -> None:
+        if isinstance(event, ChoiceDelta):
+            self.completion_tokens += len(event.token_ids)
+            self._merge(event)
+        elif isinstance(event, Usage):
+            self.usage = event
+        elif isinstance(event, Activations):
+            self.activations = event
+
+    def _merge(self, d: ChoiceDelta) -> None:
+        c = self._choices.get(d.index)
+        if c is None:
+            c = self._choices[d.index] = {
+                "index": d.index, "text": "", "logprobs": None, "finish_reason": None,
+                "stop_reason": None}
+            if "prompt_logprobs" in self.req.body:
+                c["prompt_logprobs"] = d.prompt_logprobs
+            if self.return_token_ids:
+                c["prompt_token_ids"], c["token_ids"] = d.prompt_token_ids, []
+        c["text"] += d.text
+        if d.logprobs is not None:
+            if c["logprobs"] is None:
+                c["logprobs"] = {"tokens": [], "token_logprobs": [], "top_logprobs": [], "text_offset": []}
+            for name, values in _logprobs(d.logprobs).items():  # type: ignore[union-attr]
+                c["logprobs"][name].extend(values)
+        if self.return_token_ids:
+            c["token_ids"].extend(d.token_ids)
+        c["finish_reason"], c["stop_reason"] = d.finish_reason, d.stop_reason
+
+    def completion(self) -> dict[str, Any]:
+        usage = self.usage or Usage(self.prompt_tokens, self.completion_tokens)
+        body = {**self.meta.head(), "choices": [self._choices[i] for i in sorted(self._choices)],
+                "usage": usage.as_dict()}
+        if self.activations is not None:
+            body["activations"] = _activations(self.activations)
+        return body
+
+    # -- the stream ------------------------------------------------------------------
+    def chunk(self, event: Event) -> bytes | None:
+        """The SSE event for one engine event (None when this request does not show it)."""
+        options = self.req.body.get("stream_options", {})
+        if isinstance(event, ChoiceDelta):
+            choice: dict[str, Any] = {
+                "index": event.index, "text": event.text, "logprobs": _logprobs(event.logprobs),
+                "finish_reason": event.finish_reason, "stop_reason": event.stop_reason}
+            if self.return_token_ids:
+                if event.prompt_token_ids is not None:
+                    choice["prompt_token_ids"] = event.prompt_token_ids
+                choice["token_ids"] = event.token_ids
+            out = {**self.meta.head(), "choices": [choice]}
+            if options.get("continuous_usage_stats"):
+                out["usage"] = Usage(self.prompt_tokens, self.completion_tokens).as_dict()
+            return sse(out)
+        if isinstance(event, Usage):
+            if not options.get("include_usage"):
+                return None
+            return sse({**self.meta.head(), "choices": [], "usage": event.as_dict()})
+        return sse({**self.meta.head(), "choices": [], "activations": _activations(event)})
+
+
+def _activations(a: Activations) -> dict[str, Any]:
+    return {"layers": a.layers, "residual_stream": a.residual_stream}

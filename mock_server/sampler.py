@@ -1,0 +1,120 @@
+"""One choice of the fake model: which tokens, and why it stopped.
+
+Tokens come from a stream of uniforms (three per step), so the same seed gives
+the same tokens whatever max_tokens is: a longer request continues a shorter
+one. Ending is a separate draw per step, so min_tokens, ignore_eos and
+stop_token_ids decide only where the text stops, never what it says.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from mock_server.vocab import Vocab
+
+UNIFORMS_PER_STEP = 3          # token, end?, which end token
+
+
+@dataclass(frozen=True)
+class Settings:
+    """What a choice's tokens depend on, beyond its uniforms."""
+    max_tokens: int
+    min_tokens: int = 0
+    eos_token_id: int | None = None          # None when ignore_eos
+    stop_token_ids: tuple[int, ...] = ()
+    stop: tuple[str, ...] = ()
+    include_stop_str_in_output: bool = False
+    skip_special_tokens: bool = True
+    allowed_token_ids: tuple[int, ...] = ()
+    bad_words: frozenset[str] = frozenset()
+    eos_rate: float = 1 / 64
+
+
+@dataclass(frozen=True)
+class Choice:
+    token_ids: list[int]
+    token_texts: list[str]      # each token's text; their concatenation continues past a stop string
+    text: str                   # the choice's text (cut at a stop string)
+    finish_reason: str          # "stop" | "length"
+    stop_reason: str | int | None
+
+
+class _Pools:
+    """The word pools with bad words removed, or the allowed tokens alone."""
+
+    def __init__(self, vocab: Vocab, s: Settings) -> None:
+        def keep(pool: np.ndarray) -> np.ndarray:
+            if not s.bad_words:
+                return pool
+            kept = np.array([t for t in pool if vocab.texts[t].strip() not in s.bad_words], dtype=np.int64)
+            return kept if len(kept) else pool
+        self.allowed = np.array(s.allowed_token_ids, dtype=np.int64) if s.allowed_token_ids else None
+        self.lower, self.capital, self.bare = keep(vocab.lower), keep(vocab.capital), keep(vocab.bare_capital)
+
+
+def _pick(pool: np.ndarray, u: float) -> int:
+    return int(pool[min(int(u * len(pool)), len(pool) - 1)])
+
+
+def _next_word(vocab: Vocab, pools: _Pools, prev: int | None, u: float) -> int:
+    """Words with now and then a comma, a full stop, or a line break after a full stop."""
+    if pools.allowed is not None:
+        return _pick(pools.allowed, u)
+    if prev == vocab.newline:
+        return _pick(pools.bare, u)
+    if prev == vocab.period:
+        return vocab.newline if u < 0.15 else _pick(pools.capital, (u - 0.15) / 0.85)
+    if prev in (None, vocab.comma):
+        return _pick(pools.lower, u)
+    if u < 0.07:
+        return vocab.period
+    if u < 0.12:
+        return vocab.comma
+    return _pick(pools.lower, (u - 0.12) / 0.88)
+
+
+def _find_stop(text: str, stops: tuple[str, ...], since: int) -> tuple[int, str] | None:
+    """The earliest stop string that ends after `since` (only new text can hold a new stop)."""
+    found = None
+    for stop in stops:
+        at = text.find(stop, max(0, since - len(stop) + 1))
+        if at >= 0 and (found is None or at < found[0]):
+            found = (at, stop)
+    return found
+
+
+def sample_choice(vocab: Vocab, uniforms: np.ndarray, s: Settings) -> Choice:
+    """Run one choice over `uniforms` (max_tokens rows of UNIFORMS_PER_STEP)."""
+    pools = _Pools(vocab, s)
+    ends = ([s.eos_token_id] if s.eos_token_id is not None else []) + list(s.stop_token_ids)
+    ids: list[int] = []
+    texts: list[str] = []
+    text = ""
+    prev: int | None = None
+    for step in range(s.max_tokens):
+        u_token, u_end, u_which = (float(x) for x in uniforms[step])
+        may_end = step >= s.min_tokens
+        if ends and may_end and u_end < s.eos_rate:
+            token = ends[min(int(u_which * len(ends)), len(ends) - 1)]
+        else:
+            token = _next_word(vocab, pools, prev, u_token)
+        if token in ends and may_end:
+            # An end token's text stays out of the text, as in vLLM, unless asked for.
+            ids.append(token)
+            texts.append(vocab.text(token, s.skip_special_tokens))
+            if s.include_stop_str_in_output:
+                text += texts[-1]
+            return Choice(ids, texts, text, "stop", token if token in s.stop_token_ids else None)
+        ids.append(token)
+        texts.append(vocab.text(token, s.skip_special_tokens))
+        since = len(text)
+        text += texts[-1]
+        prev = token
+        if s.stop and step + 1 >= s.min_tokens:
+            found = _find_stop(text, s.stop, since)
+            if found is not None:
+                at, stop = found
+                cut = at + len(stop) if s.include_stop_str_in_output else at
+                return Choice(ids, texts, text[:cut], "stop", stop)
+    return Choice(ids, texts, text, "length", None)
