@@ -1,0 +1,6 @@
+"""python -m conformance: see conformance/README.md."""
+import sys
+
+from conformance.cli import main
+
+sys.exit(main())

@@ -1,0 +1,11 @@
+"""Every check, registered on import in a fixed order (the order a run follows).
+
+Cheap, independent checks come first so a broken deployment fails fast;
+schemathesis, the longest, comes last.
+"""
+from conformance.checks import (  # noqa: F401  (import order = run order)
+    routes, golden, caps, streams, logprobs, lens, budget, schema,
+)
+from conformance.registry import REGISTRY
+
+__all__ = ["REGISTRY"]

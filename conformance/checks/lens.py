@@ -1,0 +1,144 @@
+"""lens:* — vllm-lens: activations decode to the declared shape; bad steering vectors get 400.
+
+The golden cases cover each way a vector can be bad; these add what they
+cannot: activations read back and decoded, and a bad vector that is not the
+first of its list.
+"""
+from __future__ import annotations
+
+import base64
+import binascii
+import math
+import re
+import struct
+from typing import Any
+
+import zstandard
+
+from conformance.checks.streams import open_stream, schema_errors
+from conformance.context import Context
+from conformance.expect import steering_body
+from conformance.registry import register
+from contract import spec
+
+COMPLETIONS = "/v1/completions"
+PROMPT = [0, 1, 2, 3, 4]
+MAX_TOKENS = 2
+
+
+def storage_dtype(model_dtype: str) -> tuple[str, str]:
+    """(dtype on the wire, original_dtype) for the model's dtype, from the spec's dtype pairs."""
+    pairs = spec().model_rules["steering_vector"]["dtype_pairs"]
+    original = f"torch.{model_dtype}"
+    return next((wire, orig) for wire, orig in pairs.items() if orig == original)
+
+
+def itemsize(dtype: str) -> int:
+    return int(re.search(r"\d+", dtype).group()) // 8
+
+
+def encode_float32(values: list[float], shape: list[int]) -> dict[str, Any]:
+    raw = struct.pack(f"<{len(values)}f", *values)
+    frame = zstandard.ZstdCompressor(write_content_size=True).compress(raw)
+    return {"data": base64.b64encode(frame).decode(), "dtype": "float32",
+            "original_dtype": "torch.float32", "shape": shape, "compression": "zstd"}
+
+
+def zero_vector(hidden: int, layers: list[int]) -> dict[str, Any]:
+    shape = [len(layers), hidden]
+    return {"activations": encode_float32([0.0] * math.prod(shape), shape), "layer_indices": layers}
+
+
+def _layers(ctx: Context) -> list[int]:
+    return [0, ctx.model.num_layers - 1]
+
+
+def _check_activations(ctx: Context, acts: Any, generated: int, reply: Any) -> None:
+    """layers as asked; shape [layers, prompt + generated - 1, hidden]; data decodes to that many bytes."""
+    if not ctx.expect(isinstance(acts, dict), "no activations in the response", reply=reply):
+        return
+    errors = schema_errors(acts, spec().schema("Activations"))
+    if not ctx.expect(not errors, "the activations do not match their schema", received=errors, reply=reply):
+        return
+    ctx.equal("activations.layers", _layers(ctx), acts["layers"], reply)
+    tensor = acts["residual_stream"]
+    shape = [len(_layers(ctx)), len(PROMPT) + generated - 1, ctx.model.hidden_size]
+    ctx.equal("the residual stream's shape", shape, tensor["shape"], reply)
+    wire, original = storage_dtype(ctx.model.dtype)
+    ctx.equal("the residual stream's dtypes", [wire, original], [tensor["dtype"], tensor["original_dtype"]], reply)
+    want = math.prod(tensor["shape"]) * itemsize(tensor["dtype"])
+    try:
+        frame = base64.b64decode(tensor["data"], validate=True)
+        size = zstandard.frame_content_size(frame)
+        raw = zstandard.ZstdDecompressor().decompress(frame, max_output_size=max(want, 1))
+    except (binascii.Error, ValueError, zstandard.ZstdError) as exc:
+        ctx.fail("the residual stream's data does not decode (base64 of one zstd frame)",
+                 received=str(exc), reply=reply)
+        return
+    ctx.equal("the zstd frame's content size", want, size, reply)
+    ctx.equal("the decoded byte count", want, len(raw), reply)
+
+
+def _generated(usage: Any) -> int:
+    return usage.get("completion_tokens", MAX_TOKENS) if isinstance(usage, dict) else MAX_TOKENS
+
+
+@register("lens:activations_shape", tags=("activations",), tokens=MAX_TOKENS)
+def activations_shape(ctx: Context) -> None:
+    """output_residual_stream returns activations that decode to [layers, positions, hidden]."""
+    body = {"model": ctx.config.model, "prompt": PROMPT, "max_tokens": MAX_TOKENS, "ignore_eos": True,
+            "output_residual_stream": _layers(ctx)}
+    reply = ctx.client.post(COMPLETIONS, body)
+    ctx.expect_status(reply, 200, fatal=True)
+    data = reply.data if isinstance(reply.data, dict) else {}
+    _check_activations(ctx, data.get("activations"), _generated(data.get("usage")), reply)
+
+
+@register("lens:activations_stream", tags=("activations", "streaming"), tokens=MAX_TOKENS)
+def activations_stream(ctx: Context) -> None:
+    """In a stream the activations come in their own chunk after the usage chunk, before [DONE]."""
+    body = {"model": ctx.config.model, "prompt": PROMPT, "max_tokens": MAX_TOKENS, "ignore_eos": True,
+            "output_residual_stream": _layers(ctx), "stream_options": {"include_usage": True}}
+    reply = open_stream(ctx, body)
+    order = " ".join(e.kind for e in reply.parsed.events)
+    ctx.expect(bool(re.fullmatch(r"(content )+usage activations done", order)), "events out of order",
+               expected="content... usage activations done", received=order, reply=reply)
+    acts = [e.payload for e in reply.parsed.events if e.kind == "activations"]
+    usage = next((e.payload.get("usage") for e in reply.parsed.events if e.kind == "usage"), None)
+    if acts:
+        _check_activations(ctx, acts[0].get("activations"), _generated(usage), reply)
+
+
+@register("lens:steering_accepted", tags=("steering",), tokens=MAX_TOKENS)
+def steering_accepted(ctx: Context) -> None:
+    """A valid vector over the first and last layer is accepted."""
+    body = {"model": ctx.config.model, "prompt": PROMPT, "max_tokens": MAX_TOKENS,
+            "apply_steering_vectors": [zero_vector(ctx.model.hidden_size, _layers(ctx))]}
+    reply = ctx.client.post(COMPLETIONS, body)
+    ctx.expect_status(reply, 200)
+
+
+@register("lens:bad_vector.second", tags=("steering",))
+def bad_second_vector(ctx: Context) -> None:
+    """A wrong hidden size in the second vector: 400 naming apply_steering_vectors[1]."""
+    hidden = ctx.model.hidden_size
+    bad = zero_vector(hidden - 1, [0])
+    body = {"model": ctx.config.model, "prompt": PROMPT, "max_tokens": MAX_TOKENS,
+            "apply_steering_vectors": [zero_vector(hidden, [0]), bad]}
+    reply = ctx.client.post(COMPLETIONS, body)
+    param = "apply_steering_vectors[1]"
+    ctx.expect_error(reply, steering_body("hidden", param, got=hidden - 1, hidden_size=hidden))
+
+
+@register("lens:layer_out_of_range", tags=("activations",))
+def layer_out_of_range(ctx: Context) -> None:
+    """output_residual_stream naming the layer count itself: 400 (x-model-rules layer_in_range)."""
+    rule = spec().model_rules["layer_in_range"]
+    layers = ctx.model.num_layers
+    body = {"model": ctx.config.model, "prompt": PROMPT, "max_tokens": MAX_TOKENS,
+            "output_residual_stream": [layers]}
+    reply = ctx.client.post(COMPLETIONS, body)
+    from conformance.expect import error_body
+    param = rule["params"][0]
+    ctx.expect_error(reply, error_body(rule["code"], rule["message"].format(
+        layer=layers, param=param, num_layers=layers), param))

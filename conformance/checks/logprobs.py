@@ -1,0 +1,79 @@
+"""logprobs:* — token log probabilities consistent with the text they describe."""
+from __future__ import annotations
+
+from typing import Any
+
+from conformance.checks.streams import open_stream
+from conformance.context import Context
+from conformance.registry import register
+
+COMPLETIONS = "/v1/completions"
+PROMPT = [0, 1, 2]
+MAX_TOKENS, LOGPROBS = 4, 2
+
+
+def _body(ctx: Context, **extra: Any) -> dict[str, Any]:
+    return {"model": ctx.config.model, "prompt": PROMPT, "max_tokens": MAX_TOKENS, "ignore_eos": True,
+            "logprobs": LOGPROBS, "seed": 11, **extra}
+
+
+def check_logprobs(ctx: Context, text: str, lp: Any, tokens: int | None, reply: Any, where: str) -> None:
+    """tokens join to the text; lists of equal length; logprobs <= 0; top_logprobs bounded, sorted."""
+    if not ctx.expect(isinstance(lp, dict), f"{where}: no logprobs", reply=reply):
+        return
+    toks, values, tops, offsets = (lp.get(k) or [] for k in
+                                   ("tokens", "token_logprobs", "top_logprobs", "text_offset"))
+    lengths = [len(toks), len(values), len(tops), len(offsets)]
+    ctx.expect(len(set(lengths)) == 1, f"{where}: tokens, token_logprobs, top_logprobs, text_offset differ in length",
+               received=lengths, reply=reply)
+    if tokens is not None:
+        ctx.equal(f"{where}: the number of tokens", tokens, len(toks), reply)
+    ctx.equal(f"{where}: the tokens joined", text, "".join(toks), reply)
+    ctx.expect(all(v is None or v <= 0 for v in values), f"{where}: a log probability above 0",
+               received=values, reply=reply)
+    for top in tops:
+        if top is None:
+            continue
+        ctx.expect(len(top) <= LOGPROBS + 1, f"{where}: more than logprobs + 1 top entries",
+                   expected=LOGPROBS + 1, received=len(top), reply=reply)
+    starts = [offsets[0] + len("".join(toks[:i])) for i in range(len(toks))] if offsets else []
+    ctx.equal(f"{where}: text_offset", starts, offsets, reply)
+
+
+@register("logprobs:consistent", tags=("logprobs",), tokens=MAX_TOKENS)
+def consistent(ctx: Context) -> None:
+    """Without stream: one entry per generated token, joined tokens = text, offsets follow the text."""
+    reply = ctx.client.post(COMPLETIONS, _body(ctx))
+    ctx.expect_status(reply, 200, fatal=True)
+    for choice in reply.data.get("choices", []):
+        check_logprobs(ctx, choice.get("text", ""), choice.get("logprobs"), MAX_TOKENS, reply,
+                       f"choice {choice.get('index')}")
+
+
+@register("logprobs:stream", tags=("logprobs", "streaming"), tokens=MAX_TOKENS)
+def stream(ctx: Context) -> None:
+    """In a stream, each chunk's logprobs describe that chunk's text."""
+    reply = open_stream(ctx, _body(ctx))
+    count = 0
+    for i, event in enumerate(reply.parsed.events):
+        if event.kind != "content":
+            continue
+        for choice in event.payload["choices"]:
+            lp = choice.get("logprobs")
+            check_logprobs(ctx, choice.get("text", ""), lp, None, reply, f"chunk {i}")
+            count += len(lp.get("tokens") or []) if isinstance(lp, dict) else 0
+    ctx.equal("the tokens with logprobs over the stream", MAX_TOKENS, count, reply)
+
+
+@register("logprobs:prompt_logprobs", tags=("logprobs",), tokens=MAX_TOKENS)
+def prompt_logprobs(ctx: Context) -> None:
+    """prompt_logprobs: one entry per prompt token, the first null."""
+    reply = ctx.client.post(COMPLETIONS, _body(ctx, prompt_logprobs=1))
+    ctx.expect_status(reply, 200, fatal=True)
+    for choice in reply.data.get("choices", []):
+        entries = choice.get("prompt_logprobs")
+        if not ctx.expect(isinstance(entries, list), "no prompt_logprobs", reply=reply):
+            continue
+        ctx.equal("the number of prompt_logprobs entries", len(PROMPT), len(entries), reply)
+        ctx.expect(bool(entries) and entries[0] is None, "the first prompt_logprobs entry is not null",
+                   received=entries[:1], reply=reply)

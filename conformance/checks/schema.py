@@ -1,0 +1,274 @@
+"""schema:<schemathesis check> — schemathesis against openapi.yaml, its failures as our findings.
+
+Two engine runs, each with the examples, coverage and fuzzing phases and
+every check schemathesis has, plus `stream_event_conformance` (each event of
+a text/event-stream validated against x-event-schemas):
+
+- negative: the spec as is, negative data only. Nothing it sends is valid,
+  so nothing should be generated: it runs in the quick profile too.
+- positive (full profile only): the spec with CompletionRequest narrowed to
+  requests that are cheap and that the cross-field rules (x-rules,
+  x-model-rules, x-token-rules) accept, rules JSON Schema cannot say. Without
+  the narrowing, schemathesis would send valid-by-schema bodies that the
+  contract refuses (n = 2 without max_tokens) and call the refusal a bug, and
+  it would ask for 15,600 tokens at a time.
+
+Both runs read the text/event-stream `schema` as OpenAPI 3.2 and schemathesis
+do: as describing each SSE event (an object whose `data` is a string), not the
+JSON inside `data` as openapi.yaml means it. So the copies given to
+schemathesis describe the event envelope there, and `stream_event_conformance`
+validates each payload against x-event-schemas.
+
+`ignored_auth` expects unknown keys to be refused, so it is on only with
+--wrong-key-expected (a server without configured keys accepts any key).
+"""
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import schemathesis
+import schemathesis.specs.openapi.checks  # noqa: F401  (registers the OpenAPI checks)
+from schemathesis.checks import CHECKS
+from schemathesis.config import SchemathesisConfig
+from schemathesis.engine import events, from_schema
+
+from conformance.config import RunConfig
+from conformance.context import Context
+from conformance.expect import event_schemas
+from conformance.registry import REGISTRY, Check
+from conformance.results import Exchange, Finding
+from conformance.sse import parse_lines
+from contract import spec
+
+STREAM_CHECK = "stream_event_conformance"
+FINDINGS_SHOWN = 10          # per check; the rest are counted
+POSITIVE_MAX_TOKENS = 4      # the suite's choice: cheap, and enough to see a stream
+POSITIVE_PROMPT_ITEMS = 16
+PHASES = ("examples", "coverage", "fuzzing")
+# Per operation, the coverage phase sends about this many positive cases on top of
+# the examples and fuzzing budgets (measured on this spec; the ceiling check keeps it honest).
+COVERAGE_ALLOWANCE = 150
+
+
+@schemathesis.check
+def stream_event_conformance(ctx: Any, response: Any, case: Any) -> bool | None:
+    """Each event of a 200 text/event-stream matches its schema in x-event-schemas."""
+    from conformance.checks.streams import schema_errors
+    if response.status_code != 200 or "text/event-stream" not in (response.headers.get("content-type") or [""])[0]:
+        return None
+    lines = [(0.0, line) for line in response.content.decode("utf-8", "replace").splitlines()]
+    parsed = parse_lines(lines)
+    schemas = event_schemas()
+    problems = list(parsed.framing_errors)
+    for i, event in enumerate(parsed.events):
+        if event.kind not in schemas:
+            problems.append(f"event {i} is of no kind in x-event-schemas: {event.data[:120]}")
+            continue
+        problems += [f"event {i} ({event.kind}): {e}" for e in schema_errors(event.payload, schemas[event.kind])]
+    if not parsed.events or parsed.events[-1].kind != "done":
+        problems.append("the stream does not end with data: [DONE]")
+    if problems:
+        raise AssertionError("Stream event does not match its schema\n\n" + "\n".join(problems[:5]))
+    return True
+
+
+def check_names() -> list[str]:
+    return sorted(set(CHECKS.get_all_names()))
+
+
+# -- the narrowed spec for positive data --------------------------------------
+
+def _rule_fields() -> set[str]:
+    """Fields that x-rules compare with other fields."""
+    names: set[str] = set()
+
+    def walk(node: Any) -> None:
+        if isinstance(node, dict):
+            names.update(node.get("required", []))
+            names.update(node.get("properties", {}))
+            for value in node.values():
+                walk(value)
+        elif isinstance(node, list):
+            for value in node:
+                walk(value)
+    for rule in spec().rules:
+        walk(rule["when"])
+    return names
+
+
+SSE_EVENT = {"type": "object", "required": ["data"], "properties": {"data": {"type": "string"}}}
+
+
+def schemathesis_spec() -> dict[str, Any]:
+    """openapi.yaml with each text/event-stream schema read as one SSE event's envelope."""
+    raw = copy.deepcopy(spec().raw)
+    for item in raw["paths"].values():
+        for op in item.values():
+            for response in op.get("responses", {}).values():
+                media = response.get("content", {}).get("text/event-stream")
+                if media is not None:
+                    media["schema"] = SSE_EVENT
+    return raw
+
+
+def narrowed_spec(model: str) -> dict[str, Any]:
+    """openapi.yaml with CompletionRequest limited to cheap requests every rule accepts.
+
+    One prompt, n = 1, a required small max_tokens, token ids inside the
+    vocabulary, min_tokens at most 1; the fields of cross-field rules that the
+    narrowing does not pin (stream_options, prompt_logprobs, the vllm-lens
+    fields) are left out: the golden cases and the stream and lens checks cover them.
+    """
+    raw = schemathesis_spec()
+    info = spec().models[model]
+    # An operation without a 2xx response (the chat refusal) has no positive data.
+    raw["paths"] = {path: {m: op for m, op in item.items()
+                           if any(str(code).startswith("2") for code in op["responses"])}
+                    for path, item in raw["paths"].items()}
+    raw["paths"] = {path: item for path, item in raw["paths"].items() if item}
+    req = raw["components"]["schemas"]["CompletionRequest"]
+    props = req["properties"]
+    pinned = {"model", "prompt", "max_tokens", "n", "temperature", "stream"}
+    for name in _rule_fields() - pinned:
+        props.pop(name, None)
+    ids = {"type": "integer", "minimum": 0, "maximum": info.vocab_size - 1}
+    props["model"] = {"type": "string", "enum": [model]}
+    props["prompt"] = {"anyOf": [{"type": "string", "minLength": 1, "maxLength": 64},
+                                 {"type": "array", "minItems": 1, "maxItems": POSITIVE_PROMPT_ITEMS,
+                                  "items": ids}]}
+    props["max_tokens"] = {"type": "integer", "minimum": 1, "maximum": POSITIVE_MAX_TOKENS}
+    props["n"] = {"type": ["integer", "null"], "minimum": 1, "maximum": 1}
+    props["min_tokens"] = {"type": ["integer", "null"], "minimum": 0, "maximum": 1}
+    props["top_k"] = {**props["top_k"], "maximum": info.vocab_size}
+    for name in ("stop_token_ids", "allowed_token_ids"):
+        props[name] = {**props[name], "items": ids}
+    req["required"] = sorted({*req["required"], "max_tokens"})
+    return raw
+
+
+def positive_token_bound(config: RunConfig) -> int:
+    """Upper bound of the positive run's tokens (0 in the quick profile, where it does not run)."""
+    if not config.full:
+        return 0
+    requests = len(PHASES) * config.schema_examples + COVERAGE_ALLOWANCE
+    return requests * POSITIVE_MAX_TOKENS
+
+
+# -- running schemathesis ---------------------------------------------------------
+
+def _st_config(config: RunConfig, mode: str, phases: tuple[str, ...]) -> SchemathesisConfig:
+    return SchemathesisConfig.from_dict({
+        "base-url": config.base_url,
+        "headers": {"Authorization": f"Bearer {config.api_key}"},
+        "workers": 1,
+        "seed": 20261130,
+        "request-timeout": config.timeout,
+        "generation": {"mode": mode, "max-examples": config.schema_examples, "database": "none",
+                       "deterministic": True},
+        "phases": {name: {"enabled": name in phases} for name in (*PHASES, "stateful")},
+        "checks": {"enabled": True, "ignored_auth": {"enabled": config.wrong_key_expected}},
+    })
+
+
+def _run(config: RunConfig, raw: dict[str, Any], mode: str, phases: tuple[str, ...]) -> Iterator[Any]:
+    st_config = _st_config(config, mode, phases)
+    schema = schemathesis.openapi.from_dict(raw, config=st_config)
+    for event in from_schema(schema).execute():
+        if isinstance(event, events.ScenarioFinished):
+            yield event.recorder
+        elif isinstance(event, events.FatalError):
+            raise RuntimeError(f"schemathesis: {event.exception}")
+
+
+def _exchange(interaction: Any) -> Exchange | None:
+    if interaction is None:
+        return None
+    req, resp = interaction.request, interaction.response
+    headers = {k: (v[0] if isinstance(v, list) else v) for k, v in req.headers.items()}
+    if "Authorization" in headers:
+        headers["Authorization"] = "Bearer ***"
+    body = req.body.decode("utf-8", "replace")[:2000] if req.body else None
+    ex = Exchange(req.method, req.uri, headers, body)
+    if resp is not None:
+        ex.status = resp.status_code
+        ex.response_headers = {k: (v[0] if isinstance(v, list) else v) for k, v in resp.headers.items()}
+        ex.response_body = resp.content.decode("utf-8", "replace")[:2000]
+    return ex
+
+
+def _tokens(interaction: Any) -> int:
+    """Generated tokens in one response: usage, or the content events of a stream."""
+    resp = getattr(interaction, "response", None)
+    if resp is None or resp.status_code != 200:
+        return 0
+    text = resp.content.decode("utf-8", "replace")
+    try:
+        usage = json.loads(text).get("usage") or {}
+        return int(usage.get("completion_tokens") or 0)
+    except (ValueError, AttributeError, TypeError):
+        pass
+    parsed = parse_lines([(0.0, line) for line in text.splitlines()])
+    counts = [e.payload["usage"].get("completion_tokens", 0) for e in parsed.events
+              if e.kind == "usage" and isinstance(e.payload.get("usage"), dict)]
+    return max(counts + [sum(1 for e in parsed.events if e.kind == "content")])
+
+
+def run_schemathesis(ctx: Context) -> dict[str, list[Finding]]:
+    """Both runs, once per suite run; check name -> findings."""
+    if "schemathesis" in ctx.memo:
+        return ctx.memo["schemathesis"]
+    findings: dict[str, list[Finding]] = {}
+    runs = [("negative", schemathesis_spec(), ("coverage", "fuzzing"))]
+    if ctx.config.full:
+        runs.append(("positive", narrowed_spec(ctx.config.model), PHASES))
+    ctx.memo["schemathesis"] = findings
+    for mode, raw, phases in runs:
+        for recorder in _run(ctx.config, raw, mode, phases):
+            for interaction in recorder.interactions.values():
+                ctx.client.add_tokens(_tokens(interaction))
+            for case_id, nodes in recorder.checks.items():
+                for node in nodes:
+                    if node.failure_info is None:
+                        continue
+                    failure = node.failure_info.failure
+                    text = f"{mode} data, {failure.operation}: {failure.title}"
+                    detail = (failure.message or "").strip()
+                    findings.setdefault(node.name, []).append(Finding(
+                        text, expected=detail[:1500] or None, received=None,
+                        exchange=_exchange(recorder.interactions.get(failure.case_id or case_id))))
+    return findings
+
+
+def _report(name: str, ctx: Context) -> None:
+    found = run_schemathesis(ctx).get(name, [])
+    unique: dict[str, Finding] = {}
+    for f in found:
+        unique.setdefault(f.message, f)
+    for f in list(unique.values())[:FINDINGS_SHOWN]:
+        ctx.findings.append(f)
+    if len(unique) > FINDINGS_SHOWN:
+        ctx.fail(f"... and {len(unique) - FINDINGS_SHOWN} more distinct {name} failures")
+
+
+def _doc(name: str) -> str:
+    if name == STREAM_CHECK:
+        return stream_event_conformance.__doc__ or ""
+    return f"schemathesis's {name} check over the negative (and, in the full profile, positive) runs."
+
+
+def register_schema_checks() -> list[Check]:
+    out = []
+    for name in check_names():
+        def func(ctx: Context, name: str = name) -> None:
+            if name == "ignored_auth" and not ctx.config.wrong_key_expected:
+                ctx.skip("servers without configured keys accept any key; pass --wrong-key-expected")
+            _report(name, ctx)
+        tags = ("schema", "streaming") if name == STREAM_CHECK else ("schema",)
+        out.append(REGISTRY.add(Check(f"schema:{name}", func, tags, _doc(name), positive_token_bound)))
+    return out
+
+
+register_schema_checks()

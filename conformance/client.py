@@ -1,0 +1,198 @@
+"""HTTP to the server under test: every exchange recorded, every generated token counted.
+
+Transport failures are translated here, once: a request that got no HTTP
+response becomes a Reply with `error` set, which a check reports as a finding
+(the server was reachable when the run started, so silence is its fault).
+"""
+from __future__ import annotations
+
+import json
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+
+from conformance.results import Exchange
+from conformance.sse import Parsed, parse_lines
+
+BODY_SHOWN = 4000          # characters of a body kept for reports
+AUTH_DEFAULT = "default"
+AUTH_NONE = "none"
+
+
+def _shown(data: bytes | str | None) -> str | None:
+    if data is None:
+        return None
+    text = data.decode("utf-8", "replace") if isinstance(data, bytes) else data
+    size = len(data)
+    if len(text) > BODY_SHOWN:
+        return f"{text[:BODY_SHOWN]}... ({size} bytes in all)"
+    return text
+
+
+@dataclass
+class Reply:
+    exchange: Exchange
+    status: int | None
+    headers: httpx.Headers
+    content: bytes = b""
+    data: Any = None                 # the parsed JSON body, when it is JSON
+    is_json: bool = False
+    error: str | None = None         # no HTTP response
+
+    @property
+    def request_id_header(self) -> str | None:
+        return self.headers.get("x-request-id")
+
+
+@dataclass
+class StreamReply(Reply):
+    lines: list[tuple[float, str]] = field(default_factory=list)
+    parsed: Parsed = field(default_factory=Parsed)
+    closed_early: bool = False
+
+
+class Client:
+    def __init__(self, base_url: str, api_key: str, *, timeout: float = 120.0,
+                 transport: httpx.BaseTransport | None = None) -> None:
+        self.base_url = base_url.rstrip("/")
+        self.api_key = api_key
+        self._http = httpx.Client(base_url=self.base_url, timeout=timeout, transport=transport)
+        self._lock = threading.Lock()
+        self.tokens = 0              # generated tokens, from the server's usage
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> "Client":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- building requests -------------------------------------------------
+
+    def _headers(self, auth: str | None, headers: dict[str, str] | None,
+                 has_body: bool) -> dict[str, str]:
+        out: dict[str, str] = {}
+        if has_body:
+            out["Content-Type"] = "application/json"
+        if auth == AUTH_DEFAULT:
+            out["Authorization"] = f"Bearer {self.api_key}"
+        elif auth not in (None, AUTH_NONE):
+            out["Authorization"] = auth
+        out.update(headers or {})
+        # HTTP drops whitespace around a field value (RFC 9110 5.5) and h11 refuses to
+        # send it, so "Bearer " goes out as "Bearer": the same header on the wire.
+        return {k: v.strip() for k, v in out.items()}
+
+    def _exchange(self, method: str, path: str, headers: dict[str, str],
+                  content: bytes | None) -> Exchange:
+        shown = {k: ("Bearer ***" if k.lower() == "authorization" and v == f"Bearer {self.api_key}"
+                     else v) for k, v in headers.items()}
+        return Exchange(method, self.base_url + path, shown, _shown(content))
+
+    @staticmethod
+    def encode(body: Any) -> bytes:
+        return json.dumps(body, separators=(",", ":")).encode()
+
+    # -- plain requests ----------------------------------------------------
+
+    def request(self, method: str, path: str, *, body: Any = None, content: bytes | None = None,
+                headers: dict[str, str] | None = None, auth: str | None = AUTH_DEFAULT) -> Reply:
+        """Send one request; `body` is JSON-encoded, `content` is sent as is."""
+        if body is not None:
+            content = self.encode(body)
+        hdrs = self._headers(auth, headers, content is not None)
+        exchange = self._exchange(method, path, hdrs, content)
+        try:
+            resp = self._http.request(method, path, content=content, headers=hdrs)
+        except httpx.TransportError as exc:
+            exchange.error = f"{type(exc).__name__}: {exc}"
+            return Reply(exchange, None, httpx.Headers(), error=exchange.error)
+        reply = Reply(exchange, resp.status_code, resp.headers, resp.content)
+        try:
+            reply.data, reply.is_json = resp.json(), True
+        except ValueError:
+            pass
+        exchange.status = resp.status_code
+        exchange.response_headers = dict(resp.headers)
+        exchange.response_body = _shown(resp.content)
+        if resp.status_code == 200 and reply.is_json:
+            self._count(reply.data)
+        return reply
+
+    def post(self, path: str, body: Any, **kw: Any) -> Reply:
+        return self.request("POST", path, body=body, **kw)
+
+    # -- streams -----------------------------------------------------------
+
+    def stream(self, path: str, body: Any, *, headers: dict[str, str] | None = None,
+               auth: str | None = AUTH_DEFAULT, stop_after_events: int | None = None) -> StreamReply:
+        """POST and read a text/event-stream line by line, timing each line.
+
+        `stop_after_events` closes the connection after that many data events:
+        the cheap way to see a large request accepted without paying for it.
+        """
+        content = self.encode(body)
+        hdrs = self._headers(auth, headers, True)
+        exchange = self._exchange("POST", path, hdrs, content)
+        start = time.monotonic()
+        lines: list[tuple[float, str]] = []
+        try:
+            with self._http.stream("POST", path, content=content, headers=hdrs) as resp:
+                reply = StreamReply(exchange, resp.status_code, resp.headers)
+                exchange.status = resp.status_code
+                exchange.response_headers = dict(resp.headers)
+                if resp.status_code != 200 or "text/event-stream" not in resp.headers.get("content-type", ""):
+                    resp.read()
+                    reply.content = resp.content
+                    try:
+                        reply.data, reply.is_json = resp.json(), True
+                    except ValueError:
+                        pass
+                    exchange.response_body = _shown(resp.content)
+                    return reply
+                events = 0
+                for line in resp.iter_lines():
+                    lines.append((time.monotonic() - start, line))
+                    if line.startswith("data:"):
+                        events += 1
+                    if stop_after_events is not None and events >= stop_after_events and line == "":
+                        reply.closed_early = True
+                        break
+        except httpx.TransportError as exc:
+            exchange.error = f"{type(exc).__name__}: {exc}"
+            reply = StreamReply(exchange, exchange.status, httpx.Headers(exchange.response_headers),
+                                error=exchange.error)
+        reply.lines = lines
+        reply.parsed = parse_lines(lines)
+        reply.content = "\n".join(line for _, line in lines).encode()
+        exchange.response_body = _shown(reply.content)
+        self._count_stream(reply.parsed)
+        return reply
+
+    # -- token accounting --------------------------------------------------
+
+    def _add(self, n: int) -> None:
+        with self._lock:
+            self.tokens += n
+
+    def _count(self, data: Any) -> None:
+        usage = data.get("usage") if isinstance(data, dict) else None
+        if isinstance(usage, dict) and isinstance(usage.get("completion_tokens"), int):
+            self._add(usage["completion_tokens"])
+
+    def _count_stream(self, parsed: Parsed) -> None:
+        """The usage chunk's count; without one (or closed early), the content chunks seen."""
+        counts = [e.payload["usage"].get("completion_tokens") for e in parsed.events
+                  if e.kind in ("usage", "content") and isinstance(e.payload.get("usage"), dict)]
+        counts = [c for c in counts if isinstance(c, int)]
+        content = sum(1 for e in parsed.events if e.kind == "content")
+        self._add(max(counts + [content]))
+
+    def add_tokens(self, n: int) -> None:
+        """Tokens generated through another client (schemathesis's)."""
+        self._add(n)

@@ -1,0 +1,59 @@
+"""The suite's own settings: what to run against, which checks, and its token ceiling.
+
+The token ceiling lives here, not in openapi.yaml: it is a property of this
+tool (how much a run may cost the deployment's owner), not of the API. The
+servers never read it, and a deployment may lower or raise it with
+--token-ceiling without touching the contract.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from contract import spec
+
+PROFILES = ("quick", "full")
+
+# The most tokens a full run may make the deployment generate, counted from the
+# usage the server reports (streams the suite closes early count what arrived).
+# A check whose upper bound would pass the ceiling is skipped, with the reason.
+DEFAULT_TOKEN_CEILING = 5000
+
+# Above this many tokens, a check that only needs to see a request accepted makes
+# it cheap (closes a stream after its first chunk, or lets it stop at once).
+CHEAP_TOKENS = 16
+
+
+class ConfigError(Exception):
+    """Bad usage or configuration (exit code 2)."""
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    base_url: str
+    api_key: str
+    model: str = field(default_factory=lambda: spec().default_model)
+    profile: str = "quick"
+    include: tuple[str, ...] = ()       # tags; empty: every tag
+    skip: tuple[str, ...] = ()          # tags
+    select: tuple[str, ...] = ()        # check id patterns (fnmatch); empty: all
+    wrong_key_expected: bool = False    # the deployment has keys configured: refuse unknown ones
+    exhausted_key: str | None = None    # a key whose Budget cannot hold one token (budget checks)
+    token_ceiling: int = DEFAULT_TOKEN_CEILING
+    timeout: float = 120.0
+    schema_examples: int = 25           # schemathesis max examples per operation and phase
+
+    def validate(self) -> "RunConfig":
+        if self.profile not in PROFILES:
+            raise ConfigError(f"unknown profile {self.profile!r}: choose one of {', '.join(PROFILES)}")
+        if self.model not in spec().models:
+            raise ConfigError(f"model {self.model!r} is not in the spec's x-models "
+                              f"({', '.join(spec().models)})")
+        if not self.base_url.startswith(("http://", "https://")):
+            raise ConfigError(f"--base-url must be an http(s) URL, not {self.base_url!r}")
+        if self.token_ceiling < 0 or self.schema_examples < 1 or self.timeout <= 0:
+            raise ConfigError("--token-ceiling, --schema-examples and --timeout must be positive")
+        return self
+
+    @property
+    def full(self) -> bool:
+        return self.profile == "full"

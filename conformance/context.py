@@ -1,0 +1,128 @@
+"""What a check gets: the client, the server's facts, and assertions that record findings."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from conformance.client import Client, Reply
+from conformance.config import CHEAP_TOKENS, RunConfig
+from conformance.expect import REQUEST_ID_MASK, mask, request_id_re
+from conformance.results import Finding
+from contract import ModelInfo, spec
+
+
+class Skipped(Exception):
+    """The check does not apply here; its text is the reason."""
+
+
+class Stop(Exception):
+    """A finding makes the rest of the check meaningless (e.g. no 200, so no stream to read)."""
+
+
+@dataclass
+class ServerInfo:
+    """What GET /v1/models says: served model name -> max_model_len."""
+    max_model_len: dict[str, int]
+
+
+@dataclass
+class Context:
+    config: RunConfig
+    client: Client
+    server: ServerInfo
+    memo: dict[str, Any] = field(default_factory=dict)     # shared between checks of one run
+    findings: list[Finding] = field(default_factory=list)  # of the check now running
+
+    # -- facts -------------------------------------------------------------
+
+    @property
+    def model(self) -> ModelInfo:
+        return spec().models[self.config.model]
+
+    @property
+    def max_model_len(self) -> int:
+        """The deployment's, from GET /v1/models (it is the deployment's to set)."""
+        return self.server.max_model_len[self.config.model]
+
+    @property
+    def cheap_tokens(self) -> int:
+        return CHEAP_TOKENS
+
+    # -- outcomes ----------------------------------------------------------
+
+    def skip(self, reason: str) -> None:
+        raise Skipped(reason)
+
+    def fail(self, message: str, *, expected: Any = None, received: Any = None,
+             reply: Reply | None = None) -> None:
+        self.findings.append(Finding(message, expected, received, reply.exchange if reply else None))
+
+    def stop(self, message: str, **kw: Any) -> None:
+        self.fail(message, **kw)
+        raise Stop(message)
+
+    def expect(self, ok: bool, message: str, **kw: Any) -> bool:
+        if not ok:
+            self.fail(message, **kw)
+        return ok
+
+    def equal(self, what: str, expected: Any, received: Any, reply: Reply | None = None) -> bool:
+        return self.expect(expected == received, f"{what} differs", expected=expected,
+                           received=received, reply=reply)
+
+    # -- responses ---------------------------------------------------------
+
+    def responded(self, reply: Reply) -> None:
+        """Stop the check if the request got no HTTP response at all."""
+        if reply.status is None:
+            self.stop(f"no HTTP response: {reply.error}", reply=reply)
+
+    def expect_status(self, reply: Reply, status: int, *, fatal: bool = False) -> bool:
+        self.responded(reply)
+        ok = self.expect(reply.status == status, f"status {reply.status}, expected {status}",
+                         expected=status, received=_summary(reply), reply=reply)
+        if not ok and fatal:
+            raise Stop("unexpected status")
+        return ok
+
+    def expect_request_id(self, reply: Reply, *, in_body: bool) -> None:
+        """X-Request-Id on every response, in the spec's format; equal to the body's request_id."""
+        header = reply.request_id_header
+        pattern = request_id_re()
+        self.expect(header is not None, "no X-Request-Id header", expected=pattern.pattern,
+                    received=None, reply=reply)
+        if header is not None:
+            self.expect(bool(pattern.fullmatch(header)), "X-Request-Id is not in the spec's format",
+                        expected=pattern.pattern, received=header, reply=reply)
+        if not in_body:
+            return
+        body_id = reply.data.get("request_id") if isinstance(reply.data, dict) else None
+        if self.expect(isinstance(body_id, str) and bool(pattern.fullmatch(body_id)),
+                       "the body's request_id is missing or not in the spec's format",
+                       expected=pattern.pattern, received=body_id, reply=reply) and header is not None:
+            self.expect(header == body_id, "X-Request-Id differs from the body's request_id",
+                        expected=body_id, received=header, reply=reply)
+
+    def expect_response(self, reply: Reply, status: int, body: dict[str, Any] | None) -> None:
+        """Status, the whole body (request_id masked), and the request id rules."""
+        self.expect_status(reply, status)
+        if body is None:
+            return
+        if not reply.is_json:
+            self.fail("the body is not JSON", expected=body, received=_summary(reply), reply=reply)
+            self.expect_request_id(reply, in_body=False)
+            return
+        received = mask(reply.data)
+        self.equal("the body", body, received, reply)
+        if isinstance(body, dict) and body.get("request_id") == REQUEST_ID_MASK:
+            self.expect_request_id(reply, in_body=True)
+
+    def expect_error(self, reply: Reply, body: dict[str, Any], status: int | None = None) -> None:
+        from conformance.expect import status_of
+        self.expect_response(reply, status or status_of(body["error"]["code"]), body)
+
+
+def _summary(reply: Reply) -> Any:
+    if reply.status is None:
+        return {"error": reply.error}
+    return {"status": reply.status, "body": reply.data if reply.is_json else reply.exchange.response_body}

@@ -1,0 +1,85 @@
+"""What a person sees: a progress display while it runs, a summary table at the end (rich)."""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from types import TracebackType
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from conformance.config import RunConfig
+from conformance.registry import Check
+from conformance.results import CheckResult, Outcome, RunReport, exit_code
+
+STYLE = {Outcome.PASSED: "green", Outcome.FAILED: "red", Outcome.SKIPPED: "yellow", Outcome.ERROR: "magenta"}
+
+
+class ProgressDisplay:
+    """A bar over the selected checks, naming the one running; a no-op when disabled."""
+
+    def __init__(self, total: int, console: Console, enabled: bool = True) -> None:
+        self.enabled = enabled
+        self.failed = 0
+        self._progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                                  TextColumn("[red]{task.fields[failed]} failed"), TimeElapsedColumn(),
+                                  console=console, transient=True, disable=not enabled)
+        self._task = self._progress.add_task("conformance", total=total, failed=0)
+
+    def __enter__(self) -> "ProgressDisplay":
+        self._progress.__enter__()
+        return self
+
+    def __exit__(self, t: type[BaseException] | None, e: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self._progress.__exit__(t, e, tb)
+
+    def __call__(self, check: Check, result: CheckResult | None) -> None:
+        if result is None:
+            self._progress.update(self._task, description=check.id[:60])
+            return
+        if result.outcome is Outcome.FAILED:
+            self.failed += 1
+        self._progress.update(self._task, advance=1, failed=self.failed)
+
+
+def print_summary(report: RunReport, console: Console) -> None:
+    table = Table(title=f"Conformance of {report.base_url} ({report.model}, {report.profile})")
+    table.add_column("group")
+    for outcome in Outcome:
+        table.add_column(outcome.value, justify="right", style=STYLE[outcome])
+    table.add_column("tokens", justify="right")
+    groups: dict[str, list[CheckResult]] = {}
+    for r in report.results:
+        groups.setdefault(r.group, []).append(r)
+    for group, results in groups.items():
+        table.add_row(group, *(str(sum(r.outcome is o for r in results)) for o in Outcome),
+                      str(sum(r.tokens for r in results)))
+    table.add_row("[b]all", *(f"[b]{report.count(o)}" for o in Outcome), f"[b]{report.tokens}")
+    console.print(table)
+    for r in report.failed:
+        first = r.findings[0].message if r.findings else ""
+        more = f" (+{len(r.findings) - 1} more)" if len(r.findings) > 1 else ""
+        console.print(f"[red]FAILED[/] {r.id}: {first}{more}", markup=True, highlight=False)
+    for r in report.errors:
+        console.print(f"[magenta]TOOL ERROR[/] {r.id}: {r.reason.splitlines()[0] if r.reason else ''}",
+                      highlight=False)
+    for error in report.run_errors:
+        console.print(f"[magenta]TOOL ERROR[/] {error}", highlight=False)
+    code = exit_code(report)
+    verdict = {0: "[green]conformant", 1: "[red]not conformant", 2: "[magenta]incomplete (tool errors)"}[code]
+    console.print(f"{verdict}[/]: {len(report.results)} checks in {report.duration:.1f} s; "
+                  f"the server generated {report.tokens} tokens (ceiling {report.token_ceiling}); "
+                  f"exit code {int(code)}")
+
+
+def print_dry_run(checks: Sequence[Check], config: RunConfig, console: Console) -> None:
+    table = Table(title=f"{len(checks)} checks selected ({config.profile} profile); no request sent")
+    table.add_column("check")
+    table.add_column("tags")
+    table.add_column("tokens ≤", justify="right")
+    for check in checks:
+        table.add_row(check.id, ", ".join(check.all_tags), str(check.token_bound(config)))
+    console.print(table)
+    console.print(f"token bound of the selection: {sum(c.token_bound(config) for c in checks)} "
+                  f"(ceiling {config.token_ceiling})")

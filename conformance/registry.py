@@ -1,0 +1,102 @@
+"""Checks registered by name, like schemathesis's `status_code_conformance`.
+
+A check id is `group:name`, stable and readable (`golden:type.max_tokens.string`,
+`caps:max_tokens.without_stream.limit+1`, `stream:event_order`). Ids never
+depend on the server, so a dry run can list them without a request; the values
+a check sends (max_model_len, say) are resolved when it runs.
+"""
+from __future__ import annotations
+
+import fnmatch
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Union
+
+if TYPE_CHECKING:
+    from conformance.config import RunConfig
+    from conformance.context import Context
+
+CheckFunction = Callable[["Context"], None]
+TokenBound = Union[int, Callable[["RunConfig"], int]]
+
+
+@dataclass(frozen=True)
+class Check:
+    id: str
+    func: CheckFunction
+    tags: tuple[str, ...] = ()
+    doc: str = ""
+    tokens: TokenBound = 0      # upper bound of tokens it makes the server generate; 0: none
+
+    def token_bound(self, config: "RunConfig") -> int:
+        return self.tokens(config) if callable(self.tokens) else self.tokens
+
+    @property
+    def group(self) -> str:
+        return self.id.split(":", 1)[0]
+
+    @property
+    def all_tags(self) -> tuple[str, ...]:
+        """Its own tags plus its group, so `--skip caps` skips every `caps:` check."""
+        return self.tags if self.group in self.tags else (self.group, *self.tags)
+
+
+class Registry:
+    def __init__(self) -> None:
+        self._checks: dict[str, Check] = {}
+
+    def add(self, check: Check) -> Check:
+        if check.id in self._checks:
+            raise ValueError(f"check id registered twice: {check.id}")
+        if ":" not in check.id:
+            raise ValueError(f"a check id is group:name, not {check.id!r}")
+        self._checks[check.id] = check
+        return check
+
+    def register(self, id: str, *, tags: Iterable[str] = (), tokens: TokenBound = 0,
+                 doc: str = "") -> Callable[[CheckFunction], CheckFunction]:
+        """Decorator: the function's docstring is the check's description."""
+        def wrap(func: CheckFunction) -> CheckFunction:
+            self.add(Check(id, func, tuple(tags), doc or (func.__doc__ or "").strip(), tokens))
+            return func
+        return wrap
+
+    def __iter__(self):
+        return iter(self._checks.values())
+
+    def __len__(self) -> int:
+        return len(self._checks)
+
+    def get(self, id: str) -> Check:
+        return self._checks[id]
+
+    def ids(self) -> list[str]:
+        return list(self._checks)
+
+
+REGISTRY = Registry()
+register = REGISTRY.register
+
+
+def select(checks: Iterable[Check], config: "RunConfig") -> list[Check]:
+    """The checks a run executes: profile, then tags (include, skip), then id patterns.
+
+    quick keeps only checks that make the server generate no tokens.
+    """
+    chosen = []
+    for check in checks:
+        tags = set(check.all_tags)
+        if not config.full and check.token_bound(config) > 0:
+            continue
+        if config.include and not tags & set(config.include):
+            continue
+        if tags & set(config.skip):
+            continue
+        if config.select and not any(fnmatch.fnmatchcase(check.id, p) for p in config.select):
+            continue
+        chosen.append(check)
+    return chosen
+
+
+def known_tags(checks: Iterable[Check]) -> set[str]:
+    return {t for c in checks for t in c.all_tags}

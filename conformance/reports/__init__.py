@@ -1,0 +1,6 @@
+"""Reports of a run: JUnit XML for CI systems, JSON, and one self-contained HTML page."""
+from conformance.reports.html import write_html
+from conformance.reports.json_report import write_json
+from conformance.reports.junit import write_junit
+
+__all__ = ["write_html", "write_json", "write_junit"]

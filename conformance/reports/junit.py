@@ -1,0 +1,54 @@
+"""JUnit XML, built with xml.etree: one testcase per check, classname = its group.
+
+A finding is a <failure>; a tool error is an <error> (CI systems show them apart).
+"""
+from __future__ import annotations
+
+import json
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+from conformance.results import CheckResult, Outcome, RunReport
+
+
+def finding_text(result: CheckResult) -> str:
+    parts = []
+    for f in result.findings:
+        parts.append(f"- {f.message}")
+        if f.expected is not None:
+            parts.append(f"  expected: {json.dumps(f.expected, default=str)[:2000]}")
+        if f.received is not None:
+            parts.append(f"  received: {json.dumps(f.received, default=str)[:2000]}")
+        if f.exchange is not None:
+            parts.append(f"  request: {f.exchange.method} {f.exchange.url}")
+    return "\n".join(parts)
+
+
+def build(report: RunReport) -> ET.Element:
+    suite = ET.Element("testsuite", {
+        "name": f"conformance ({report.profile})", "tests": str(len(report.results)),
+        "failures": str(report.count(Outcome.FAILED)), "errors": str(report.count(Outcome.ERROR)),
+        "skipped": str(report.count(Outcome.SKIPPED)), "time": f"{report.duration:.3f}"})
+    props = ET.SubElement(suite, "properties")
+    for name, value in (("base_url", report.base_url), ("model", report.model),
+                        ("tokens", report.tokens), ("token_ceiling", report.token_ceiling)):
+        ET.SubElement(props, "property", {"name": name, "value": str(value)})
+    for r in report.results:
+        case = ET.SubElement(suite, "testcase", {"classname": f"conformance.{r.group}", "name": r.id,
+                                                 "time": f"{r.duration:.3f}"})
+        if r.outcome is Outcome.FAILED:
+            el = ET.SubElement(case, "failure", {"message": r.findings[0].message[:500] if r.findings else ""})
+            el.text = finding_text(r)
+        elif r.outcome is Outcome.ERROR:
+            el = ET.SubElement(case, "error", {"message": r.reason.splitlines()[0][:500] if r.reason else ""})
+            el.text = r.reason
+        elif r.outcome is Outcome.SKIPPED:
+            ET.SubElement(case, "skipped", {"message": r.reason})
+    return suite
+
+
+def write_junit(report: RunReport, path: str | Path) -> None:
+    root = ET.Element("testsuites")
+    root.append(build(report))
+    ET.indent(root)
+    Path(path).write_bytes(ET.tostring(root, encoding="utf-8", xml_declaration=True))

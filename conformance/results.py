@@ -1,0 +1,137 @@
+"""What a run produces: one result per check, findings kept apart from the tool's own errors.
+
+A *finding* is something the server under test did wrong (a check FAILED).
+A tool *error* is something that went wrong in the suite itself (a bug, a
+report that could not be written): the check's outcome is ERROR and the
+reports list it apart, never as a finding about the server.
+
+The exit code is computed here and nowhere else.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import IntEnum, StrEnum
+from typing import Any
+
+
+class Outcome(StrEnum):
+    PASSED = "passed"
+    FAILED = "failed"     # at least one finding about the server
+    SKIPPED = "skipped"   # not applicable here (reason given)
+    ERROR = "error"       # the suite itself failed to run the check
+
+
+class ExitCode(IntEnum):
+    CONFORMANT = 0
+    FAILED = 1            # at least one check failed
+    USAGE = 2             # usage or configuration error, server unreachable, or a tool error
+
+
+@dataclass
+class Exchange:
+    """One HTTP request and its response, summarised for reports (bodies bounded)."""
+    method: str
+    url: str
+    request_headers: dict[str, str]
+    request_body: str | None
+    status: int | None = None
+    response_headers: dict[str, str] = field(default_factory=dict)
+    response_body: str | None = None
+    error: str | None = None          # no HTTP response: the transport's reason
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "request": {"method": self.method, "url": self.url, "headers": self.request_headers,
+                        "body": self.request_body},
+            "response": None if self.status is None else {
+                "status": self.status, "headers": self.response_headers, "body": self.response_body},
+            "error": self.error,
+        }
+
+
+@dataclass
+class Finding:
+    """One way the server's behaviour differed from the contract."""
+    message: str
+    expected: Any = None
+    received: Any = None
+    exchange: Exchange | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"message": self.message, "expected": self.expected, "received": self.received,
+                "exchange": self.exchange.to_dict() if self.exchange else None}
+
+
+@dataclass
+class CheckResult:
+    id: str
+    tags: tuple[str, ...]
+    doc: str
+    outcome: Outcome
+    findings: list[Finding] = field(default_factory=list)
+    reason: str = ""                  # why it was skipped, or the tool error
+    duration: float = 0.0
+    tokens: int = 0                   # tokens the deployment generated for this check
+
+    @property
+    def group(self) -> str:
+        return self.id.split(":", 1)[0]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"id": self.id, "tags": list(self.tags), "doc": self.doc, "outcome": self.outcome.value,
+                "reason": self.reason, "duration_s": round(self.duration, 4), "tokens": self.tokens,
+                "findings": [f.to_dict() for f in self.findings]}
+
+
+@dataclass
+class RunReport:
+    base_url: str
+    model: str
+    profile: str
+    results: list[CheckResult] = field(default_factory=list)
+    tokens: int = 0
+    token_ceiling: int = 0
+    duration: float = 0.0
+    server_max_model_len: int | None = None
+    run_errors: list[str] = field(default_factory=list)   # the tool's, outside any check
+
+    def count(self, outcome: Outcome) -> int:
+        return sum(1 for r in self.results if r.outcome is outcome)
+
+    @property
+    def failed(self) -> list[CheckResult]:
+        return [r for r in self.results if r.outcome is Outcome.FAILED]
+
+    @property
+    def errors(self) -> list[CheckResult]:
+        return [r for r in self.results if r.outcome is Outcome.ERROR]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "base_url": self.base_url, "model": self.model, "profile": self.profile,
+            "server_max_model_len": self.server_max_model_len,
+            "summary": {o.value: self.count(o) for o in Outcome} | {
+                "total": len(self.results), "tokens": self.tokens,
+                "token_ceiling": self.token_ceiling, "duration_s": round(self.duration, 3),
+                "exit_code": int(exit_code(self))},
+            "results": [r.to_dict() for r in self.results if r.outcome is not Outcome.ERROR],
+            "tool_errors": [r.to_dict() for r in self.errors],
+            "run_errors": self.run_errors,
+        }
+
+
+def exit_code(report: RunReport | None) -> ExitCode:
+    """The one place the exit code is decided.
+
+    None (no report: bad usage, bad configuration, unreachable server) -> 2.
+    Any failed check -> 1, even if the tool also had errors: the findings stand.
+    No failure but a tool error (in a check, or writing a report) -> 2: the
+    verdict is incomplete, so not 0.
+    """
+    if report is None:
+        return ExitCode.USAGE
+    if report.failed:
+        return ExitCode.FAILED
+    if report.errors or report.run_errors:
+        return ExitCode.USAGE
+    return ExitCode.CONFORMANT

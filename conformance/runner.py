@@ -1,0 +1,92 @@
+"""Run selected checks against a server: connect, run each check, keep within the token ceiling."""
+from __future__ import annotations
+
+import time
+import traceback
+from collections.abc import Callable, Sequence
+
+import httpx
+
+from conformance.client import Client
+from conformance.config import ConfigError, RunConfig
+from conformance.context import Context, ServerInfo, Skipped, Stop
+from conformance.registry import Check
+from conformance.results import CheckResult, Outcome, RunReport
+from contract import spec
+
+MODELS_PATH = "/v1/models"
+
+Progress = Callable[[Check, CheckResult | None], None]   # None: the check is starting
+
+
+class Unreachable(ConfigError):
+    """The server did not answer at all (exit code 2)."""
+
+
+def discover(client: Client, model: str) -> ServerInfo:
+    """GET /v1/models: the deployment's max_model_len of each model.
+
+    A server that does not list the model (or its max_model_len) gets the
+    spec's value here, and the `routes:models` check reports the omission.
+    """
+    reply = client.request("GET", MODELS_PATH)
+    if reply.status is None:
+        raise Unreachable(f"cannot reach {client.base_url}: {reply.error}")
+    if reply.status == spec().error_codes["invalid_api_key"]["status"]:
+        raise ConfigError(f"the server refused the API key (GET {MODELS_PATH} answered {reply.status})")
+    lens: dict[str, int] = {name: m.max_model_len for name, m in spec().models.items()}
+    data = reply.data.get("data") if isinstance(reply.data, dict) else None
+    for entry in data if isinstance(data, list) else []:
+        if isinstance(entry, dict) and isinstance(entry.get("id"), str) \
+                and isinstance(entry.get("max_model_len"), int):
+            lens[entry["id"]] = entry["max_model_len"]
+    return ServerInfo(max_model_len=lens)
+
+
+def run_check(check: Check, ctx: Context) -> CheckResult:
+    ctx.findings = []
+    tokens_before = ctx.client.tokens
+    start = time.perf_counter()
+    outcome, reason = Outcome.PASSED, ""
+    try:
+        check.func(ctx)
+    except Skipped as exc:
+        outcome, reason = Outcome.SKIPPED, str(exc)
+    except Stop:
+        pass
+    except Exception as exc:  # the suite's own bug: kept apart from findings
+        outcome = Outcome.ERROR
+        reason = "".join(traceback.format_exception_only(exc)).strip()
+        reason += "\n" + "".join(traceback.format_tb(exc.__traceback__)[-3:])
+    if ctx.findings and outcome is not Outcome.ERROR:
+        outcome = Outcome.FAILED
+    return CheckResult(check.id, check.all_tags, check.doc, outcome, list(ctx.findings), reason,
+                       time.perf_counter() - start, ctx.client.tokens - tokens_before)
+
+
+def run(config: RunConfig, checks: Sequence[Check], *, progress: Progress | None = None,
+        transport: httpx.BaseTransport | None = None) -> RunReport:
+    """Run `checks` (already selected) in order; raise ConfigError/Unreachable before any check."""
+    config.validate()
+    report = RunReport(config.base_url, config.model, config.profile, token_ceiling=config.token_ceiling)
+    start = time.perf_counter()
+    with Client(config.base_url, config.api_key, timeout=config.timeout, transport=transport) as client:
+        server = discover(client, config.model)
+        report.server_max_model_len = server.max_model_len.get(config.model)
+        ctx = Context(config, client, server)
+        for check in checks:
+            if progress:
+                progress(check, None)
+            bound = check.token_bound(config)
+            if client.tokens + bound > config.token_ceiling:
+                result = CheckResult(check.id, check.all_tags, check.doc, Outcome.SKIPPED,
+                                     reason=f"it may generate {bound} tokens; {client.tokens} of the "
+                                            f"ceiling of {config.token_ceiling} are spent")
+            else:
+                result = run_check(check, ctx)
+            report.results.append(result)
+            if progress:
+                progress(check, result)
+        report.tokens = client.tokens
+    report.duration = time.perf_counter() - start
+    return report
