@@ -80,8 +80,8 @@ def create_app(config: MockConfig | None = None, engine: Engine | None = None) -
         raise RuntimeError("openapi.yaml lacks the response headers the server sends")
     models = _models(config)
     app = Flask(__name__)
-    # Werkzeug then cuts a chunked body (no Content-Length) off at the cap: 413.
-    app.config["MAX_CONTENT_LENGTH"] = spec().caps["max_body_bytes"]
+    # No MAX_CONTENT_LENGTH: werkzeug's would refuse a chunked body of exactly the cap;
+    # completions.read_body cuts a chunked body off at the cap itself.
     app.extensions["mock"] = State(
         config, models, engine if engine is not None else FakeEngine(models.values(), config.eos_rate),
         _budget(config), random.Random(), int(time.time()))

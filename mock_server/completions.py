@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterator
 
 from flask import Response, current_app, g, request
 
-from contract import ApiError, InternalError, parse_json, validate_completion
+from contract import ApiError, InternalError, RequestTooLarge, parse_json, spec, validate_completion
 from contract.http import check_auth
 from mock_server import faults
 from mock_server.engine import ChoiceDelta, Event
@@ -18,13 +18,13 @@ from mock_server.responses import DONE, KEEPALIVE, Assembler, Meta, completion_i
 log = logging.getLogger("mock_server")
 
 CLAMPED = "X-Acs-Max-Tokens-Clamped"
+READ_SIZE = 1 << 16
 
 
 def create_completion() -> Response:
     s = current_app.extensions["mock"]
     rid: str = g.request_id
-    # get_data reads at most MAX_CONTENT_LENGTH bytes; werkzeug's 413 is translated at the edge.
-    req = validate_completion(parse_json(request.get_data(cache=False)), models=s.models)
+    req = validate_completion(parse_json(read_body()), models=s.models)
     key = check_auth(request.headers.get("Authorization"), s.config.keys)
     plan = faults.plan(request.headers, s.config, s.rng, req.max_tokens)
     if plan.forced_status is not None:
@@ -57,6 +57,19 @@ def create_completion() -> Response:
                         headers={**headers, "Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
     response.call_on_close(settle)
     return response
+
+
+def read_body() -> bytes:
+    """The body, cut off at the cap. preflight has refused a Content-Length over the
+    cap; a chunked body (no Content-Length) is only known to be too large here."""
+    limit = spec().caps["max_body_bytes"]
+    stream, body = request.stream, bytearray()
+    while len(body) <= limit:
+        chunk = stream.read(min(READ_SIZE, limit + 1 - len(body)))
+        if not chunk:
+            return bytes(body)
+        body += chunk
+    raise RequestTooLarge.from_template("request_too_large", limit=limit)
 
 
 def _stream(asm: Assembler, start: Callable[[], Pump[Event]], settle: Callable[[], None],

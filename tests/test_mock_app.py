@@ -1,0 +1,243 @@
+"""The app's edge through Flask's test client: every error in the API's shape,
+X-Request-Id on every response, config, faults and the Budget's headers."""
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from flask import Flask
+from flask.testing import FlaskClient
+
+from contract import (
+    ApiError, CompletionRequest, InferenceUnavailable, InternalError, hold, spec,
+    validate_completion,
+)
+from mock_server import MockConfig, create_app
+from mock_server.faults import STATUS, STREAM_ERROR_AFTER, TPOT_MS, TTFT_MS
+from mock_server.fake_engine import FakeEngine
+from tests.mock_fixtures import AUTH, completion_body, parse_sse
+
+RID = re.compile(rf"{spec().request_id['prefix']}[0-9a-f]{{{spec().request_id['hex_digits']}}}")
+MODEL = spec().models[spec().default_model]
+
+
+@pytest.fixture(scope="module")
+def app() -> Flask:
+    return create_app(MockConfig())
+
+
+@pytest.fixture()
+def client(app: Flask) -> FlaskClient:
+    return app.test_client()
+
+
+def error_of(call: Any) -> ApiError:
+    """The error the core raises for `call`, to compare whole bodies against."""
+    with pytest.raises(ApiError) as info:
+        call()
+    return info.value
+
+
+def assert_error(response: Any, error: ApiError) -> None:
+    body = response.get_json()
+    assert response.status_code == error.status
+    assert body == error.body(body["request_id"])
+    assert response.headers["X-Request-Id"] == body["request_id"]
+    assert RID.fullmatch(body["request_id"])
+
+
+def assert_code(response: Any, code: str) -> dict[str, Any]:
+    body = response.get_json()
+    assert response.status_code == spec().error_codes[code]["status"]
+    assert body["error"]["code"] == code and body["error"]["type"] == spec().error_codes[code]["type"]
+    assert response.headers["X-Request-Id"] == body["request_id"]
+    return body
+
+
+# -- routes ---------------------------------------------------------------------------
+def test_health_needs_no_key(client: FlaskClient) -> None:
+    r = client.get("/health")
+    assert (r.status_code, r.get_json()) == (200, {"status": "ok"})
+    assert RID.fullmatch(r.headers["X-Request-Id"])
+
+
+def test_models_lists_every_model_with_max_model_len(client: FlaskClient) -> None:
+    r = client.get("/v1/models", headers=AUTH)
+    body = r.get_json()
+    assert body["object"] == "list"
+    assert [(m["id"], m["object"], m["max_model_len"]) for m in body["data"]] == [
+        (name, "model", m.max_model_len) for name, m in spec().models.items()]
+    assert RID.fullmatch(r.headers["X-Request-Id"])
+
+
+def test_a_deployment_max_model_len_is_reported_and_enforced() -> None:
+    short = 64
+    client = create_app(MockConfig(max_model_len={MODEL.name: short})).test_client()
+    assert client.get("/v1/models", headers=AUTH).get_json()["data"][0]["max_model_len"] == short
+    body = completion_body(max_tokens=short)
+    r = client.post("/v1/completions", json=body, headers=AUTH)
+    models = {MODEL.name: dataclasses.replace(MODEL, max_model_len=short)}
+    assert_error(r, error_of(lambda: validate_completion(body, models=models)))
+
+
+@pytest.mark.parametrize("method,path", [("GET", "/v1/nothing"), ("GET", "/v1/completions"),
+                                         ("DELETE", "/v1/models"), ("POST", "/health"),
+                                         ("PUT", "/v1/chat/completions")])
+def test_unknown_routes_and_methods_get_the_api_error(client: FlaskClient, method: str, path: str) -> None:
+    from contract.http import match_route
+    error = error_of(lambda: match_route(method, path))
+    r = client.open(path, method=method, headers=AUTH)
+    assert_error(r, error)
+    if r.status_code == 405:
+        assert r.headers["Allow"] == ", ".join(error.allow)  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("headers", [{}, {"Authorization": "Bearer "}, {"Authorization": "Basic x"}])
+def test_a_missing_or_malformed_key_is_401(client: FlaskClient, headers: dict[str, str]) -> None:
+    assert_code(client.post("/v1/completions", json=completion_body(), headers=headers), "invalid_api_key")
+    assert_code(client.get("/v1/models", headers=headers), "invalid_api_key")
+
+
+def test_with_keys_configured_only_those_keys_pass() -> None:
+    client = create_app(MockConfig(keys=("k1", "k2"))).test_client()
+    assert_code(client.post("/v1/completions", json=completion_body(), headers=AUTH), "invalid_api_key")
+    r = client.post("/v1/completions", json=completion_body(), headers={"Authorization": "Bearer k2"})
+    assert r.status_code == 200
+
+
+def test_without_keys_configured_any_non_empty_key_passes(client: FlaskClient) -> None:
+    r = client.post("/v1/completions", json=completion_body(), headers={"Authorization": "Bearer anything"})
+    assert r.status_code == 200
+
+
+def test_chat_is_refused(client: FlaskClient) -> None:
+    r = client.post("/v1/chat/completions", json={"messages": []}, headers=AUTH)
+    assert r.get_json()["error"]["message"] == spec().messages["chat_refused"]
+    assert_code(r, "invalid_request")
+
+
+def test_a_content_length_over_the_cap_is_413_before_reading(client: FlaskClient) -> None:
+    cap = spec().caps["max_body_bytes"]
+    r = client.post("/v1/completions", data=b"x" * (cap + 1), headers={**AUTH, "Content-Type": "application/json"})
+    assert_code(r, "request_too_large")
+
+
+def test_media_type_and_json(client: FlaskClient) -> None:
+    assert_code(client.post("/v1/completions", data="{}", headers={**AUTH, "Content-Type": "text/plain"}),
+                "unsupported_media_type")
+    for raw in (b"{nope", b"[1]", b'{"a": NaN}', b"\xff\xfe"):
+        assert_code(client.post("/v1/completions", data=raw, headers={**AUTH, "Content-Type": "application/json"}),
+                    "invalid_json")
+
+
+@pytest.mark.parametrize("fields", [{"max_tokens": "2"}, {"best_of": 2}, {"model": "nope"},
+                                    {"max_tokens": 16001, "n": 2}, {"temperature": 3}])
+def test_validation_errors_are_the_cores(client: FlaskClient, fields: dict[str, Any]) -> None:
+    body = completion_body(**fields)
+    assert_error(client.post("/v1/completions", json=body, headers=AUTH),
+                 error_of(lambda: validate_completion(body)))
+
+
+# -- the engine's failures ------------------------------------------------------------
+class BrokenEngine:
+    def __init__(self, error: Exception, after: int = 0) -> None:
+        self.error, self.after = error, after
+
+    def generate(self, req: CompletionRequest, max_tokens: int, request_id: str) -> Iterator[Any]:
+        yield from list(FakeEngine().generate(req, max_tokens, request_id))[:self.after]
+        raise self.error
+
+
+@pytest.mark.parametrize("error", [RuntimeError("secret internals"),
+                                   InferenceUnavailable.from_template("inference_unavailable")])
+def test_an_engine_error_is_an_api_error_without_internals(error: Exception) -> None:
+    client = create_app(MockConfig(), engine=BrokenEngine(error)).test_client()
+    r = client.post("/v1/completions", json=completion_body(), headers=AUTH)
+    expected = error if isinstance(error, ApiError) else InternalError.from_template("internal_error")
+    assert_error(r, expected)
+    assert "secret" not in r.get_data(as_text=True)
+
+
+def test_an_engine_error_mid_stream_is_an_error_event_then_done() -> None:
+    client = create_app(MockConfig(), engine=BrokenEngine(RuntimeError("boom"), after=3)).test_client()
+    r = client.post("/v1/completions", json=completion_body(stream=True, ignore_eos=True), headers=AUTH)
+    stream = parse_sse(r.get_data(as_text=True))
+    rid = r.headers["X-Request-Id"]
+    assert len(stream.chunks) == 3
+    assert stream.events[-2:] == [InternalError.from_template("internal_error").body(rid), "[DONE]"]
+
+
+# -- faults ---------------------------------------------------------------------------
+@pytest.mark.parametrize("status", spec().raw["x-mock-faults"]["statuses"])
+def test_x_mock_status_forces_the_status_with_its_code(client: FlaskClient, status: int) -> None:
+    r = client.post("/v1/completions", json=completion_body(), headers={**AUTH, STATUS: str(status)})
+    code = next(c for c, v in spec().error_codes.items() if v["status"] == status)
+    body = assert_code(r, code)
+    assert r.status_code == status and body["error"]["param"] is None
+
+
+def test_x_mock_status_comes_after_validation(client: FlaskClient) -> None:
+    r = client.post("/v1/completions", json=completion_body(max_tokens="2"), headers={**AUTH, STATUS: "503"})
+    assert r.status_code == 400
+
+
+@pytest.mark.parametrize("header,value,expected", [(STATUS, "418", "status"), (STATUS, "x", "status"),
+                                                   (TTFT_MS, "-1", "milliseconds"), (TPOT_MS, "nan", "milliseconds"),
+                                                   (STREAM_ERROR_AFTER, "1.5", "count")])
+def test_a_bad_mock_header_is_400_with_the_specs_message(client: FlaskClient, header: str, value: str,
+                                                         expected: str) -> None:
+    faults = spec().raw["x-mock-faults"]
+    want = faults["invalid_header"].format(header=header, expected=faults["expected"][expected].format(
+        statuses=", ".join(map(str, faults["statuses"]))))
+    r = client.post("/v1/completions", json=completion_body(), headers={**AUTH, header: value})
+    assert assert_code(r, "invalid_request")["error"]["message"] == want
+
+
+def test_x_mock_stream_error_after(client: FlaskClient) -> None:
+    r = client.post("/v1/completions", json=completion_body(stream=True, ignore_eos=True),
+                    headers={**AUTH, STREAM_ERROR_AFTER: "2"})
+    stream = parse_sse(r.get_data(as_text=True))
+    rid = r.headers["X-Request-Id"]
+    assert r.status_code == 200 and len(stream.chunks) == 2
+    assert stream.events[-2:] == [InferenceUnavailable.from_template("inference_unavailable").body(rid), "[DONE]"]
+
+
+def test_configured_fault_rates() -> None:
+    client = create_app(MockConfig(fault_rate=1.0)).test_client()
+    statuses = {client.post("/v1/completions", json=completion_body(), headers=AUTH).status_code for _ in range(100)}
+    assert statuses == set(spec().raw["x-mock-faults"]["statuses"])
+    client = create_app(MockConfig(stream_error_rate=1.0)).test_client()
+    r = client.post("/v1/completions", json=completion_body(stream=True, ignore_eos=True), headers=AUTH)
+    events = parse_sse(r.get_data(as_text=True)).events
+    assert events[-2]["error"]["code"] == spec().raw["x-mock-faults"]["stream_error_code"]
+
+
+# -- the Budget's headers -------------------------------------------------------------
+def test_clamped_max_tokens_header_and_429(tmp_path: Any) -> None:
+    body = completion_body(max_tokens=50, ignore_eos=True)
+    req = validate_completion(body)
+    budget = sum(req.prompt_token_counts) + 10
+    client = create_app(MockConfig(budget_tokens=budget, budget_dir=str(tmp_path))).test_client()
+    r = client.post("/v1/completions", json=body, headers=AUTH)
+    held = hold(req.prompt_token_counts, req.n, req.max_tokens, budget)
+    assert held.clamped and r.headers["X-Acs-Max-Tokens-Clamped"] == str(held.max_tokens)
+    assert r.get_json()["usage"]["completion_tokens"] == held.max_tokens
+    r = client.post("/v1/completions", json=body, headers=AUTH)
+    assert_error(r, error_of(lambda: hold(req.prompt_token_counts, req.n, req.max_tokens, 0)))
+    other = client.post("/v1/completions", json=body, headers={"Authorization": "Bearer other"})
+    assert other.status_code == 200   # each key has its own Budget
+
+
+def test_unclamped_responses_have_no_clamp_header(client: FlaskClient) -> None:
+    r = client.post("/v1/completions", json=completion_body(), headers=AUTH)
+    assert "X-Acs-Max-Tokens-Clamped" not in r.headers
+
+
+def test_non_stream_body_is_compact_json(client: FlaskClient) -> None:
+    r = client.post("/v1/completions", json=completion_body(seed=1), headers=AUTH)
+    assert r.mimetype == "application/json"
+    assert json.loads(r.get_data()) == r.get_json()
