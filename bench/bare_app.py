@@ -56,7 +56,10 @@ _CHUNK = (
             "object": "text_completion",
             "created": 0,
             "model": "llama-8b",
-            "choices": [{"index": 0, "text": " sky", "logprobs": None, "finish_reason": None}],
+            "choices": [
+                {"index": 0, "text": " sky", "logprobs": None, "finish_reason": None,
+                 "stop_reason": None}
+            ],
         }
     )
     + "\n\n"

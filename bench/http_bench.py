@@ -123,8 +123,20 @@ def free_port():
 
 
 def gunicorn_args(args):
-    """The settings the mock and the ceiling share."""
-    return ["-k", "gthread", "--workers", str(args.workers), "--threads", str(args.threads)]
+    """The ceiling's gunicorn settings: those mock_server/__main__.py gives gunicorn."""
+    return ["-k", "gthread", "--workers", str(args.workers), "--threads", str(args.threads),
+            "--preload", "--keep-alive", "5", "--timeout", "60", "--graceful-timeout", "5",
+            "--log-level", "warning"]
+
+
+def mock_defaults():
+    """The mock's own defaults for --workers and --threads (MOCK_* variables included)."""
+    try:
+        from mock_server.__main__ import parser
+    except ImportError:
+        return os.cpu_count() or 1, 32
+    defaults = parser().parse_args([])
+    return defaults.workers, defaults.threads
 
 
 def build_servers(args):
@@ -134,7 +146,7 @@ def build_servers(args):
             "mock",
             "mock",
             [py, "-m", "mock_server", "--host", "127.0.0.1", "--workers", str(args.workers),
-             "--threads", str(args.threads)],
+             "--threads", str(args.threads), "--log-level", "warning"],
             free_port(),
         ),
         "prism": Server(
@@ -152,7 +164,7 @@ def build_servers(args):
             free_port(),
         ),
     }
-    servers["mock"].argv[4:4] = ["--port", str(servers["mock"].port)]
+    servers["mock"].argv += ["--port", str(servers["mock"].port)]
     servers["prism"].argv += ["-p", str(servers["prism"].port)]
     servers["bare"].argv += ["--bind", f"127.0.0.1:{servers['bare'].port}"]
     return [servers[k] for k in args.servers]
@@ -262,7 +274,8 @@ def summarise_wrk(raw, case):
 
 
 def one_stream(server):
-    """One streamed completion: (tokens, chunks, ttft_s, total_s) or raises ServerFailed."""
+    """One streamed completion: (tokens, chunks, ttft_s, total_s, tokens_from_usage), or
+    raises ServerFailed when the answer is not a stream."""
     t0 = time.perf_counter()
     ttft, chunks, usage = None, 0, None
     with httpx.stream("POST", server.url + "/v1/completions", json=STREAM_BODY,
@@ -287,7 +300,7 @@ def one_stream(server):
                 usage = event["usage"]
     total = time.perf_counter() - t0
     tokens = usage["completion_tokens"] if usage else chunks
-    return tokens, chunks, ttft or total, total
+    return tokens, chunks, ttft or total, total, usage is not None
 
 
 def run_streams(server, duration):
@@ -296,14 +309,14 @@ def run_streams(server, duration):
     while not runs or (time.monotonic() < deadline and len(runs) < 50):
         runs.append(one_stream(server))
     runs.sort(key=lambda run: run[0] / run[3])
-    tokens, chunks, ttft, total = runs[len(runs) // 2]
+    tokens, chunks, ttft, total, from_usage = runs[len(runs) // 2]
     return {
         "tokens_per_s": tokens / total,
         "tokens": tokens,
         "chunks": chunks,
         "ttft_ms": ttft * 1000,
         "runs": len(runs),
-        "usage": tokens != chunks or chunks == 0,
+        "usage": from_usage,
     }
 
 
@@ -327,20 +340,40 @@ def prism_stream_reason(server):
 
 
 def measure(servers, args, workdir):
-    """Every cell: {(case, connections, server): result or {"na": reason}}; and streams."""
-    cells, streams = {}, {}
+    """Every cell, round after round, servers interleaved so that drift in the machine's
+    load spreads over all three; a cell's result is its median round by requests/s.
+    Returns {(case, connections, server): result or {"na": reason}} and the streams."""
+    rounds = {}
     for case in CASES:
-        body_file = workdir / f"body_{case.key}.json"
-        body_file.write_text(json.dumps(case.body))
-        for conns in args.connections:
-            for server in servers:
-                cells[case.key, conns, server.key] = measure_cell(server, case, conns, args, body_file)
-    for server in servers:
-        streams[server.key] = measure_stream(server, args)
+        (workdir / f"body_{case.key}.json").write_text(json.dumps(case.body))
+    for number in range(args.rounds):
+        for case in CASES:
+            body_file = workdir / f"body_{case.key}.json"
+            for conns in args.connections:
+                for server in servers:
+                    cell = case.key, conns, server.key
+                    if "na" in rounds.get(cell, [{}])[-1]:
+                        continue
+                    warmup = args.warmup if number == 0 else 0
+                    result = measure_cell(server, case, conns, args, body_file, warmup)
+                    rounds.setdefault(cell, []).append(result)
+    cells = {cell: median_round(results) for cell, results in rounds.items()}
+    streams = {server.key: measure_stream(server, args) for server in servers}
     return cells, streams
 
 
-def measure_cell(server, case, conns, args, body_file):
+def median_round(results):
+    if "na" in results[-1]:
+        return results[-1]
+    ordered = sorted(results, key=lambda r: r["rps"])
+    median = dict(ordered[len(ordered) // 2])
+    median["rounds"] = [r["rps"] for r in results]
+    for key in ("requests", "wrong_status", "socket_errors"):
+        median[key] = sum(r[key] for r in results)
+    return median
+
+
+def measure_cell(server, case, conns, args, body_file, warmup):
     if server.failure:
         return {"na": server.failure}
     try:
@@ -350,8 +383,8 @@ def measure_cell(server, case, conns, args, body_file):
     if status != case.expect_status:
         return {"na": f"answered {status}, not {case.expect_status}"}
     print(f"  {case.title:28} c={conns:<3} {server.label:11}", end=" ", flush=True, file=sys.stderr)
-    if args.warmup:
-        run_wrk(server, case, conns, args.warmup, body_file)
+    if warmup:
+        run_wrk(server, case, conns, warmup, body_file)
     result = summarise_wrk(run_wrk(server, case, conns, args.duration, body_file), case)
     print(f"{result['rps']:9.0f} req/s", file=sys.stderr)
     return result
@@ -384,10 +417,12 @@ def run(args):
                 except ServerFailed as e:
                     server.failure = str(e)
                     stop(server)
+        load_before = os.getloadavg()
         print("servers: " + ", ".join(f"{s.label} {s.url if not s.failure else 'FAILED'}"
                                       for s in servers), file=sys.stderr)
         cells, streams = measure(servers, args, workdir)
         versions = collect_versions()
+        versions["load"] = (load_before, os.getloadavg())
     return servers, cells, streams, versions
 
 
@@ -503,23 +538,39 @@ def problems(servers, cells):
         elif "na" not in cell and (cell["wrong_status"] or cell["socket_errors"]):
             lines.append(f"- (!) ({case}) c={conns} {label}: {cell['wrong_status']} answers with "
                          f"the wrong status class, {cell['socket_errors']} socket errors/timeouts "
-                         f"of {cell['requests']} requests")
+                         f"of {cell['requests']} requests (all rounds)")
     return lines
 
 
+def rounds_table(servers, cells, args):
+    rows = ["| case | conns | server | req/s in each round |", "| --- | --- | --- | --- |"]
+    for case in CASES:
+        for conns in args.connections:
+            for s in servers:
+                cell = cells[case.key, conns, s.key]
+                if "na" not in cell:
+                    values = ", ".join(f"{v:,.0f}" for v in cell["rounds"])
+                    rows.append(f"| {case.title} | {conns} | {s.label} | {values} |")
+    return rows
+
+
 def report(servers, cells, streams, versions, args, command):
+    (before, after) = versions.pop("load")
+    load = f"load average {before[0]:.2f} before the run, {after[0]:.2f} after"
     now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     out = [
         "# HTTP throughput: mock vs Prism vs bare Flask",
         "",
         f"- Date: {now}",
         f"- Command: `{command}`",
-        f"- Machine: {machine_info()}; wrk and the servers share these cores",
+        f"- Machine: {machine_info()}; wrk and the servers share these cores; {load}",
         "- Versions: " + ", ".join(f"{k} {v}" for k, v in versions.items()),
         f"- Server settings: mock and bare Flask under gunicorn `{' '.join(gunicorn_args(args))}`;"
         " Prism `prism mock openapi.yaml -v silent` (openapi.yaml unchanged, one Node process)",
-        f"- Load: wrk `-t1 -c<conns> -d{args.duration}s --latency` with bench/wrk_post.lua,"
-        f" after a {args.warmup} s warm-up per cell; key `Authorization: Bearer {API_KEY}`",
+        f"- Load: wrk `-t1 -c<conns> -d{args.duration}s --latency --timeout 10s` with"
+        f" bench/wrk_post.lua; {args.rounds} rounds of every cell, the servers interleaved,"
+        f" the median round shown; a {args.warmup} s warm-up before a cell's first round;"
+        f" key `Authorization: Bearer {API_KEY}`",
         "",
         "## Requests/s and latency",
         "",
@@ -534,6 +585,10 @@ def report(servers, cells, streams, versions, args, command):
         " request (from sending it to `[DONE]`).",
         "",
         *stream_table(servers, streams),
+        "",
+        "## Every round",
+        "",
+        *rounds_table(servers, cells, args),
     ]
     trouble = problems(servers, cells)
     if trouble:
@@ -545,10 +600,15 @@ def parse_args(argv):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--duration", type=int, default=5, help="seconds per measured cell (default 5)")
     p.add_argument("--warmup", type=int, default=1, help="warm-up seconds per cell (default 1)")
+    p.add_argument("--rounds", type=int, default=3,
+                   help="rounds of every cell; the median round is shown (default 3)")
     p.add_argument("--connections", type=lambda s: [int(c) for c in s.split(",")],
                    default=[1, 64], help="wrk connection counts (default 1,64)")
-    p.add_argument("--workers", type=int, default=2, help="gunicorn workers (default 2)")
-    p.add_argument("--threads", type=int, default=8, help="gthread threads per worker (default 8)")
+    workers, threads = mock_defaults()
+    p.add_argument("--workers", type=int, default=workers,
+                   help=f"gunicorn workers of the mock and the ceiling (the mock's default, {workers})")
+    p.add_argument("--threads", type=int, default=threads,
+                   help=f"gthread threads per worker (the mock's default, {threads})")
     p.add_argument("--servers", type=lambda s: s.split(","), default=["mock", "prism", "bare"],
                    help="a subset of mock,prism,bare (default all three)")
     p.add_argument("--start-timeout", type=float, default=60, help="seconds to wait for /health")
