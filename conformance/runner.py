@@ -64,29 +64,42 @@ def run_check(check: Check, ctx: Context) -> CheckResult:
                        time.perf_counter() - start, ctx.client.tokens - tokens_before)
 
 
+def execute(check: Check, ctx: Context) -> CheckResult:
+    """One check, unless its token bound would pass the ceiling (then skipped, with the reason)."""
+    bound = check.token_bound(ctx.config)
+    if ctx.client.tokens + bound > ctx.config.token_ceiling:
+        return CheckResult(check.id, check.all_tags, check.doc, Outcome.SKIPPED,
+                           reason=f"it may generate {bound} tokens; {ctx.client.tokens} of the "
+                                  f"ceiling of {ctx.config.token_ceiling} are spent")
+    return run_check(check, ctx)
+
+
+def connect(config: RunConfig, transport: httpx.BaseTransport | None = None) -> Context:
+    """A Context for `config`, after GET /v1/models; the caller closes ctx.client."""
+    config.validate()
+    client = Client(config.base_url, config.api_key, timeout=config.timeout, transport=transport)
+    try:
+        return Context(config, client, discover(client, config.model))
+    except BaseException:
+        client.close()
+        raise
+
+
 def run(config: RunConfig, checks: Sequence[Check], *, progress: Progress | None = None,
         transport: httpx.BaseTransport | None = None) -> RunReport:
     """Run `checks` (already selected) in order; raise ConfigError/Unreachable before any check."""
-    config.validate()
     report = RunReport(config.base_url, config.model, config.profile, token_ceiling=config.token_ceiling)
     start = time.perf_counter()
-    with Client(config.base_url, config.api_key, timeout=config.timeout, transport=transport) as client:
-        server = discover(client, config.model)
-        report.server_max_model_len = server.max_model_len.get(config.model)
-        ctx = Context(config, client, server)
+    ctx = connect(config, transport)
+    with ctx.client:
+        report.server_max_model_len = ctx.server.max_model_len.get(config.model)
         for check in checks:
             if progress:
                 progress(check, None)
-            bound = check.token_bound(config)
-            if client.tokens + bound > config.token_ceiling:
-                result = CheckResult(check.id, check.all_tags, check.doc, Outcome.SKIPPED,
-                                     reason=f"it may generate {bound} tokens; {client.tokens} of the "
-                                            f"ceiling of {config.token_ceiling} are spent")
-            else:
-                result = run_check(check, ctx)
+            result = execute(check, ctx)
             report.results.append(result)
             if progress:
                 progress(check, result)
-        report.tokens = client.tokens
+        report.tokens = ctx.client.tokens
     report.duration = time.perf_counter() - start
     return report

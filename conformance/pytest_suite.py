@@ -1,0 +1,79 @@
+"""One pytest test per selected check; see conformance/pytest_plugin.py for how to run it."""
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from conformance.config import DEFAULT_TOKEN_CEILING, RunConfig
+from conformance.context import Context
+from conformance.registry import Check, select
+from conformance.results import Outcome
+from contract import spec
+
+
+def _option(config: pytest.Config, name: str) -> Any:
+    """--conformance-NAME, else the environment variable CONFORMANCE_NAME."""
+    value = config.getoption(f"conformance_{name}", default=None)
+    return value if value not in (None, False) else os.environ.get(f"CONFORMANCE_{name.upper()}")
+
+
+def _split(value: str | None) -> tuple[str, ...]:
+    return tuple(v.strip() for v in (value or "").split(",") if v.strip())
+
+
+def run_config(config: pytest.Config) -> RunConfig | None:
+    base_url = _option(config, "base_url")
+    if not base_url:
+        return None
+    return RunConfig(
+        base_url=base_url, api_key=_option(config, "api_key") or "",
+        model=_option(config, "model") or spec().default_model,
+        profile=_option(config, "profile") or "quick",
+        include=_split(_option(config, "include")), skip=_split(_option(config, "skip")),
+        select=_split(_option(config, "select")),
+        wrong_key_expected=bool(_option(config, "wrong_key_expected")),
+        exhausted_key=_option(config, "exhausted_key"),
+        token_ceiling=int(_option(config, "token_ceiling") or DEFAULT_TOKEN_CEILING),
+    ).validate()
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "conformance_check" not in metafunc.fixturenames:
+        return
+    from conformance.checks import REGISTRY
+    config = run_config(metafunc.config)
+    checks = select(REGISTRY, config) if config else []
+    if not checks:
+        metafunc.parametrize("conformance_check", [pytest.param(None, marks=pytest.mark.skip(
+            reason="no --conformance-base-url (or CONFORMANCE_BASE_URL) given"))], ids=["unconfigured"])
+        return
+    metafunc.parametrize("conformance_check", checks, ids=[c.id for c in checks])
+
+
+@pytest.fixture(scope="session")
+def conformance_context(request: pytest.FixtureRequest) -> Iterator[Context]:
+    from conformance.runner import connect
+    config = run_config(request.config)
+    assert config is not None
+    ctx = connect(config)
+    yield ctx
+    ctx.client.close()
+    reporter = request.config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is not None:
+        reporter.write_line(f"conformance: the server generated {ctx.client.tokens} tokens "
+                            f"(ceiling {config.token_ceiling})")
+
+
+def test_conformance(conformance_check: Check, conformance_context: Context) -> None:
+    from conformance.reports.junit import finding_text
+    from conformance.runner import execute
+    result = execute(conformance_check, conformance_context)
+    if result.outcome is Outcome.SKIPPED:
+        pytest.skip(result.reason)
+    if result.outcome is Outcome.ERROR:
+        raise RuntimeError(f"the suite failed to run {result.id}: {result.reason}")
+    if result.outcome is Outcome.FAILED:
+        pytest.fail(f"{result.id}\n{finding_text(result)}", pytrace=False)
