@@ -9,7 +9,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from conformance.config import RunConfig
-from conformance.registry import Check
+from conformance.registry import Check, token_bound
 from conformance.results import CheckResult, Outcome, RunReport, exit_code
 
 STYLE = {Outcome.PASSED: "green", Outcome.FAILED: "red", Outcome.SKIPPED: "yellow", Outcome.ERROR: "magenta"}
@@ -81,5 +81,5 @@ def print_dry_run(checks: Sequence[Check], config: RunConfig, console: Console) 
     for check in checks:
         table.add_row(check.id, ", ".join(check.all_tags), str(check.token_bound(config)))
     console.print(table)
-    console.print(f"token bound of the selection: {sum(c.token_bound(config) for c in checks)} "
+    console.print(f"token bound of the selection: {token_bound(checks, config)} "
                   f"(ceiling {config.token_ceiling})")

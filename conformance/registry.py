@@ -27,6 +27,7 @@ class Check:
     tags: tuple[str, ...] = ()
     doc: str = ""
     tokens: TokenBound = 0      # upper bound of tokens it makes the server generate; 0: none
+    shares: str = ""            # checks with the same key share one spend (one stream, one run)
 
     def token_bound(self, config: "RunConfig") -> int:
         return self.tokens(config) if callable(self.tokens) else self.tokens
@@ -54,10 +55,10 @@ class Registry:
         return check
 
     def register(self, id: str, *, tags: Iterable[str] = (), tokens: TokenBound = 0,
-                 doc: str = "") -> Callable[[CheckFunction], CheckFunction]:
+                 shares: str = "", doc: str = "") -> Callable[[CheckFunction], CheckFunction]:
         """Decorator: the function's docstring is the check's description."""
         def wrap(func: CheckFunction) -> CheckFunction:
-            self.add(Check(id, func, tuple(tags), doc or (func.__doc__ or "").strip(), tokens))
+            self.add(Check(id, func, tuple(tags), doc or (func.__doc__ or "").strip(), tokens, shares))
             return func
         return wrap
 
@@ -96,6 +97,18 @@ def select(checks: Iterable[Check], config: "RunConfig") -> list[Check]:
             continue
         chosen.append(check)
     return chosen
+
+
+def token_bound(checks: Iterable[Check], config: "RunConfig") -> int:
+    """Upper bound of the tokens a selection makes the server generate (shared spends once)."""
+    shared: dict[str, int] = {}
+    total = 0
+    for check in checks:
+        if check.shares:
+            shared[check.shares] = max(shared.get(check.shares, 0), check.token_bound(config))
+        else:
+            total += check.token_bound(config)
+    return total + sum(shared.values())
 
 
 def known_tags(checks: Iterable[Check]) -> set[str]:

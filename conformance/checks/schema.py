@@ -267,7 +267,8 @@ def register_schema_checks() -> list[Check]:
                 ctx.skip("servers without configured keys accept any key; pass --wrong-key-expected")
             _report(name, ctx)
         tags = ("schema", "streaming") if name == STREAM_CHECK else ("schema",)
-        out.append(REGISTRY.add(Check(f"schema:{name}", func, tags, _doc(name), positive_token_bound)))
+        out.append(REGISTRY.add(Check(f"schema:{name}", func, tags, _doc(name), positive_token_bound,
+                                      "schemathesis")))
     return out
 
 

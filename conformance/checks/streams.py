@@ -82,7 +82,7 @@ def kinds(reply: StreamReply) -> str:
 
 # -- streams -------------------------------------------------------------------------
 
-@register("stream:framing", tags=("streaming",), tokens=12)
+@register("stream:framing", tags=("streaming",), tokens=12, shares="usage_stream")
 def framing(ctx: Context) -> None:
     """`data: ` lines separated by blank lines, `:` comments only, `data: [DONE]` last, nothing after."""
     reply = usage_stream(ctx)
@@ -95,7 +95,7 @@ def framing(ctx: Context) -> None:
     ctx.expect(not invalid, "data that is neither JSON nor [DONE]", received=invalid, reply=reply)
 
 
-@register("stream:event_schema", tags=("streaming",), tokens=12)
+@register("stream:event_schema", tags=("streaming",), tokens=12, shares="usage_stream")
 def event_schema(ctx: Context) -> None:
     """Each event matches its schema in x-event-schemas (content, usage, activations, error, done)."""
     reply = usage_stream(ctx)
@@ -114,7 +114,7 @@ def _check_event_schemas(ctx: Context, reply: StreamReply) -> None:
                    expected=event.kind, received=errors, reply=reply)
 
 
-@register("stream:event_order", tags=("streaming",), tokens=12)
+@register("stream:event_order", tags=("streaming",), tokens=12, shares="usage_stream")
 def event_order(ctx: Context) -> None:
     """Content chunks, then the usage chunk (include_usage), then [DONE]."""
     reply = usage_stream(ctx)
@@ -123,7 +123,7 @@ def event_order(ctx: Context) -> None:
                expected="content... usage done", received=order.strip(), reply=reply)
 
 
-@register("stream:finish_reason_last_chunk", tags=("streaming",), tokens=12)
+@register("stream:finish_reason_last_chunk", tags=("streaming",), tokens=12, shares="usage_stream")
 def finish_reason_last(ctx: Context) -> None:
     """finish_reason and stop_reason are null until the last chunk of each choice, then set."""
     reply = usage_stream(ctx)
@@ -144,7 +144,7 @@ def finish_reason_last(ctx: Context) -> None:
                    received=chunks[-1].get("finish_reason"), reply=reply)
 
 
-@register("stream:usage_arithmetic", tags=("streaming",), tokens=12)
+@register("stream:usage_arithmetic", tags=("streaming",), tokens=12, shares="usage_stream")
 def stream_usage(ctx: Context) -> None:
     """The usage chunk: prompts counted once each, completion = prompts x n x max_tokens, total = sum."""
     reply = usage_stream(ctx)
