@@ -1,0 +1,107 @@
+"""Proof that the suite discriminates: it passes against the mock and fails against broken mocks.
+
+The mock runs in-process behind `Breaker` (tests/conformance_support.py), served
+by a real HTTP server thread. Each broken mode must be caught by the named
+checks; the baseline must pass every check of the full profile.
+"""
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from conformance.checks import REGISTRY
+from conformance.config import RunConfig
+from conformance.registry import select, token_bound
+from conformance.results import Outcome, RunReport
+from conformance.runner import run
+from mock_server.app import create_app
+from mock_server.config import MockConfig
+from tests.conformance_support import MODES, Breaker, serve
+
+KEY = "conformance-test-key"
+
+
+@pytest.fixture(scope="module")
+def breaker() -> Iterator[tuple[Breaker, str]]:
+    app = Breaker(create_app(MockConfig()))
+    with serve(app) as url:
+        yield app, url
+
+
+def run_suite(url: str, *patterns: str, profile: str = "full") -> RunReport:
+    config = RunConfig(url, KEY, profile=profile, select=patterns)
+    return run(config, select(REGISTRY, config))
+
+
+def failed_ids(report: RunReport) -> set[str]:
+    assert not report.errors, [(r.id, r.reason) for r in report.errors]
+    return {r.id for r in report.failed}
+
+
+# mode -> (checks to run, checks that must fail)
+CAUGHT_BY: dict[str, tuple[tuple[str, ...], set[str]]] = {
+    "wrong_status": (("golden:http.*",), {"golden:http.media_type"}),
+    "wrong_code": (("caps:max_tokens.*", "golden:caps.without_stream.past"),
+                   {"caps:max_tokens.without_stream.limit+1", "golden:caps.without_stream.past"}),
+    "missing_param": (("golden:type.max_tokens.*", "golden:docs.*"),
+                      {"golden:type.max_tokens.string", "golden:docs.max_tokens_string",
+                       "golden:docs.generated_tokens_32002"}),
+    "changed_message": (("golden:type.max_tokens.*", "golden:docs.*"),
+                        {"golden:type.max_tokens.string", "golden:docs.max_tokens_string"}),
+    "no_request_id": (("headers:*", "golden:http.not_found"),
+                      {"headers:x_request_id.error", "golden:http.not_found"}),
+    # (schemathesis's negative_data_rejection lets an extra property pass on purpose)
+    "unknown_field_accepted": (("golden:unknown.*",),
+                               {"golden:unknown.best_of", "golden:unknown.suffix", "golden:unknown.logit_bias"}),
+    "cap_off_by_one": (("caps:max_tokens.without_stream.*", "golden:caps.without_stream.*"),
+                       {"caps:max_tokens.without_stream.limit+1", "golden:caps.without_stream.past"}),
+    "wrong_type_accepted": (("golden:type.max_tokens.*", "golden:docs.*"),
+                            {"golden:type.max_tokens.string", "golden:docs.max_tokens_string"}),
+    "events_out_of_order": (("stream:event_order", "stream:framing"), {"stream:event_order"}),
+    "missing_done": (("stream:framing", "stream:event_order"), {"stream:framing", "stream:event_order"}),
+    "finish_reason_early": (("stream:finish_reason_last_chunk",), {"stream:finish_reason_last_chunk"}),
+    "wrong_usage": (("usage:*", "stream:usage_arithmetic"), {"usage:arithmetic", "stream:usage_arithmetic"}),
+    "seed_not_reproducing": (("determinism:*", "stream:text_equals_non_stream"),
+                             {"determinism:seed", "stream:text_equals_non_stream"}),
+    "missing_x_request_id": (("headers:*", "golden:http.not_found", "schema:response_headers_conformance"),
+                             {"headers:x_request_id.success", "headers:x_request_id.error",
+                              "golden:http.not_found", "schema:response_headers_conformance"}),
+}
+
+
+def test_every_mode_has_its_catchers() -> None:
+    assert set(CAUGHT_BY) == set(MODES)
+    for patterns, must_fail in CAUGHT_BY.values():
+        ids = set(REGISTRY.ids())
+        assert must_fail <= ids, must_fail - ids
+
+
+@pytest.mark.parametrize("mode", list(CAUGHT_BY))
+def test_a_broken_deployment_is_caught_by_the_named_checks(mode: str, breaker: tuple[Breaker, str]) -> None:
+    app, url = breaker
+    patterns, must_fail = CAUGHT_BY[mode]
+    app.mode = None
+    clean = run_suite(url, *patterns)
+    assert failed_ids(clean) == set(), "the selection must pass against the unbroken mock"
+    app.mode = mode
+    try:
+        broken = run_suite(url, *patterns)
+    finally:
+        app.mode = None
+    assert must_fail <= failed_ids(broken), {r.id: [f.message for f in r.findings] for r in broken.results}
+
+
+def test_the_full_profile_passes_against_the_mock(breaker: tuple[Breaker, str]) -> None:
+    app, url = breaker
+    app.mode = None
+    config = RunConfig(url, KEY, profile="full")
+    checks = select(REGISTRY, config)
+    report = run(config, checks)
+    problems = {r.id: r.reason or [f.message for f in r.findings] for r in report.failed + report.errors}
+    assert problems == {}
+    assert report.count(Outcome.PASSED) > 250
+    skipped = {r.id for r in report.results if r.outcome is Outcome.SKIPPED}
+    # only what needs a configured deployment: keys, a spent Budget
+    assert skipped == {"auth:wrong_key", "budget:exhausted_key", "schema:ignored_auth"}
+    assert 0 < report.tokens <= token_bound(checks, config) <= config.token_ceiling
