@@ -100,6 +100,7 @@ def validate_completion(body: Any, models: Mapping[str, ModelInfo] | None = None
         raise InvalidJson.from_template("not_json_object")
     body = {k: v for k, v in body.items() if v is not None}
     request_schema().validate(body)
+    body = request_schema().coerce(body)
     check_rules(body)
     models = spec().models if models is None else models
     model = models.get(body["model"])

@@ -69,6 +69,10 @@ class ObjectSchema:
         for error in self.iter_errors(body):
             raise error
 
+    def coerce(self, body: dict[str, Any]) -> dict[str, Any]:
+        """A valid body with integer-valued floats in integer fields made ints."""
+        return coerce_integers(body, self.schema)
+
     def iter_errors(self, body: dict[str, Any]) -> Iterator[ApiError]:
         """Every error, stage by stage; within a stage, in body order."""
         messages = spec().messages
@@ -92,6 +96,48 @@ class ObjectSchema:
                 self._ranges[key](body[key])
             except JsonSchemaValueException as exc:
                 yield _map(key, self.properties[key], body[key], exc, types_only=False)
+
+
+_JSON_TYPES = {bool: "boolean", int: "integer", float: "number", str: "string", list: "array",
+               dict: "object", type(None): "null"}
+
+
+def _types(schema: dict[str, Any]) -> list[str]:
+    t = schema.get("type", [])
+    return t if isinstance(t, list) else [t]
+
+
+def _branch(schema: dict[str, Any], value: Any) -> dict[str, Any]:
+    """The anyOf branch a valid value took (arrays: by their first item's type)."""
+    kind = _JSON_TYPES.get(type(value), "")
+    for branch in schema["anyOf"]:
+        types = _types(branch)
+        if kind in types or (kind == "number" and "integer" in types and value.is_integer()):
+            if kind != "array" or not value:
+                return branch
+            first = _JSON_TYPES.get(type(value[0]), "")
+            item_types = _types(branch.get("items", {}))
+            if first in item_types or (first == "number" and "integer" in item_types):
+                return branch
+    return {}
+
+
+def coerce_integers(value: Any, schema: dict[str, Any]) -> Any:
+    """A valid value with its integer fields as ints: JSON Schema lets 2.0 be an
+    integer, but 2.0 must not reach a range(), a reshape or a token lookup."""
+    if "anyOf" in schema:
+        schema = _branch(schema, value)
+    if isinstance(value, float):
+        return int(value) if "integer" in _types(schema) else value
+    if isinstance(value, list):
+        items = schema.get("items", {})
+        if "integer" in _types(items):
+            return value if float not in set(map(type, value)) else [int(v) for v in value]
+        return [coerce_integers(v, items) for v in value] if items else value
+    if isinstance(value, dict) and "properties" in schema:
+        props = schema["properties"]
+        return {k: coerce_integers(v, props.get(k, {})) for k, v in value.items()}
+    return value
 
 
 def _locate(name: str, schema: dict[str, Any], value: Any, path: list[Any]) -> tuple[str, dict[str, Any], Any, str]:

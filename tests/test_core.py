@@ -143,3 +143,17 @@ def _subclasses(cls: type) -> set[type]:
     for sub in cls.__subclasses__():
         out |= {sub} | _subclasses(sub)
     return out
+
+
+def test_integer_valued_floats_become_ints_where_the_schema_says_integer() -> None:
+    model = spec().models[MODEL]
+    wire = {"activations": encode_tensor(np.zeros((1, 2, model.hidden_size), np.float32), "torch.float32"),
+            "layer_indices": [1.0], "position_indices": [0.0, 1.0]}
+    wire["activations"]["shape"] = [1.0, 2.0, float(model.hidden_size)]
+    req = validate_completion({"model": MODEL, "prompt": [[1.0, 2], [3]], "max_tokens": 2.0, "n": 1.0,
+                               "temperature": 1.0, "apply_steering_vectors": [wire]} | {"prompt": [1.0, 2]})
+    assert req.prompts == [[1, 2]] and all(type(i) is int for i in req.prompts[0])
+    assert type(req.max_tokens) is int and type(req.body["n"]) is int
+    assert req.body["temperature"] == 1.0 and req.steering[0].layer_indices == (1,)
+    several = validate_completion({"model": MODEL, "prompt": [[1.0, 2], [3]], "max_tokens": 1})
+    assert several.prompts == [[1, 2], [3]]
