@@ -9,6 +9,7 @@ import base64
 import binascii
 import math
 from dataclasses import dataclass
+from functools import cache
 from typing import Any
 
 import numpy as np
@@ -29,6 +30,13 @@ class SteeringVector:
     norm_match: bool
     position_indices: tuple[int, ...] | None
     wire: dict[str, Any]         # the object as the client sent it, for Inference
+
+
+@cache
+def _defaults() -> dict[str, Any]:
+    """A vector field left out or null takes its x-default."""
+    props = spec().schema("SteeringVector")["properties"]
+    return {name: p["x-default"] for name, p in props.items() if "x-default" in p}
 
 
 def decode_vectors(vectors: list[dict[str, Any]], model: ModelInfo) -> list[SteeringVector]:
@@ -59,7 +67,9 @@ def decode_vector(obj: dict[str, Any], model: ModelInfo, param: str) -> Steering
             raise bad("positions_2d")
         if len(positions) != shape[1]:
             raise bad("positions_count", got=len(positions), want=shape[1])
-    scale = obj.get("scale", 1.0)
+    defaults = _defaults()
+    scale = obj.get("scale")
+    scale = defaults["scale"] if scale is None else scale
     if not math.isfinite(scale):
         raise bad("scale")
     try:
@@ -88,8 +98,9 @@ def decode_vector(obj: dict[str, Any], model: ModelInfo, param: str) -> Steering
         finite = bool(np.isfinite(values).all())
     if not finite:
         raise bad("finite")
+    norm_match = obj.get("norm_match")
     return SteeringVector(values, original, tuple(layers), float(scale),
-                          bool(obj.get("norm_match", False)),
+                          defaults["norm_match"] if norm_match is None else norm_match,
                           tuple(positions) if positions is not None else None, obj)
 
 

@@ -157,3 +157,14 @@ def test_integer_valued_floats_become_ints_where_the_schema_says_integer() -> No
     assert req.body["temperature"] == 1.0 and req.steering[0].layer_indices == (1,)
     several = validate_completion({"model": MODEL, "prompt": [[1.0, 2], [3]], "max_tokens": 1})
     assert several.prompts == [[1, 2], [3]]
+
+
+def test_null_inside_a_steering_vector_means_left_out() -> None:
+    model = spec().models[MODEL]
+    defaults = spec().schema("SteeringVector")["properties"]
+    wire = {"activations": encode_tensor(np.zeros((1, model.hidden_size), np.float32), "torch.float32"),
+            "layer_indices": [0], "scale": None, "norm_match": None, "position_indices": None}
+    (vector,) = validate_completion({"model": MODEL, "prompt": "x", "max_tokens": 1,
+                                     "apply_steering_vectors": [wire]}).steering
+    assert vector.scale == defaults["scale"]["x-default"]
+    assert vector.norm_match == defaults["norm_match"]["x-default"]
