@@ -1,0 +1,252 @@
+"""The suite's parts without a server: SSE parsing, selection, exit codes, the client, reports, layers."""
+from __future__ import annotations
+
+import ast
+import json
+import sys
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import httpx
+import pytest
+
+from conformance.checks import REGISTRY
+from conformance.checks.schema import _rule_fields, narrowed_spec, schemathesis_spec
+from conformance.client import Client
+from conformance.config import DEFAULT_TOKEN_CEILING, RunConfig
+from conformance.expect import error_body, event_schemas, request_id_re
+from conformance.golden import load_cases
+from conformance.registry import Check, Registry, select, token_bound
+from conformance.reports.html import render
+from conformance.reports.junit import build
+from conformance.results import CheckResult, Exchange, ExitCode, Finding, Outcome, RunReport, exit_code
+from conformance.sse import parse_lines
+from contract import new_request_id, spec
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def lines(text: str) -> list[tuple[float, str]]:
+    return [(float(i), line) for i, line in enumerate(text.split("\n"))]
+
+
+# -- SSE --------------------------------------------------------------------------------
+
+def test_sse_events_comments_and_kinds() -> None:
+    parsed = parse_lines(lines(
+        ': keepalive\n\ndata: {"choices":[{"index":0,"text":"a"}]}\n\n'
+        'data: {"choices":[],"usage":{}}\n\ndata: {"choices":[],"activations":{}}\n\n'
+        'data: {"error":{}}\n\ndata: [DONE]\n\n'))
+    assert [e.kind for e in parsed.events] == ["content", "usage", "activations", "error", "done"]
+    assert [c for _, c in parsed.comments] == [": keepalive"]
+    assert parsed.framing_errors == []
+
+
+@pytest.mark.parametrize("text, error", [
+    ("data: [DONE]", "ended inside an event"),
+    ("data: {}\ndata: {}\n\n", "2 data lines"),
+    ("data:{}\n\n", "one space"),
+    ("event: x\ndata: {}\n\n", "neither data nor a comment"),
+])
+def test_sse_framing_errors(text: str, error: str) -> None:
+    assert any(error in e for e in parse_lines(lines(text)).framing_errors)
+
+
+def test_sse_data_that_is_not_json_is_invalid() -> None:
+    assert [e.kind for e in parse_lines(lines("data: {oops\n\n")).events] == ["invalid"]
+
+
+# -- selection --------------------------------------------------------------------------
+
+def _registry() -> Registry:
+    reg = Registry()
+    reg.add(Check("a:free", lambda ctx: None, ("x",)))
+    reg.add(Check("a:paid", lambda ctx: None, ("x", "streaming"), tokens=5, shares="s"))
+    reg.add(Check("b:paid", lambda ctx: None, ("y",), tokens=lambda c: 7 if c.full else 0, shares="s"))
+    reg.add(Check("b:other", lambda ctx: None, (), tokens=3))
+    return reg
+
+
+def test_select_by_profile_tags_and_patterns() -> None:
+    reg = _registry()
+    ids = lambda **kw: [c.id for c in select(reg, RunConfig("http://x", "k", **kw))]  # noqa: E731
+    assert ids() == ["a:free", "b:paid"]                            # quick: no tokens
+    assert ids(profile="full") == ["a:free", "a:paid", "b:paid", "b:other"]
+    assert ids(profile="full", include=("streaming",)) == ["a:paid"]
+    assert ids(profile="full", skip=("a",)) == ["b:paid", "b:other"]   # the group is a tag
+    assert ids(profile="full", select=("b:*",)) == ["b:paid", "b:other"]
+
+
+def test_shared_spends_are_counted_once() -> None:
+    assert token_bound(_registry(), RunConfig("http://x", "k", profile="full")) == 7 + 3
+
+
+def test_registry_refuses_duplicate_and_ungrouped_ids() -> None:
+    reg = _registry()
+    with pytest.raises(ValueError):
+        reg.add(Check("a:free", lambda ctx: None))
+    with pytest.raises(ValueError):
+        reg.add(Check("nogroup", lambda ctx: None))
+
+
+def test_the_full_profile_stays_under_the_default_ceiling() -> None:
+    config = RunConfig("http://x", "k", profile="full")
+    assert token_bound(select(REGISTRY, config), config) <= DEFAULT_TOKEN_CEILING
+    quick = RunConfig("http://x", "k")
+    assert token_bound(select(REGISTRY, quick), quick) == 0
+
+
+def test_every_golden_case_is_a_check_and_ids_are_readable() -> None:
+    ids = REGISTRY.ids()
+    assert {f"golden:{c.id}" for c in load_cases()} <= set(ids)
+    for check in REGISTRY:
+        group, name = check.id.split(":", 1)
+        assert group and name and " " not in check.id
+        assert check.doc, f"{check.id} has no description"
+
+
+# -- exit codes ---------------------------------------------------------------------------
+
+def _report(*outcomes: Outcome, run_errors: tuple[str, ...] = ()) -> RunReport:
+    report = RunReport("http://x", "m", "quick", run_errors=list(run_errors))
+    report.results = [CheckResult(f"g:{i}", (), "", o) for i, o in enumerate(outcomes)]
+    return report
+
+
+@pytest.mark.parametrize("report, code", [
+    (None, ExitCode.USAGE),
+    (_report(Outcome.PASSED, Outcome.SKIPPED), ExitCode.CONFORMANT),
+    (_report(Outcome.PASSED, Outcome.FAILED), ExitCode.FAILED),
+    (_report(Outcome.FAILED, Outcome.ERROR), ExitCode.FAILED),       # findings stand
+    (_report(Outcome.PASSED, Outcome.ERROR), ExitCode.USAGE),        # incomplete verdict
+    (_report(Outcome.PASSED, run_errors=("cannot write",)), ExitCode.USAGE),
+])
+def test_exit_codes(report: RunReport | None, code: ExitCode) -> None:
+    assert exit_code(report) is code
+
+
+# -- the client ----------------------------------------------------------------------------
+
+def test_client_counts_tokens_from_usage_and_streams() -> None:
+    def handler(request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/plain":
+            return httpx.Response(200, json={"usage": {"completion_tokens": 5}})
+        if request.url.path == "/error":
+            return httpx.Response(400, json={"usage": {"completion_tokens": 50}})
+        body = 'data: {"choices":[{"index":0}]}\n\ndata: {"choices":[],"usage":{"completion_tokens":3}}\n\n' \
+               "data: [DONE]\n\n"
+        return httpx.Response(200, text=body, headers={"content-type": "text/event-stream"})
+    with Client("http://test", "secret", transport=httpx.MockTransport(handler)) as client:
+        reply = client.post("/plain", {})
+        assert reply.exchange.request_headers["Authorization"] == "Bearer ***"
+        client.post("/error", {})
+        stream = client.stream("/stream", {})
+        assert [e.kind for e in stream.parsed.events] == ["content", "usage", "done"]
+        assert client.tokens == 5 + 3
+
+
+def test_client_turns_transport_errors_into_replies() -> None:
+    def handler(request: httpx.Request) -> httpx.Response:
+        raise httpx.ConnectError("refused", request=request)
+    with Client("http://test", "k", transport=httpx.MockTransport(handler)) as client:
+        reply = client.request("GET", "/x")
+    assert reply.status is None and "ConnectError" in (reply.error or "")
+
+
+def test_client_closes_a_stream_after_n_events() -> None:
+    body = "".join(f'data: {{"choices":[{{"index":0,"text":"{i}"}}]}}\n\n' for i in range(50))
+    transport = httpx.MockTransport(lambda r: httpx.Response(200, text=body,
+                                                             headers={"content-type": "text/event-stream"}))
+    with Client("http://test", "k", transport=transport) as client:
+        reply = client.stream("/s", {}, stop_after_events=1)
+    assert reply.closed_early and len(reply.parsed.events) == 1 and client.tokens == 1
+
+
+# -- what is expected comes from the spec ----------------------------------------------------
+
+def test_expectations_come_from_the_spec() -> None:
+    assert request_id_re().fullmatch(new_request_id())
+    body = error_body("deadline_infeasible", "m", "max_tokens")
+    assert body["error"]["type"] == spec().error_codes["deadline_infeasible"]["type"]
+    op = spec().raw["paths"]["/v1/completions"]["post"]
+    assert set(event_schemas()) == set(op["responses"]["200"]["content"]["text/event-stream"]["x-event-schemas"])
+
+
+def test_the_narrowed_spec_is_valid_openapi_and_only_narrows() -> None:
+    from openapi_spec_validator import validate
+    raw = narrowed_spec(spec().default_model)
+    validate(raw)
+    narrowed = raw["components"]["schemas"]["CompletionRequest"]
+    original = spec().schema("CompletionRequest")
+    assert set(narrowed["properties"]) <= set(original["properties"])
+    assert "max_tokens" in narrowed["required"]
+    assert not _rule_fields() - {"model", "prompt", "max_tokens", "n", "temperature", "stream"} \
+        & set(narrowed["properties"])
+    assert all(any(str(code).startswith("2") for code in op["responses"])
+               for item in raw["paths"].values() for op in item.values())
+    validate(schemathesis_spec())
+
+
+# -- reports -------------------------------------------------------------------------------
+
+def _failed_report() -> RunReport:
+    exchange = Exchange("POST", "http://x/v1/completions", {"Authorization": "Bearer ***"},
+                        '{"prompt": "<script>alert(1)</script>"}', 400, {}, '{"error": {}}')
+    finding = Finding("the body differs", {"error": {"code": "a"}}, {"error": {"code": "b"}}, exchange)
+    report = _report(Outcome.PASSED, Outcome.SKIPPED)
+    report.results.append(CheckResult("golden:x.y", ("golden",), "doc", Outcome.FAILED, [finding]))
+    report.results.append(CheckResult("caps:z", ("caps",), "doc", Outcome.ERROR, reason="KeyError: 'k'"))
+    return report
+
+
+def test_junit_report() -> None:
+    suite = build(_failed_report())
+    assert (suite.get("tests"), suite.get("failures"), suite.get("errors"), suite.get("skipped")) == \
+        ("4", "1", "1", "1")
+    failure = suite.find("testcase[@name='golden:x.y']/failure")
+    assert failure is not None and "expected" in (failure.text or "")
+    assert suite.find("testcase[@name='caps:z']/error") is not None
+    ET.fromstring(ET.tostring(suite))
+
+
+def test_json_report_keeps_tool_errors_apart() -> None:
+    data = json.loads(json.dumps(_failed_report().to_dict(), default=str))
+    assert [r["id"] for r in data["tool_errors"]] == ["caps:z"]
+    assert "caps:z" not in [r["id"] for r in data["results"]]
+    assert data["summary"]["exit_code"] == 1
+
+
+def test_html_report_is_self_contained_and_escaped() -> None:
+    html = render(_failed_report())
+    assert "<script>" not in html and "&lt;script&gt;" in html
+    for external in ("<link", "src=", "href=", "@import", "url("):
+        assert external not in html
+    assert html.count('class="side"') == 1 and "does not conform" in html
+
+
+# -- layers (ARCHITECTURE.md) ----------------------------------------------------------------
+
+ALLOWED = {"contract", "conformance", "httpx", "schemathesis", "rich", "jsonschema", "pytest",
+           "zstandard", "yaml"}
+CONTRACT_NAMES = {"spec", "ModelInfo", "SpecError"}     # spec data only, never its validators
+
+
+def test_conformance_imports_only_its_layer_and_never_the_core_validators() -> None:
+    stdlib = set(sys.stdlib_module_names)
+    for path in (ROOT / "conformance").rglob("*.py"):
+        if "golden" in path.parts:
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0:
+                names = [node.module or ""]
+                if node.module == "contract":
+                    assert {a.name for a in node.names} <= CONTRACT_NAMES, path
+                else:
+                    assert not (node.module or "").startswith("contract."), (path, node.module)
+            else:
+                continue
+            for name in names:
+                top = name.split(".")[0]
+                assert top in stdlib or top in ALLOWED, (path, name)
