@@ -71,14 +71,16 @@ def _budget(config: MockConfig) -> BudgetStore | Unlimited:
     return BudgetStore(config.budget_dir or tempfile.mkdtemp(prefix="mock-budget-"), config.budget_tokens)
 
 
-def create_app(config: MockConfig | None = None, engine: Engine | None = None) -> Flask:
-    """The mock (or, with another engine, any server of this API)."""
+def create_app(config: MockConfig | None = None, engine: Engine | None = None,
+               models: Mapping[str, ModelInfo] | None = None) -> Flask:
+    """The mock (or, with another engine, any server of this API). `models` replaces
+    the served models (a deployment whose model differs from the spec's, say)."""
     config = config if config is not None else MockConfig.from_env()
     faults.check_spec()
     headers = spec().raw["components"]["headers"]
     if REQUEST_ID not in headers or CLAMPED not in headers:
         raise RuntimeError("openapi.yaml lacks the response headers the server sends")
-    models = _models(config)
+    models = _models(config) if models is None else dict(models)
     app = Flask(__name__)
     # No MAX_CONTENT_LENGTH: werkzeug's would refuse a chunked body of exactly the cap;
     # completions.read_body cuts a chunked body off at the cap itself.
