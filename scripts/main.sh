@@ -1,6 +1,19 @@
 #!/usr/bin/env bash
-# The main job: set up, then check the API's golden cases.
+# The main job: set up, start the bundled mock, run the conformance suite against it.
+# Reports land in reports/ (JUnit, JSON, HTML). Extra arguments go to the suite
+# (for example --profile quick). The exit code is the suite's.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
-exec .venv/bin/python -m pytest -q tests/test_golden_core.py "$@"
+PORT=${MOCK_PORT:-$(.venv/bin/python -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')}
+mkdir -p reports
+.venv/bin/python -m mock_server --host 127.0.0.1 --port "$PORT" > reports/mock.log 2>&1 &
+MOCK=$!
+trap 'kill "$MOCK" 2>/dev/null; wait "$MOCK" 2>/dev/null || true' EXIT
+for _ in $(seq 1 100); do
+  curl -fsS "http://127.0.0.1:$PORT/health" > /dev/null 2>&1 && break
+  sleep 0.2
+done
+.venv/bin/python -m conformance --base-url "http://127.0.0.1:$PORT" --api-key local-key \
+  --profile full --junit reports/conformance.xml --json reports/conformance.json \
+  --html reports/conformance.html "$@"
