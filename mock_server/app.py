@@ -110,7 +110,28 @@ def _preflight() -> None:
 
 def _add_request_id(response: Response) -> Response:
     response.headers[REQUEST_ID] = g.get("request_id") or new_request_id()
+    if response.status_code == RequestTooLarge("").status:
+        _drain(response)
     return response
+
+
+def _drain(response: Response) -> None:
+    """Read and drop the rest of a refused body, so that a client still sending it
+    reads our 413 instead of a reset connection; past twice the cap, just close."""
+    limit = 2 * spec().caps["max_body_bytes"]
+    if request.content_length is not None and request.content_length > limit:
+        response.headers["Connection"] = "close"
+        return
+    stream, dropped = request.stream, 0
+    try:
+        while dropped <= limit:
+            chunk = stream.read(1 << 16)
+            if not chunk:
+                return
+            dropped += len(chunk)
+    except Exception:   # a broken transfer: nothing more to read
+        pass
+    response.headers["Connection"] = "close"
 
 
 def _error_response(error: ApiError) -> Response:

@@ -5,6 +5,7 @@ to the core's tests).
 """
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import socket
@@ -97,9 +98,39 @@ def mock_url(mock_server: MockProcess) -> str:
 
 
 @pytest.fixture()
-def http(mock_url: str) -> Iterator[httpx.Client]:
+def mock_http(mock_url: str) -> Iterator[httpx.Client]:
     with httpx.Client(base_url=mock_url, headers=AUTH, timeout=60) as client:
         yield client
+
+
+@dataclass
+class RawResponse:
+    status: int
+    headers: dict[str, str]    # lower-case names
+    body: bytes
+
+    def json(self) -> Any:
+        return json.loads(self.body)
+
+    @property
+    def text(self) -> str:
+        return self.body.decode()
+
+
+def raw_request(url: str, method: str, path: str, headers: dict[str, str],
+                body: bytes | None = None) -> RawResponse:
+    """One request through http.client, which sends header values as given
+    (httpx refuses some that the golden cases send on purpose, such as 'Bearer ')."""
+    host, port = url.removeprefix("http://").split(":")
+    conn = http.client.HTTPConnection(host, int(port), timeout=120)
+    try:
+        conn.request(method, path, body=body, headers=headers,
+                     encode_chunked=headers.get("Transfer-Encoding") == "chunked")
+        response = conn.getresponse()
+        return RawResponse(response.status, {k.lower(): v for k, v in response.getheaders()},
+                           response.read())
+    finally:
+        conn.close()
 
 
 # -- SSE ------------------------------------------------------------------------------
