@@ -19,7 +19,7 @@ from contract import (
 from mock_server import MockConfig, create_app
 from mock_server.faults import STATUS, STREAM_ERROR_AFTER, TPOT_MS, TTFT_MS
 from mock_server.fake_engine import FakeEngine
-from tests.mock_fixtures import AUTH, completion_body, parse_sse
+from tests.mock_helpers import AUTH, completion_body, parse_sse
 
 RID = re.compile(rf"{spec().request_id['prefix']}[0-9a-f]{{{spec().request_id['hex_digits']}}}")
 MODEL = spec().models[spec().default_model]

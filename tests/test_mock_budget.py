@@ -13,7 +13,7 @@ import pytest
 
 from contract import ApiError, hold, spec, validate_completion
 from mock_server.budget import BudgetStore
-from tests.mock_fixtures import KEY, MockProcess, completion_body, parse_sse
+from tests.mock_helpers import KEY, MockProcess, completion_body, parse_sse
 
 BODY = completion_body(max_tokens=40)
 REQ = validate_completion(BODY)

@@ -14,7 +14,10 @@ import pytest
 
 from conformance.golden import Case, load_cases, mask
 from contract import spec
-from tests.mock_fixtures import KEY, RawResponse, mock_server, mock_url, parse_sse, raw_request  # noqa: F401
+from tests.mock_helpers import KEY, RawResponse, parse_sse, raw_request
+
+# One registration, so the session's server is shared by every module that uses it.
+pytest_plugins = ["tests.mock_fixtures"]
 
 CASES = load_cases()
 # Every case runs, even those that generate the most tokens a request may: the fake
@@ -52,7 +55,7 @@ def check_success(case: Case, response: RawResponse) -> None:
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
-def test_golden_case_over_http(mock_url: str, case: Case) -> None:  # noqa: F811
+def test_golden_case_over_http(mock_url: str, case: Case) -> None:
     response = send(mock_url, case)
     assert response.status == case.expect_status, response.text[:500]
     rid = response.headers["x-request-id"]

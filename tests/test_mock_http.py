@@ -14,10 +14,11 @@ import zstandard
 from conformance.golden import padded_body
 from contract import InferenceUnavailable, spec
 from mock_server.faults import STREAM_ERROR_AFTER, TTFT_MS
-from tests.mock_fixtures import (  # noqa: F401
-    AUTH, KEEPALIVE_S, MockProcess, RawResponse, completion_body, mock_http, mock_server, mock_url,
-    parse_sse, raw_request, strip_volatile,
+from tests.mock_helpers import (
+    AUTH, KEEPALIVE_S, MockProcess, RawResponse, completion_body, parse_sse, raw_request, strip_volatile,
 )
+
+pytest_plugins = ["tests.mock_fixtures"]
 
 MODEL = spec().models[spec().default_model]
 CAP = spec().caps["max_body_bytes"]
@@ -28,7 +29,7 @@ def post(client: httpx.Client, body: dict[str, Any], **headers: str) -> httpx.Re
 
 
 # -- streams --------------------------------------------------------------------------
-def test_stream_shape(mock_http: httpx.Client) -> None:  # noqa: F811
+def test_stream_shape(mock_http: httpx.Client) -> None:
     body = completion_body(seed=3, n=2, temperature=1, max_tokens=6, stream=True,
                            stream_options={"include_usage": True})
     r = post(mock_http, body)
@@ -48,7 +49,7 @@ def test_stream_shape(mock_http: httpx.Client) -> None:  # noqa: F811
     assert usage_chunk["usage"]["completion_tokens"] == len(stream.chunks)
 
 
-def test_stream_text_equals_non_stream_text(mock_http: httpx.Client) -> None:  # noqa: F811
+def test_stream_text_equals_non_stream_text(mock_http: httpx.Client) -> None:
     body = completion_body(prompt=["Once upon", "a time"], n=2, seed=12, temperature=0.7, max_tokens=30,
                            logprobs=2, echo=True, stop=[" the"], return_token_ids=True)
     whole = post(mock_http, body).json()
@@ -64,7 +65,7 @@ def test_stream_text_equals_non_stream_text(mock_http: httpx.Client) -> None:  #
         assert (parts[-1]["finish_reason"], parts[-1]["stop_reason"]) == (choice["finish_reason"], choice["stop_reason"])
 
 
-def test_continuous_usage_stats(mock_http: httpx.Client) -> None:  # noqa: F811
+def test_continuous_usage_stats(mock_http: httpx.Client) -> None:
     body = completion_body(seed=1, max_tokens=5, stream=True, ignore_eos=True,
                            stream_options={"include_usage": True, "continuous_usage_stats": True})
     stream = parse_sse(post(mock_http, body).text)
@@ -77,7 +78,7 @@ def decode_tensor(wire: dict[str, Any]) -> np.ndarray:
 
 
 @pytest.mark.parametrize("stream", [False, True])
-def test_activations_decode_to_the_declared_shape(mock_http: httpx.Client, stream: bool) -> None:  # noqa: F811
+def test_activations_decode_to_the_declared_shape(mock_http: httpx.Client, stream: bool) -> None:
     layers = [0, 7, MODEL.num_layers - 1]
     body = completion_body(seed=5, max_tokens=9, output_residual_stream=layers, stream=stream,
                            **({"stream_options": {"include_usage": True}} if stream else {}))
@@ -95,7 +96,7 @@ def test_activations_decode_to_the_declared_shape(mock_http: httpx.Client, strea
     assert (values.dtype, wire["original_dtype"]) == (np.dtype("<i2"), "torch.bfloat16")
 
 
-def test_keepalive_while_nothing_else_is_sent(mock_http: httpx.Client) -> None:  # noqa: F811
+def test_keepalive_while_nothing_else_is_sent(mock_http: httpx.Client) -> None:
     delay_ms = int(KEEPALIVE_S * 1000 * 5)
     r = post(mock_http, completion_body(seed=1, max_tokens=3, stream=True), **{TTFT_MS: str(delay_ms)})
     stream = parse_sse(r.text)
@@ -103,7 +104,7 @@ def test_keepalive_while_nothing_else_is_sent(mock_http: httpx.Client) -> None: 
     assert stream.events[-1] == "[DONE]" and stream.chunks
 
 
-def test_stream_error_after_n_chunks(mock_http: httpx.Client) -> None:  # noqa: F811
+def test_stream_error_after_n_chunks(mock_http: httpx.Client) -> None:
     r = post(mock_http, completion_body(seed=1, stream=True, ignore_eos=True), **{STREAM_ERROR_AFTER: "3"})
     stream = parse_sse(r.text)
     rid = r.headers["X-Request-Id"]
@@ -119,7 +120,7 @@ DETERMINISTIC = [
 
 
 @pytest.mark.parametrize("body", DETERMINISTIC)
-def test_the_same_request_twice_gives_the_same_body(mock_http: httpx.Client, body: dict[str, Any]) -> None:  # noqa: F811
+def test_the_same_request_twice_gives_the_same_body(mock_http: httpx.Client, body: dict[str, Any]) -> None:
     first, second = post(mock_http, body).json(), post(mock_http, body).json()
     assert strip_volatile(first) == strip_volatile(second)
     assert first["id"] != second["id"]
@@ -132,7 +133,7 @@ def restarted() -> Iterator[MockProcess]:
     server.close()
 
 
-def test_the_same_request_after_a_restart_gives_the_same_body(mock_http: httpx.Client,  # noqa: F811
+def test_the_same_request_after_a_restart_gives_the_same_body(mock_http: httpx.Client,
                                                               restarted: MockProcess) -> None:
     with httpx.Client(base_url=restarted.url, headers=AUTH, timeout=60) as other:
         for body in DETERMINISTIC:
@@ -148,7 +149,7 @@ def chunked(url: str, body: bytes) -> RawResponse:
     return raw_request(url, "POST", "/v1/completions", headers, pieces())  # type: ignore[arg-type]
 
 
-def test_a_chunked_body_is_cut_off_at_the_cap(mock_url: str) -> None:  # noqa: F811
+def test_a_chunked_body_is_cut_off_at_the_cap(mock_url: str) -> None:
     small = completion_body(max_tokens=1)
     assert chunked(mock_url, padded_body(small, CAP)).status == 200
     r = chunked(mock_url, padded_body(small, CAP + 1))
@@ -156,7 +157,7 @@ def test_a_chunked_body_is_cut_off_at_the_cap(mock_url: str) -> None:  # noqa: F
     assert r.headers["x-request-id"] == r.json()["request_id"]
 
 
-def test_a_declared_length_over_the_cap_gets_413_and_the_client_reads_it(mock_url: str) -> None:  # noqa: F811
+def test_a_declared_length_over_the_cap_gets_413_and_the_client_reads_it(mock_url: str) -> None:
     r = raw_request(mock_url, "POST", "/v1/completions", {**AUTH, "Content-Type": "application/json"},
                     padded_body(completion_body(max_tokens=1), CAP + 1))
     assert r.status == 413 and r.json()["error"]["code"] == "request_too_large"
@@ -164,14 +165,14 @@ def test_a_declared_length_over_the_cap_gets_413_and_the_client_reads_it(mock_ur
 
 @pytest.mark.parametrize("method,path", [("GET", "/health"), ("GET", "/v1/models"), ("GET", "/nope"),
                                          ("POST", "/v1/models"), ("POST", "/v1/chat/completions")])
-def test_x_request_id_on_every_response(mock_url: str, method: str, path: str) -> None:  # noqa: F811
+def test_x_request_id_on_every_response(mock_url: str, method: str, path: str) -> None:
     r = raw_request(mock_url, method, path, {**AUTH, "Content-Type": "application/json"}, b"{}")
     rid = r.headers["x-request-id"]
     if r.status != 200:
         assert r.json()["request_id"] == rid
 
 
-def test_a_broken_chunked_framing_is_a_400_not_a_500(mock_url: str) -> None:  # noqa: F811
+def test_a_broken_chunked_framing_is_a_400_not_a_500(mock_url: str) -> None:
     import socket
     host, port = mock_url.removeprefix("http://").split(":")
     with socket.create_connection((host, int(port)), timeout=30) as s:

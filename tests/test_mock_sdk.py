@@ -11,13 +11,15 @@ from openai import AsyncOpenAI, OpenAI
 
 from contract import ApiError, spec, validate_completion
 from mock_server.faults import STATUS
-from tests.mock_fixtures import KEY, mock_server, mock_url  # noqa: F401
+from tests.mock_helpers import KEY
+
+pytest_plugins = ["tests.mock_fixtures"]
 
 MODEL = spec().default_model
 
 
 @pytest.fixture()
-def client(mock_url: str) -> Iterator[OpenAI]:  # noqa: F811
+def client(mock_url: str) -> Iterator[OpenAI]:
     with OpenAI(base_url=mock_url + "/v1", api_key=KEY, max_retries=0) as c:
         yield c
 
@@ -75,7 +77,7 @@ def test_errors_are_the_sdks_own_classes(client: OpenAI, fields: dict[str, Any],
     assert e.request_id is not None and want.message in e.message
 
 
-def test_a_bad_key_is_authentication_error(mock_url: str) -> None:  # noqa: F811
+def test_a_bad_key_is_authentication_error(mock_url: str) -> None:
     with OpenAI(base_url=mock_url + "/v1", api_key=KEY, max_retries=0,
                 default_headers={"Authorization": "Basic not-bearer"}) as c:
         with pytest.raises(openai.AuthenticationError) as info:
@@ -105,7 +107,7 @@ def test_a_stream_error_raises_the_sdks_api_error(client: OpenAI) -> None:
     assert info.value.code == spec().raw["x-mock-faults"]["stream_error_code"]
 
 
-def test_async_client(mock_url: str) -> None:  # noqa: F811
+def test_async_client(mock_url: str) -> None:
     async def main() -> tuple[list[str], str, int]:
         async with AsyncOpenAI(base_url=mock_url + "/v1", api_key=KEY, max_retries=0) as c:
             results = await asyncio.gather(*[

@@ -1,0 +1,150 @@
+"""Helpers for the mock's tests: a real server process, raw requests, SSE parsing.
+
+The fixtures are in mock_fixtures.py, which test modules load as a plugin.
+"""
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+ROOT = Path(__file__).resolve().parent.parent
+KEY = "test-key"
+AUTH = {"Authorization": f"Bearer {KEY}"}
+# Short, so keepalive tests stay short; SSE clients skip comment lines anyway.
+KEEPALIVE_S = 0.2
+START_TIMEOUT_S = 60.0
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class MockProcess:
+    """`python -m mock_server` on a free port, as a client developer would run it."""
+
+    def __init__(self, *args: str, env: dict[str, str] | None = None) -> None:
+        self.args, self.env = list(args), env or {}
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.proc: subprocess.Popen[bytes] | None = None
+        self._log = tempfile.TemporaryFile()
+
+    def start(self) -> "MockProcess":
+        env = {k: v for k, v in os.environ.items() if not k.startswith("MOCK_")}
+        env.update(self.env)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "mock_server", "--host", "127.0.0.1", "--port", str(self.port),
+             *self.args], cwd=ROOT, env=env, stdout=self._log, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"mock server exited: {self.log()}")
+            try:
+                if httpx.get(self.url + "/health", timeout=1).status_code == 200:
+                    return self
+            except httpx.TransportError:
+                pass
+            time.sleep(0.1)
+        self.stop()
+        raise RuntimeError(f"mock server did not start: {self.log()}")
+
+    def log(self) -> str:
+        self._log.seek(0)
+        return self._log.read().decode(errors="replace")[-4000:]
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.proc = None
+
+    def close(self) -> None:
+        self.stop()
+        self._log.close()
+
+
+@dataclass
+class RawResponse:
+    status: int
+    headers: dict[str, str]    # lower-case names
+    body: bytes
+
+    def json(self) -> Any:
+        return json.loads(self.body)
+
+    @property
+    def text(self) -> str:
+        return self.body.decode()
+
+
+def raw_request(url: str, method: str, path: str, headers: dict[str, str],
+                body: bytes | None = None) -> RawResponse:
+    """One request through http.client, which sends header values as given
+    (httpx refuses some that the golden cases send on purpose, such as 'Bearer ')."""
+    host, port = url.removeprefix("http://").split(":")
+    conn = http.client.HTTPConnection(host, int(port), timeout=120)
+    try:
+        conn.request(method, path, body=body, headers=headers,
+                     encode_chunked=headers.get("Transfer-Encoding") == "chunked")
+        response = conn.getresponse()
+        return RawResponse(response.status, {k.lower(): v for k, v in response.getheaders()},
+                           response.read())
+    finally:
+        conn.close()
+
+
+# -- SSE ------------------------------------------------------------------------------
+@dataclass
+class Stream:
+    """A parsed text/event-stream body."""
+    events: list[Any]          # each data: payload, JSON-decoded, "[DONE]" kept as a string
+    comments: list[str]        # ": keepalive" lines, without the colon
+
+    @property
+    def chunks(self) -> list[dict[str, Any]]:
+        return [e for e in self.events if isinstance(e, dict) and e.get("choices")]
+
+    def text(self, index: int = 0) -> str:
+        return "".join(c["choices"][0]["text"] for c in self.chunks if c["choices"][0]["index"] == index)
+
+
+def parse_sse(raw: str) -> Stream:
+    events: list[Any] = []
+    comments: list[str] = []
+    for block in raw.split("\n\n"):
+        for line in block.split("\n"):
+            if line.startswith(":"):
+                comments.append(line[1:].strip())
+            elif line.startswith("data: "):
+                data = line[len("data: "):]
+                events.append(data if data == "[DONE]" else json.loads(data))
+            elif line:
+                raise AssertionError(f"not an SSE line: {line!r}")
+    return Stream(events, comments)
+
+
+def completion_body(**fields: Any) -> dict[str, Any]:
+    """A small valid request; fields override."""
+    return {"model": "llama-8b", "prompt": "The sky is", "max_tokens": 8, **fields}
+
+
+def strip_volatile(body: dict[str, Any]) -> dict[str, Any]:
+    """A Completion without what differs between two identical requests."""
+    return {k: v for k, v in body.items() if k not in ("id", "created")}
