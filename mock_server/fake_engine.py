@@ -1,6 +1,6 @@
 """The fake engine: deterministic text, logprobs and activations without a GPU.
 
-Every random draw comes from a numpy PCG64 stream seeded by a SHA-256 digest
+Every random draw comes from a stream seeded by a SHA-256 digest
 of what decides the output (model, prompt tokens, sampling fields, seed,
 steering vectors, choice number), never Python's hash(), so a seeded or
 temperature-0 request gives the same answer on every call and after a
@@ -12,6 +12,8 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import random
+from itertools import accumulate
 from collections.abc import Iterable, Iterator
 from typing import Any
 
@@ -21,7 +23,7 @@ from contract import CompletionRequest, ModelInfo
 from mock_server.activations import capture, warm
 from mock_server.engine import Activations, ChoiceDelta, Event, LogprobsDelta, Usage
 from mock_server.logprobs import Ranked, prompt_logprob, rank_positions, row_width, top_logprobs
-from mock_server.sampler import UNIFORMS_PER_STEP, Choice, Settings, sample_choice
+from mock_server.sampler import Choice, Settings, sample_choice
 from mock_server.vocab import Vocab, vocab
 
 # Fields that change which tokens a model samples; stream, logprobs, echo etc. do not.
@@ -30,9 +32,14 @@ SAMPLING_FIELDS = ("temperature", "top_p", "top_k", "min_p", "presence_penalty",
 GREEDY_BELOW = 1e-5   # vLLM samples greedily below this temperature
 
 
-def _rng(*parts: Any) -> np.random.Generator:
+def _seed(*parts: Any) -> int:
     digest = hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).digest()
-    return np.random.Generator(np.random.PCG64(int.from_bytes(digest, "little")))
+    return int.from_bytes(digest, "little")
+
+
+def _rng(*parts: Any) -> np.random.Generator:
+    """For the wide draws of logprobs (rows of uniforms at once)."""
+    return np.random.Generator(np.random.PCG64(_seed(*parts)))
 
 
 def _steering_digest(req: CompletionRequest) -> list[str]:
@@ -81,12 +88,15 @@ class FakeEngine:
             text = req.prompt_texts[p] if req.prompt_texts else None
             for j in range(n):
                 key = [*common, prompt, j]
-                uniforms = _rng("tokens", key).random((max_tokens, UNIFORMS_PER_STEP))
-                choice = sample_choice(voc, uniforms, settings)
+                # Python's Mersenne Twister: cheap to seed, and its random() for an int seed
+                # is the same in every Python version, so answers survive upgrades too.
+                choice = sample_choice(voc, random.Random(_seed("tokens", key)).random, settings)
                 choices.append(choice)
                 deltas.append(_choice_deltas(req, voc, p * n + j, prompt, text, choice, key, greedy))
+        if len(deltas) == 1:
+            yield from deltas[0]
         # Choices advance together, one token each per step, as in a batch.
-        while deltas:
+        while len(deltas) > 1:
             alive = []
             for it in deltas:
                 delta = next(it, None)
@@ -94,6 +104,8 @@ class FakeEngine:
                     alive.append(it)
                     yield delta
             deltas = alive
+            if len(deltas) == 1:
+                yield from deltas[0]
         yield Usage(sum(req.prompt_token_counts), sum(len(c.token_ids) for c in choices))
         if req.layers:
             generated = choices[0].token_ids
@@ -120,7 +132,7 @@ def _choice_deltas(req: CompletionRequest, voc: Vocab, index: int, prompt: list[
     if k is not None:
         rows = _rng("logprobs", key).random((len(choice.token_ids), row_width()))
         gen_ranked = rank_positions(rows, choice.token_ids, k, greedy, voc.words)
-    offsets = np.cumsum([0, *(len(t) for t in choice.token_texts)]).tolist()
+    offsets = list(accumulate((len(t) for t in choice.token_texts), initial=0))
     last = len(choice.token_ids) - 1
     for i, token in enumerate(choice.token_ids):
         start, end = min(offsets[i], len(choice.text)), min(offsets[i + 1], len(choice.text))
@@ -155,7 +167,7 @@ def _trim(r: Ranked, k: int) -> Ranked:
 def _with_echo(lp: LogprobsDelta, texts: list[str], ranked: list[Ranked], k: int,
                voc: Vocab, skip: bool) -> LogprobsDelta:
     """The prompt's tokens first; the first has no logprob (nothing comes before it)."""
-    offsets = np.cumsum([0, *(len(t) for t in texts)]).tolist()[:-1]
+    offsets = list(accumulate((len(t) for t in texts), initial=0))[:-1]
     return LogprobsDelta(
         texts + lp.tokens,
         [None] + [r.logprob for r in ranked[1:]] + lp.token_logprobs,

@@ -26,8 +26,12 @@ def paced(events: Iterator[Event], ttft_s: float, tpot_s: float,
     together, as in a batch, so n choices take as long as one.
     """
     if not ttft_s and not tpot_s:
-        yield from events
-        return
+        return events   # no latency asked for: no extra generator per event
+    return _paced(events, ttft_s, tpot_s, sleep)
+
+
+def _paced(events: Iterator[Event], ttft_s: float, tpot_s: float,
+           sleep: Callable[[float], object]) -> Iterator[Event]:
     seen: set[int] | None = None
     for event in events:
         if isinstance(event, ChoiceDelta):

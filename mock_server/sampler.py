@@ -7,14 +7,12 @@ stop_token_ids decide only where the text stops, never what it says.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 
 from mock_server.vocab import Vocab
-
-UNIFORMS_PER_STEP = 3          # token, end?, which end token
-
 
 @dataclass(frozen=True)
 class Settings:
@@ -84,8 +82,9 @@ def _find_stop(text: str, stops: tuple[str, ...], since: int) -> tuple[int, str]
     return found
 
 
-def sample_choice(vocab: Vocab, uniforms: np.ndarray, s: Settings) -> Choice:
-    """Run one choice over `uniforms` (max_tokens rows of UNIFORMS_PER_STEP)."""
+def sample_choice(vocab: Vocab, draw: Callable[[], float], s: Settings) -> Choice:
+    """Run one choice, drawing three uniforms in [0, 1) per step from `draw`
+    (the token, whether it ends here, which end token)."""
     pools = _Pools(vocab, s)
     ends = ([s.eos_token_id] if s.eos_token_id is not None else []) + list(s.stop_token_ids)
     ids: list[int] = []
@@ -93,7 +92,7 @@ def sample_choice(vocab: Vocab, uniforms: np.ndarray, s: Settings) -> Choice:
     text = ""
     prev: int | None = None
     for step in range(s.max_tokens):
-        u_token, u_end, u_which = (float(x) for x in uniforms[step])
+        u_token, u_end, u_which = draw(), draw(), draw()
         may_end = step >= s.min_tokens
         if ends and may_end and u_end < s.eos_rate:
             token = ends[min(int(u_which * len(ends)), len(ends) - 1)]
