@@ -1,0 +1,131 @@
+"""`python -m reference_impl --model DIR_OR_ID --served-model-name llama-8b --port P`: the API on real vLLM.
+
+Starts vLLM as a child process on a private port of 127.0.0.1, waits until it
+is ready, and serves the API (the mock's app with the vLLM engine) under
+gunicorn, like the mock; vLLM stops when the API stops (also on SIGTERM).
+With `--upstream URL` it fronts a vLLM that is already running instead.
+Every option also reads REFERENCE_<NAME>.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import logging
+import os
+import signal
+import sys
+import tempfile
+from collections.abc import Sequence
+from types import FrameType
+from typing import Any
+
+from gunicorn.app.base import BaseApplication
+
+log = logging.getLogger("reference_impl")
+
+
+class _Gunicorn(BaseApplication):  # type: ignore[misc]
+    def __init__(self, app: Any, options: dict[str, Any]) -> None:
+        self._app, self._options = app, options
+        super().__init__()
+
+    def load_config(self) -> None:
+        for key, value in self._options.items():
+            self.cfg.set(key, value)
+
+    def load(self) -> Any:
+        return self._app
+
+
+def _env(name: str, default: str | None = None) -> str | None:
+    return os.environ.get("REFERENCE_" + name, default)
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m reference_impl", description=__doc__.splitlines()[0])
+    p.add_argument("--model", default=_env("MODEL"),
+                   help="model directory or hub id for vLLM (with --upstream: only read for its config.json)")
+    p.add_argument("--served-model-name", default=_env("SERVED_MODEL_NAME"),
+                   help="the API's name of the model, one of openapi.yaml's x-models (default: the first)")
+    p.add_argument("--upstream", default=_env("UPSTREAM"), help="front the vLLM at this URL; start none")
+    p.add_argument("--host", default=_env("HOST", "127.0.0.1"))
+    p.add_argument("--port", type=int, default=int(_env("PORT", "8000") or 8000))
+    p.add_argument("--workers", type=int, default=int(_env("WORKERS", "2") or 2))
+    p.add_argument("--threads", type=int, default=int(_env("THREADS", "32") or 32),
+                   help="threads per worker: the open requests one worker serves at once")
+    p.add_argument("--keys", default=_env("KEYS"), help="comma-separated API keys (default: any Bearer key)")
+    p.add_argument("--budget-tokens", type=int, default=_env("BUDGET_TOKENS"),
+                   help="tokens per key (default: unlimited)")
+    p.add_argument("--budget-dir", default=_env("BUDGET_DIR"), help="directory of the Budget file")
+    p.add_argument("--max-model-len", type=int, default=_env("MAX_MODEL_LEN"), help="vLLM's --max-model-len")
+    p.add_argument("--vllm-python", default=_env("VLLM_PYTHON"),
+                   help="the interpreter with vLLM (default: .venv-vllm/bin/python if present)")
+    p.add_argument("--vllm-port", type=int, default=_env("VLLM_PORT"), help="vLLM's port (default: a free one)")
+    p.add_argument("--vllm-arg", action="append", default=[], metavar="ARG",
+                   help="one more argument for vLLM (repeat; e.g. --vllm-arg=--tensor-parallel-size=2)")
+    p.add_argument("--vllm-log", default=_env("VLLM_LOG"), help="write vLLM's output to this file")
+    p.add_argument("--startup-timeout", type=float, default=float(_env("STARTUP_TIMEOUT", "300") or 300))
+    p.add_argument("--log-level", default=_env("LOG_LEVEL", "warning"))
+    p.add_argument("--access-log", action="store_true", help="log every request to stderr")
+    return p
+
+
+def _stop_on_sigterm(signum: int, frame: FrameType | None) -> None:
+    raise SystemExit(128 + signum)   # unwinds through main's finally, which stops vLLM
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    if not args.upstream and not args.model:
+        parser().error("--model is required unless --upstream is given")
+    # Imported after parsing, so that --help is instant.
+    from contract import spec
+    from mock_server.app import create_app
+    from mock_server.config import MockConfig
+    from reference_impl.deployment import deployment_models, pick_upstream, read_model_config, upstream_models
+    from reference_impl.engine import VllmEngine
+    from reference_impl.launcher import VllmProcess
+
+    served = args.served_model_name or spec().default_model
+    signal.signal(signal.SIGTERM, _stop_on_sigterm)   # gunicorn installs its own once it runs
+    vllm: VllmProcess | None = None
+    log_file = open(args.vllm_log, "ab") if args.vllm_log else None
+    try:
+        if args.upstream:
+            url = args.upstream
+        else:
+            vllm = VllmProcess(args.model, served, python=args.vllm_python, port=args.vllm_port,
+                               max_model_len=args.max_model_len, extra_args=args.vllm_arg,
+                               log_file=log_file).start(args.startup_timeout)
+            url = vllm.url
+        entry = pick_upstream(upstream_models(url), served)
+        models = deployment_models(served, entry["max_model_len"], read_model_config(args.model or entry.get("root")))
+        config = MockConfig(
+            keys=tuple(k.strip() for k in args.keys.split(",") if k.strip()) if args.keys else None,
+            budget_tokens=int(args.budget_tokens) if args.budget_tokens is not None else None,
+            budget_dir=args.budget_dir)
+        if config.budget_tokens is not None and config.budget_dir is None:
+            # Made before the fork, so that every worker spends from the same file.
+            config = dataclasses.replace(config, budget_dir=tempfile.mkdtemp(prefix="reference-budget-"))
+        app = create_app(config, VllmEngine(url, entry["id"]), models)
+        info = models[served]
+        print(f"reference_impl: serving {served} on http://{args.host}:{args.port} with vLLM's "
+              f"{entry['id']} at {url} ({info.num_layers} layers, hidden {info.hidden_size}, "
+              f"max_model_len {info.max_model_len})", file=sys.stderr, flush=True)
+        _Gunicorn(app, {
+            "bind": f"{args.host}:{args.port}", "workers": args.workers, "threads": args.threads,
+            "worker_class": "gthread", "preload_app": True, "loglevel": args.log_level,
+            "accesslog": "-" if args.access_log else None, "keepalive": 5, "timeout": 60,
+            "graceful_timeout": 5,
+        }).run()
+        return 0
+    finally:
+        if vllm is not None:
+            vllm.stop()
+        if log_file is not None:
+            log_file.close()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,100 @@
+"""The engine protocol (mock_server/engine.py) over vLLM's OpenAI server, by HTTP.
+
+Why HTTP to a vLLM server, not vLLM's async engine in this process:
+- The API layer stays in the project's own interpreter (Flask under gunicorn,
+  like the mock), and vLLM in its own (torch, its pinned dependencies, its
+  processes); neither pins the other's packages, and the API starts in a second.
+- vLLM's server already does what the API needs from Inference: the prompts'
+  renderer, vllm-lens's plugin (which patches that server), request ids,
+  metrics, and abort on disconnect. Running AsyncLLM in process would mean
+  rebuilding that server, and an asyncio loop inside gunicorn's threads.
+- The same engine fronts a vLLM that runs elsewhere (`--upstream URL`).
+
+Why vLLM is always asked for stream=true (but for prompt_logprobs, which vLLM
+computes only without stream): each token reaches the API as vLLM makes it, so
+the API's stream has real deltas and the app can send its keepalive between
+them; and closing the httpx stream (the client went away, the app closed the
+engine's iterator) closes the connection, which makes vLLM abort the request.
+A request without stream is assembled by the app from the same events.
+
+Foreign exceptions (httpx's, vLLM's error bodies) become the API's errors in
+one place, reference_impl/errors.py.
+"""
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from collections.abc import Iterator
+
+import httpx
+
+from contract import CompletionRequest, spec
+from mock_server.engine import Event
+from reference_impl.errors import UpstreamError, deadline_exceeded, from_vllm, translated
+from reference_impl.events import Decoder, sse_data
+from reference_impl.upstream import upstream_body
+
+COMPLETIONS = "/v1/completions"
+REQUEST_ID = "X-Request-Id"
+CONNECT_TIMEOUT_S = 5.0
+
+
+class VllmEngine:
+    """Engine protocol over vLLM at `base_url`, which serves the model as `model`."""
+
+    def __init__(self, base_url: str, model: str, *, wait_seconds: float | None = None,
+                 transport: httpx.BaseTransport | None = None) -> None:
+        self.base_url = base_url.rstrip("/")
+        self.model = model
+        # The API's wait for Inference: the longest vLLM may stay silent, and, without
+        # stream, the longest a whole request may take.
+        self.wait_seconds = float(wait_seconds if wait_seconds is not None else spec().caps["wait_seconds"])
+        self._transport = transport
+        self._lock = threading.Lock()
+        self._client: httpx.Client | None = None
+        self._pid = 0
+
+    def client(self) -> httpx.Client:
+        """One connection pool per process: gunicorn forks the workers after the app is built."""
+        with self._lock:
+            if self._client is None or self._pid != os.getpid():
+                self._client = httpx.Client(
+                    base_url=self.base_url, transport=self._transport,
+                    timeout=httpx.Timeout(self.wait_seconds, connect=CONNECT_TIMEOUT_S),
+                    limits=httpx.Limits(max_connections=None, max_keepalive_connections=64))
+                self._pid = os.getpid()
+            return self._client
+
+    def close(self) -> None:
+        with self._lock:
+            if self._client is not None and self._pid == os.getpid():
+                self._client.close()
+            self._client = None
+
+    def generate(self, req: CompletionRequest, max_tokens: int, request_id: str) -> Iterator[Event]:
+        body = upstream_body(req, max_tokens, self.model)
+        # vLLM names its request cmpl-{X-Request-Id}-{prompt}; vllm-lens finds a request's
+        # steering and capture by that prefix, so the id is always the API's own.
+        headers = {REQUEST_ID: request_id}
+        deadline = None if req.stream else time.monotonic() + self.wait_seconds
+        decoder = Decoder(req)
+        with translated(self.wait_seconds):
+            with self.client().stream("POST", COMPLETIONS, json=body, headers=headers) as response:
+                if response.status_code != 200:
+                    raise from_vllm(response.status_code, _json(response.read()))
+                if not body["stream"]:
+                    yield from decoder.chunk(_json(response.read()), whole=True)
+                    return
+                for data in sse_data(response.iter_bytes()):
+                    yield from decoder.chunk(_json(data))
+                    if deadline is not None and time.monotonic() > deadline:
+                        raise deadline_exceeded(self.wait_seconds)
+
+
+def _json(raw: bytes) -> object:
+    try:
+        return json.loads(raw)
+    except ValueError:
+        raise UpstreamError(f"not JSON: {raw[:200]!r}") from None

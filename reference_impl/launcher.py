@@ -1,0 +1,143 @@
+"""vLLM as a child process: started on a private port of 127.0.0.1, waited for, stopped.
+
+vLLM runs in its own interpreter (REFERENCE_VLLM_PYTHON, else .venv-vllm/bin/python
+when it exists, else this one) as `python -m reference_impl.vllm_server`, which
+is vLLM's OpenAI server plus activations in completion streams.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import IO, Any
+
+import httpx
+
+from contract import spec
+
+log = logging.getLogger("reference_impl")
+
+ROOT = Path(__file__).resolve().parent.parent
+PYTHON_ENV = "REFERENCE_VLLM_PYTHON"
+READY_TIMEOUT_S = 300.0
+STOP_TIMEOUT_S = 20.0
+
+
+def default_python() -> str:
+    """The interpreter that runs vLLM."""
+    if os.environ.get(PYTHON_ENV):
+        return os.environ[PYTHON_ENV]
+    venv = ROOT / ".venv-vllm" / "bin" / "python"
+    return str(venv) if venv.exists() else sys.executable
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+def _die_with_parent() -> None:
+    """In the child, before exec: SIGTERM when the parent dies, even by SIGKILL (Linux),
+    so a killed API never leaves vLLM's 3 GB behind."""
+    try:
+        import ctypes
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)   # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
+class VllmProcess:
+    """`with VllmProcess(model, "llama-8b") as vllm: ... vllm.url ...`"""
+
+    def __init__(self, model: str, served_name: str, *, python: str | None = None,
+                 port: int | None = None, max_model_len: int | None = None,
+                 extra_args: Sequence[str] = (), log_file: IO[Any] | None = None) -> None:
+        self.model, self.served_name = model, served_name
+        self.python = python or default_python()
+        self.port = port or free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.max_model_len = max_model_len
+        self.extra_args = list(extra_args)
+        self.log_file = log_file
+        self.proc: subprocess.Popen[bytes] | None = None
+        self._owner = 0   # the process that started vLLM; gunicorn's forked workers are not it
+
+    def command(self) -> list[str]:
+        model_info = spec().models.get(self.served_name)
+        cmd = [self.python, "-m", "reference_impl.vllm_server", "--model", self.model,
+               "--served-model-name", self.served_name, "--host", "127.0.0.1", "--port", str(self.port),
+               # vLLM's defaults, never the model's generation_config.json (completions.md)
+               "--generation-config", "vllm",
+               # the API takes `priority`; vLLM refuses it unless it schedules by priority
+               "--scheduling-policy", "priority",
+               "--disable-uvicorn-access-log"]
+        if model_info is not None:   # activations come in the model's dtype, as the spec says
+            cmd += ["--dtype", model_info.dtype]
+        if self.max_model_len:
+            cmd += ["--max-model-len", str(self.max_model_len)]
+        return cmd + self.extra_args
+
+    def environment(self) -> dict[str, str]:
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+        # vLLM refuses more than 1,024 prompts by default; the API's caps decide instead.
+        env.setdefault("VLLM_MAX_COMPLETION_PROMPTS", str(spec().caps["max_generated_tokens"]))
+        env.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")   # GiB, CPU builds only
+        return env
+
+    def start(self, timeout: float = READY_TIMEOUT_S) -> "VllmProcess":
+        log.info("starting vLLM: %s", " ".join(self.command()))
+        self._owner = os.getpid()
+        self.proc = subprocess.Popen(self.command(), cwd=ROOT, env=self.environment(),
+                                     stdout=self.log_file, stderr=subprocess.STDOUT if self.log_file else None,
+                                     start_new_session=True, preexec_fn=_die_with_parent)
+        try:
+            wait_ready(self.url, self.proc, timeout)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def stop(self) -> None:
+        """SIGTERM to vLLM's process group (its engine processes too), then SIGKILL."""
+        if self._owner != os.getpid():
+            return
+        proc, self.proc = self.proc, None
+        if proc is None or proc.poll() is not None:
+            return
+        try:
+            os.killpg(proc.pid, signal.SIGTERM)
+            proc.wait(timeout=STOP_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        except ProcessLookupError:
+            pass
+
+    def __enter__(self) -> "VllmProcess":
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def wait_ready(url: str, proc: subprocess.Popen[bytes] | None, timeout: float) -> None:
+    """Until GET /health answers 200; RuntimeError if vLLM exits or the time runs out."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc is not None and proc.poll() is not None:
+            raise RuntimeError(f"vLLM exited with status {proc.returncode} before it was ready")
+        try:
+            if httpx.get(url + "/health", timeout=2).status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        time.sleep(0.5)
+    raise RuntimeError(f"vLLM was not ready within {timeout:.0f} s")

@@ -1,0 +1,77 @@
+"""What the API sends vLLM for one request that the core has accepted.
+
+Everything that decides the output is explicit, so vLLM never falls back to
+its own defaults (16 tokens) or to the model's generation_config.json:
+max_tokens is the Hold's, and every field that openapi.yaml gives an
+`x-default` is sent with that value when the client left it out. The prompts
+go as the token ids the core counted, so the Hold, the caps and vLLM see the
+same tokens. The vllm-lens fields go inside vllm_xargs, in the form vllm-lens
+reads (steering vectors as one JSON string). Nothing else from the client is
+sent: the body holds only fields of openapi.yaml, because the core refused
+the rest.
+"""
+from __future__ import annotations
+
+import json
+from functools import cache
+from typing import Any
+
+from contract import CompletionRequest, spec
+
+# The core applied these to the token ids already: vLLM would apply them twice.
+APPLIED_BY_CORE = frozenset({"add_special_tokens", "truncate_prompt_tokens"})
+# Set below from the request, never copied from the client's body.
+SET_HERE = frozenset({"model", "prompt", "max_tokens", "stream", "stream_options", "priority",
+                      "return_token_ids", "output_residual_stream", "apply_steering_vectors"})
+
+
+def _x_defaults(schema: dict[str, Any]) -> dict[str, Any]:
+    return {name: prop["x-default"] for name, prop in schema["properties"].items() if "x-default" in prop}
+
+
+@cache
+def request_defaults() -> dict[str, Any]:
+    """Every CompletionRequest field with an x-default, less what is set here."""
+    defaults = _x_defaults(spec().schema("CompletionRequest"))
+    return {k: v for k, v in defaults.items() if k not in SET_HERE | APPLIED_BY_CORE}
+
+
+@cache
+def vector_defaults() -> dict[str, Any]:
+    return _x_defaults(spec().schema("SteeringVector"))
+
+
+def streams_upstream(req: CompletionRequest) -> bool:
+    """vLLM streams every request (deltas, keepalive, abort on disconnect), except
+    one with prompt_logprobs, which vLLM computes only without stream."""
+    return "prompt_logprobs" not in req.body
+
+
+def upstream_body(req: CompletionRequest, max_tokens: int, model: str) -> dict[str, Any]:
+    """The JSON body for vLLM's POST /v1/completions."""
+    body = dict(request_defaults())
+    body.update((k, v) for k, v in req.body.items() if k not in SET_HERE and k not in APPLIED_BY_CORE)
+    body["model"] = model
+    body["prompt"] = req.prompts[0] if len(req.prompts) == 1 else req.prompts
+    body["max_tokens"] = max_tokens
+    body["stream"] = streams_upstream(req)
+    if body["stream"]:
+        body["stream_options"] = {"include_usage": True}   # the Budget settles on it
+    # Always: the Budget counts generated tokens as they pass, and echo's text is ours
+    # (vLLM leaves the prompt out of an echo when it returns token ids).
+    body["return_token_ids"] = True
+    if "priority" in req.body:   # the one field that may come as a string of an integer
+        body["priority"] = int(req.body["priority"])
+    xargs: dict[str, Any] = {}
+    if "output_residual_stream" in req.body:
+        xargs["output_residual_stream"] = list(req.body["output_residual_stream"])
+    if req.steering:
+        xargs["apply_steering_vectors"] = json.dumps([_vector(v.wire) for v in req.steering])
+    if xargs:
+        body["vllm_xargs"] = xargs
+    return body
+
+
+def _vector(wire: dict[str, Any]) -> dict[str, Any]:
+    """A steering vector as vllm-lens's model reads it: its nulls are defaults there."""
+    return {**vector_defaults(), **{k: v for k, v in wire.items() if v is not None}}
