@@ -1,7 +1,8 @@
 """`python -m mock_server --host H --port P --workers N`: the mock under gunicorn.
 
 gthread workers stream well (a thread per open stream; the worker's heartbeat
-does not wait on a long stream). The app is built once in the master before
+does not wait on a long stream); ours also answers unparseable HTTP in the API's
+error shape (worker.py). The app is built once in the master before
 the workers fork (preload), so the spec, tokenizer and tables load once, and
 every worker shares one Budget file. Every option also reads MOCK_<NAME>.
 """
@@ -80,7 +81,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     app = create_app(config_from(args))
     options = {
         "bind": f"{args.host}:{args.port}", "workers": args.workers, "threads": args.threads,
-        "worker_class": "gthread", "preload_app": True, "loglevel": args.log_level,
+        "worker_class": "mock_server.worker.ApiThreadWorker", "preload_app": True, "loglevel": args.log_level,
         "accesslog": "-" if args.access_log else None, "keepalive": 5, "timeout": 60,
         "graceful_timeout": 5,
     }

@@ -21,7 +21,7 @@ from flask import Flask, Response, current_app, g, request
 from werkzeug.exceptions import HTTPException
 
 from contract import (
-    ApiError, ChatRefused, InternalError, InvalidJson, ModelInfo, NotFound, RequestTooLarge, new_request_id,
+    ApiError, ChatRefused, InternalError, InvalidRequest, ModelInfo, NotFound, RequestTooLarge, new_request_id,
     spec,
 )
 from contract.http import match_route, preflight
@@ -110,7 +110,7 @@ def _preflight() -> None:
 
 def _add_request_id(response: Response) -> Response:
     response.headers[REQUEST_ID] = g.get("request_id") or new_request_id()
-    if response.status_code == RequestTooLarge("").status:
+    if response.status_code == spec().error_codes[RequestTooLarge.code]["status"]:
         _drain(response)
     return response
 
@@ -154,8 +154,8 @@ def _http_error(error: HTTPException) -> Response:
     limit = spec().caps["max_body_bytes"]
     if error.code == 413:
         return _error_response(RequestTooLarge.from_template("request_too_large", limit=limit))
-    if error.code == 400:   # the body ended before Content-Length: not a JSON document
-        return _error_response(InvalidJson.from_template("invalid_json"))
+    if error.code == 400:   # werkzeug's ClientDisconnected: the body ended before Content-Length
+        return _error_response(InvalidRequest(spec().messages["malformed_http"]))
     if error.code == 404:
         return _error_response(NotFound.from_template("not_found", method=request.method, path=request.path))
     if error.code == 405:

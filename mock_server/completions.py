@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterator
 
 from flask import Response, current_app, g, request
 
-from contract import ApiError, InternalError, InvalidJson, RequestTooLarge, parse_json, spec, validate_completion
+from contract import ApiError, InternalError, InvalidRequest, RequestTooLarge, parse_json, spec, validate_completion
 from contract.http import check_auth
 from mock_server import faults
 from mock_server.engine import ChoiceDelta, Event
@@ -68,10 +68,10 @@ def read_body() -> bytes:
         try:
             chunk = stream.read(min(READ_SIZE, limit + 1 - len(body)))
         except Exception:
-            # A broken transfer (bad chunked framing, a client gone): no JSON document
-            # arrived. The WSGI server's own exception types stay out of the app.
+            # A broken transfer (bad chunked framing, a body shorter than its
+            # Content-Length). The WSGI server's own exception types stay out of the app.
             log.info("unreadable request body", exc_info=True)
-            raise InvalidJson.from_template("invalid_json") from None
+            raise InvalidRequest(spec().messages["malformed_http"]) from None
         if not chunk:
             return bytes(body)
         body += chunk

@@ -3,6 +3,9 @@ calls and restarts, chunked bodies, keepalive and faults."""
 from __future__ import annotations
 
 import base64
+import json
+import re
+import socket
 from collections.abc import Iterator
 from typing import Any
 
@@ -12,7 +15,7 @@ import pytest
 import zstandard
 
 from conformance.golden import padded_body
-from contract import InferenceUnavailable, spec
+from contract import InferenceUnavailable, InvalidRequest, spec
 from mock_server.faults import STREAM_ERROR_AFTER, TTFT_MS
 from tests.mock_helpers import (
     AUTH, KEEPALIVE_S, MockProcess, RawResponse, completion_body, parse_sse, raw_request, strip_volatile,
@@ -172,14 +175,30 @@ def test_x_request_id_on_every_response(mock_url: str, method: str, path: str) -
         assert r.json()["request_id"] == rid
 
 
-def test_a_broken_chunked_framing_is_a_400_not_a_500(mock_url: str) -> None:
-    import socket
-    host, port = mock_url.removeprefix("http://").split(":")
+def raw_exchange(url: str, data: bytes) -> bytes:
+    host, port = url.removeprefix("http://").split(":")
     with socket.create_connection((host, int(port)), timeout=30) as s:
-        s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer k\r\n"
-                  b"Content-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n"
-                  + b"{" * 10000 + b"\r\n")
+        s.sendall(data)
         reply = b""
-        while b"\r\n\r\n" not in reply:
-            reply += s.recv(65536)
-    assert reply.startswith(b"HTTP/1.1 400 ")
+        while chunk := s.recv(65536):
+            reply += chunk
+            head, _, body = reply.partition(b"\r\n\r\n")
+            length = re.search(rb"Content-Length: (\d+)", head)
+            if length and len(body) >= int(length.group(1)):
+                break
+    return reply
+
+
+@pytest.mark.parametrize("data", [
+    b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: abc\r\n\r\n",
+    b"GET /" + b"a" * 10000 + b" HTTP/1.1\r\nHost: x\r\n\r\n",
+    b"NOT HTTP AT ALL\r\n\r\n",
+    b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer k\r\n"
+    b"Content-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n" + b"{" * 10000 + b"\r\n",
+], ids=["content_length", "long_line", "not_http", "chunk_framing"])
+def test_malformed_http_gets_the_api_error_not_html_or_500(mock_url: str, data: bytes) -> None:
+    head, _, body = raw_exchange(mock_url, data).partition(b"\r\n\r\n")
+    rid = re.search(rb"X-Request-Id: (\S+)", head)
+    assert head.startswith(b"HTTP/1.1 400 ") and rid is not None
+    error = InvalidRequest(spec().messages["malformed_http"])
+    assert json.loads(body) == error.body(rid.group(1).decode())
