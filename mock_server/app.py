@@ -54,9 +54,9 @@ def state() -> State:
     return current_app.extensions["mock"]
 
 
-def _models(config: MockConfig) -> dict[str, ModelInfo]:
-    """The spec's models with the deployment's max_model_len."""
-    models = dict(spec().models)
+def _models(config: MockConfig, served: Mapping[str, ModelInfo] | None) -> dict[str, ModelInfo]:
+    """The served models (the spec's by default), with the deployment's max_model_len."""
+    models = dict(spec().models if served is None else served)
     unknown = set(config.max_model_len) - set(models)
     if unknown:
         raise ValueError(f"max_model_len for unknown models: {sorted(unknown)}")
@@ -73,14 +73,17 @@ def _budget(config: MockConfig) -> BudgetStore | Unlimited:
 
 def create_app(config: MockConfig | None = None, engine: Engine | None = None,
                models: Mapping[str, ModelInfo] | None = None) -> Flask:
-    """The mock (or, with another engine, any server of this API). `models` replaces
-    the served models (a deployment whose model differs from the spec's, say)."""
+    """The mock, or with another engine (and the models it serves) any server of this API.
+
+    `models` replaces the spec's models (a deployment whose model differs from the
+    spec's, say): GET /v1/models and validation use them; config.max_model_len
+    still applies on top."""
     config = config if config is not None else MockConfig.from_env()
     faults.check_spec()
     headers = spec().raw["components"]["headers"]
     if REQUEST_ID not in headers or CLAMPED not in headers:
         raise RuntimeError("openapi.yaml lacks the response headers the server sends")
-    models = _models(config) if models is None else dict(models)
+    models = _models(config, models)
     app = Flask(__name__)
     # No MAX_CONTENT_LENGTH: werkzeug's would refuse a chunked body of exactly the cap;
     # completions.read_body cuts a chunked body off at the cap itself.

@@ -241,3 +241,14 @@ def test_non_stream_body_is_compact_json(client: FlaskClient) -> None:
     r = client.post("/v1/completions", json=completion_body(seed=1), headers=AUTH)
     assert r.mimetype == "application/json"
     assert json.loads(r.get_data()) == r.get_json()
+
+
+def test_a_server_may_serve_other_models() -> None:
+    """The reference implementation passes the models its vLLM serves."""
+    other = dataclasses.replace(MODEL, name="tiny", max_model_len=128)
+    client = create_app(MockConfig(), models={"tiny": other}).test_client()
+    assert [m["id"] for m in client.get("/v1/models", headers=AUTH).get_json()["data"]] == ["tiny"]
+    assert client.post("/v1/completions", json=completion_body(model="tiny"), headers=AUTH).status_code == 200
+    body = completion_body()
+    assert_error(client.post("/v1/completions", json=body, headers=AUTH),
+                 error_of(lambda: validate_completion(body, models={"tiny": other})))
