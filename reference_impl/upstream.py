@@ -20,9 +20,12 @@ from contract import CompletionRequest, spec
 
 # The core applied these to the token ids already: vLLM would apply them twice.
 APPLIED_BY_CORE = frozenset({"add_special_tokens", "truncate_prompt_tokens"})
+# OpenAI's end-user id: vLLM does nothing with it, and it may be megabytes long.
+NOT_FOR_VLLM = frozenset({"user"})
 # Set below from the request, never copied from the client's body.
 SET_HERE = frozenset({"model", "prompt", "max_tokens", "stream", "stream_options", "priority",
                       "return_token_ids", "output_residual_stream", "apply_steering_vectors"})
+NOT_COPIED = APPLIED_BY_CORE | NOT_FOR_VLLM | SET_HERE
 
 
 def _x_defaults(schema: dict[str, Any]) -> dict[str, Any]:
@@ -33,7 +36,7 @@ def _x_defaults(schema: dict[str, Any]) -> dict[str, Any]:
 def request_defaults() -> dict[str, Any]:
     """Every CompletionRequest field with an x-default, less what is set here."""
     defaults = _x_defaults(spec().schema("CompletionRequest"))
-    return {k: v for k, v in defaults.items() if k not in SET_HERE | APPLIED_BY_CORE}
+    return {k: v for k, v in defaults.items() if k not in NOT_COPIED}
 
 
 @cache
@@ -50,7 +53,7 @@ def streams_upstream(req: CompletionRequest) -> bool:
 def upstream_body(req: CompletionRequest, max_tokens: int, model: str) -> dict[str, Any]:
     """The JSON body for vLLM's POST /v1/completions."""
     body = dict(request_defaults())
-    body.update((k, v) for k, v in req.body.items() if k not in SET_HERE and k not in APPLIED_BY_CORE)
+    body.update((k, v) for k, v in req.body.items() if k not in NOT_COPIED)
     body["model"] = model
     body["prompt"] = req.prompts[0] if len(req.prompts) == 1 else req.prompts
     body["max_tokens"] = max_tokens

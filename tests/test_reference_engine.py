@@ -1,0 +1,286 @@
+"""The reference engine without vLLM: what it sends, and how vLLM's answers and faults come back.
+
+vLLM is replaced by httpx.MockTransport handlers that answer as vLLM 0.32 does
+(bodies copied from reference_impl/VLLM_NOTES.md), so these run everywhere.
+"""
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import httpx
+import numpy as np
+import pytest
+
+from contract import encode_tensor, spec, validate_completion
+from mock_server.app import create_app
+from mock_server.config import MockConfig
+from reference_impl.deployment import DeploymentError, deployment_models
+from reference_impl.engine import VllmEngine
+from reference_impl.upstream import upstream_body
+
+KEY = "k"
+AUTH = {"Authorization": f"Bearer {KEY}"}
+MODEL = spec().default_model
+CHUNK = {"id": "cmpl-x", "object": "text_completion", "created": 1, "model": MODEL}
+
+
+def sse(*payloads: Any, done: bool = True) -> bytes:
+    out = b"".join(b"data: " + json.dumps(p).encode() + b"\n\n" for p in payloads)
+    return out + (b"data: [DONE]\n\n" if done else b"")
+
+
+def content(index: int, text: str, ids: list[int], finish: str | None = None, **extra: Any) -> dict[str, Any]:
+    return {**CHUNK, "choices": [{"index": index, "text": text, "logprobs": None, "finish_reason": finish,
+                                  "stop_reason": None, "token_ids": ids, **extra}]}
+
+
+def usage(prompt: int, completion: int) -> dict[str, Any]:
+    return {**CHUNK, "choices": [], "usage": {"prompt_tokens": prompt, "completion_tokens": completion,
+                                              "total_tokens": prompt + completion},
+            "system_fingerprint": "vllm-0.32.0"}
+
+
+SKY = sse(content(0, " blue", [6437], prompt_token_ids=[128000, 791, 13180, 374]),
+          content(0, " today", [3432], "length"), usage(4, 2))
+
+
+class Upstream:
+    """A fake vLLM: records what it is sent and answers with `answer(request)`."""
+
+    def __init__(self, answer: Callable[[httpx.Request], httpx.Response]) -> None:
+        self.answer = answer
+        self.sent: list[dict[str, Any]] = []
+        self.headers: list[httpx.Headers] = []
+
+    def __call__(self, request: httpx.Request) -> httpx.Response:
+        self.sent.append(json.loads(request.content))
+        self.headers.append(request.headers)
+        return self.answer(request)
+
+
+def streamed(body: bytes, status: int = 200) -> Callable[[httpx.Request], httpx.Response]:
+    return lambda request: httpx.Response(status, content=body, headers={"content-type": "text/event-stream"})
+
+
+def api(answer: Callable[[httpx.Request], httpx.Response] | Upstream, **config: Any) -> httpx.Client:
+    engine = VllmEngine("http://vllm.test", MODEL, transport=httpx.MockTransport(answer),
+                        wait_seconds=config.pop("wait_seconds", None))
+    app = create_app(MockConfig(keys=(KEY,), **config), engine)
+    return httpx.Client(transport=httpx.WSGITransport(app=app), base_url="http://api.test", headers=AUTH)
+
+
+def events(text: str) -> list[Any]:
+    return [json.loads(line[6:]) if line != "data: [DONE]" else "[DONE]"
+            for line in text.split("\n") if line.startswith("data: ")]
+
+
+BODY = {"model": MODEL, "prompt": "The sky is", "max_tokens": 2}
+
+
+# -- what the API sends vLLM ---------------------------------------------------------------
+
+def test_explicit_max_tokens_and_every_spec_default() -> None:
+    req = validate_completion({"model": MODEL, "prompt": "The sky is", "stream": True})
+    body = upstream_body(req, 7, "served")
+    props = spec().schema("CompletionRequest")["properties"]
+    defaults = {k: p["x-default"] for k, p in props.items() if "x-default" in p}
+    assert body["max_tokens"] == 7 and body["model"] == "served"
+    for name in ("temperature", "top_p", "top_k", "min_p", "repetition_penalty", "presence_penalty",
+                 "frequency_penalty", "n", "min_tokens", "ignore_eos", "skip_special_tokens"):
+        assert body[name] == defaults[name], name
+    assert body["prompt"] == [128000, 791, 13180, 374]          # the ids the core counted
+    assert body["stream"] is True and body["stream_options"] == {"include_usage": True}
+    assert body["return_token_ids"] is True
+    assert "add_special_tokens" not in body and "vllm_xargs" not in body
+
+
+def test_only_spec_fields_and_vllm_xargs_go_to_vllm() -> None:
+    hidden = spec().models[MODEL].hidden_size
+    vector = {"activations": encode_tensor(np.zeros((1, hidden), np.float32), "torch.float32"),
+              "layer_indices": [0], "scale": None}
+    req = validate_completion({"model": MODEL, "prompt": [[1, 2], [3]], "n": 2, "max_tokens": 3,
+                               "temperature": 0.5, "priority": "-3", "user": "u" * 100,
+                               "truncate_prompt_tokens": 1, "prompt_logprobs": 2})
+    body = upstream_body(req, 3, MODEL)
+    allowed = set(spec().schema("CompletionRequest")["properties"]) | {"vllm_xargs"}
+    assert set(body) <= allowed
+    assert body["prompt"] == [[2], [3]] and body["priority"] == -3 and "user" not in body
+    assert body["stream"] is False and "stream_options" not in body   # prompt_logprobs: vLLM streams none
+    assert "truncate_prompt_tokens" not in body                      # applied by the core already
+    lens = validate_completion({"model": MODEL, "prompt": "x", "max_tokens": 1,
+                                "output_residual_stream": [3, 1], "apply_steering_vectors": [vector]})
+    xargs = upstream_body(lens, 1, MODEL)["vllm_xargs"]
+    assert xargs["output_residual_stream"] == [3, 1]
+    (sent,) = json.loads(xargs["apply_steering_vectors"])     # vllm-lens reads a JSON string
+    assert sent["scale"] == 1 and sent["norm_match"] is False and "position_indices" not in sent
+
+
+def test_the_request_id_is_the_apis() -> None:
+    upstream = Upstream(streamed(SKY))
+    with api(upstream) as c:
+        r = c.post("/v1/completions", json=BODY)
+    assert r.status_code == 200
+    assert upstream.headers[0]["X-Request-Id"] == r.headers["X-Request-Id"]
+    assert r.json()["id"] == "cmpl-" + r.headers["X-Request-Id"][4:]
+
+
+# -- what comes back ---------------------------------------------------------------------------
+
+def test_a_completion_from_vllms_stream() -> None:
+    with api(Upstream(streamed(SKY))) as c:
+        r = c.post("/v1/completions", json={**BODY, "model": MODEL})
+    body = r.json()
+    assert body["model"] == MODEL and body["object"] == "text_completion"
+    assert body["choices"] == [{"index": 0, "text": " blue today", "logprobs": None,
+                                "finish_reason": "length", "stop_reason": None}]
+    assert body["usage"] == {"prompt_tokens": 4, "completion_tokens": 2, "total_tokens": 6}
+    assert set(body) == {"id", "object", "created", "model", "choices", "usage"}
+
+
+def test_echo_adds_the_prompt_as_vllm_would() -> None:
+    with api(Upstream(streamed(SKY))) as c:
+        text = c.post("/v1/completions", json={**BODY, "echo": True}).json()["choices"][0]["text"]
+        ids = c.post("/v1/completions", json={**BODY, "prompt": [128000, 791], "echo": True}).json()
+    assert text == "The sky is blue today"
+    assert ids["choices"][0]["text"] == "<|begin_of_text|>The blue today"   # vLLM decodes special tokens
+
+
+def test_activations_chunk_and_layers_in_vllms_order() -> None:
+    tensor = {"data": "KLUv", "dtype": "int16", "original_dtype": "torch.bfloat16", "shape": [2, 5, 4096],
+              "compression": "zstd"}
+    body = sse(content(0, "x", [1], "length"), usage(4, 1), {"activations": {"residual_stream": tensor}})
+    with api(Upstream(streamed(body))) as c:
+        r = c.post("/v1/completions", json={**BODY, "max_tokens": 1, "output_residual_stream": [5, 2],
+                                            "stream": True, "stream_options": {"include_usage": True}})
+    kinds = events(r.text)
+    assert kinds[-1] == "[DONE]" and kinds[-2]["activations"] == {"layers": [2, 5], "residual_stream": tensor}
+    assert "usage" in kinds[-3]
+
+
+def test_vllms_400_keeps_its_message_with_the_public_param() -> None:
+    answers = {
+        "oov": ({"error": {"message": "Token id 128256 is out of vocabulary", "type": "BadRequestError",
+                           "param": None, "code": 400}}, ("invalid_request", None)),
+        "pydantic": ({"error": {"message": "1 validation error", "type": "BadRequestError",
+                                "param": "body.prompt.1", "code": 400}}, ("invalid_request", "prompt")),
+        "context": ({"error": {"message": "This model's maximum context length is 2048 tokens. However, your "
+                                          "prompt contains 2100 input tokens. (parameter=input_tokens, value=2100)",
+                               "type": "BadRequestError", "param": "input_tokens", "code": 400}},
+                    ("context_length_exceeded", "prompt")),
+    }
+    for name, (payload, (code, param)) in answers.items():
+        with api(Upstream(lambda r, p=payload: httpx.Response(400, json=p))) as c:
+            error = c.post("/v1/completions", json=BODY).json()["error"]
+        assert (error["code"], error["param"]) == (code, param), name
+        assert error["message"] == payload["error"]["message"].split(" (parameter=")[0], name
+
+
+@pytest.mark.parametrize("answer", [
+    lambda r: httpx.Response(500, json={"error": {"message": "EngineCore died", "type": "InternalServerError",
+                                                  "param": None, "code": 500}}),
+    lambda r: httpx.Response(404, json={"error": {"message": "The model `x` does not exist.",
+                                                  "type": "NotFoundError", "param": "model", "code": 404}}),
+    lambda r: httpx.Response(200, content=b"<html>proxy</html>"),
+    lambda r: httpx.Response(200, content=sse(content(0, "x", [1]), done=False)),   # cut off
+])
+def test_vllm_failing_is_503_and_its_words_stay_in_the_log(answer: Callable[[httpx.Request], httpx.Response]) -> None:
+    with api(answer) as c:
+        r = c.post("/v1/completions", json=BODY)
+    assert r.status_code == 503
+    assert r.json()["error"] == {"message": spec().messages["inference_unavailable"], "type": "api_error",
+                                 "param": None, "code": "inference_unavailable"}
+
+
+def test_vllm_down_is_503() -> None:
+    def refuse(request: httpx.Request) -> httpx.Response:
+        raise httpx.ConnectError("connection refused", request=request)
+    with api(refuse) as c:
+        assert c.post("/v1/completions", json=BODY).json()["error"]["code"] == "inference_unavailable"
+        stream = c.post("/v1/completions", json={**BODY, "stream": True})
+    assert stream.status_code == 200 and events(stream.text)[0]["error"]["code"] == "inference_unavailable"
+
+
+def test_no_answer_within_the_wait_is_504() -> None:
+    def silent(request: httpx.Request) -> httpx.Response:
+        raise httpx.ReadTimeout("timed out", request=request)
+    with api(silent, wait_seconds=2) as c:
+        r = c.post("/v1/completions", json=BODY)
+        stream = events(c.post("/v1/completions", json={**BODY, "stream": True}).text)
+    assert r.status_code == 504
+    assert r.json()["error"]["message"] == spec().messages["deadline_exceeded"].format(seconds=2)
+    assert stream[0]["error"]["code"] == "deadline_exceeded" and stream[-1] == "[DONE]"
+
+
+def test_an_error_in_vllms_stream_becomes_the_apis_error_event() -> None:
+    body = sse(content(0, " blue", [6437]),
+               {"error": {"message": "Expecting value: line 1 column 1 (char 0)", "type": "BadRequestError",
+                          "param": None, "code": 400}})
+    with api(Upstream(streamed(body))) as c:
+        got = events(c.post("/v1/completions", json={**BODY, "stream": True}).text)
+    assert got[0]["choices"][0]["text"] == " blue"
+    assert got[1]["error"]["code"] == "invalid_request" and got[1]["request_id"].startswith("req_")
+    assert got[2] == "[DONE]" and len(got) == 3
+
+
+# -- streams: keepalive and a client that goes away ----------------------------------------------
+
+class SlowStream(httpx.SyncByteStream):
+    """vLLM streaming one chunk every `pause` seconds; records when it is closed."""
+
+    def __init__(self, chunks: list[bytes], pause: float) -> None:
+        self.chunks, self.pause = chunks, pause
+        self.closed = threading.Event()
+
+    def __iter__(self) -> Iterator[bytes]:
+        for chunk in self.chunks:
+            if self.closed.wait(self.pause):
+                return
+            yield chunk
+
+    def close(self) -> None:
+        self.closed.set()
+
+
+def test_keepalive_while_vllm_is_quiet() -> None:
+    stream = SlowStream([sse(content(0, " blue", [6437], "length"), usage(4, 1))], pause=0.5)
+    with api(lambda r: httpx.Response(200, stream=stream), keepalive_seconds=0.1) as c:
+        text = c.post("/v1/completions", json={**BODY, "stream": True}).text
+    assert text.startswith(": keepalive\n\n") and text.endswith("data: [DONE]\n\n")
+
+
+def test_a_client_that_goes_away_closes_the_vllm_request() -> None:
+    chunks = [sse(content(0, f" t{i}", [i]), done=False) for i in range(1000)]
+    stream = SlowStream(chunks, pause=0.01)
+    with api(lambda r: httpx.Response(200, stream=stream)) as c:
+        with c.stream("POST", "/v1/completions", json={**BODY, "max_tokens": 1000, "stream": True}) as r:
+            next(r.iter_lines())
+    assert stream.closed.wait(5), "the engine kept reading vLLM after the client left"
+
+
+# -- the deployment's model ---------------------------------------------------------------------
+
+def test_the_deployments_numbers_replace_the_specs() -> None:
+    config = {"num_hidden_layers": 4, "hidden_size": 128, "vocab_size": 128256}
+    info = deployment_models(MODEL, 4096, config)[MODEL]
+    assert (info.num_layers, info.hidden_size, info.max_model_len) == (4, 128, 4096)
+    assert info.capture_cap == spec().caps["capture_elements"] // 128
+    with pytest.raises(DeploymentError):
+        deployment_models(MODEL, 4096, {**config, "vocab_size": 32000})
+    with pytest.raises(DeploymentError):
+        deployment_models("no-such-model", 4096, None)
+
+
+def test_requests_are_checked_against_the_deployments_model() -> None:
+    models = deployment_models(MODEL, 4096, {"num_hidden_layers": 4, "hidden_size": 128, "vocab_size": 128256})
+    upstream = Upstream(streamed(SKY))
+    engine = VllmEngine("http://vllm.test", MODEL, transport=httpx.MockTransport(upstream))
+    app = create_app(MockConfig(keys=(KEY,)), engine, models)
+    with httpx.Client(transport=httpx.WSGITransport(app=app), base_url="http://api.test", headers=AUTH) as c:
+        error = c.post("/v1/completions", json={**BODY, "output_residual_stream": [4]}).json()["error"]
+        listed = c.get("/v1/models").json()["data"]
+    assert error["param"] == "output_residual_stream" and "the model has 4 layers" in error["message"]
+    assert [(m["id"], m["max_model_len"]) for m in listed] == [(MODEL, 4096)]
+    assert upstream.sent == []
