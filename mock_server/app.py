@@ -15,7 +15,7 @@ import tempfile
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from flask import Flask, Response, current_app, g, request
 from werkzeug.exceptions import HTTPException
@@ -107,8 +107,9 @@ def create_app(config: MockConfig | None = None, engine: Engine | None = None,
 # -- the edge -------------------------------------------------------------------------
 def _preflight() -> None:
     g.request_id = new_request_id()
-    preflight(request.method, request.path, request.headers, request.content_length,
-              state().config.keys)
+    # werkzeug's Headers is the case-insensitive mapping preflight wants, though not a Mapping subclass.
+    preflight(request.method, request.path, cast(Mapping[str, str], request.headers),
+              request.content_length, state().config.keys)
 
 
 def _add_request_id(response: Response) -> Response:

@@ -146,7 +146,7 @@ def _choice_deltas(req: CompletionRequest, voc: Vocab, index: int, prompt: list[
         if i == 0:
             if echo:
                 text = echo_text + text
-                if logprobs is not None:
+                if logprobs is not None and k is not None:
                     logprobs = _with_echo(logprobs, echo_texts, prompt_ranked[:len(prompt)], k, voc, skip)
             if body.get("return_token_ids"):
                 extra["prompt_token_ids"] = list(prompt)

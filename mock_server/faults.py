@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import math
 import random
-from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Protocol
 
 from contract import ApiError, CompletionRequest, InvalidRequest, error_for_status, spec
 from mock_server.config import MockConfig
@@ -31,6 +31,16 @@ def _faults() -> dict:
     return spec().raw["x-mock-faults"]
 
 
+class Headers(Protocol):
+    """A request's headers, looked up case-insensitively (werkzeug's Headers)."""
+
+    def get(self, key: str) -> str | None: ...
+
+    def __contains__(self, key: str, /) -> bool: ...
+
+    def __getitem__(self, key: str) -> str: ...
+
+
 @dataclass(frozen=True)
 class Plan:
     """What this request will go through besides the API itself."""
@@ -46,7 +56,7 @@ def _invalid(header: str, expected: str) -> InvalidRequest:
     return InvalidRequest(faults["invalid_header"].format(header=header, expected=text))
 
 
-def _number(headers: Mapping[str, str], name: str, default: float, integer: bool = False) -> float:
+def _number(headers: Headers, name: str, default: float, integer: bool = False) -> float:
     raw = headers.get(name)
     if raw is None:
         return default
@@ -59,7 +69,7 @@ def _number(headers: Mapping[str, str], name: str, default: float, integer: bool
     return value
 
 
-def plan(headers: Mapping[str, str], config: MockConfig, rng: random.Random,
+def plan(headers: Headers, config: MockConfig, rng: random.Random,
          max_tokens: int) -> Plan:
     """Read the mock's headers (400 for a bad value) and roll the configured fault rates."""
     statuses = _faults()["statuses"]

@@ -66,7 +66,7 @@ def rank_positions(uniforms: np.ndarray, token_ids: list[int], k: int, greedy: b
         alt_ids = _distinct(pool, picks[i], len(shown), exclude=token)
         row = values[i]
         out.append(Ranked(token, float(row[rank - 1]), rank,
-                          [(a, float(row[r - 1]), r) for a, r in zip(alt_ids, shown)]))
+                          [(a, float(row[r - 1]), r) for a, r in zip(alt_ids, shown, strict=True)]))
     return out
 
 

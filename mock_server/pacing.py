@@ -10,7 +10,7 @@ from __future__ import annotations
 import queue
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from typing import Generic, TypeVar
 
 from mock_server.engine import ChoiceDelta, Event
@@ -89,7 +89,7 @@ class Pump(Generic[T]):
             if close is not None:
                 close()
 
-    def batches(self) -> Iterator[list[T]]:
+    def batches(self) -> Generator[list[T], None, None]:
         """Lists of items as they come; [] for each keepalive interval without one.
         Raises what the iterator raised, after the items before it."""
         try:

@@ -11,7 +11,7 @@ from typing import Any
 import httpx
 import pytest
 
-from contract import ApiError, hold, spec, validate_completion
+from contract import ApiError, hold, validate_completion
 from mock_server.budget import BudgetStore
 from tests.mock_helpers import KEY, MockProcess, completion_body, parse_sse
 

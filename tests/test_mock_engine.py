@@ -104,7 +104,7 @@ def test_the_sampled_logprob_does_not_depend_on_how_many_are_shown(engine: FakeE
 
 def test_at_temperature_zero_the_sampled_token_is_the_likeliest(engine: FakeEngine) -> None:
     lp = completion(engine, temperature=0, logprobs=5)["choices"][0]["logprobs"]
-    for token, top in zip(lp["tokens"], lp["top_logprobs"]):
+    for token, top in zip(lp["tokens"], lp["top_logprobs"], strict=True):
         assert next(iter(top)) == token
 
 
@@ -124,7 +124,7 @@ def test_prompt_logprobs_in_vllms_format(engine: FakeEngine) -> None:
     choice = completion(engine, prompt_logprobs=3, max_tokens=2)["choices"][0]
     entries = choice["prompt_logprobs"]
     assert len(entries) == len(req.prompts[0]) and entries[0] is None
-    for token, entry in zip(req.prompts[0][1:], entries[1:]):
+    for token, entry in zip(req.prompts[0][1:], entries[1:], strict=True):
         assert str(token) in entry and len(entry) <= 4
         for info in entry.values():
             assert set(info) == {"logprob", "rank", "decoded_token"}

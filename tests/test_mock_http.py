@@ -41,7 +41,8 @@ def test_stream_shape(mock_http: httpx.Client) -> None:
     rid = r.headers["X-Request-Id"]
     assert stream.events[-1] == "[DONE]"
     usage_chunk = stream.events[-2]
-    assert usage_chunk["choices"] == [] and set(usage_chunk["usage"]) == {"prompt_tokens", "completion_tokens", "total_tokens"}
+    assert usage_chunk["choices"] == []
+    assert set(usage_chunk["usage"]) == {"prompt_tokens", "completion_tokens", "total_tokens"}
     for chunk in stream.chunks:
         assert len(chunk["choices"]) == 1
         assert (chunk["object"], chunk["model"], chunk["id"]) == ("text_completion", body["model"], "cmpl-" + rid[4:])
@@ -65,7 +66,8 @@ def test_stream_text_equals_non_stream_text(mock_http: httpx.Client) -> None:
         assert sum((p["logprobs"]["text_offset"] for p in parts), []) == choice["logprobs"]["text_offset"]
         assert sum((p["token_ids"] for p in parts), []) == choice["token_ids"]
         assert parts[0]["prompt_token_ids"] == choice["prompt_token_ids"]
-        assert (parts[-1]["finish_reason"], parts[-1]["stop_reason"]) == (choice["finish_reason"], choice["stop_reason"])
+        last = parts[-1]
+        assert (last["finish_reason"], last["stop_reason"]) == (choice["finish_reason"], choice["stop_reason"])
 
 
 def test_continuous_usage_stats(mock_http: httpx.Client) -> None:
