@@ -76,7 +76,7 @@ def config_from(args: argparse.Namespace) -> MockConfig:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
-    from mock_server.app import create_app   # after parsing, so --help is instant
+    from mock_server.app import create_app  # after parsing, so --help is instant
 
     app = create_app(config_from(args))
     options = {

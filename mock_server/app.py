@@ -21,8 +21,8 @@ from flask import Flask, Response, current_app, g, request
 from werkzeug.exceptions import HTTPException
 
 from contract import (
-    ApiError, ChatRefused, InternalError, InvalidRequest, ModelInfo, NotFound, RequestTooLarge, new_request_id,
-    spec,
+    ApiError, ChatRefused, InternalError, InvalidRequest, ModelInfo, NotFound, RequestTooLarge,
+    new_request_id, spec,
 )
 from contract.http import match_route, preflight
 from mock_server import faults
@@ -31,12 +31,9 @@ from mock_server.completions import create_completion
 from mock_server.config import MockConfig
 from mock_server.engine import Engine
 from mock_server.fake_engine import FakeEngine
-from mock_server.responses import dumps
+from mock_server.responses import CLAMPED, REQUEST_ID, dumps
 
 log = logging.getLogger("mock_server")
-
-REQUEST_ID = "X-Request-Id"
-CLAMPED = "X-Acs-Max-Tokens-Clamped"
 
 
 @dataclass(frozen=True)

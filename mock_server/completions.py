@@ -13,11 +13,10 @@ from contract.http import check_auth
 from mock_server import faults
 from mock_server.engine import ChoiceDelta, Event
 from mock_server.pacing import Pump, paced
-from mock_server.responses import DONE, KEEPALIVE, Assembler, Meta, completion_id, dumps, sse
+from mock_server.responses import CLAMPED, DONE, KEEPALIVE, Assembler, Meta, completion_id, dumps, sse
 
 log = logging.getLogger("mock_server")
 
-CLAMPED = "X-Acs-Max-Tokens-Clamped"
 READ_SIZE = 1 << 16
 
 

@@ -13,13 +13,14 @@ import hashlib
 import json
 import os
 import random
-from itertools import accumulate
 from collections.abc import Iterable, Iterator
+from functools import cache
+from itertools import accumulate
 from typing import Any
 
 import numpy as np
 
-from contract import CompletionRequest, ModelInfo
+from contract import CompletionRequest, ModelInfo, spec
 from mock_server.activations import capture, warm
 from mock_server.engine import Activations, ChoiceDelta, Event, LogprobsDelta, Usage
 from mock_server.logprobs import Ranked, prompt_logprob, rank_positions, row_width, top_logprobs
@@ -29,7 +30,6 @@ from mock_server.vocab import Vocab, vocab
 # Fields that change which tokens a model samples; stream, logprobs, echo etc. do not.
 SAMPLING_FIELDS = ("temperature", "top_p", "top_k", "min_p", "presence_penalty",
                    "frequency_penalty", "repetition_penalty", "allowed_token_ids", "bad_words")
-GREEDY_BELOW = 1e-5   # vLLM samples greedily below this temperature
 
 
 def _seed(*parts: Any) -> int:
@@ -53,8 +53,15 @@ def _steering_digest(req: CompletionRequest) -> list[str]:
     return out
 
 
+@cache
+def _greedy_below() -> float:
+    """vLLM samples greedily below this temperature; the spec's greedy_n rule names it."""
+    rule = next(r for r in spec().rules if r["id"] == "greedy_n")
+    return float(rule["when"]["properties"]["temperature"]["exclusiveMaximum"])
+
+
 def _is_greedy(body: dict[str, Any]) -> bool:
-    return body.get("temperature", 1.0) < GREEDY_BELOW or body.get("top_k") == 1
+    return body.get("temperature", 1.0) < _greedy_below() or body.get("top_k") == 1
 
 
 class FakeEngine:

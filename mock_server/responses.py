@@ -13,6 +13,10 @@ from typing import Any
 from contract import CompletionRequest
 from mock_server.engine import Activations, ChoiceDelta, Event, LogprobsDelta, Usage
 
+# Response headers the server sends (components/headers in openapi.yaml; app.py checks at start).
+REQUEST_ID = "X-Request-Id"
+CLAMPED = "X-Acs-Max-Tokens-Clamped"
+
 DONE = b"data: [DONE]\n\n"
 KEEPALIVE = b": keepalive\n\n"
 

@@ -14,6 +14,7 @@ import numpy as np
 
 from mock_server.vocab import Vocab
 
+
 @dataclass(frozen=True)
 class Settings:
     """What a choice's tokens depend on, beyond its uniforms."""

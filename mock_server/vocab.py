@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+
 import numpy as np
 
 from contract import ModelInfo
