@@ -258,6 +258,21 @@ def run_wrk(server, case, connections, duration, body_file):
     raise BenchError(f"wrk gave no summary (status {done.returncode}): {done.stderr.strip()}")
 
 
+def session_cpu_seconds(sid):
+    """User + system CPU time of every live process in session `sid` (a server and its
+    workers: each server starts a new session), from /proc."""
+    ticks = 0
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            text = stat.read_text()
+        except OSError:
+            continue   # gone meanwhile
+        fields = text[text.rindex(")") + 2:].split()
+        if int(fields[3]) == sid:
+            ticks += int(fields[11]) + int(fields[12])
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
 def summarise_wrk(raw, case):
     e = raw["errors"]
     seconds = raw["duration_us"] / 1e6
@@ -346,7 +361,8 @@ def measure(servers, args, workdir):
     rounds = {}
     for case in CASES:
         (workdir / f"body_{case.key}.json").write_text(json.dumps(case.body))
-    for number in range(args.rounds):
+    warm_up(servers, args, workdir)
+    for _ in range(args.rounds):
         for case in CASES:
             body_file = workdir / f"body_{case.key}.json"
             for conns in args.connections:
@@ -354,8 +370,7 @@ def measure(servers, args, workdir):
                     cell = case.key, conns, server.key
                     if "na" in rounds.get(cell, [{}])[-1]:
                         continue
-                    warmup = args.warmup if number == 0 else 0
-                    result = measure_cell(server, case, conns, args, body_file, warmup)
+                    result = measure_cell(server, case, conns, args, body_file)
                     rounds.setdefault(cell, []).append(result)
     cells = {cell: median_round(results) for cell, results in rounds.items()}
     streams = {server.key: measure_stream(server, args) for server in servers}
@@ -368,12 +383,26 @@ def median_round(results):
     ordered = sorted(results, key=lambda r: r["rps"])
     median = dict(ordered[len(ordered) // 2])
     median["rounds"] = [r["rps"] for r in results]
-    for key in ("requests", "wrong_status", "socket_errors"):
+    for key in ("requests", "wrong_status", "socket_errors", "cpu_s"):
         median[key] = sum(r[key] for r in results)
+    median["cpu_us"] = 1e6 * median["cpu_s"] / max(median["requests"], 1)
     return median
 
 
-def measure_cell(server, case, conns, args, body_file, warmup):
+def warm_up(servers, args, workdir):
+    """Every server through every case before any measurement: Prism's JIT needs seconds,
+    and a cold server in the first round would drag the median."""
+    if not args.warmup:
+        return
+    print(f"  warming up: {args.warmup} s per server and case", file=sys.stderr)
+    for server in servers:
+        for case in CASES:
+            if not server.failure:
+                run_wrk(server, case, max(args.connections), args.warmup,
+                        workdir / f"body_{case.key}.json")
+
+
+def measure_cell(server, case, conns, args, body_file):
     if server.failure:
         return {"na": server.failure}
     try:
@@ -383,10 +412,11 @@ def measure_cell(server, case, conns, args, body_file, warmup):
     if status != case.expect_status:
         return {"na": f"answered {status}, not {case.expect_status}"}
     print(f"  {case.title:28} c={conns:<3} {server.label:11}", end=" ", flush=True, file=sys.stderr)
-    if warmup:
-        run_wrk(server, case, conns, warmup, body_file)
+    cpu_before = session_cpu_seconds(server.proc.pid)
     result = summarise_wrk(run_wrk(server, case, conns, args.duration, body_file), case)
-    print(f"{result['rps']:9.0f} req/s", file=sys.stderr)
+    result["cpu_s"] = session_cpu_seconds(server.proc.pid) - cpu_before
+    print(f"{result['rps']:9.0f} req/s {1e6 * result['cpu_s'] / max(result['requests'], 1):6.0f}"
+          " CPU us/req", file=sys.stderr)
     return result
 
 
@@ -513,6 +543,26 @@ def throughput_table(servers, cells, args):
     return rows
 
 
+def cpu_table(servers, cells, args):
+    """The servers' CPU time per request over all rounds: less swayed by other load on
+    the machine than requests/s. A ratio here is other/mock, so >= 1 favours the mock."""
+    labels = {s.key: s.label for s in servers}
+    head = ["case", "conns", *(f"{labels[s.key]} CPU us/req" for s in servers),
+            "Prism/mock", "bare/mock"]
+    rows = ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
+    for case in CASES:
+        for conns in args.connections:
+            cell = {s.key: cells[case.key, conns, s.key] for s in servers}
+            row = [case.title, str(conns)]
+            row += ["n/a" if "na" in cell[s.key] else f"{cell[s.key]['cpu_us']:,.0f}" for s in servers]
+            for other in ("prism", "bare"):
+                mine, theirs = cell.get("mock"), cell.get(other)
+                ok = mine and theirs and "na" not in mine and "na" not in theirs and mine["cpu_us"]
+                row.append(f"{theirs['cpu_us'] / mine['cpu_us']:.2f}" if ok else "n/a")
+            rows.append("| " + " | ".join(row) + " |")
+    return rows
+
+
 def stream_table(servers, streams):
     rows = ["| server | tokens/s | tokens | TTFT ms | runs (median shown) | note |",
             "| --- | --- | --- | --- | --- | --- |"]
@@ -523,7 +573,8 @@ def stream_table(servers, streams):
             continue
         note = "tokens from the usage chunk" if st["usage"] else "tokens counted as content chunks"
         if s.key == "bare":
-            note = "fixed one-token chunks from a generator: the server's streaming ceiling"
+            note = ("fixed one-token chunks, one write each (the mock joins the chunks that are"
+                    " ready into one write, so it can beat this)")
         rows.append(f"| {s.label} | {st['tokens_per_s']:,.0f} | {st['tokens']} | "
                     f"{st['ttft_ms']:.1f} | {st['runs']} | {note} |")
     return rows
@@ -569,7 +620,8 @@ def report(servers, cells, streams, versions, args, command):
         " Prism `prism mock openapi.yaml -v silent` (openapi.yaml unchanged, one Node process)",
         f"- Load: wrk `-t1 -c<conns> -d{args.duration}s --latency --timeout 10s` with"
         f" bench/wrk_post.lua; {args.rounds} rounds of every cell, the servers interleaved,"
-        f" the median round shown; a {args.warmup} s warm-up before a cell's first round;"
+        f" the median round shown; first a {args.warmup} s warm-up per server and case at"
+        f" {max(args.connections)} connections;"
         f" key `Authorization: Bearer {API_KEY}`",
         "",
         "## Requests/s and latency",
@@ -577,6 +629,13 @@ def report(servers, cells, streams, versions, args, command):
         "Goals: mock >= Prism (ratio >= 1) and mock >= 60% of the bare ceiling (ratio >= 0.6).",
         "",
         *throughput_table(servers, cells, args),
+        "",
+        "Server CPU time per request, summed over every round (all the server's processes,"
+        " from /proc; wrk's own CPU not counted). It is less swayed than requests/s by other"
+        " load on the machine; a ratio is other/mock, so a ratio >= 1 means the mock spends"
+        " no more CPU per request than the other server.",
+        "",
+        *cpu_table(servers, cells, args),
         "",
         "## One unthrottled stream (c)",
         "",
@@ -599,7 +658,8 @@ def report(servers, cells, streams, versions, args, command):
 def parse_args(argv):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--duration", type=int, default=5, help="seconds per measured cell (default 5)")
-    p.add_argument("--warmup", type=int, default=1, help="warm-up seconds per cell (default 1)")
+    p.add_argument("--warmup", type=int, default=3,
+                   help="warm-up seconds per server and case, before the rounds (default 3)")
     p.add_argument("--rounds", type=int, default=3,
                    help="rounds of every cell; the median round is shown (default 3)")
     p.add_argument("--connections", type=lambda s: [int(c) for c in s.split(",")],
