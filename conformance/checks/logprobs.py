@@ -18,7 +18,7 @@ def _body(ctx: Context, **extra: Any) -> dict[str, Any]:
 
 
 def check_logprobs(ctx: Context, text: str, lp: Any, tokens: int | None, reply: Any, where: str) -> None:
-    """tokens join to the text; lists of equal length; logprobs <= 0; top_logprobs bounded, sorted."""
+    """Lists of equal length; logprobs <= 0; top_logprobs bounded; tokens join to the text."""
     if not ctx.expect(isinstance(lp, dict), f"{where}: no logprobs", reply=reply):
         return
     toks, values, tops, offsets = (lp.get(k) or [] for k in
@@ -28,7 +28,6 @@ def check_logprobs(ctx: Context, text: str, lp: Any, tokens: int | None, reply: 
                received=lengths, reply=reply)
     if tokens is not None:
         ctx.equal(f"{where}: the number of tokens", tokens, len(toks), reply)
-    ctx.equal(f"{where}: the tokens joined", text, "".join(toks), reply)
     ctx.expect(all(v is None or v <= 0 for v in values), f"{where}: a log probability above 0",
                received=values, reply=reply)
     for top in tops:
@@ -36,6 +35,11 @@ def check_logprobs(ctx: Context, text: str, lp: Any, tokens: int | None, reply: 
             continue
         ctx.expect(len(top) <= LOGPROBS + 1, f"{where}: more than logprobs + 1 top entries",
                    expected=LOGPROBS + 1, received=len(top), reply=reply)
+    # vLLM writes a token that ends inside a UTF-8 character as "bytes:\\x..": such tokens
+    # do not join to the text, so the text checks apply only without them.
+    if any(not isinstance(t, str) or t.startswith("bytes:") for t in toks):
+        return
+    ctx.equal(f"{where}: the tokens joined", text, "".join(toks), reply)
     starts = [offsets[0] + len("".join(toks[:i])) for i in range(len(toks))] if offsets else []
     ctx.equal(f"{where}: text_offset", starts, offsets, reply)
 
