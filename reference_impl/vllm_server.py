@@ -12,6 +12,11 @@ without an error, sends `data: {"activations": {"residual_stream": ...}}`
 before `data: [DONE]`, in vllm-lens's own encoding. The patch lives in the API
 server's process, which is where the generator runs (one API server process,
 vLLM's default).
+
+It also undoes a cut that vllm-lens 1.3 makes in streams: it trims a capture
+to prompt + len(last output's token_ids) - 1 positions, which is right when the
+last output holds every generated token (without stream) but, in a stream,
+holds only the last delta's, so the generated positions were cut off.
 """
 from __future__ import annotations
 
@@ -37,10 +42,13 @@ def install() -> None:
                                           result_generator: AsyncIterator[Any], *args: Any,
                                           **kwargs: Any) -> AsyncIterator[str]:
         last: dict[int, Any] = {}
+        generated: dict[int, int] = {}
 
         async def capturing(gen: AsyncIterator[Any]) -> AsyncIterator[Any]:
             async for prompt_idx, output in gen:
                 last[prompt_idx] = output
+                if output.outputs:
+                    generated[prompt_idx] = generated.get(prompt_idx, 0) + len(output.outputs[0].token_ids)
                 yield prompt_idx, output
 
         failed = False
@@ -49,7 +57,9 @@ def install() -> None:
             failed = failed or chunk.startswith(ERROR)
             if chunk == DONE and not failed:
                 # vllm-lens attaches one capture per response (the API allows one prompt).
-                for output in (last[i] for i in sorted(last)):
+                for i in sorted(last):
+                    output = last[i]
+                    _uncut(output, generated.get(i, 0))
                     serialized = _serialize_activations_for(output)
                     if serialized is not None:
                         yield f"data: {json.dumps({'activations': serialized})}\n\n"
@@ -58,6 +68,22 @@ def install() -> None:
 
     completion_stream_generator._with_activations = True  # type: ignore[attr-defined]
     OpenAIServingCompletion.completion_stream_generator = completion_stream_generator
+
+
+def _uncut(output: Any, generated: int) -> None:
+    """The capture of a streamed request at its full length, prompt + generated - 1.
+
+    vllm-lens's trim is a slice (`rs[:, :n, :]`), a view of the whole capture,
+    so the cut positions are still in the view's base.
+    """
+    activations = getattr(output, "activations", None)
+    stream = activations.get("residual_stream") if isinstance(activations, dict) else None
+    if stream is None or output.prompt_token_ids is None:
+        return
+    want = len(output.prompt_token_ids) + generated - 1
+    base = stream._base
+    if stream.shape[1] < want and base is not None and base.dim() == 3 and base.shape[1] >= want:
+        activations["residual_stream"] = base[:, :want, :]
 
 
 def main() -> None:
