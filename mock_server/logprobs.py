@@ -51,9 +51,11 @@ def rank_positions(uniforms: np.ndarray, token_ids: list[int], k: int, greedy: b
     ranks_u, first_u = uniforms[:, 0], uniforms[:, 1]
     gaps_u = uniforms[:, 2:2 + top + MAX_RANK]
     picks_u = uniforms[:, 2 + top + MAX_RANK:]
-    # Strictly descending and below 0: -first, then minus a positive gap per rank.
-    first = -(0.01 + 1.5 * first_u)
-    values = np.concatenate([first[:, None], first[:, None] - np.cumsum(0.05 + gaps_u, axis=1)], axis=1)
+    # Stick-breaking: each rank takes a share of the probability the ranks before it left,
+    # so the probabilities sum to less than 1, as a real distribution's top entries do.
+    shares = np.concatenate([(0.2 + 0.75 * first_u)[:, None], 0.3 + 0.6 * gaps_u], axis=1)
+    left = np.cumprod(np.concatenate([np.ones((len(shares), 1)), 1 - shares[:, :-1]], axis=1), axis=1)
+    values = np.log(-np.sort(-(left * shares), axis=1))   # best first, all below 0
     if greedy:
         ranks = np.ones(len(token_ids), dtype=np.int64)
     else:

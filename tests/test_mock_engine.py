@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import base64
+import math
 from typing import Any
 
 import numpy as np
@@ -85,6 +86,7 @@ def check_logprobs(choice: dict[str, Any], k: int) -> None:
         assert values == sorted(values, reverse=True)
         assert top[lp["tokens"][i]] == lp["token_logprobs"][i]
         assert len(top) <= k + 1 and all(v <= 0 for v in values)
+        assert sum(math.exp(v) for v in values) <= 1
         assert lp["text_offset"][i] == len("".join(lp["tokens"][:i]))
 
 
