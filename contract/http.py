@@ -83,8 +83,8 @@ def preflight(method: str, path: str, headers: Mapping[str, str],
     route = match_route(method, path)
     if route.needs_auth:
         check_auth(headers.get("Authorization"), keys)
+    check_body_size(content_length)  # on every route, a GET with a body included
     if route.has_body:
-        check_body_size(content_length)
         if route.operation_id == "createChatCompletion":
             raise ChatRefused.from_template("chat_refused")
         check_media_type(headers.get("Content-Type"))

@@ -168,3 +168,12 @@ def test_null_inside_a_steering_vector_means_left_out() -> None:
                                      "apply_steering_vectors": [wire]}).steering
     assert vector.scale == defaults["scale"]["x-default"]
     assert vector.norm_match == defaults["norm_match"]["x-default"]
+
+
+def test_the_body_cap_holds_on_every_route() -> None:
+    from contract.http import preflight
+    over = spec().caps["max_body_bytes"] + 1
+    for path, methods in spec().raw["paths"].items():
+        for method in methods:
+            with pytest.raises(contract.RequestTooLarge):
+                preflight(method.upper(), path, {"Authorization": "Bearer k"}, over, keys=None)
