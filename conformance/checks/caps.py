@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from conformance.checks.common import first_chunk_accepted
 from conformance.config import CHEAP_TOKENS
 from conformance.context import Context
 from conformance.expect import error_body, message, token_rule_body
@@ -43,12 +44,7 @@ def _fits_body(ctx: Context, prompt_tokens: int) -> None:
 def _accepted(ctx: Context, body: dict[str, Any], *, stream: bool = False) -> None:
     """The request must be accepted; only the first event of a stream is read."""
     if stream:
-        reply = ctx.client.stream(COMPLETIONS, {**body, "stream": True}, stop_after_events=1)
-        ctx.expect_status(reply, 200, fatal=True)
-        ctx.expect(bool(reply.parsed.events) and reply.parsed.events[0].kind == "content",
-                   "the first event of the accepted stream is not a content chunk",
-                   received=reply.exchange.response_body, reply=reply)
-        return
+        return first_chunk_accepted(ctx, body)
     reply = ctx.client.post(COMPLETIONS, body)
     ctx.expect_status(reply, 200)
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 from functools import partial
 
+from conformance.checks.common import first_chunk_accepted
 from conformance.client import AUTH_DEFAULT
 from conformance.config import CHEAP_TOKENS
 from conformance.context import Context
@@ -56,12 +57,7 @@ def run_case(case: Case, ctx: Context) -> None:
 def _accepted(case: Case, ctx: Context, auth: str) -> None:
     body = json.loads(case.body or b"{}")
     if case.generates > CHEAP_TOKENS and body.get("stream") is True:
-        reply = ctx.client.stream(case.path, body, headers=case.headers, auth=auth, stop_after_events=1)
-        ctx.expect_status(reply, 200, fatal=True)
-        ctx.expect(bool(reply.parsed.events) and reply.parsed.events[0].kind == "content",
-                   "the accepted stream's first event is not a content chunk",
-                   received=reply.exchange.response_body, reply=reply)
-        return
+        return first_chunk_accepted(ctx, body, path=case.path, headers=case.headers, auth=auth)
     if case.generates > CHEAP_TOKENS:
         if {"allowed_token_ids", "min_tokens", "ignore_eos"} & set(body):
             ctx.skip(f"it would generate {case.generates} tokens and cannot be made cheap")

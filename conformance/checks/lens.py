@@ -15,7 +15,7 @@ from typing import Any
 
 import zstandard
 
-from conformance.checks.streams import open_stream, schema_errors
+from conformance.checks.common import open_stream, schema_errors
 from conformance.context import Context
 from conformance.expect import steering_body
 from conformance.registry import register
@@ -34,7 +34,10 @@ def storage_dtype(model_dtype: str) -> tuple[str, str]:
 
 
 def itemsize(dtype: str) -> int:
-    return int(re.search(r"\d+", dtype).group()) // 8
+    bits = re.search(r"\d+", dtype)
+    if bits is None:
+        raise ValueError(f"no bit width in dtype {dtype!r}")
+    return int(bits.group()) // 8
 
 
 def encode_float32(values: list[float], shape: list[int]) -> dict[str, Any]:

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from conformance.checks.streams import open_stream
+from conformance.checks.common import open_stream
 from conformance.context import Context
 from conformance.registry import register
 

@@ -56,7 +56,7 @@ COVERAGE_ALLOWANCE = 150
 @schemathesis.check
 def stream_event_conformance(ctx: Any, response: Any, case: Any) -> bool | None:
     """A 200 to stream: true is a text/event-stream whose events match x-event-schemas."""
-    from conformance.checks.streams import schema_errors
+    from conformance.checks.common import schema_errors
     if response.status_code != 200:
         return None
     is_stream = "text/event-stream" in (response.headers.get("content-type") or [""])[0]
@@ -228,7 +228,8 @@ def run_schemathesis(ctx: Context) -> dict[str, list[Finding]]:
     if "schemathesis" in ctx.memo:
         return ctx.memo["schemathesis"]
     findings: dict[str, list[Finding]] = {}
-    runs = [("negative", schemathesis_spec(), ("coverage", "fuzzing"))]
+    runs: list[tuple[str, dict[str, Any], tuple[str, ...]]] = [
+        ("negative", schemathesis_spec(), ("coverage", "fuzzing"))]
     if ctx.config.full:
         runs.append(("positive", narrowed_spec(ctx.config.model), PHASES))
     ctx.memo["schemathesis"] = findings

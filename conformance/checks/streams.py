@@ -6,11 +6,9 @@ usage is exact, and ignore_eos so every choice writes exactly max_tokens.
 from __future__ import annotations
 
 import re
-from functools import cache
 from typing import Any
 
-import jsonschema
-
+from conformance.checks.common import open_stream, schema_errors
 from conformance.client import Reply, StreamReply
 from conformance.context import Context
 from conformance.expect import event_schemas
@@ -21,28 +19,6 @@ COMPLETIONS = "/v1/completions"
 PROMPTS = [[0, 1, 2], [3, 4]]       # two token-id prompts of known lengths
 N, MAX_TOKENS = 2, 3
 ORDER = re.compile(r"(content )+(usage )?(activations )?done ")
-SCHEMA_ERRORS_SHOWN = 5
-
-
-@cache
-def _validator(schema_key: str, schema_json: str) -> jsonschema.protocols.Validator:
-    import json
-    schema = json.loads(schema_json)
-    cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
-    return cls(schema)
-
-
-def schema_errors(instance: Any, schema: dict[str, Any]) -> list[str]:
-    """Up to a few readable schema errors ('path: message'); empty when valid."""
-    import json
-    validator = _validator("", json.dumps(schema, sort_keys=True))
-    out = []
-    for err in validator.iter_errors(instance):
-        where = "/".join(str(p) for p in err.absolute_path) or "(root)"
-        out.append(f"{where}: {err.message[:200]}")
-        if len(out) >= SCHEMA_ERRORS_SHOWN:
-            break
-    return out
 
 
 def many_choices_body(ctx: Context, **extra: Any) -> dict[str, Any]:
@@ -55,15 +31,6 @@ def expected_usage() -> dict[str, int]:
     prompt = sum(len(p) for p in PROMPTS)
     completion = len(PROMPTS) * N * MAX_TOKENS
     return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
-
-
-def open_stream(ctx: Context, body: dict[str, Any], **kw: Any) -> StreamReply:
-    reply = ctx.client.stream(COMPLETIONS, {**body, "stream": True}, **kw)
-    ctx.expect_status(reply, 200, fatal=True)
-    if "text/event-stream" not in reply.headers.get("content-type", ""):
-        ctx.stop("the stream's Content-Type is not text/event-stream", expected="text/event-stream",
-                 received=reply.headers.get("content-type"), reply=reply)
-    return reply
 
 
 def usage_stream(ctx: Context) -> StreamReply:
@@ -207,7 +174,7 @@ def keepalive(ctx: Context) -> None:
     reply = open_stream(ctx, body, headers={name: value})
     times = [0.0] + [t for t, line in reply.lines if line]
     comments = {t for t, _ in reply.parsed.comments}
-    gaps = [(a, b) for a, b in zip(times, times[1:]) if b - a > interval]
+    gaps = [(a, b) for a, b in zip(times, times[1:], strict=False) if b - a > interval]
     # a gap longer than the interval is fine only if it ends with a comment that the
     # server sent on time (the next line is that comment): slack for scheduling.
     late = [(round(a, 2), round(b, 2)) for a, b in gaps if b not in comments or b - a > interval + 2.0]
@@ -248,7 +215,7 @@ def text_equals(ctx: Context) -> None:
     The documentation allows a rare difference from batching, so a mismatch is
     retried once before it counts.
     """
-    for attempt in range(2):
+    for _ in range(2):
         plain = ctx.client.post(COMPLETIONS, seeded_body(ctx))
         ctx.expect_status(plain, 200, fatal=True)
         streamed = open_stream(ctx, seeded_body(ctx))

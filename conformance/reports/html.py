@@ -22,7 +22,8 @@ details.failed{border-color:#e3a29c;background:#fff8f7}details.error{border-colo
 summary{cursor:pointer;font-family:ui-monospace,monospace}
 .finding{margin:.8em 0;padding-top:.5em;border-top:1px dashed #ccc}
 .side{display:grid;grid-template-columns:1fr 1fr;gap:1em}
-pre{background:#f6f6f6;padding:.6em;overflow:auto;max-height:28em;white-space:pre-wrap;word-break:break-all;margin:.2em 0}
+pre{background:#f6f6f6;padding:.6em;overflow:auto;max-height:28em;white-space:pre-wrap;
+word-break:break-all;margin:.2em 0}
 .label{font-weight:600;font-size:.85em;color:#555}.doc{color:#555}
 """
 
