@@ -10,12 +10,17 @@ Why HTTP to a vLLM server, not vLLM's async engine in this process:
   rebuilding that server, and an asyncio loop inside gunicorn's threads.
 - The same engine fronts a vLLM that runs elsewhere (`--upstream URL`).
 
-Why vLLM is always asked for stream=true (but for prompt_logprobs, which vLLM
-computes only without stream): each token reaches the API as vLLM makes it, so
-the API's stream has real deltas and the app can send its keepalive between
-them; and closing the httpx stream (the client went away, the app closed the
-engine's iterator) closes the connection, which makes vLLM abort the request.
-A request without stream is assembled by the app from the same events.
+Why vLLM streams exactly when the client's request streams: then each token
+reaches the API as vLLM makes it, so the API's stream has real deltas, the app
+sends its keepalive between them, and closing the httpx stream (the client went
+away, the app closed the engine's iterator) closes the connection, which makes
+vLLM abort the request. A request without stream gains none of this (the app
+answers once, at the end, and a WSGI app does not see a client leave before
+it answers), while vLLM's stream costs it about 1 ms per token on a loaded CPU
+(bench/results/reference.md): so it is one request and one answer. The
+deadline is the same either way: the read timeout is the API's wait, and
+vLLM sends nothing before it is done. (vLLM computes prompt_logprobs only
+without stream, and the API refuses them with stream.)
 
 Foreign exceptions (httpx's, vLLM's error bodies) become the API's errors in
 one place, reference_impl/errors.py.
@@ -25,14 +30,13 @@ from __future__ import annotations
 import json
 import os
 import threading
-import time
 from collections.abc import Iterator
 
 import httpx
 
 from contract import CompletionRequest, spec
 from mock_server.engine import Event
-from reference_impl.errors import UpstreamError, deadline_exceeded, from_vllm, translated
+from reference_impl.errors import UpstreamError, from_vllm, translated
 from reference_impl.events import Decoder, sse_data
 from reference_impl.upstream import upstream_body
 
@@ -48,8 +52,8 @@ class VllmEngine:
                  transport: httpx.BaseTransport | None = None) -> None:
         self.base_url = base_url.rstrip("/")
         self.model = model
-        # The API's wait for Inference: the longest vLLM may stay silent, and, without
-        # stream, the longest a whole request may take.
+        # The API's wait for Inference: the longest vLLM may stay silent (without stream,
+        # vLLM says nothing before it is done, so that is the whole request's time).
         self.wait_seconds = float(wait_seconds if wait_seconds is not None else spec().caps["wait_seconds"])
         self._transport = transport
         self._lock = threading.Lock()
@@ -78,7 +82,6 @@ class VllmEngine:
         # vLLM names its request cmpl-{X-Request-Id}-{prompt}; vllm-lens finds a request's
         # steering and capture by that prefix, so the id is always the API's own.
         headers = {REQUEST_ID: request_id}
-        deadline = None if req.stream else time.monotonic() + self.wait_seconds
         decoder = Decoder(req)
         with translated(self.wait_seconds):
             with self.client().stream("POST", COMPLETIONS, json=body, headers=headers) as response:
@@ -89,8 +92,6 @@ class VllmEngine:
                     return
                 for data in sse_data(response.iter_bytes()):
                     yield from decoder.chunk(_json(data))
-                    if deadline is not None and time.monotonic() > deadline:
-                        raise deadline_exceeded(self.wait_seconds)
 
 
 def _json(raw: bytes) -> object:

@@ -45,9 +45,8 @@ def vector_defaults() -> dict[str, Any]:
 
 
 def streams_upstream(req: CompletionRequest) -> bool:
-    """vLLM streams every request (deltas, keepalive, abort on disconnect), except
-    one with prompt_logprobs, which vLLM computes only without stream."""
-    return "prompt_logprobs" not in req.body
+    """vLLM streams when the client's request streams (see engine.py for why)."""
+    return req.stream
 
 
 def upstream_body(req: CompletionRequest, max_tokens: int, model: str) -> dict[str, Any]:

@@ -173,15 +173,16 @@ def counting_transport() -> CountingTransport:
 def reference_client(reference: Reference, models: dict[str, ModelInfo]) -> Iterator[Callable[..., httpx.Client]]:
     """`reference_client(config=None, transport=None)`: an httpx client on the reference app
     in this process (a VllmEngine on the session's vLLM); streams are read lazily."""
-    clients: list[httpx.Client] = []
+    opened: list[httpx.Client | VllmEngine] = []
 
     def make(config: MockConfig | None = None, transport: httpx.BaseTransport | None = None) -> httpx.Client:
         engine = VllmEngine(reference.vllm_url, SERVED, transport=transport)
         app = create_app(config or MockConfig(keys=(KEY,)), engine, models)
-        clients.append(httpx.Client(transport=httpx.WSGITransport(app=app), base_url="http://api.test",
-                                    headers=AUTH, timeout=120))
-        return clients[-1]
+        c = httpx.Client(transport=httpx.WSGITransport(app=app), base_url="http://api.test", headers=AUTH,
+                         timeout=120)
+        opened.extend((c, engine))
+        return c
 
     yield make
-    for c in clients:
-        c.close()
+    for thing in opened:
+        thing.close()     # the engine's keep-alive connections to vLLM too

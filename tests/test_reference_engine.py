@@ -61,8 +61,34 @@ class Upstream:
         return self.answer(request)
 
 
+def completion(stream: bytes) -> dict[str, Any]:
+    """What vLLM answers without stream for the request that streams as `stream`."""
+    out: dict[str, Any] = {**CHUNK, "choices": []}
+    choices: dict[int, dict[str, Any]] = {}
+    for line in stream.decode().split("\n"):
+        if not line.startswith("data: {"):
+            continue
+        chunk = json.loads(line[6:])
+        for c in chunk.get("choices") or ():
+            merged = choices.setdefault(c["index"], {**c, "text": "", "token_ids": []})
+            merged["text"] += c["text"]
+            merged["token_ids"] += c["token_ids"]
+            merged["finish_reason"] = c["finish_reason"]
+            merged["prompt_token_ids"] = merged.get("prompt_token_ids") or c.get("prompt_token_ids")
+        for key in ("usage", "activations", "error"):
+            if key in chunk:
+                out[key] = chunk[key]
+    out["choices"] = [choices[i] for i in sorted(choices)]
+    return out
+
+
 def streamed(body: bytes, status: int = 200) -> Callable[[httpx.Request], httpx.Response]:
-    return lambda request: httpx.Response(status, content=body, headers={"content-type": "text/event-stream"})
+    """vLLM answering `body` (SSE) to a request that streams, the same as one Completion otherwise."""
+    def answer(request: httpx.Request) -> httpx.Response:
+        if json.loads(request.content).get("stream"):
+            return httpx.Response(status, content=body, headers={"content-type": "text/event-stream"})
+        return httpx.Response(status, json=completion(body))
+    return answer
 
 
 def api(answer: Callable[[httpx.Request], httpx.Response] | Upstream, **config: Any) -> httpx.Client:
@@ -95,6 +121,8 @@ def test_explicit_max_tokens_and_every_spec_default() -> None:
     assert body["stream"] is True and body["stream_options"] == {"include_usage": True}
     assert body["return_token_ids"] is True
     assert "add_special_tokens" not in body and "vllm_xargs" not in body
+    plain = upstream_body(validate_completion({"model": MODEL, "prompt": "x", "max_tokens": 1}), 1, MODEL)
+    assert plain["stream"] is False and "stream_options" not in plain   # one request, one answer
 
 
 def test_only_spec_fields_and_vllm_xargs_go_to_vllm() -> None:
@@ -184,7 +212,6 @@ def test_vllms_400_keeps_its_message_with_the_public_param() -> None:
     lambda r: httpx.Response(404, json={"error": {"message": "The model `x` does not exist.",
                                                   "type": "NotFoundError", "param": "model", "code": 404}}),
     lambda r: httpx.Response(200, content=b"<html>proxy</html>"),
-    lambda r: httpx.Response(200, content=sse(content(0, "x", [1]), done=False)),   # cut off
 ])
 def test_vllm_failing_is_503_and_its_words_stay_in_the_log(answer: Callable[[httpx.Request], httpx.Response]) -> None:
     with api(answer) as c:
@@ -192,6 +219,13 @@ def test_vllm_failing_is_503_and_its_words_stay_in_the_log(answer: Callable[[htt
     assert r.status_code == 503
     assert r.json()["error"] == {"message": spec().messages["inference_unavailable"], "type": "api_error",
                                  "param": None, "code": "inference_unavailable"}
+
+
+def test_a_stream_that_vllm_cuts_off_ends_with_a_503_event() -> None:
+    with api(streamed(sse(content(0, " blue", [6437]), done=False))) as c:
+        got = events(c.post("/v1/completions", json={**BODY, "stream": True}).text)
+    assert got[0]["choices"][0]["text"] == " blue"
+    assert got[1]["error"]["code"] == "inference_unavailable" and got[2] == "[DONE]"
 
 
 def test_vllm_down_is_503() -> None:

