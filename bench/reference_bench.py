@@ -151,7 +151,8 @@ def streams(target: Target, count: int, max_tokens: int) -> float:
 
 def throughput(ref: Target, direct: Target, count: int, max_tokens: int, rounds: int) -> dict[str, Any]:
     got: dict[str, list[float]] = {ref.name: [], direct.name: []}
-    streams(direct, count, 16)                               # warm-up
+    for target in (ref, direct):                             # warm-up: every worker thread, connection
+        streams(target, count, 16)
     for i in range(rounds):
         for target in ((ref, direct) if i % 2 == 0 else (direct, ref)):
             got[target.name].append(streams(target, count, max_tokens))
