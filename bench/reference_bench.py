@@ -105,7 +105,26 @@ def pct(values: list[float], p: int) -> float:
     return statistics.quantiles(values, n=100, method="inclusive")[p - 1]
 
 
-def latency(ref: Target, direct: Target, body: dict[str, Any], n: int) -> dict[str, Any]:
+def api_pids(pid: int) -> list[int]:
+    """The API's processes: gunicorn's master (the CLI) and its workers, not vLLM."""
+    try:
+        children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    except OSError:
+        return [pid]
+    return [pid] + [int(c) for c in children
+                    if b"reference_impl.vllm_server" not in Path(f"/proc/{c}/cmdline").read_bytes()]
+
+
+def cpu_seconds(pids: list[int]) -> float:
+    """User + system CPU time of these processes so far."""
+    total = 0
+    for pid in pids:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        total += int(fields[11]) + int(fields[12])          # utime, stime (fields 14 and 15)
+    return total / os.sysconf("SC_CLK_TCK")
+
+
+def latency(ref: Target, direct: Target, body: dict[str, Any], n: int, pids: list[int]) -> dict[str, Any]:
     """n requests to each, one at a time, alternating (and alternating who goes first)."""
     times: dict[str, list[float]] = {ref.name: [], direct.name: []}
     with ref.client() as rc, direct.client() as dc:
@@ -113,12 +132,14 @@ def latency(ref: Target, direct: Target, body: dict[str, Any], n: int) -> dict[s
         for _ in range(20):                                  # warm-up: connections, caches
             for c in clients.values():
                 timed_post(c, body)
+        cpu = cpu_seconds(pids)
         for i in range(n):
             order = (ref.name, direct.name) if i % 2 == 0 else (direct.name, ref.name)
             for name in order:
                 times[name].append(timed_post(clients[name], body))
+        cpu = cpu_seconds(pids) - cpu
     r, d = times[ref.name], times[direct.name]
-    return {"ref_p50": pct(r, 50), "ref_p99": pct(r, 99), "direct_p50": pct(d, 50), "direct_p99": pct(d, 99),
+    return {"cpu_ms": cpu * 1000 / n, "ref_p50": pct(r, 50), "ref_p99": pct(r, 99), "direct_p50": pct(d, 50), "direct_p99": pct(d, 99),
             "paired": statistics.median(a - b for a, b in zip(r, d)), "n": n}
 
 
@@ -198,15 +219,19 @@ def report(args: argparse.Namespace, lat: dict[str, dict[str, Any]], thr: list[d
         "", "## (a) Added latency, one request at a time", "",
         f"Goal: under {GOAL_ADDED_MS:g} ms added at p50. {args.requests} requests to each target per case, "
         "alternating; temperature 0, no stream (the reference still streams from vLLM). "
-        "`paired` is the median of (reference - direct) over the pairs.", "",
-        "| case | reference p50 / p99 ms | vLLM direct p50 / p99 ms | added p50 ms | added p99 ms | paired ms | goal |",
-        "| --- | --- | --- | --- | --- | --- | --- |",
+        "`paired` is the median of (reference - direct) over the pairs; `API CPU` is the CPU time the "
+        "API's processes (gunicorn's master and workers, not vLLM) spent per request, what the API costs "
+        "whatever the machine's load.", "",
+        "| case | reference p50 / p99 ms | vLLM direct p50 / p99 ms | added p50 ms | added p99 ms | paired ms "
+        "| API CPU ms / request | goal |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for name, r in lat.items():
         added = r["ref_p50"] - r["direct_p50"]
         lines.append(f"| {name} | {r['ref_p50']:.2f} / {r['ref_p99']:.2f} | {r['direct_p50']:.2f} / "
                      f"{r['direct_p99']:.2f} | {added:.2f} | {r['ref_p99'] - r['direct_p99']:.2f} | "
-                     f"{r['paired']:.2f} | {verdict(added < GOAL_ADDED_MS, f'< {GOAL_ADDED_MS:g} ms')} |")
+                     f"{r['paired']:.2f} | {r['cpu_ms']:.2f} | "
+                     f"{verdict(added < GOAL_ADDED_MS, f'< {GOAL_ADDED_MS:g} ms')} |")
     lines += ["", "## (b) Streaming throughput", "",
               f"Goal: the reference at least {GOAL_RATIO:.0%} of vLLM's direct tokens/s. Unthrottled streams "
               "(prompt \"The sky is\", ignore_eos, include_usage), tokens from the usage chunk over the wall time "
@@ -240,7 +265,8 @@ def main(argv: list[str] | None = None) -> int:
     proc, ref, direct = start(args, log)
     try:
         base = {"model": MODEL, "prompt": "The sky is", "temperature": 0, "ignore_eos": True}
-        lat = {f"{n}-token completion": latency(ref, direct, {**base, "max_tokens": n}, args.requests)
+        pids = api_pids(proc.pid)
+        lat = {f"{n}-token completion": latency(ref, direct, {**base, "max_tokens": n}, args.requests, pids)
                for n in (1, 16)}
         thr = [throughput(ref, direct, count, args.stream_tokens // (1 if count == 1 else 4), args.rounds)
                for count in (1, 8)]
