@@ -45,6 +45,7 @@ BENCH = ROOT / "bench"
 PRISM_BIN = BENCH / "node_modules" / ".bin" / "prism"
 WRK_SCRIPT = BENCH / "wrk_post.lua"
 DEFAULT_OUT = BENCH / "results" / "http.md"
+NOTES_MARKER = "<!-- Hand-written notes below this line are kept when the report is rewritten. -->"
 API_KEY = "bench-key"
 MODEL = "llama-8b"
 PROMPT = "The sky is"
@@ -608,6 +609,7 @@ def rounds_table(servers, cells, args):
 def report(servers, cells, streams, versions, args, command):
     (before, after) = versions.pop("load")
     load = f"load average {before[0]:.2f} before the run, {after[0]:.2f} after"
+    warning = busy_warning(before[0])
     now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     out = [
         "# HTTP throughput: mock vs Prism vs bare Flask",
@@ -624,6 +626,7 @@ def report(servers, cells, streams, versions, args, command):
         f" {max(args.connections)} connections;"
         f" key `Authorization: Bearer {API_KEY}`",
         "",
+        *([warning, ""] if warning else []),
         "## Requests/s and latency",
         "",
         "Goals: mock >= Prism (ratio >= 1) and mock >= 60% of the bare ceiling (ratio >= 0.6).",
@@ -653,6 +656,26 @@ def report(servers, cells, streams, versions, args, command):
     if trouble:
         out += ["", "## Problems", "", *trouble]
     return "\n".join(out) + "\n"
+
+
+def busy_warning(load_before):
+    """A line for a machine that was not quiet when the run began, or None."""
+    cores = os.cpu_count() or 1
+    if load_before < 0.5 * cores:
+        return None
+    return (f"**The machine was busy** (load average {load_before:.2f} on {cores} cores when the"
+            " run began): other processes took CPU from the servers and wrk, so requests/s vary"
+            " from round to round; the CPU time per request is the steadier comparison.")
+
+
+def kept_notes(path):
+    """The hand-written notes of an earlier report at `path` (after NOTES_MARKER)."""
+    try:
+        text = path.read_text()
+    except OSError:
+        return ""
+    at = text.find(NOTES_MARKER)
+    return "" if at < 0 else text[at + len(NOTES_MARKER):].strip("\n")
 
 
 def parse_args(argv):
@@ -694,8 +717,9 @@ def main(argv=None):
         print(f"error: {e}", file=sys.stderr)
         return EXIT_USAGE
     text = report(servers, cells, streams, versions, args, command)
+    notes = kept_notes(args.out)
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(text)
+    args.out.write_text(text + "\n" + NOTES_MARKER + "\n" + (notes + "\n" if notes else ""))
     print(text)
     measured = all("na" not in c for c in cells.values())
     return EXIT_OK if measured and not any(s.failure for s in servers) else EXIT_UNMEASURED
