@@ -218,7 +218,7 @@ def report(args: argparse.Namespace, lat: dict[str, dict[str, Any]], thr: list[d
         "vLLM its child on 127.0.0.1; both called over loopback HTTP with keep-alive",
         "", "## (a) Added latency, one request at a time", "",
         f"Goal: under {GOAL_ADDED_MS:g} ms added at p50. {args.requests} requests to each target per case, "
-        "alternating; temperature 0, no stream (the reference still streams from vLLM). "
+        "alternating; temperature 0, no stream (so the reference asks vLLM without stream too). "
         "`paired` is the median of (reference - direct) over the pairs; `API CPU` is the CPU time the "
         "API's processes (gunicorn's master and workers, not vLLM) spent per request, what the API costs "
         "whatever the machine's load.", "",
