@@ -16,8 +16,9 @@ sends its keepalive between them, and closing the httpx stream (the client went
 away, the app closed the engine's iterator) closes the connection, which makes
 vLLM abort the request. A request without stream gains none of this (the app
 answers once, at the end, and a WSGI app does not see a client leave before
-it answers), while vLLM's stream costs it about 1 ms per token on a loaded CPU
-(bench/results/reference.md): so it is one request and one answer. The
+it answers), while vLLM's stream cost it about 1 ms per token here (a 16-token
+completion took 14 ms longer than vLLM's own; now 1-4 ms, bench/results/
+reference.md): so it is one request and one answer. The
 deadline is the same either way: the read timeout is the API's wait, and
 vLLM sends nothing before it is done. (vLLM computes prompt_logprobs only
 without stream, and the API refuses them with stream.)
