@@ -21,8 +21,9 @@ class Stop(Exception):
 
 @dataclass
 class ServerInfo:
-    """What GET /v1/models says: served model name -> max_model_len."""
-    max_model_len: dict[str, int]
+    """What GET /v1/models says: each model of the spec with the deployment's
+    max_model_len, num_layers and hidden_size (the spec's where the server says none)."""
+    models: dict[str, ModelInfo]
 
 
 @dataclass
@@ -37,12 +38,19 @@ class Context:
 
     @property
     def model(self) -> ModelInfo:
+        """The spec's model with the deployment's numbers from GET /v1/models (max_model_len,
+        num_layers, hidden_size: the deployment's to set), which lens: and caps: checks use."""
+        return self.server.models.get(self.config.model) or self.spec_model
+
+    @property
+    def spec_model(self) -> ModelInfo:
+        """The model as openapi.yaml describes it (the numbers the golden cases assume)."""
         return spec().models[self.config.model]
 
     @property
     def max_model_len(self) -> int:
         """The deployment's, from GET /v1/models (it is the deployment's to set)."""
-        return self.server.max_model_len[self.config.model]
+        return self.model.max_model_len
 
     @property
     def cheap_tokens(self) -> int:

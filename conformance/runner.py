@@ -1,6 +1,7 @@
 """Run selected checks against a server: connect, run each check, keep within the token ceiling."""
 from __future__ import annotations
 
+import dataclasses
 import time
 import traceback
 from collections.abc import Callable, Sequence
@@ -23,10 +24,14 @@ class Unreachable(ConfigError):
     """The server did not answer at all (exit code 2)."""
 
 
-def discover(client: Client, model: str) -> ServerInfo:
-    """GET /v1/models: the deployment's max_model_len of each model.
+# The numbers GET /v1/models reports for a model (the Model schema), read into ModelInfo.
+DEPLOYMENT_NUMBERS = ("max_model_len", "num_layers", "hidden_size")
 
-    A server that does not list the model (or its max_model_len) gets the
+
+def discover(client: Client, model: str) -> ServerInfo:
+    """GET /v1/models: the deployment's max_model_len, num_layers and hidden_size of each model.
+
+    A server that does not list the model (or one of its numbers) gets the
     spec's value here, and the `routes:models` check reports the omission.
     """
     reply = client.request("GET", MODELS_PATH)
@@ -34,13 +39,15 @@ def discover(client: Client, model: str) -> ServerInfo:
         raise Unreachable(f"cannot reach {client.base_url}: {reply.error}")
     if reply.status == spec().error_codes["invalid_api_key"]["status"]:
         raise ConfigError(f"the server refused the API key (GET {MODELS_PATH} answered {reply.status})")
-    lens: dict[str, int] = {name: m.max_model_len for name, m in spec().models.items()}
+    models = dict(spec().models)
     data = reply.data.get("data") if isinstance(reply.data, dict) else None
     for entry in data if isinstance(data, list) else []:
-        if isinstance(entry, dict) and isinstance(entry.get("id"), str) \
-                and isinstance(entry.get("max_model_len"), int):
-            lens[entry["id"]] = entry["max_model_len"]
-    return ServerInfo(max_model_len=lens)
+        if not isinstance(entry, dict) or entry.get("id") not in models:
+            continue
+        numbers = {name: entry[name] for name in DEPLOYMENT_NUMBERS
+                   if type(entry.get(name)) is int and entry[name] >= 1}
+        models[entry["id"]] = dataclasses.replace(models[entry["id"]], **numbers)
+    return ServerInfo(models=models)
 
 
 def run_check(check: Check, ctx: Context) -> CheckResult:
@@ -92,7 +99,7 @@ def run(config: RunConfig, checks: Sequence[Check], *, progress: Progress | None
     start = time.perf_counter()
     ctx = connect(config, transport)
     with ctx.client:
-        report.server_max_model_len = ctx.server.max_model_len.get(config.model)
+        report.server_max_model_len = ctx.max_model_len
         for check in checks:
             if progress:
                 progress(check, None)

@@ -32,13 +32,16 @@ def _bf16_bits(values: np.ndarray) -> np.ndarray:
     return rounded.astype(np.uint16).view(np.int16)
 
 
-_TABLES: dict[str, np.ndarray] = {}
+# Keyed by what shapes the table, so that a deployment's other layers or hidden size
+# (the same hf_id) gets its own.
+_TABLES: dict[tuple[str, int, int, str], np.ndarray] = {}
 
 
 def _table(model: ModelInfo) -> np.ndarray:
-    table = _TABLES.get(model.hf_id)
+    key = (model.hf_id, model.num_layers, model.hidden_size, model.dtype)
+    table = _TABLES.get(key)
     if table is None:
-        table = _TABLES.setdefault(model.hf_id, _build_table(model))
+        table = _TABLES.setdefault(key, _build_table(model))
     return table
 
 

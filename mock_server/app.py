@@ -186,7 +186,8 @@ def _list_models() -> Response:
     s = state()
     return _json({"object": "list", "data": [
         {"id": name, "object": "model", "created": s.started, "owned_by": "vllm",
-         "max_model_len": m.max_model_len} for name, m in s.models.items()]})
+         "max_model_len": m.max_model_len, "num_layers": m.num_layers, "hidden_size": m.hidden_size}
+        for name, m in s.models.items()]})
 
 
 def _chat() -> Response:

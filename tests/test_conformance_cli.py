@@ -170,3 +170,40 @@ def test_pytest_embedding_passes_and_fails_like_the_cli(mock: tuple[Breaker, str
         app.mode = None
     assert bad.returncode == 1
     assert "headers:x_request_id.success" in bad.stdout and "no X-Request-Id header" in bad.stdout
+
+
+def test_the_suite_uses_the_deployments_dimensions_from_models() -> None:
+    """A deployment with other layers and hidden size (and max_model_len): the lens: and caps:
+    checks use its numbers from GET /v1/models; golden cases built on the spec's are skipped."""
+    import dataclasses
+
+    from conformance.checks import REGISTRY
+    from conformance.checks.golden import depends_on_dimensions
+    from conformance.config import RunConfig
+    from conformance.golden import load_cases
+    from conformance.registry import select
+    from conformance.results import Outcome
+    from conformance.runner import run
+    from contract import spec
+
+    name = spec().default_model
+    small = dataclasses.replace(spec().models[name], num_layers=3, hidden_size=512)
+    app = create_app(MockConfig(), None, {name: small})
+    listed = app.test_client().get("/v1/models", headers={"Authorization": f"Bearer {KEY}"}).get_json()
+    assert [(m["num_layers"], m["hidden_size"]) for m in listed["data"]] == [(3, 512)]
+    config = RunConfig(base_url="http://small.test", api_key=KEY, model=name, profile="full",
+                       select=("lens:*", "caps:capture*", "routes:models", "golden:*")).validate()
+    report = run(config, select(REGISTRY, config), transport=httpx.WSGITransport(app=app))
+    outcomes = {r.id: r for r in report.results}
+    bad = {i: (r.reason, [f.message for f in r.findings]) for i, r in outcomes.items()
+           if r.outcome in (Outcome.FAILED, Outcome.ERROR)}
+    assert not bad, bad
+    dims = {f"golden:{c.id}" for c in load_cases() if depends_on_dimensions(c)}
+    assert {"golden:steering.hidden", "golden:model.layers.past", "golden:caps.capture.one_layer.at"} <= dims
+    skipped = {i for i, r in outcomes.items() if r.outcome is Outcome.SKIPPED}
+    assert skipped == dims
+    assert all(outcomes[i].reason == (
+        f"the golden lens cases assume num_layers {spec().models[name].num_layers} and hidden_size "
+        f"{spec().models[name].hidden_size}; this server reports 3 and 512 (the lens: and caps: checks cover it)")
+        for i in dims)
+    assert all(outcomes[i].outcome is Outcome.PASSED for i in outcomes if i.startswith(("lens:", "caps:")))

@@ -16,6 +16,7 @@ from contract import (
     ApiError, CompletionRequest, InferenceUnavailable, InternalError, hold, spec,
     validate_completion,
 )
+from conformance.checks.common import schema_errors
 from mock_server import MockConfig, create_app
 from mock_server.faults import STATUS, STREAM_ERROR_AFTER, TPOT_MS, TTFT_MS
 from mock_server.fake_engine import FakeEngine
@@ -65,12 +66,14 @@ def test_health_needs_no_key(client: FlaskClient) -> None:
     assert RID.fullmatch(r.headers["X-Request-Id"])
 
 
-def test_models_lists_every_model_with_max_model_len(client: FlaskClient) -> None:
+def test_models_lists_every_model_with_its_numbers(client: FlaskClient) -> None:
     r = client.get("/v1/models", headers=AUTH)
     body = r.get_json()
     assert body["object"] == "list"
-    assert [(m["id"], m["object"], m["max_model_len"]) for m in body["data"]] == [
-        (name, "model", m.max_model_len) for name, m in spec().models.items()]
+    assert [(m["id"], m["object"], m["max_model_len"], m["num_layers"], m["hidden_size"])
+            for m in body["data"]] == [
+        (name, "model", m.max_model_len, m.num_layers, m.hidden_size) for name, m in spec().models.items()]
+    assert not schema_errors(body, spec().schema("ModelList"))
     assert RID.fullmatch(r.headers["X-Request-Id"])
 
 

@@ -1,16 +1,19 @@
 """The conformance suite, full profile, against `python -m reference_impl` on real vLLM.
 
-The suite reads max_model_len from GET /v1/models, but the model's layers and
-hidden size from openapi.yaml (llama-8b: 32 and 4,096); this deployment runs
-the tiny model (4 and 128). So, in this test process only, the suite is given
-the deployment's two numbers. The golden lens cases are fixed data for
-llama-8b's numbers (layer 31, vectors of 4,096): they are left out here, and
-tests/test_reference_parity.py sends them to the reference and to the mock
-serving the same model instead.
+The reference runs the tiny model (4 layers, hidden 128, vLLM's max_model_len
+4,096) as llama-8b and says so in GET /v1/models; the suite reads those numbers
+there, like any client, so the plain command passes: the lens: and caps:
+checks use the deployment's numbers, and the golden cases built on the spec's
+(llama-8b: 32 layers, hidden 4,096, max_model_len 131,072) are skipped with
+the reason. tests/test_reference_parity.py sends those golden cases to the
+reference and to the mock serving the same model instead.
 """
 from __future__ import annotations
 
-import dataclasses
+import json
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -18,7 +21,7 @@ import pytest
 
 from conformance.checks import REGISTRY
 from conformance.config import RunConfig
-from conformance.registry import Check, select
+from conformance.registry import select
 from conformance.reports.junit import finding_text
 from conformance.results import Outcome, RunReport
 from conformance.runner import run
@@ -31,18 +34,7 @@ pytest_plugins = ["tests.reference_fixtures"]
 pytestmark = pytest.mark.vllm
 
 SERVED = spec().default_model
-
-
-@pytest.fixture
-def deployed_numbers(model: ModelInfo, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The suite's view of the model: the spec's entry with the deployment's layers and hidden size."""
-    spec_model = spec().models[SERVED]
-    deployed = dataclasses.replace(spec_model, num_layers=model.num_layers, hidden_size=model.hidden_size)
-    monkeypatch.setitem(spec().__dict__, "models", {**spec().models, SERVED: deployed})
-
-
-def golden_for_spec_numbers(check: Check) -> bool:
-    return check.id.startswith("golden:") and "lens" in check.tags and "caps" not in check.tags
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def problems(report: RunReport) -> str:
@@ -51,17 +43,23 @@ def problems(report: RunReport) -> str:
         report.run_errors)
 
 
-@pytest.mark.usefixtures("deployed_numbers")
-def test_full_profile_passes(reference: Any) -> None:
-    config = RunConfig(base_url=reference.url, api_key=reference.key, model=SERVED, profile="full",
-                       wrong_key_expected=True).validate()
-    checks = [c for c in select(REGISTRY, config) if not golden_for_spec_numbers(c)]
-    report = run(config, checks)
-    assert not problems(report), problems(report)
-    skipped = {r.id: r.reason for r in report.results if r.outcome is Outcome.SKIPPED}
-    # Only what the tiny model's max_model_len (4,096) cannot hold, and the spent-key check below.
-    assert all("max_model_len" in reason for id, reason in skipped.items() if id != "budget:exhausted_key"), skipped
-    assert any(r.id.startswith("lens:") and r.outcome is Outcome.PASSED for r in report.results)
+def test_full_profile_passes(reference: Any, tmp_path: Path) -> None:
+    """`python -m conformance --profile full` as a user runs it, with nothing injected."""
+    report_path = tmp_path / "report.json"
+    done = subprocess.run(
+        [sys.executable, "-m", "conformance", "--base-url", reference.url, "--api-key", reference.key,
+         "--profile", "full", "--wrong-key-expected", "--no-progress", "--json", str(report_path)],
+        cwd=ROOT, capture_output=True, text=True, timeout=540)
+    assert done.returncode == 0, done.stdout + done.stderr
+    results = json.loads(report_path.read_text())["results"]
+    skipped = {r["id"]: r["reason"] for r in results if r["outcome"] == Outcome.SKIPPED.value}
+    # What the tiny model's max_model_len (4,096) cannot hold, the golden cases built on the
+    # spec's layers and hidden size, and the spent-key check (below, with a spent key).
+    assert all("max_model_len" in reason or "num_layers" in reason
+               for id, reason in skipped.items() if id != "budget:exhausted_key"), skipped
+    assert "golden:steering.hidden" in skipped and "num_layers 32" in skipped["golden:steering.hidden"]
+    passed = {r["id"] for r in results if r["outcome"] == Outcome.PASSED.value}
+    assert {"lens:activations_shape", "lens:steering_accepted", "lens:layer_out_of_range"} <= passed, sorted(passed)
 
 
 def test_budget_checks_with_a_spent_key(reference: Any, models: dict[str, ModelInfo]) -> None:

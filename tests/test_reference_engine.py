@@ -316,5 +316,6 @@ def test_requests_are_checked_against_the_deployments_model() -> None:
         error = c.post("/v1/completions", json={**BODY, "output_residual_stream": [4]}).json()["error"]
         listed = c.get("/v1/models").json()["data"]
     assert error["param"] == "output_residual_stream" and "the model has 4 layers" in error["message"]
-    assert [(m["id"], m["max_model_len"]) for m in listed] == [(MODEL, 4096)]
+    assert [(m["id"], m["max_model_len"], m["num_layers"], m["hidden_size"]) for m in listed] == [
+        (MODEL, 4096, 4, 128)]
     assert upstream.sent == []

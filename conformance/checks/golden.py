@@ -20,7 +20,6 @@ from conformance.config import CHEAP_TOKENS
 from conformance.context import Context
 from conformance.golden import Case, load_cases
 from conformance.registry import REGISTRY, Check
-from contract import spec
 
 # Golden tags that name a feature a user may include or skip (see README).
 LENS_FIELDS = {"output_residual_stream": "activations", "apply_steering_vectors": "steering",
@@ -41,11 +40,26 @@ def _token_bound(case: Case) -> int:
     return min(case.generates, CHEAP_TOKENS) if case.generates else 0
 
 
+# Golden cases whose requests or expected bodies are built from the model's layers and
+# hidden size (layer 31, vectors of 4,096, the capture cap): fixed data for the spec's numbers.
+DIMENSION_TAGS = frozenset({"lens", "steering"})
+DIMENSION_IDS = ("steering.", "model.layers", "caps.capture")
+
+
+def depends_on_dimensions(case: Case) -> bool:
+    return bool(DIMENSION_TAGS & set(case.tags)) or case.id.startswith(DIMENSION_IDS)
+
+
 def run_case(case: Case, ctx: Context) -> None:
-    assumed = spec().models[ctx.config.model].max_model_len
-    if "caps" in case.tags and ctx.max_model_len != assumed:
-        ctx.skip(f"the golden cap cases assume max_model_len {assumed}; this server reports "
-                 f"{ctx.max_model_len} (the caps: checks cover it)")
+    assumed, served = ctx.spec_model, ctx.model
+    if "caps" in case.tags and served.max_model_len != assumed.max_model_len:
+        ctx.skip(f"the golden cap cases assume max_model_len {assumed.max_model_len}; this server "
+                 f"reports {served.max_model_len} (the caps: checks cover it)")
+    if depends_on_dimensions(case) and (served.num_layers, served.hidden_size) != (
+            assumed.num_layers, assumed.hidden_size):
+        ctx.skip(f"the golden lens cases assume num_layers {assumed.num_layers} and hidden_size "
+                 f"{assumed.hidden_size}; this server reports {served.num_layers} and "
+                 f"{served.hidden_size} (the lens: and caps: checks cover it)")
     auth = AUTH_DEFAULT if case.auth == "default" else case.auth
     if case.expect_status == 200:
         return _accepted(case, ctx, auth)
