@@ -55,6 +55,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--stream-error-rate", type=float, help="fraction of streams broken by an error event")
     p.add_argument("--eos-rate", type=float, help="chance per token of an end-of-text token")
     p.add_argument("--max-model-len", help="'4096' for every model, or 'llama-8b=4096,...'")
+    p.add_argument("--test-headers", action=argparse.BooleanOptionalAction, default=None,
+                   help="read the X-Mock-* headers (default: on)")
     p.add_argument("--log-level", default=_env("LOG_LEVEL", "warning"))
     p.add_argument("--access-log", action="store_true", help="log every request to stderr")
     return p
@@ -67,7 +69,8 @@ def config_from(args: argparse.Namespace) -> MockConfig:
         budget_tokens=args.budget_tokens, budget_dir=args.budget_dir, ttft_ms=args.ttft_ms,
         tpot_ms=args.tpot_ms, keepalive_seconds=args.keepalive_seconds, fault_rate=args.fault_rate,
         stream_error_rate=args.stream_error_rate, eos_rate=args.eos_rate,
-        max_model_len=parse_max_model_len(args.max_model_len) if args.max_model_len else None)
+        max_model_len=parse_max_model_len(args.max_model_len) if args.max_model_len else None,
+        test_headers=args.test_headers)
     if config.budget_tokens is not None and config.budget_dir is None:
         # Made before the fork, so that every worker spends from the same file.
         config = dataclasses.replace(config, budget_dir=tempfile.mkdtemp(prefix="mock-budget-"))

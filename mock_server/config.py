@@ -38,6 +38,9 @@ class MockConfig:
     eos_rate: float = 1 / 64
     # A deployment's max_model_len per model name (the spec's value otherwise).
     max_model_len: Mapping[str, int] = field(default_factory=dict)
+    # Read the mock's own X-Mock-* headers (faults and latency on request). A server of
+    # the real API (reference_impl) turns this off: then the headers are ignored entirely.
+    test_headers: bool = True
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None,
@@ -78,7 +81,19 @@ def _parse(name: str, raw: str) -> object:
         return int(raw)
     if name == "max_model_len":
         return parse_max_model_len(raw)
+    if name == "test_headers":
+        return parse_bool(name, raw)
     return float(raw)
+
+
+_TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
+
+
+def parse_bool(name: str, raw: str) -> bool:
+    value = raw.strip().lower()
+    if value not in _TRUE + _FALSE:
+        raise ValueError(f"{ENV_PREFIX}{name.upper()}: expected one of {', '.join(_TRUE + _FALSE)}, not {raw!r}")
+    return value in _TRUE
 
 
 def parse_max_model_len(raw: str) -> dict[str, int]:

@@ -50,6 +50,9 @@ class Plan:
     stream_error_after: int | None
 
 
+_NO_HEADERS: dict[str, str] = {}
+
+
 def _invalid(header: str, expected: str) -> InvalidRequest:
     faults = _faults()
     text = faults["expected"][expected].format(statuses=", ".join(map(str, faults["statuses"])))
@@ -71,7 +74,11 @@ def _number(headers: Headers, name: str, default: float, integer: bool = False) 
 
 def plan(headers: Headers, config: MockConfig, rng: random.Random,
          max_tokens: int) -> Plan:
-    """Read the mock's headers (400 for a bad value) and roll the configured fault rates."""
+    """Read the mock's headers (400 for a bad value) and roll the configured fault rates.
+    With config.test_headers off the headers are not read at all: a server of the real
+    API must not let a client force faults or latency."""
+    if not config.test_headers:
+        headers = _NO_HEADERS
     statuses = _faults()["statuses"]
     forced = None
     if STATUS in headers:

@@ -17,9 +17,12 @@ import sys
 import tempfile
 from collections.abc import Mapping, Sequence
 from types import FrameType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gunicorn.app.base import BaseApplication
+
+if TYPE_CHECKING:
+    from mock_server.config import MockConfig
 
 log = logging.getLogger("reference_impl")
 
@@ -82,6 +85,22 @@ def warm(models: Mapping[str, Any]) -> None:
     vector_defaults()
 
 
+def api_config(keys: str | None = None, budget_tokens: int | None = None,
+               budget_dir: str | None = None) -> MockConfig:
+    """The app's settings for a deployment of the real API: the mock's own test headers
+    (X-Mock-*: faults and latency on request) are off, so no client can force them."""
+    from mock_server.config import MockConfig
+
+    config = MockConfig(
+        keys=tuple(k.strip() for k in keys.split(",") if k.strip()) if keys else None,
+        budget_tokens=int(budget_tokens) if budget_tokens is not None else None,
+        budget_dir=budget_dir, test_headers=False)
+    if config.budget_tokens is not None and config.budget_dir is None:
+        # Made before the fork, so that every worker spends from the same file.
+        config = dataclasses.replace(config, budget_dir=tempfile.mkdtemp(prefix="reference-budget-"))
+    return config
+
+
 def _stop_on_sigterm(signum: int, frame: FrameType | None) -> None:
     raise SystemExit(128 + signum)   # unwinds through main's finally, which stops vLLM
 
@@ -94,7 +113,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     # Imported after parsing, so that --help is instant.
     from contract import spec
     from mock_server.app import create_app
-    from mock_server.config import MockConfig
     from reference_impl.deployment import deployment_models, pick_upstream, read_model_config, upstream_models
     from reference_impl.engine import VllmEngine
     from reference_impl.launcher import VllmProcess
@@ -113,13 +131,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             url = vllm.url
         entry = pick_upstream(upstream_models(url), served)
         models = deployment_models(served, entry["max_model_len"], read_model_config(args.model or entry.get("root")))
-        config = MockConfig(
-            keys=tuple(k.strip() for k in args.keys.split(",") if k.strip()) if args.keys else None,
-            budget_tokens=int(args.budget_tokens) if args.budget_tokens is not None else None,
-            budget_dir=args.budget_dir)
-        if config.budget_tokens is not None and config.budget_dir is None:
-            # Made before the fork, so that every worker spends from the same file.
-            config = dataclasses.replace(config, budget_dir=tempfile.mkdtemp(prefix="reference-budget-"))
+        config = api_config(args.keys, args.budget_tokens, args.budget_dir)
         app = create_app(config, VllmEngine(url, entry["id"]), models)
         warm(models)
         info = models[served]

@@ -27,6 +27,7 @@ import pytest
 from contract import ModelInfo
 from mock_server.app import create_app
 from mock_server.config import MockConfig
+from reference_impl.__main__ import api_config
 from reference_impl.deployment import deployment_models, read_model_config, upstream_models
 from reference_impl.engine import VllmEngine
 from reference_impl.launcher import READY_TIMEOUT_S, default_python, free_port
@@ -177,7 +178,7 @@ def reference_client(reference: Reference, models: dict[str, ModelInfo]) -> Iter
 
     def make(config: MockConfig | None = None, transport: httpx.BaseTransport | None = None) -> httpx.Client:
         engine = VllmEngine(reference.vllm_url, SERVED, transport=transport)
-        app = create_app(config or MockConfig(keys=(KEY,)), engine, models)
+        app = create_app(config or api_config(KEY), engine, models)
         c = httpx.Client(transport=httpx.WSGITransport(app=app), base_url="http://api.test", headers=AUTH,
                          timeout=120)
         opened.extend((c, engine))

@@ -207,3 +207,26 @@ def test_the_suite_uses_the_deployments_dimensions_from_models() -> None:
         f"{spec().models[name].hidden_size}; this server reports 3 and 512 (the lens: and caps: checks cover it)")
         for i in dims)
     assert all(outcomes[i].outcome is Outcome.PASSED for i in outcomes if i.startswith(("lens:", "caps:")))
+
+
+def test_checks_that_need_the_mocks_headers_skip_where_they_are_ignored() -> None:
+    """stream:error_event and stream:keepalive slow or break the stream with X-Mock-* headers;
+    a server that ignores them (the reference's settings) gets them skipped, not failed."""
+    from conformance.checks import REGISTRY
+    from conformance.config import RunConfig
+    from conformance.registry import select
+    from conformance.results import Outcome
+    from conformance.runner import run
+    from contract import spec
+
+    app = create_app(MockConfig(test_headers=False))
+    config = RunConfig(base_url="http://plain.test", api_key=KEY, profile="full",
+                       select=("stream:error_event", "stream:keepalive")).validate()
+    report = run(config, select(REGISTRY, config), transport=httpx.WSGITransport(app=app))
+    assert {r.id: (r.outcome, r.reason) for r in report.results} == {
+        "stream:error_event": (Outcome.SKIPPED, "the server did not inject an error "
+                                                "(X-Mock-Stream-Error-After is the bundled mock's)"),
+        "stream:keepalive": (Outcome.SKIPPED, f"the stream never went quiet for "
+                                              f"{spec().caps['keepalive_seconds']} s "
+                                              "(the server ignored X-Mock-Ttft-Ms)"),
+    }

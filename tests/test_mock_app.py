@@ -209,6 +209,21 @@ def test_x_mock_stream_error_after(client: FlaskClient) -> None:
     assert stream.events[-2:] == [InferenceUnavailable.from_template("inference_unavailable").body(rid), "[DONE]"]
 
 
+def test_with_test_headers_off_the_mock_headers_are_ignored_entirely() -> None:
+    """A server of the real API (reference_impl) reads none of them: no forced status, no
+    error event, and not even a bad value is refused (it is never read)."""
+    client = create_app(MockConfig(test_headers=False)).test_client()
+    mock_headers = {STATUS: "503", STREAM_ERROR_AFTER: "0", TTFT_MS: "-1", TPOT_MS: "nan"}
+    body = completion_body(max_tokens=3, ignore_eos=True, seed=7)
+    plain = client.post("/v1/completions", json=body, headers=AUTH)
+    r = client.post("/v1/completions", json=body, headers={**AUTH, **mock_headers})
+    assert (r.status_code, r.get_json()["choices"]) == (200, plain.get_json()["choices"])
+    r = client.post("/v1/completions", json={**body, "stream": True}, headers={**AUTH, **mock_headers})
+    stream = parse_sse(r.get_data(as_text=True))
+    assert r.status_code == 200 and len(stream.chunks) == 3 and stream.events[-1] == "[DONE]"
+    assert "".join(c["choices"][0]["text"] for c in stream.chunks) == plain.get_json()["choices"][0]["text"]
+
+
 def test_configured_fault_rates() -> None:
     client = create_app(MockConfig(fault_rate=1.0)).test_client()
     statuses = {client.post("/v1/completions", json=completion_body(), headers=AUTH).status_code for _ in range(100)}

@@ -31,6 +31,17 @@ def test_from_env_and_back() -> None:
     assert MockConfig.from_env(config.to_env()) == config
 
 
+def test_test_headers_default_on_and_env_turns_them_off() -> None:
+    assert MockConfig().test_headers is True
+    assert MockConfig.from_env({"MOCK_TEST_HEADERS": "0"}).test_headers is False
+    assert MockConfig.from_env({"MOCK_TEST_HEADERS": "on"}).test_headers is True
+    off = MockConfig(test_headers=False)
+    assert MockConfig.from_env(off.to_env()) == off
+    assert config_from(parser().parse_args(["--no-test-headers"])).test_headers is False
+    with pytest.raises(ValueError, match="MOCK_TEST_HEADERS"):
+        MockConfig.from_env({"MOCK_TEST_HEADERS": "maybe"})
+
+
 def test_one_max_model_len_for_every_model() -> None:
     assert MockConfig.from_env({"MOCK_MAX_MODEL_LEN": "2048"}).max_model_len == {m: 2048 for m in spec().models}
 

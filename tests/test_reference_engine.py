@@ -17,6 +17,7 @@ import pytest
 from contract import encode_tensor, spec, validate_completion
 from mock_server.app import create_app
 from mock_server.config import MockConfig
+from reference_impl.__main__ import api_config
 from reference_impl.deployment import DeploymentError, deployment_models
 from reference_impl.engine import VllmEngine
 from reference_impl.upstream import upstream_body
@@ -226,6 +227,20 @@ def test_a_stream_that_vllm_cuts_off_ends_with_a_503_event() -> None:
         got = events(c.post("/v1/completions", json={**BODY, "stream": True}).text)
     assert got[0]["choices"][0]["text"] == " blue"
     assert got[1]["error"]["code"] == "inference_unavailable" and got[2] == "[DONE]"
+
+
+def test_the_reference_ignores_the_mocks_test_headers() -> None:
+    """reference_impl's settings turn the X-Mock-* headers off: no client can force a fault."""
+    config = api_config(KEY)
+    assert config.test_headers is False
+    engine = VllmEngine("http://vllm.test", MODEL, transport=httpx.MockTransport(streamed(SKY)))
+    app = create_app(config, engine)
+    with httpx.Client(transport=httpx.WSGITransport(app=app), base_url="http://api.test", headers=AUTH) as c:
+        r = c.post("/v1/completions", json=BODY, headers={"X-Mock-Status": "503"})
+        stream = c.post("/v1/completions", json={**BODY, "stream": True},
+                        headers={"X-Mock-Stream-Error-After": "0"})
+    assert (r.status_code, r.json()["choices"][0]["text"]) == (200, " blue today")
+    assert stream.status_code == 200 and "error" not in stream.text and events(stream.text)[-1] == "[DONE]"
 
 
 def test_vllm_down_is_503() -> None:
