@@ -23,6 +23,7 @@ import argparse
 import contextlib
 import datetime
 import importlib.metadata
+import importlib.util
 import json
 import os
 import platform
@@ -30,7 +31,6 @@ import shlex
 import shutil
 import signal
 import socket
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -126,9 +126,7 @@ def free_port():
 def mock_worker_class():
     """The worker class python -m mock_server gives gunicorn: gthread's, subclassed
     only to answer unparseable HTTP in the API's shape (no change on the hot path)."""
-    try:
-        from mock_server.worker import ApiThreadWorker  # noqa: F401
-    except ImportError:
+    if importlib.util.find_spec("mock_server.worker") is None:
         return "gthread"
     return "mock_server.worker.ApiThreadWorker"
 
