@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
+from itertools import chain
 
 from flask import Response, current_app, g, request
 
@@ -50,10 +51,28 @@ def create_completion() -> Response:
         finally:
             settle()
         return Response(dumps(asm.completion()), mimetype="application/json", headers=headers)
-    body = _stream(asm, lambda: Pump(events, s.config.keepalive_seconds), settle,
-                   plan.stream_error_after, rid)
+    # The engine starts now, in the pump's thread, and this thread waits for its first
+    # batch for at most one keepalive interval before answering. So an engine that fails
+    # before its first event (vLLM down: 503 inference_unavailable) gets an HTTP error with
+    # its status, not a 200 stream with an error event; and a slow first token (the mock's
+    # simulated TTFT, or a real one) still gets `: keepalive` on time: the wait ends after
+    # one interval with an empty batch, which the stream sends as its first keepalive, as
+    # it always did (a WSGI server sends the headers with the first body write anyway).
+    # An error after the first event, or after that first interval, is an error event.
+    pump = Pump(events, s.config.keepalive_seconds)
+    batches = pump.batches()
+    first: list[Event] | None
+    try:
+        first = next(batches)
+    except StopIteration:   # the engine ended without an event: [DONE] alone
+        first = None
+    except BaseException:
+        settle()
+        raise
+    body = _stream(asm, first, batches, settle, plan.stream_error_after, rid)
     response = Response(body, mimetype="text/event-stream",
                         headers={**headers, "Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+    response.call_on_close(pump.cancelled.set)   # the body may never be read: stop the engine
     response.call_on_close(settle)
     return response
 
@@ -77,16 +96,15 @@ def read_body() -> bytes:
     raise RequestTooLarge.from_template("request_too_large", limit=limit)
 
 
-def _stream(asm: Assembler, start: Callable[[], Pump[Event]], settle: Callable[[], None],
-            error_after: int | None, rid: str) -> Iterator[bytes]:
-    """The SSE body. Events that are ready together leave in one write; a keepalive
-    comment fills each quiet interval; an error after the start is an error event.
-    The engine starts with the first read, so a body never read starts nothing."""
-    batches = start().batches()
+def _stream(asm: Assembler, first: list[Event] | None, batches: Generator[list[Event], None, None],
+            settle: Callable[[], None], error_after: int | None, rid: str) -> Iterator[bytes]:
+    """The SSE body: `first` (the batch the route already read; None when there was
+    none), then the rest of `batches`. Events that are ready together leave in one write; a keepalive comment
+    fills each quiet interval; an error after the start is an error event."""
     sent = 0
     out: list[bytes] = []
     try:
-        for batch in batches:
+        for batch in chain([] if first is None else [first], batches):
             if not batch:
                 yield KEEPALIVE
                 continue

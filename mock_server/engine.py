@@ -71,5 +71,8 @@ class Engine(Protocol):
     def generate(self, req: CompletionRequest, max_tokens: int,
                  request_id: str) -> Iterator[Event]:
         """Run `req` with `max_tokens` (the Hold's, maybe clamped): deltas, then Usage,
-        then Activations when captured. May raise contract.ApiError (e.g. 503)."""
+        then Activations when captured. May raise contract.ApiError (e.g. 503): raised
+        before the first event, the client gets it as an HTTP error with its status (a
+        stream too, unless the first event takes longer than a keepalive interval); after
+        it, a stream ends with an error event and [DONE]."""
         ...

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
+import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -20,6 +21,7 @@ from conformance.checks.common import schema_errors
 from mock_server import MockConfig, create_app
 from mock_server.faults import STATUS, STREAM_ERROR_AFTER, TPOT_MS, TTFT_MS
 from mock_server.fake_engine import FakeEngine
+from mock_server.responses import KEEPALIVE
 from tests.mock_helpers import AUTH, completion_body, parse_sse
 
 RID = re.compile(rf"{spec().request_id['prefix']}[0-9a-f]{{{spec().request_id['hex_digits']}}}")
@@ -155,14 +157,56 @@ class BrokenEngine:
         raise self.error
 
 
+@pytest.mark.parametrize("stream", [False, True])
 @pytest.mark.parametrize("error", [RuntimeError("secret internals"),
                                    InferenceUnavailable.from_template("inference_unavailable")])
-def test_an_engine_error_is_an_api_error_without_internals(error: Exception) -> None:
+def test_an_engine_error_is_an_api_error_without_internals(error: Exception, stream: bool) -> None:
+    """Before the engine's first event, a stream too gets the HTTP error, with its status."""
     client = create_app(MockConfig(), engine=BrokenEngine(error)).test_client()
-    r = client.post("/v1/completions", json=completion_body(), headers=AUTH)
+    r = client.post("/v1/completions", json=completion_body(stream=stream), headers=AUTH)
+    assert r.mimetype == "application/json"
     expected = error if isinstance(error, ApiError) else InternalError.from_template("internal_error")
     assert_error(r, expected)
     assert "secret" not in r.get_data(as_text=True)
+
+
+def test_a_stream_that_fails_at_once_settles_its_hold(tmp_path: Any) -> None:
+    body = completion_body(stream=True, max_tokens=20)
+    prompt_tokens = sum(validate_completion(body).prompt_token_counts)
+    app = create_app(MockConfig(budget_tokens=1000, budget_dir=str(tmp_path)),
+                     engine=BrokenEngine(InferenceUnavailable.from_template("inference_unavailable")))
+    r = app.test_client().post("/v1/completions", json=body, headers=AUTH)
+    assert_error(r, InferenceUnavailable.from_template("inference_unavailable"))
+    assert app.extensions["mock"].budget.remaining(AUTH["Authorization"].split()[1]) == 1000 - prompt_tokens
+
+
+class GatedEngine:
+    """The fake engine, held before its first event until `go` is set (a slow first token)."""
+
+    def __init__(self) -> None:
+        self.go = threading.Event()
+
+    def generate(self, req: CompletionRequest, max_tokens: int, request_id: str) -> Iterator[Any]:
+        if not self.go.wait(60):
+            raise RuntimeError("the test never let the engine go")
+        yield from FakeEngine().generate(req, max_tokens, request_id)
+
+
+def test_a_slow_first_token_still_gets_its_keepalive_first() -> None:
+    """The route waits for the first event at most one keepalive interval: then it answers
+    200 and the stream's first write is the keepalive comment, while the engine still waits."""
+    engine = GatedEngine()
+    client = create_app(MockConfig(keepalive_seconds=0.01), engine=engine).test_client()
+    r = client.post("/v1/completions", json=completion_body(stream=True, max_tokens=2, ignore_eos=True),
+                    headers=AUTH, buffered=False)
+    body = iter(r.response)
+    assert (r.status_code, next(body)) == (200, KEEPALIVE)
+    engine.go.set()
+    rest = b"".join(body).decode()
+    r.close()
+    stream = parse_sse(rest)
+    assert len(stream.chunks) == 2 and stream.events[-1] == "[DONE]"
+    assert set(stream.comments) <= {"keepalive"}
 
 
 def test_an_engine_error_mid_stream_is_an_error_event_then_done() -> None:

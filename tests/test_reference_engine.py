@@ -14,7 +14,7 @@ import httpx
 import numpy as np
 import pytest
 
-from contract import encode_tensor, spec, validate_completion
+from contract import InferenceUnavailable, encode_tensor, spec, validate_completion
 from mock_server.app import create_app
 from mock_server.config import MockConfig
 from reference_impl.__main__ import api_config
@@ -249,7 +249,29 @@ def test_vllm_down_is_503() -> None:
     with api(refuse) as c:
         assert c.post("/v1/completions", json=BODY).json()["error"]["code"] == "inference_unavailable"
         stream = c.post("/v1/completions", json={**BODY, "stream": True})
-    assert stream.status_code == 200 and events(stream.text)[0]["error"]["code"] == "inference_unavailable"
+    # before the first event, a stream's failure is the HTTP error, with its status
+    assert (stream.status_code, stream.json()["error"]["code"]) == (503, "inference_unavailable")
+
+
+def test_vllm_on_a_closed_port_is_503_with_the_apis_body_stream_or_not() -> None:
+    """A real connection refused (nothing listens on the port): 503 inference_unavailable,
+    the API's whole body and X-Request-Id, for a stream too (no 200 with an error event)."""
+    import socket
+    with socket.socket() as sock:   # a port that was free a moment ago, now closed
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    engine = VllmEngine(f"http://127.0.0.1:{port}", MODEL)
+    app = create_app(api_config(KEY), engine)
+    expected = InferenceUnavailable.from_template("inference_unavailable")
+    try:
+        with httpx.Client(transport=httpx.WSGITransport(app=app), base_url="http://api.test",
+                          headers=AUTH) as c:
+            for stream in (False, True):
+                r = c.post("/v1/completions", json={**BODY, "stream": stream})
+                assert (r.status_code, r.headers["content-type"]) == (503, "application/json"), stream
+                assert r.json() == expected.body(r.headers["X-Request-Id"])
+    finally:
+        engine.close()
 
 
 def test_no_answer_within_the_wait_is_504() -> None:
@@ -257,10 +279,12 @@ def test_no_answer_within_the_wait_is_504() -> None:
         raise httpx.ReadTimeout("timed out", request=request)
     with api(silent, wait_seconds=2) as c:
         r = c.post("/v1/completions", json=BODY)
-        stream = events(c.post("/v1/completions", json={**BODY, "stream": True}).text)
+        stream = c.post("/v1/completions", json={**BODY, "stream": True})
     assert r.status_code == 504
     assert r.json()["error"]["message"] == spec().messages["deadline_exceeded"].format(seconds=2)
-    assert stream[0]["error"]["code"] == "deadline_exceeded" and stream[-1] == "[DONE]"
+    # This fake times out at once, before the first event, so the stream gets the HTTP error
+    # too (a real wait passes keepalive intervals first: then it is an error event).
+    assert (stream.status_code, stream.json()["error"]) == (r.status_code, r.json()["error"])
 
 
 def test_an_error_in_vllms_stream_becomes_the_apis_error_event() -> None:
