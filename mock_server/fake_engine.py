@@ -116,8 +116,8 @@ class FakeEngine:
         yield Usage(sum(req.prompt_token_counts), sum(len(c.token_ids) for c in choices))
         if req.layers:
             generated = choices[0].token_ids
-            yield Activations(list(req.layers),
-                              capture(model, req.layers, req.prompts[0] + generated[:-1]))
+            layers = sorted(req.layers)   # ascending, as vllm-lens returns them; rows follow
+            yield Activations(layers, capture(model, layers, req.prompts[0] + generated[:-1]))
 
 
 def _choice_deltas(req: CompletionRequest, voc: Vocab, index: int, prompt: list[int],

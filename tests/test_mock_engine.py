@@ -243,6 +243,20 @@ def test_activations_have_the_declared_shape_and_encoding(engine: FakeEngine) ->
     assert events == run(engine, seed=1, output_residual_stream=layers, max_tokens=10)
 
 
+def test_activation_layers_are_ascending_and_rows_follow_them(engine: FakeEngine) -> None:
+    """Like vllm-lens: whatever the request's order, layers come back ascending, and row i
+    of the residual stream is layer layers[i] (the same values as a capture of that layer alone)."""
+    asked = [MODEL.num_layers - 1, 0, 5]
+    acts = run(engine, seed=1, output_residual_stream=asked, max_tokens=4)[-1]
+    assert isinstance(acts, Activations) and acts.layers == sorted(asked)
+    rows = decode_tensor(acts.residual_stream)
+    for i, layer in enumerate(acts.layers):
+        alone = run(engine, seed=1, output_residual_stream=[layer], max_tokens=4)[-1]
+        assert np.array_equal(rows[i], decode_tensor(alone.residual_stream)[0]), layer
+    ordered = run(engine, seed=1, output_residual_stream=sorted(asked), max_tokens=4)[-1]
+    assert acts.residual_stream == ordered.residual_stream
+
+
 def test_a_whole_capture_is_built(engine: FakeEngine) -> None:
     """The largest capture the caps allow (one layer, every position) comes back whole."""
     prompt_len = 4

@@ -63,7 +63,7 @@ def _check_activations(ctx: Context, acts: Any, generated: int, reply: Any) -> N
     errors = schema_errors(acts, spec().schema("Activations"))
     if not ctx.expect(not errors, "the activations do not match their schema", received=errors, reply=reply):
         return
-    ctx.equal("activations.layers", _layers(ctx), acts["layers"], reply)
+    ctx.equal("activations.layers (the requested layers, ascending)", _layers(ctx), acts["layers"], reply)
     tensor = acts["residual_stream"]
     shape = [len(_layers(ctx)), len(PROMPT) + generated - 1, ctx.model.hidden_size]
     ctx.equal("the residual stream's shape", shape, tensor["shape"], reply)
@@ -88,9 +88,10 @@ def _generated(usage: Any) -> int:
 
 @register("lens:activations_shape", tags=("activations",), tokens=MAX_TOKENS)
 def activations_shape(ctx: Context) -> None:
-    """output_residual_stream returns activations that decode to [layers, positions, hidden]."""
+    """output_residual_stream returns activations that decode to [layers, positions, hidden];
+    layers asked in descending order come back ascending (the Activations schema says so)."""
     body = {"model": ctx.config.model, "prompt": PROMPT, "max_tokens": MAX_TOKENS, "ignore_eos": True,
-            "output_residual_stream": _layers(ctx)}
+            "output_residual_stream": _layers(ctx)[::-1]}
     reply = ctx.client.post(COMPLETIONS, body)
     ctx.expect_status(reply, 200, fatal=True)
     data = reply.data if isinstance(reply.data, dict) else {}
