@@ -32,8 +32,12 @@ SAMPLING_FIELDS = ("temperature", "top_p", "top_k", "min_p", "presence_penalty",
                    "frequency_penalty", "repetition_penalty", "allowed_token_ids", "bad_words")
 
 
+# json.dumps(parts, sort_keys=True, default=str), without building an encoder per call.
+_SEED_JSON = json.JSONEncoder(sort_keys=True, default=str)
+
+
 def _seed(*parts: Any) -> int:
-    digest = hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).digest()
+    digest = hashlib.sha256(_SEED_JSON.encode(parts).encode()).digest()
     return int.from_bytes(digest, "little")
 
 
@@ -89,6 +93,9 @@ class FakeEngine:
         common = [model.name, {k: body[k] for k in SAMPLING_FIELDS if k in body}, _steering_digest(req),
                   None if greedy else body.get("seed", os.urandom(16).hex())]
         n = req.n
+        # Without stream nobody sees the pieces: each choice is one delta holding all its
+        # tokens (the app merges deltas, so the Completion is the same).
+        whole = not req.stream
         deltas: list[Iterator[ChoiceDelta]] = []   # one per choice, in index order
         choices: list[Choice] = []
         for p, prompt in enumerate(req.prompts):
@@ -99,7 +106,7 @@ class FakeEngine:
                 # is the same in every Python version, so answers survive upgrades too.
                 choice = sample_choice(voc, random.Random(_seed("tokens", key)).random, settings)
                 choices.append(choice)
-                deltas.append(_choice_deltas(req, voc, p * n + j, prompt, text, choice, key, greedy))
+                deltas.append(_choice_deltas(req, voc, p * n + j, prompt, text, choice, key, greedy, whole))
         if len(deltas) == 1:
             yield from deltas[0]
         # Choices advance together, one token each per step, as in a batch.
@@ -122,48 +129,78 @@ class FakeEngine:
 
 def _choice_deltas(req: CompletionRequest, voc: Vocab, index: int, prompt: list[int],
                    prompt_text: str | None, choice: Choice, key: list[Any],
-                   greedy: bool) -> Iterator[ChoiceDelta]:
+                   greedy: bool, whole: bool = False) -> Iterator[ChoiceDelta]:
+    """The choice's deltas: one per token, or with `whole` one holding every token."""
     body = req.body
     skip = body.get("skip_special_tokens", True)
     k = body.get("logprobs")
     echo = bool(body.get("echo"))
+    ids = choice.token_ids
+    if not ids:
+        return
     prompt_ranked: list[Ranked] = []
     if (echo and k is not None) or "prompt_logprobs" in body:
         # A prompt's logprobs depend on the prompt alone, so echo and prompt_logprobs agree.
         width = max(k or 0, body.get("prompt_logprobs", 0))
         rows = _rng("prompt", req.model.name, prompt).random((len(prompt), row_width()))
         prompt_ranked = rank_positions(rows, prompt, width, greedy=False, pool=voc.words)
-    echo_texts = [voc.text(t, skip) for t in prompt] if echo else []
+    table = voc.texts_for(skip)
+    echo_texts = [table[t] for t in prompt] if echo else []
     echo_text = "" if not echo else (prompt_text if prompt_text is not None else "".join(echo_texts))
+    offsets = list(accumulate((len(t) for t in choice.token_texts), initial=0))
+    logprobs: LogprobsDelta | None = None
+    tops: list[dict[str, float] | None] = []
     gen_ranked: list[Ranked] = []
     if k is not None:
-        rows = _rng("logprobs", key).random((len(choice.token_ids), row_width()))
-        gen_ranked = rank_positions(rows, choice.token_ids, k, greedy, voc.words)
-    offsets = list(accumulate((len(t) for t in choice.token_texts), initial=0))
-    last = len(choice.token_ids) - 1
-    for i, token in enumerate(choice.token_ids):
-        start, end = min(offsets[i], len(choice.text)), min(offsets[i + 1], len(choice.text))
-        text = choice.text[start:end] if i < last else choice.text[start:]
-        logprobs = None
+        rows = _rng("logprobs", key).random((len(ids), row_width()))
+        gen_ranked = rank_positions(rows, ids, k, greedy, voc.words)
+        tops = [top_logprobs(r, voc, skip) for r in gen_ranked]
+    # What the first delta adds: the echoed prompt, its logprobs, the prompt's ids.
+    extra: dict[str, Any] = {}
+    if body.get("return_token_ids"):
+        extra["prompt_token_ids"] = list(prompt)
+    if "prompt_logprobs" in body:
+        top = body["prompt_logprobs"]
+        extra["prompt_logprobs"] = [None] + [
+            prompt_logprob(_trim(r, top), voc, skip) for r in prompt_ranked[1:]]
+    base = len(echo_text)
+
+    def first_logprobs(lp: LogprobsDelta) -> LogprobsDelta:
+        return _with_echo(lp, echo_texts, prompt_ranked[:len(prompt)], k, voc, skip) if echo else lp  # type: ignore[arg-type]
+
+    if whole:
         if k is not None:
-            base = len(echo_text)
+            logprobs = first_logprobs(LogprobsDelta(
+                list(choice.token_texts), [r.logprob for r in gen_ranked], tops,
+                [base + o for o in offsets[:-1]]))
+        yield ChoiceDelta(index, echo_text + choice.text, list(ids), logprobs,
+                          choice.finish_reason, choice.stop_reason, **extra)
+        return
+    full = choice.text
+    size = len(full)
+    last = len(ids) - 1
+    for i, token in enumerate(ids):
+        start = offsets[i] if offsets[i] < size else size
+        if i < last:
+            end = offsets[i + 1] if offsets[i + 1] < size else size
+            text = full[start:end]
+        else:
+            text = full[start:]
+        if k is not None:
             logprobs = LogprobsDelta([choice.token_texts[i]], [gen_ranked[i].logprob],
-                                     [top_logprobs(gen_ranked[i], voc, skip)], [base + offsets[i]])
-        extra: dict[str, Any] = {}
+                                     [tops[i]], [base + offsets[i]])
         if i == 0:
             if echo:
                 text = echo_text + text
-                if logprobs is not None and k is not None:
-                    logprobs = _with_echo(logprobs, echo_texts, prompt_ranked[:len(prompt)], k, voc, skip)
-            if body.get("return_token_ids"):
-                extra["prompt_token_ids"] = list(prompt)
-            if "prompt_logprobs" in body:
-                top = body["prompt_logprobs"]
-                extra["prompt_logprobs"] = [None] + [
-                    prompt_logprob(_trim(r, top), voc, skip) for r in prompt_ranked[1:]]
-        yield ChoiceDelta(index, text, [token], logprobs,
-                          choice.finish_reason if i == last else None,
-                          choice.stop_reason if i == last else None, **extra)
+                if logprobs is not None:
+                    logprobs = first_logprobs(logprobs)
+            yield ChoiceDelta(index, text, [token], logprobs,
+                              choice.finish_reason if i == last else None,
+                              choice.stop_reason if i == last else None, **extra)
+        elif i < last:
+            yield ChoiceDelta(index, text, [token], logprobs)
+        else:
+            yield ChoiceDelta(index, text, [token], logprobs, choice.finish_reason, choice.stop_reason)
 
 
 def _trim(r: Ranked, k: int) -> Ranked:

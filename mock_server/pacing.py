@@ -32,16 +32,18 @@ def paced(events: Iterator[Event], ttft_s: float, tpot_s: float,
 
 def _paced(events: Iterator[Event], ttft_s: float, tpot_s: float,
            sleep: Callable[[float], object]) -> Iterator[Event]:
-    seen: set[int] | None = None
+    # A delta may carry several tokens (the fake engine's whole choices without
+    # stream): it takes one step per token. Steps so far = the most tokens any one
+    # choice has had; each new step waits (the first ttft_s, the others tpot_s).
+    counts: dict[int, int] = {}
+    steps = 0
     for event in events:
         if isinstance(event, ChoiceDelta):
-            if seen is None:
-                sleep(ttft_s)
-                seen = set()
-            elif event.index in seen:
-                sleep(tpot_s)
-                seen.clear()
-            seen.add(event.index)
+            count = counts.get(event.index, 0) + max(1, len(event.token_ids))
+            counts[event.index] = count
+            while steps < count:
+                sleep(ttft_s if steps == 0 else tpot_s)
+                steps += 1
         yield event
 
 

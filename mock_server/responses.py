@@ -21,8 +21,15 @@ DONE = b"data: [DONE]\n\n"
 KEEPALIVE = b": keepalive\n\n"
 
 
+# One encoder for every response: json.dumps with keyword arguments builds a new one per call.
+_JSON = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
+_encode = _JSON.encode
+# A JSON string, as _JSON writes one (encode_basestring: the C escaper, without ASCII escapes).
+_string = json.encoder.encode_basestring  # type: ignore[attr-defined]
+
+
 def dumps(obj: Any) -> bytes:
-    return json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode()
+    return _encode(obj).encode()
 
 
 def sse(obj: Any) -> bytes:
@@ -63,6 +70,8 @@ class Assembler:
         self.usage: Usage | None = None
         self.activations: Activations | None = None
         self._choices: dict[int, dict[str, Any]] = {}
+        self._options: dict[str, Any] = req.body.get("stream_options", {})
+        self._prefix: bytes | None = None   # b'data: {...head...,"choices":[' for the stream
 
     @property
     def used(self) -> int:
@@ -109,21 +118,35 @@ class Assembler:
         return body
 
     # -- the stream ------------------------------------------------------------------
+    def _head(self) -> bytes:
+        """`data: ` and the chunk's head fields up to `"choices":[`, encoded once per stream."""
+        if self._prefix is None:
+            head = _encode(self.meta.head())
+            self._prefix = b"data: " + head[:-1].encode() + b',"choices":['
+        return self._prefix
+
     def chunk(self, event: Event) -> bytes | None:
-        """The SSE event for one engine event (None when this request does not show it)."""
-        options = self.req.body.get("stream_options", {})
+        """The SSE event for one engine event (None when this request does not show it).
+        Byte for byte `sse({**head, "choices": [...], ...})`, without a dict per chunk."""
+        options = self._options
         if isinstance(event, ChoiceDelta):
-            choice: dict[str, Any] = {
-                "index": event.index, "text": event.text, "logprobs": _logprobs(event.logprobs),
-                "finish_reason": event.finish_reason, "stop_reason": event.stop_reason}
-            if self.return_token_ids:
-                if event.prompt_token_ids is not None:
-                    choice["prompt_token_ids"] = event.prompt_token_ids
-                choice["token_ids"] = event.token_ids
-            out = {**self.meta.head(), "choices": [choice]}
+            if (event.logprobs is None and event.finish_reason is None and event.stop_reason is None
+                    and not self.return_token_ids):
+                choice = '{"index":%d,"text":%s,"logprobs":null,"finish_reason":null,"stop_reason":null}' % (
+                    event.index, _string(event.text))
+            else:
+                fields: dict[str, Any] = {
+                    "index": event.index, "text": event.text, "logprobs": _logprobs(event.logprobs),
+                    "finish_reason": event.finish_reason, "stop_reason": event.stop_reason}
+                if self.return_token_ids:
+                    if event.prompt_token_ids is not None:
+                        fields["prompt_token_ids"] = event.prompt_token_ids
+                    fields["token_ids"] = event.token_ids
+                choice = _encode(fields)
             if options.get("continuous_usage_stats"):
-                out["usage"] = Usage(self.prompt_tokens, self.completion_tokens).as_dict()
-            return sse(out)
+                usage = Usage(self.prompt_tokens, self.completion_tokens).as_dict()
+                return self._head() + (choice + "]," + '"usage":' + _encode(usage) + "}").encode() + b"\n\n"
+            return self._head() + (choice + "]}").encode() + b"\n\n"
         if isinstance(event, Usage):
             if not options.get("include_usage"):
                 return None

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
@@ -35,7 +36,16 @@ class Vocab:
             return ""
         return self.texts[token_id]
 
-    @property
+    def texts_for(self, skip_special: bool) -> tuple[str, ...]:
+        """Every token's text as `text` gives it: index it instead of calling `text` per token."""
+        return self._skipped if skip_special else self.texts
+
+    @cached_property
+    def _skipped(self) -> tuple[str, ...]:
+        special = self.special
+        return tuple("" if i in special else t for i, t in enumerate(self.texts))
+
+    @cached_property
     def words(self) -> np.ndarray:
         """Every ordinary word token (the pool for alternatives in logprobs)."""
         return np.concatenate([self.lower, self.capital])
@@ -64,6 +74,7 @@ def vocab(model: ModelInfo) -> Vocab:
     built = _BUILT.get(model.hf_id)
     if built is None:
         built = _BUILT.setdefault(model.hf_id, _build(model))
+        built.texts_for(True)   # the tables at start, not in the first request
     return built
 
 

@@ -109,3 +109,10 @@ def test_pump_hands_over_the_iterators_error() -> None:
     with pytest.raises(ValueError):
         collected = [item for batch in batches for item in batch]
         assert collected == [1]
+
+
+def test_paced_counts_a_delta_of_many_tokens_as_that_many_steps() -> None:
+    """The fake engine's whole choices (no stream) wait as long as one token per delta would."""
+    waits: list[float] = []
+    events = [ChoiceDelta(0, "xyz", [1, 2, 3]), ChoiceDelta(1, "xy", [1, 2]), Usage(1, 5)]
+    assert len(list(paced(iter(events), 0.5, 0.1, waits.append))) == 3 and waits == [0.5, 0.1, 0.1]
