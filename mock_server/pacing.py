@@ -7,7 +7,6 @@ timeout. Closing the stream (the client went away) cancels the thread.
 """
 from __future__ import annotations
 
-import queue
 import threading
 import time
 from collections.abc import Callable, Generator, Iterator
@@ -56,25 +55,35 @@ class _End:
 
 class Pump(Generic[T]):
     """Runs an iterator in a daemon thread; `batches` yields lists of ready items,
-    or an empty list when `interval` seconds pass with nothing."""
+    or an empty list when `interval` seconds pass with nothing.
+
+    The hand-off is one list under a condition: the reader takes every ready item
+    at once, and the thread wakes it only when the list was empty (a queue.Queue
+    costs a lock round trip and a wake-up per item)."""
 
     def __init__(self, make: Callable[[Callable[[float], object]], Iterator[T]],
                  interval: float, maxsize: int = 256) -> None:
         self.cancelled = threading.Event()
-        self._queue: queue.Queue[T | _End] = queue.Queue(maxsize)
+        self._cond = threading.Condition(threading.Lock())
+        self._items: list[T | _End] = []
+        self._maxsize = maxsize
         self._interval = interval
         # The iterator sleeps through `cancelled.wait`, so cancelling wakes it at once.
         self._thread = threading.Thread(target=self._run, args=(make,), daemon=True)
         self._thread.start()
 
     def _put(self, item: T | _End) -> bool:
-        while not self.cancelled.is_set():
-            try:
-                self._queue.put(item, timeout=0.1)
-                return True
-            except queue.Full:
-                continue
-        return False
+        with self._cond:
+            while len(self._items) >= self._maxsize:
+                if self.cancelled.is_set():
+                    return False
+                self._cond.wait(0.1)
+            if self.cancelled.is_set():
+                return False
+            self._items.append(item)
+            if len(self._items) == 1:
+                self._cond.notify()   # the reader waits only on an empty list
+        return True
 
     def _run(self, make: Callable[[Callable[[float], object]], Iterator[T]]) -> None:
         it: Iterator[T] | None = None
@@ -94,16 +103,20 @@ class Pump(Generic[T]):
     def batches(self) -> Generator[list[T], None, None]:
         """Lists of items as they come; [] for each keepalive interval without one.
         Raises what the iterator raised, after the items before it."""
+        cond = self._cond
         try:
             while True:
-                try:
-                    first = self._queue.get(timeout=self._interval)
-                except queue.Empty:
+                with cond:
+                    if not self._items:
+                        cond.wait(self._interval)
+                    items, self._items = self._items, []
+                    if items:
+                        cond.notify()   # room again for a thread waiting on a full list
+                if not items:
                     yield []
                     continue
                 batch: list[T] = []
-                item: T | _End = first
-                while True:
+                for item in items:
                     if isinstance(item, _End):
                         if batch:
                             yield batch
@@ -111,10 +124,6 @@ class Pump(Generic[T]):
                             raise item.error
                         return
                     batch.append(item)
-                    try:
-                        item = self._queue.get_nowait()
-                    except queue.Empty:
-                        break
                 yield batch
         finally:
             self.cancelled.set()
