@@ -14,24 +14,9 @@ import os
 import sys
 import tempfile
 from collections.abc import Sequence
-from typing import Any
-
-from gunicorn.app.base import BaseApplication
 
 from mock_server.config import MockConfig, parse_max_model_len
-
-
-class _Gunicorn(BaseApplication):  # type: ignore[misc]
-    def __init__(self, app: Any, options: dict[str, Any]) -> None:
-        self._app, self._options = app, options
-        super().__init__()
-
-    def load_config(self) -> None:
-        for key, value in self._options.items():
-            self.cfg.set(key, value)
-
-    def load(self) -> Any:
-        return self._app
+from mock_server.serve import gunicorn_options, serve
 
 
 def _env(name: str, default: str | None = None) -> str | None:
@@ -82,13 +67,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     from mock_server.app import create_app  # after parsing, so --help is instant
 
     app = create_app(config_from(args))
-    options = {
-        "bind": f"{args.host}:{args.port}", "workers": args.workers, "threads": args.threads,
-        "worker_class": "mock_server.worker.ApiThreadWorker", "preload_app": True, "loglevel": args.log_level,
-        "accesslog": "-" if args.access_log else None, "keepalive": 5, "timeout": 60,
-        "graceful_timeout": 5,
-    }
-    _Gunicorn(app, options).run()
+    serve(app, gunicorn_options(args.host, args.port, args.workers, args.threads, args.log_level,
+                                args.access_log))
     return 0
 
 

@@ -19,25 +19,12 @@ from collections.abc import Mapping, Sequence
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
-from gunicorn.app.base import BaseApplication
+from mock_server.serve import gunicorn_options, serve
 
 if TYPE_CHECKING:
     from mock_server.config import MockConfig
 
 log = logging.getLogger("reference_impl")
-
-
-class _Gunicorn(BaseApplication):  # type: ignore[misc]
-    def __init__(self, app: Any, options: dict[str, Any]) -> None:
-        self._app, self._options = app, options
-        super().__init__()
-
-    def load_config(self) -> None:
-        for key, value in self._options.items():
-            self.cfg.set(key, value)
-
-    def load(self) -> Any:
-        return self._app
 
 
 def _env(name: str, default: str | None = None) -> str | None:
@@ -138,12 +125,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"reference_impl: serving {served} on http://{args.host}:{args.port} with vLLM's "
               f"{entry['id']} at {url} ({info.num_layers} layers, hidden {info.hidden_size}, "
               f"max_model_len {info.max_model_len})", file=sys.stderr, flush=True)
-        _Gunicorn(app, {
-            "bind": f"{args.host}:{args.port}", "workers": args.workers, "threads": args.threads,
-            "worker_class": "gthread", "preload_app": True, "loglevel": args.log_level,
-            "accesslog": "-" if args.access_log else None, "keepalive": 5, "timeout": 60,
-            "graceful_timeout": 5,
-        }).run()
+        serve(app, gunicorn_options(args.host, args.port, args.workers, args.threads, args.log_level,
+                                    args.access_log))
         return 0
     finally:
         if vllm is not None:
