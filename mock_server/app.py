@@ -9,11 +9,12 @@ unexpected ones are translated there, once.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import random
 import tempfile
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -31,7 +32,7 @@ from mock_server.completions import create_completion
 from mock_server.config import MockConfig
 from mock_server.engine import Engine
 from mock_server.fake_engine import FakeEngine
-from mock_server.responses import CLAMPED, REQUEST_ID, dumps
+from mock_server.responses import CLAMPED, JSON, REQUEST_ID, dumps
 
 log = logging.getLogger("mock_server")
 
@@ -68,6 +69,17 @@ def _budget(config: MockConfig) -> BudgetStore | Unlimited:
     return BudgetStore(config.budget_dir or tempfile.mkdtemp(prefix="mock-budget-"), config.budget_tokens)
 
 
+class _App(Flask):
+    """Flask, without its per-call coroutine check.
+
+    Flask asks `inspect.iscoroutinefunction` of every hook, view and error handler on
+    every request (`ensure_sync`); every function here is a plain `def`, so that
+    check is pure per-request cost."""
+
+    def ensure_sync(self, func: Callable[..., Any]) -> Callable[..., Any]:
+        return func
+
+
 def create_app(config: MockConfig | None = None, engine: Engine | None = None,
                models: Mapping[str, ModelInfo] | None = None) -> Flask:
     """The mock, or with another engine (and the models it serves) any server of this API.
@@ -81,7 +93,7 @@ def create_app(config: MockConfig | None = None, engine: Engine | None = None,
     if REQUEST_ID not in headers or CLAMPED not in headers:
         raise RuntimeError("openapi.yaml lacks the response headers the server sends")
     models = _models(config, models)
-    app = Flask(__name__)
+    app = _App(__name__)
     # No MAX_CONTENT_LENGTH: werkzeug's would refuse a chunked body of exactly the cap;
     # completions.read_body cuts a chunked body off at the cap itself.
     app.extensions["mock"] = State(
@@ -97,23 +109,49 @@ def create_app(config: MockConfig | None = None, engine: Engine | None = None,
     # The routes are the spec's paths; an operation without a view is a startup error.
     for path, item in spec().raw["paths"].items():
         for method, op in item.items():
-            app.add_url_rule(path, op["operationId"], views[op["operationId"]], methods=[method.upper()])
+            app.add_url_rule(path, op["operationId"], _answering_api_errors(views[op["operationId"]]),
+                             methods=[method.upper()])
     return app
 
 
+def _answering_api_errors(view: Callable[[], Response]) -> Callable[[], Response]:
+    """The view, with an ApiError answered on the spot. Raised on to Flask, it would
+    take `handle_user_exception` and a walk of the error handler registry to reach
+    `_api_error`, which answers the same; the registered handler still catches an
+    ApiError raised elsewhere."""
+    @functools.wraps(view)
+    def answering() -> Response:
+        try:
+            return view()
+        except ApiError as error:
+            return _error_response(error)
+    return answering
+
+
 # -- the edge -------------------------------------------------------------------------
-def _preflight() -> None:
+def _preflight() -> Response | None:
     g.request_id = new_request_id()
-    # werkzeug's Headers is the case-insensitive mapping preflight wants, though not a Mapping subclass.
-    preflight(request.method, request.path, cast(Mapping[str, str], request.headers),
-              request.content_length, state().config.keys)
+    # `request` is a context-local proxy: each attribute read looks the request up again.
+    req = request._get_current_object()  # type: ignore[attr-defined]
+    try:
+        # werkzeug's Headers is the case-insensitive mapping preflight wants, though not a Mapping subclass.
+        preflight(req.method, req.path, cast(Mapping[str, str], req.headers),
+                  req.content_length, state().config.keys)
+    except ApiError as error:   # answered here, as the view's are (_answering_api_errors says why)
+        return _error_response(error)
+    return None
 
 
 def _add_request_id(response: Response) -> Response:
     response.headers[REQUEST_ID] = g.get("request_id") or new_request_id()
-    if response.status_code == spec().error_codes[RequestTooLarge.code]["status"]:
+    if response.status_code == _too_large_status():
         _drain(response)
     return response
+
+
+@functools.cache
+def _too_large_status() -> int:
+    return spec().error_codes[RequestTooLarge.code]["status"]
 
 
 def _drain(response: Response) -> None:
@@ -139,7 +177,7 @@ def _error_response(error: ApiError) -> Response:
     rid = g.get("request_id")
     if rid is None:
         rid = g.request_id = new_request_id()
-    response = Response(dumps(error.body(rid)), status=error.status, mimetype="application/json")
+    response = Response(dumps(error.body(rid)), status=error.status, content_type=JSON)
     allow = getattr(error, "allow", None)
     if allow:
         response.headers["Allow"] = ", ".join(allow)
@@ -175,7 +213,7 @@ def _unexpected(error: Exception) -> Response:
 
 # -- small routes ---------------------------------------------------------------------
 def _json(obj: Any, status: int = 200) -> Response:
-    return Response(dumps(obj), status=status, mimetype="application/json")
+    return Response(dumps(obj), status=status, content_type=JSON)
 
 
 def _health() -> Response:

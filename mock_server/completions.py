@@ -14,7 +14,7 @@ from contract.http import check_auth
 from mock_server import faults
 from mock_server.engine import ChoiceDelta, Event
 from mock_server.pacing import Pump, paced
-from mock_server.responses import CLAMPED, DONE, KEEPALIVE, Assembler, Meta, completion_id, dumps, sse
+from mock_server.responses import CLAMPED, DONE, JSON, KEEPALIVE, Assembler, Meta, completion_id, dumps, sse
 
 log = logging.getLogger("mock_server")
 
@@ -50,7 +50,7 @@ def create_completion() -> Response:
                 asm.feed(event)
         finally:
             settle()
-        return Response(dumps(asm.completion()), mimetype="application/json", headers=headers)
+        return Response(dumps(asm.completion()), content_type=JSON, headers=headers)
     # The engine starts now, in the pump's thread, and this thread waits for its first
     # batch for at most one keepalive interval before answering. So an engine that fails
     # before its first event (vLLM down: 503 inference_unavailable) gets an HTTP error with

@@ -17,6 +17,9 @@ from mock_server.engine import Activations, ChoiceDelta, Event, LogprobsDelta, U
 REQUEST_ID = "X-Request-Id"
 CLAMPED = "X-Acs-Max-Tokens-Clamped"
 
+# The Content-Type of every JSON body, given whole: Response(mimetype=...) works it out per response.
+JSON = "application/json"
+
 DONE = b"data: [DONE]\n\n"
 KEEPALIVE = b": keepalive\n\n"
 
