@@ -218,6 +218,35 @@ def test_an_engine_error_mid_stream_is_an_error_event_then_done() -> None:
     assert stream.events[-2:] == [InternalError.from_template("internal_error").body(rid), "[DONE]"]
 
 
+class BrokenFakeEngine(FakeEngine):
+    """A FakeEngine, so the route runs it in the request's thread (no latency): an error
+    still becomes an HTTP error before the first event and an error event after it."""
+
+    def __init__(self, error: Exception, after: int = 0) -> None:
+        super().__init__()
+        self.error, self.after = error, after
+
+    def generate(self, req: CompletionRequest, max_tokens: int, request_id: str) -> Iterator[Any]:
+        yield from list(super().generate(req, max_tokens, request_id))[:self.after]
+        raise self.error
+
+
+def test_the_in_thread_engine_fails_at_once_with_an_http_error() -> None:
+    error = InferenceUnavailable.from_template("inference_unavailable")
+    client = create_app(MockConfig(), engine=BrokenFakeEngine(error)).test_client()
+    r = client.post("/v1/completions", json=completion_body(stream=True), headers=AUTH)
+    assert_error(r, error)
+
+
+def test_the_in_thread_engine_fails_mid_stream_with_an_error_event() -> None:
+    client = create_app(MockConfig(), engine=BrokenFakeEngine(RuntimeError("boom"), after=3)).test_client()
+    r = client.post("/v1/completions", json=completion_body(stream=True, ignore_eos=True), headers=AUTH)
+    stream = parse_sse(r.get_data(as_text=True))
+    rid = r.headers["X-Request-Id"]
+    assert r.status_code == 200 and len(stream.chunks) == 3
+    assert stream.events[-2:] == [InternalError.from_template("internal_error").body(rid), "[DONE]"]
+
+
 # -- faults ---------------------------------------------------------------------------
 @pytest.mark.parametrize("status", spec().raw["x-mock-faults"]["statuses"])
 def test_x_mock_status_forces_the_status_with_its_code(client: FlaskClient, status: int) -> None:
