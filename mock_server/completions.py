@@ -25,9 +25,10 @@ READ_SIZE = 1 << 16
 def create_completion() -> Response:
     s = current_app.extensions["mock"]
     rid: str = g.request_id
+    http_headers = request.headers   # one look-up through the context-local proxy
     req = validate_completion(parse_json(read_body()), models=s.models)
-    key = check_auth(request.headers.get("Authorization"), s.config.keys)
-    plan = faults.plan(request.headers, s.config, s.rng, req.max_tokens)
+    key = check_auth(http_headers.get("Authorization"), s.config.keys)
+    plan = faults.plan(http_headers, s.config, s.rng, req.max_tokens)
     if plan.forced_status is not None:
         raise faults.forced_error(plan.forced_status, req)
     held = s.budget.reserve(key, req)
