@@ -13,7 +13,6 @@ from contract import ApiError, InternalError, InvalidRequest, RequestTooLarge, p
 from contract.http import check_auth
 from mock_server import faults
 from mock_server.engine import ChoiceDelta, Event
-from mock_server.fake_engine import FakeEngine
 from mock_server.pacing import Pump, paced
 from mock_server.responses import CLAMPED, DONE, JSON, KEEPALIVE, Assembler, Meta, completion_id, dumps, sse
 
@@ -62,8 +61,8 @@ def create_completion() -> Response:
     # it always did (a WSGI server sends the headers with the first body write anyway).
     # An error after the first event, or after that first interval, is an error event.
     pump: Pump[Event] | None = None
-    if isinstance(s.engine, FakeEngine) and not plan.ttft_s and not plan.tpot_s:
-        # The fake engine never waits, and no latency is simulated: no keepalive can
+    if getattr(s.engine, "never_waits", False) and not plan.ttft_s and not plan.tpot_s:
+        # The engine never waits, and no latency is simulated: no keepalive can
         # fall due, so the engine runs in this thread (a thread per stream and a
         # hand-off per batch cost more than the rest of a short stream).
         batches = _inline_batches(s.engine.generate(req, held.max_tokens, rid))

@@ -68,6 +68,11 @@ Event = Union[ChoiceDelta, Usage, Activations]
 
 
 class Engine(Protocol):
+    # True for an engine whose events never wait on anything (the fake engine): with
+    # no simulated latency its stream runs in the request thread. Engines that may
+    # block (vLLM) leave it False and get a pump thread that sends keepalives.
+    never_waits: bool = False
+
     def generate(self, req: CompletionRequest, max_tokens: int,
                  request_id: str) -> Iterator[Event]:
         """Run `req` with `max_tokens` (the Hold's, maybe clamped): deltas, then Usage,

@@ -71,6 +71,8 @@ def _is_greedy(body: dict[str, Any]) -> bool:
 class FakeEngine:
     """Engine protocol (engine.py) over the model's real vocabulary."""
 
+    never_waits = True
+
     def __init__(self, models: Iterable[ModelInfo] = (), eos_rate: float = 1 / 64) -> None:
         self.eos_rate = eos_rate
         for model in models:   # build the tables at start, not in the first request
