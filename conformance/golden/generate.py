@@ -164,11 +164,13 @@ class Writer:
     def rules(self) -> Iterator[dict[str, Any]]:
         b = {"model": self.model.name, "prompt": PROMPT}
         t = ["validation"]
+        greedy = next(r for r in self.s.rules if r["id"] == "greedy_n")
+        threshold = greedy["when"]["properties"]["temperature"]["exclusiveMaximum"]
         examples = {
             "max_tokens_required": [("n", {**b, "n": 2}), ("prompts", {**b, "prompt": [PROMPT, PROMPT]}),
                                     ("token_prompts", {**b, "prompt": [[791], [791]]})],
             "greedy_n": [("zero", {**b, "n": 2, "max_tokens": 1, "temperature": 0}),
-                         ("below", {**b, "n": 2, "max_tokens": 1, "temperature": 0.000009})],
+                         ("below", {**b, "n": 2, "max_tokens": 1, "temperature": threshold * 0.9})],
             "stream_options_without_stream": [("absent", {**b, "max_tokens": 1, "stream_options": {"include_usage": True}}),
                                               ("false", {**b, "max_tokens": 1, "stream": False, "stream_options": {}})],
             "continuous_usage_without_include_usage": [("absent", {**b, "max_tokens": 1, "stream": True, "stream_options": {"continuous_usage_stats": True}})],
@@ -180,7 +182,7 @@ class Writer:
             for label, body in cases:
                 cid = f"rule.{rid}" + (f".{label}" if label else "")
                 yield _case(cid, f"x-rules {rid}", t, body, 400, self.rule(rid))
-        ok = [("greedy_n.at_threshold", {**b, "n": 2, "max_tokens": 1, "temperature": 0.00001}, 2),
+        ok = [("greedy_n.at_threshold", {**b, "n": 2, "max_tokens": 1, "temperature": threshold}, 2),
               ("stream_options.with_stream", {**b, "max_tokens": 1, "stream": True,
                                               "stream_options": {"include_usage": True, "continuous_usage_stats": True}}, 1),
               ("max_tokens_required.one_token_prompt", {**b, "prompt": [791, 13180]}, None)]
@@ -273,19 +275,19 @@ class Writer:
             bad = {**body, param: [791, vocab]}
             yield _case(f"model.{param}.vocab.at", "the last token id", t, ok, 200, generates=1)
             yield _case(f"model.{param}.vocab.past", "one past the vocabulary", t, bad, 400,
-                        _error("invalid_request", self._model_msg("token_id_in_vocab", token_id=vocab,
+                        _error(self.s.model_rules["token_id_in_vocab"]["code"], self._model_msg("token_id_in_vocab", token_id=vocab,
                                param=param, vocab_size=vocab), param, self.s))
         yield _case("model.top_k.at", "top_k = vocabulary size", t, {**b, "max_tokens": 1, "top_k": vocab},
                     200, generates=1)
         yield _case("model.top_k.past", "top_k one past the vocabulary", t,
                     {**b, "max_tokens": 1, "top_k": vocab + 1}, 400,
-                    _error("invalid_request", self._model_msg("top_k_in_vocab", value=vocab + 1,
+                    _error(self.s.model_rules["top_k_in_vocab"]["code"], self._model_msg("top_k_in_vocab", value=vocab + 1,
                            vocab_size=vocab), "top_k", self.s))
         yield _case("model.layers.at", "the last layer", t + ["lens"],
                     {**b, "max_tokens": 1, "output_residual_stream": [m.num_layers - 1]}, 200, generates=1)
         yield _case("model.layers.past", "one past the last layer", t + ["lens"],
                     {**b, "max_tokens": 1, "output_residual_stream": [0, m.num_layers]}, 400,
-                    _error("invalid_request", self._model_msg("layer_in_range", layer=m.num_layers,
+                    _error(self.s.model_rules["layer_in_range"]["code"], self._model_msg("layer_in_range", layer=m.num_layers,
                            param="output_residual_stream", num_layers=m.num_layers),
                            "output_residual_stream", self.s))
 
