@@ -128,16 +128,22 @@ class VllmProcess:
         self.stop()
 
 
-def wait_ready(url: str, proc: subprocess.Popen[bytes] | None, timeout: float) -> None:
-    """Until GET /health answers 200; RuntimeError if vLLM exits or the time runs out."""
+def wait_ready(url: str, proc: subprocess.Popen[bytes] | None, timeout: float,
+               name: str = "vLLM", log: Path | None = None) -> None:
+    """Until GET /health answers 200; RuntimeError (with the log's tail) if the
+    process exits or the time runs out."""
+    def fail(why: str) -> RuntimeError:
+        tail = f":\n{log.read_text(errors='replace')[-6000:]}" if log is not None else ""
+        return RuntimeError(f"{name} {why}{tail}")
+
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc is not None and proc.poll() is not None:
-            raise RuntimeError(f"vLLM exited with status {proc.returncode} before it was ready")
+            raise fail(f"exited with status {proc.returncode} before it was ready")
         try:
             if httpx.get(url + "/health", timeout=2).status_code == 200:
                 return
         except httpx.TransportError:
             pass
         time.sleep(0.5)
-    raise RuntimeError(f"vLLM was not ready within {timeout:.0f} s")
+    raise fail(f"was not ready within {timeout:.0f} s")

@@ -30,7 +30,7 @@ from mock_server.config import MockConfig
 from reference_impl.__main__ import api_config
 from reference_impl.deployment import deployment_models, read_model_config, upstream_models
 from reference_impl.engine import VllmEngine
-from reference_impl.launcher import READY_TIMEOUT_S, default_python, free_port
+from reference_impl.launcher import READY_TIMEOUT_S, default_python, free_port, wait_ready
 
 ROOT = Path(__file__).resolve().parent.parent
 MODEL_DIR = ROOT / "models" / "tiny-llama"
@@ -69,20 +69,6 @@ class Reference:
     def models(self) -> dict[str, ModelInfo]:
         entry = upstream_models(self.vllm_url)[SERVED]
         return deployment_models(SERVED, entry["max_model_len"], read_model_config(str(MODEL_DIR)))
-
-
-def _wait(url: str, proc: subprocess.Popen[bytes], log: Path) -> None:
-    deadline = time.monotonic() + READY_TIMEOUT_S
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"python -m reference_impl exited:\n{log.read_text(errors='replace')[-6000:]}")
-        try:
-            if httpx.get(url + "/health", timeout=2).status_code == 200:
-                return
-        except httpx.TransportError:
-            pass
-        time.sleep(0.5)
-    raise RuntimeError(f"python -m reference_impl did not start:\n{log.read_text(errors='replace')[-6000:]}")
 
 
 def _children(pid: int) -> list[int]:
@@ -125,7 +111,7 @@ def reference() -> Iterator[Reference]:
             env={k: v for k, v in os.environ.items() if not k.startswith(("REFERENCE_", "MOCK_"))})
     ref = Reference(f"http://127.0.0.1:{port}", f"http://127.0.0.1:{vllm_port}", proc, log_path)
     try:
-        _wait(ref.url, proc, log_path)
+        wait_ready(ref.url, proc, READY_TIMEOUT_S, "python -m reference_impl", log_path)
         yield ref
     finally:
         vllm = _children(proc.pid)
