@@ -336,18 +336,19 @@ def test_a_client_that_goes_away_closes_the_vllm_request() -> None:
 # -- the deployment's model ---------------------------------------------------------------------
 
 def test_the_deployments_numbers_replace_the_specs() -> None:
-    config = {"num_hidden_layers": 4, "hidden_size": 128, "vocab_size": 128256}
+    config = {"num_hidden_layers": 4, "hidden_size": 128, "vocab_size": spec().models[MODEL].vocab_size}
     info = deployment_models(MODEL, 4096, config)[MODEL]
     assert (info.num_layers, info.hidden_size, info.max_model_len) == (4, 128, 4096)
     assert info.capture_cap == spec().caps["capture_elements"] // 128
     with pytest.raises(DeploymentError):
-        deployment_models(MODEL, 4096, {**config, "vocab_size": 32000})
+        deployment_models(MODEL, 4096, {**config, "vocab_size": config["vocab_size"] - 1})
     with pytest.raises(DeploymentError):
         deployment_models("no-such-model", 4096, None)
 
 
 def test_requests_are_checked_against_the_deployments_model() -> None:
-    models = deployment_models(MODEL, 4096, {"num_hidden_layers": 4, "hidden_size": 128, "vocab_size": 128256})
+    models = deployment_models(MODEL, 4096, {"num_hidden_layers": 4, "hidden_size": 128,
+                                             "vocab_size": spec().models[MODEL].vocab_size})
     upstream = Upstream(streamed(SKY))
     engine = VllmEngine("http://vllm.test", MODEL, transport=httpx.MockTransport(upstream))
     app = create_app(MockConfig(keys=(KEY,)), engine, models)
