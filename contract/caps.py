@@ -14,8 +14,8 @@ def default_max_tokens(prompt_tokens: int, model: ModelInfo, stream: bool) -> in
 
 def resolve_max_tokens(body: dict, prompt_tokens: list[int], model: ModelInfo) -> int:
     """The max_tokens Inference runs with, or the first token cap the request breaks."""
-    caps, rules = spec().caps, spec().token_rules
-    stream = bool(body.get("stream", False))
+    caps, rules, defaults = spec().caps, spec().token_rules, spec().defaults("CompletionRequest")
+    stream = bool(body.get("stream", defaults["stream"]))
     longest = max(prompt_tokens)
     max_tokens = body.get("max_tokens")
     if max_tokens is None:
@@ -24,7 +24,7 @@ def resolve_max_tokens(body: dict, prompt_tokens: list[int], model: ModelInfo) -
             raise rule_error(rules["prompt_too_long"], max_model_len=model.max_model_len,
                              prompt_tokens=longest)
     max_tokens = int(max_tokens)
-    n, prompts = int(body.get("n", 1)), len(prompt_tokens)
+    n, prompts = int(body.get("n", defaults["n"])), len(prompt_tokens)
     total = prompts * n * max_tokens
     if total > caps["max_generated_tokens"]:
         raise rule_error(rules["generated_tokens_cap"], cap=caps["max_generated_tokens"], n=n,
@@ -41,7 +41,7 @@ def resolve_max_tokens(body: dict, prompt_tokens: list[int], model: ModelInfo) -
     if longest + max_tokens > model.max_model_len:
         raise rule_error(rules["context_length"], max_model_len=model.max_model_len,
                          total=longest + max_tokens, prompt_tokens=longest, max_tokens=max_tokens)
-    min_tokens = body.get("min_tokens", 0)
+    min_tokens = body.get("min_tokens", defaults["min_tokens"])
     if min_tokens > max_tokens:
         raise rule_error(rules["min_tokens_above_max_tokens"], min_tokens=min_tokens,
                          max_tokens=max_tokens)

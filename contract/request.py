@@ -29,13 +29,17 @@ class CompletionRequest:
     max_tokens_defaulted: bool
     steering: list[SteeringVector] = field(default_factory=list)
 
+    def option(self, name: str) -> Any:
+        """The field's value, or what leaving it out means (its x-default; None without one)."""
+        return self.body.get(name, spec().defaults("CompletionRequest").get(name))
+
     @property
     def n(self) -> int:
-        return int(self.body.get("n", 1))
+        return int(self.option("n"))
 
     @property
     def stream(self) -> bool:
-        return bool(self.body.get("stream", False))
+        return bool(self.option("stream"))
 
     @property
     def prompt_token_counts(self) -> list[int]:
@@ -62,7 +66,7 @@ def parse_json(raw: bytes) -> dict[str, Any]:
 
 def _prompts(body: dict[str, Any], model: ModelInfo) -> tuple[list[list[int]], list[str] | None]:
     prompt = body["prompt"]
-    add_special = body.get("add_special_tokens", True)
+    add_special = body.get("add_special_tokens", spec().defaults("CompletionRequest")["add_special_tokens"])
     if isinstance(prompt, str):
         texts = [prompt]
     elif isinstance(prompt[0], str):

@@ -59,7 +59,7 @@ def check_model_rules(body: dict[str, Any], model: ModelInfo) -> None:
             bad = next(i for i in ids if i >= model.vocab_size)
             raise rule_error(rules["token_id_in_vocab"], param, token_id=bad, param=param,
                              vocab_size=model.vocab_size)
-    if body.get("top_k", 0) > model.vocab_size:
+    if body.get("top_k", spec().defaults("CompletionRequest")["top_k"]) > model.vocab_size:
         raise rule_error(rules["top_k_in_vocab"], "top_k", value=body["top_k"],
                          vocab_size=model.vocab_size)
     for layer in body.get("output_residual_stream", ()):

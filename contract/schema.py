@@ -186,12 +186,12 @@ def _map(name: str, schema: dict[str, Any], value: Any, exc: JsonSchemaValueExce
         return InvalidType(messages["invalid_type"].format(
             param=param, expected=_expected(expected_node, here)), param)
     if rule == "anyOf":
-        return _map_union(param, exc.definition, here)
+        return _map_union(param, exc.definition, here, expected_node["x-expected"])
     template = messages["range"][rule]
     return OutOfRange(template.format(param=param, value=_show(here), limit=_show(exc.rule_definition)), param)
 
 
-def _map_union(param: str, definition: dict[str, Any], value: Any) -> ApiError:
+def _map_union(param: str, definition: dict[str, Any], value: Any, expected: str) -> ApiError:
     """A union failed on a range: report the range error of the branch whose type fits."""
     for branch in definition["anyOf"]:
         try:
@@ -207,7 +207,7 @@ def _map_union(param: str, definition: dict[str, Any], value: Any) -> ApiError:
                 here = here[int(part) if isinstance(here, list) else part]
             return OutOfRange(template.format(param=param, value=_show(here),
                                               limit=_show(exc.rule_definition)), param)
-    return InvalidType(spec().messages["invalid_type"].format(param=param, expected="a valid value"), param)
+    return InvalidType(spec().messages["invalid_type"].format(param=param, expected=expected), param)
 
 
 @cache

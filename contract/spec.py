@@ -46,7 +46,7 @@ class ModelInfo:
         return spec().caps["capture_elements"] // self.hidden_size
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Spec:
     path: Path
     raw: dict[str, Any]
@@ -97,9 +97,19 @@ class Spec:
     def default_model(self) -> str:
         return next(iter(self.raw["x-models"]))
 
+    def defaults(self, name: str) -> dict[str, Any]:
+        """A component schema's x-default values: what a field left out or null means."""
+        return _defaults(self, name)
+
     def schema(self, name: str) -> dict[str, Any]:
         """A component schema with every local $ref inlined (our schemas do not recurse)."""
         return _inline(self.raw["components"]["schemas"][name], self.raw)
+
+
+@cache
+def _defaults(s: Spec, name: str) -> dict[str, Any]:
+    props = s.schema(name)["properties"]
+    return {field: p["x-default"] for field, p in props.items() if "x-default" in p}
 
 
 def _inline(node: Any, root: dict[str, Any]) -> Any:

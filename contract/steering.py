@@ -9,7 +9,6 @@ import base64
 import binascii
 import math
 from dataclasses import dataclass
-from functools import cache
 from typing import Any
 
 import numpy as np
@@ -30,13 +29,6 @@ class SteeringVector:
     norm_match: bool
     position_indices: tuple[int, ...] | None
     wire: dict[str, Any]         # the object as the client sent it, for Inference
-
-
-@cache
-def _defaults() -> dict[str, Any]:
-    """A vector field left out or null takes its x-default."""
-    props = spec().schema("SteeringVector")["properties"]
-    return {name: p["x-default"] for name, p in props.items() if "x-default" in p}
 
 
 def decode_vectors(vectors: list[dict[str, Any]], model: ModelInfo) -> list[SteeringVector]:
@@ -67,7 +59,7 @@ def decode_vector(obj: dict[str, Any], model: ModelInfo, param: str) -> Steering
             raise bad("positions_2d")
         if len(positions) != shape[1]:
             raise bad("positions_count", got=len(positions), want=shape[1])
-    defaults = _defaults()
+    defaults = spec().defaults("SteeringVector")  # a field left out or null
     scale = obj.get("scale")
     scale = defaults["scale"] if scale is None else scale
     if not math.isfinite(scale):

@@ -64,8 +64,8 @@ def _greedy_below() -> float:
     return float(rule["when"]["properties"]["temperature"]["exclusiveMaximum"])
 
 
-def _is_greedy(body: dict[str, Any]) -> bool:
-    return body.get("temperature", 1.0) < _greedy_below() or body.get("top_k") == 1
+def _is_greedy(req: CompletionRequest) -> bool:
+    return req.option("temperature") < _greedy_below() or req.option("top_k") == 1
 
 
 class FakeEngine:
@@ -82,16 +82,16 @@ class FakeEngine:
     def generate(self, req: CompletionRequest, max_tokens: int, request_id: str) -> Iterator[Event]:
         body, model = req.body, req.model
         voc = vocab(model)
-        skip = body.get("skip_special_tokens", True)
+        skip = req.option("skip_special_tokens")
         settings = Settings(
-            max_tokens=max_tokens, min_tokens=body.get("min_tokens", 0),
-            eos_token_id=None if body.get("ignore_eos") else model.eos_token_ids[0],
+            max_tokens=max_tokens, min_tokens=req.option("min_tokens"),
+            eos_token_id=None if req.option("ignore_eos") else model.eos_token_ids[0],
             stop_token_ids=tuple(body.get("stop_token_ids", ())),
             stop=(body["stop"],) if isinstance(body.get("stop"), str) else tuple(body.get("stop", ())),
-            include_stop_str_in_output=body.get("include_stop_str_in_output", False),
+            include_stop_str_in_output=req.option("include_stop_str_in_output"),
             skip_special_tokens=skip, allowed_token_ids=tuple(body.get("allowed_token_ids", ())),
             bad_words=frozenset(w.strip() for w in body.get("bad_words", ())), eos_rate=self.eos_rate)
-        greedy = _is_greedy(body)
+        greedy = _is_greedy(req)
         common = [model.name, {k: body[k] for k in SAMPLING_FIELDS if k in body}, _steering_digest(req),
                   None if greedy else body.get("seed", os.urandom(16).hex())]
         n = req.n
@@ -134,7 +134,7 @@ def _choice_deltas(req: CompletionRequest, voc: Vocab, index: int, prompt: list[
                    greedy: bool, whole: bool = False) -> Iterator[ChoiceDelta]:
     """The choice's deltas: one per token, or with `whole` one holding every token."""
     body = req.body
-    skip = body.get("skip_special_tokens", True)
+    skip = req.option("skip_special_tokens")
     k = body.get("logprobs")
     echo = bool(body.get("echo"))
     ids = choice.token_ids

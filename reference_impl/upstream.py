@@ -28,20 +28,16 @@ SET_HERE = frozenset({"model", "prompt", "max_tokens", "stream", "stream_options
 NOT_COPIED = APPLIED_BY_CORE | NOT_FOR_VLLM | SET_HERE
 
 
-def _x_defaults(schema: dict[str, Any]) -> dict[str, Any]:
-    return {name: prop["x-default"] for name, prop in schema["properties"].items() if "x-default" in prop}
-
-
 @cache
 def request_defaults() -> dict[str, Any]:
     """Every CompletionRequest field with an x-default, less what is set here."""
-    defaults = _x_defaults(spec().schema("CompletionRequest"))
+    defaults = spec().defaults("CompletionRequest")
     return {k: v for k, v in defaults.items() if k not in NOT_COPIED}
 
 
 @cache
 def vector_defaults() -> dict[str, Any]:
-    return _x_defaults(spec().schema("SteeringVector"))
+    return spec().defaults("SteeringVector")
 
 
 def streams_upstream(req: CompletionRequest) -> bool:
