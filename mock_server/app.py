@@ -12,7 +12,6 @@ import dataclasses
 import functools
 import logging
 import random
-import tempfile
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -27,7 +26,7 @@ from contract import (
 )
 from contract.http import match_route, preflight
 from mock_server import faults
-from mock_server.budget import BudgetStore, Unlimited
+from mock_server.budget_store import Budget, open_budget
 from mock_server.completions import create_completion
 from mock_server.config import MockConfig
 from mock_server.engine import Engine
@@ -43,7 +42,7 @@ class State:
     config: MockConfig
     models: Mapping[str, ModelInfo]
     engine: Engine
-    budget: BudgetStore | Unlimited
+    budget: Budget
     rng: random.Random
     started: int
 
@@ -61,12 +60,6 @@ def _models(config: MockConfig, served: Mapping[str, ModelInfo] | None) -> dict[
     for name, length in config.max_model_len.items():
         models[name] = dataclasses.replace(models[name], max_model_len=length)
     return models
-
-
-def _budget(config: MockConfig) -> BudgetStore | Unlimited:
-    if config.budget_tokens is None:
-        return Unlimited()
-    return BudgetStore(config.budget_dir or tempfile.mkdtemp(prefix="mock-budget-"), config.budget_tokens)
 
 
 class _App(Flask):
@@ -98,7 +91,7 @@ def create_app(config: MockConfig | None = None, engine: Engine | None = None,
     # completions.read_body cuts a chunked body off at the cap itself.
     app.extensions["mock"] = State(
         config, models, engine if engine is not None else FakeEngine(models.values(), config.eos_rate),
-        _budget(config), random.Random(), int(time.time()))
+        open_budget(config), random.Random(), int(time.time()))
     app.before_request(_preflight)
     app.after_request(_add_request_id)
     app.register_error_handler(ApiError, _api_error)

@@ -27,6 +27,8 @@ class MockConfig:
     budget_tokens: int | None = None
     # Where the Budget's SQLite file lives; shared by every worker of one server.
     budget_dir: str | None = None
+    # redis://host:port/db: the Budget in Redis, shared by replicas (budget_store.py).
+    budget_url: str | None = None
     # Simulated latency, overridable per request by X-Mock-Ttft-Ms / X-Mock-Tpot-Ms.
     ttft_ms: float = 0.0
     tpot_ms: float = 0.0
@@ -75,7 +77,7 @@ class MockConfig:
 def _parse(name: str, raw: str) -> object:
     if name == "keys":
         return tuple(k.strip() for k in raw.split(",") if k.strip())
-    if name == "budget_dir":
+    if name in ("budget_dir", "budget_url"):
         return raw
     if name == "budget_tokens":
         return int(raw)

@@ -47,6 +47,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--budget-tokens", type=int, default=_env("BUDGET_TOKENS"),
                    help="tokens per key (default: unlimited)")
     p.add_argument("--budget-dir", default=_env("BUDGET_DIR"), help="directory of the Budget file")
+    p.add_argument("--budget-url", default=_env("BUDGET_URL"),
+                   help="redis://host:port/db: the Budget in Redis, shared by replicas (default: the SQLite file)")
     p.add_argument("--max-model-len", type=int, default=_env("MAX_MODEL_LEN"), help="vLLM's --max-model-len")
     p.add_argument("--vllm-python", default=_env("VLLM_PYTHON"),
                    help="the interpreter with vLLM (default: .venv-vllm/bin/python if present)")
@@ -73,7 +75,7 @@ def warm(models: Mapping[str, Any]) -> None:
 
 
 def api_config(keys: str | None = None, budget_tokens: int | None = None,
-               budget_dir: str | None = None) -> MockConfig:
+               budget_dir: str | None = None, budget_url: str | None = None) -> MockConfig:
     """The app's settings for a deployment of the real API: the mock's own test headers
     (X-Mock-*: faults and latency on request) are off, so no client can force them."""
     from mock_server.config import MockConfig
@@ -81,8 +83,8 @@ def api_config(keys: str | None = None, budget_tokens: int | None = None,
     config = MockConfig(
         keys=tuple(k.strip() for k in keys.split(",") if k.strip()) if keys else None,
         budget_tokens=int(budget_tokens) if budget_tokens is not None else None,
-        budget_dir=budget_dir, test_headers=False)
-    if config.budget_tokens is not None and config.budget_dir is None:
+        budget_dir=budget_dir, budget_url=budget_url or None, test_headers=False)
+    if config.budget_tokens is not None and config.budget_dir is None and not config.budget_url:
         # Made before the fork, so that every worker spends from the same file.
         config = dataclasses.replace(config, budget_dir=tempfile.mkdtemp(prefix="reference-budget-"))
     return config
@@ -118,7 +120,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             url = vllm.url
         entry = pick_upstream(upstream_models(url), served)
         models = deployment_models(served, entry["max_model_len"], read_model_config(args.model or entry.get("root")))
-        config = api_config(args.keys, args.budget_tokens, args.budget_dir)
+        config = api_config(args.keys, args.budget_tokens, args.budget_dir, args.budget_url)
         app = create_app(config, VllmEngine(url, entry["id"]), models)
         warm(models)
         info = models[served]
