@@ -21,8 +21,8 @@ from flask import Flask, Response, current_app, g, request
 from werkzeug.exceptions import HTTPException
 
 from contract import (
-    ApiError, ChatRefused, InternalError, InvalidRequest, ModelInfo, NotFound, RequestTooLarge,
-    new_request_id, spec,
+    ApiError, ChatRefused, InferenceUnavailable, InternalError, InvalidRequest, ModelInfo, NotFound,
+    RequestTooLarge, new_request_id, spec,
 )
 from contract.http import match_route, preflight
 from mock_server import faults
@@ -210,6 +210,10 @@ def _json(obj: Any, status: int = 200) -> Response:
 
 
 def _health() -> Response:
+    # An engine with an upstream (the reference's vLLM) is ready when that upstream is.
+    ready = getattr(state().engine, "ready", None)
+    if ready is not None and not ready():
+        raise InferenceUnavailable.from_template("inference_unavailable")
     return _json({"status": "ok"})
 
 

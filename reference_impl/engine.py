@@ -39,6 +39,7 @@ from contract import CompletionRequest, spec
 from mock_server.engine import Event
 from reference_impl.errors import UpstreamError, from_vllm, translated
 from reference_impl.events import Decoder, sse_data
+from reference_impl.health import UpstreamHealth
 from reference_impl.upstream import upstream_body
 
 COMPLETIONS = "/v1/completions"
@@ -60,6 +61,11 @@ class VllmEngine:
         self._lock = threading.Lock()
         self._client: httpx.Client | None = None
         self._pid = 0
+        self.health = UpstreamHealth(self.base_url, transport=transport)
+
+    def ready(self) -> bool:
+        """The upstream's readiness (its GET /health, cached briefly): the API's /health."""
+        return self.health.ready()
 
     def client(self) -> httpx.Client:
         """One connection pool per process: gunicorn forks the workers after the app is built."""
