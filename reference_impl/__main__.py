@@ -49,7 +49,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--budget-dir", default=_env("BUDGET_DIR"), help="directory of the Budget file")
     p.add_argument("--budget-url", default=_env("BUDGET_URL"),
                    help="redis://host:port/db: the Budget in Redis, shared by replicas (default: the SQLite file)")
-    p.add_argument("--max-model-len", type=int, default=_env("MAX_MODEL_LEN"), help="vLLM's --max-model-len")
+    p.add_argument("--max-model-len", type=int, default=_env("MAX_MODEL_LEN"),
+                   help="vLLM's --max-model-len (with --upstream: used when its /v1/models does not say it)")
     p.add_argument("--vllm-python", default=_env("VLLM_PYTHON"),
                    help="the interpreter with vLLM (default: .venv-vllm/bin/python if present)")
     p.add_argument("--vllm-port", type=int, default=_env("VLLM_PORT"), help="vLLM's port (default: a free one)")
@@ -102,7 +103,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     # Imported after parsing, so that --help is instant.
     from contract import spec
     from mock_server.app import create_app
-    from reference_impl.deployment import deployment_models, pick_upstream, read_model_config, upstream_models
+    from reference_impl.deployment import (
+        DeploymentError, deployment_models, pick_upstream, read_model_config, upstream_models,
+    )
     from reference_impl.engine import VllmEngine
     from reference_impl.launcher import VllmProcess
 
@@ -119,7 +122,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                                log_file=log_file).start(args.startup_timeout)
             url = vllm.url
         entry = pick_upstream(upstream_models(url), served)
-        models = deployment_models(served, entry["max_model_len"], read_model_config(args.model or entry.get("root")))
+        # vLLM's /v1/models says max_model_len; a router's (production-stack's) does not.
+        max_model_len = entry.get("max_model_len") or args.max_model_len
+        if not max_model_len:
+            raise DeploymentError(f"{url}/v1/models gives no max_model_len: pass --max-model-len")
+        models = deployment_models(served, max_model_len, read_model_config(args.model or entry.get("root")))
         config = api_config(args.keys, args.budget_tokens, args.budget_dir, args.budget_url)
         app = create_app(config, VllmEngine(url, entry["id"]), models)
         warm(models)
