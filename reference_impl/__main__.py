@@ -57,6 +57,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--vllm-arg", action="append", default=[], metavar="ARG",
                    help="one more argument for vLLM (repeat; e.g. --vllm-arg=--tensor-parallel-size=2)")
     p.add_argument("--vllm-log", default=_env("VLLM_LOG"), help="write vLLM's output to this file")
+    p.add_argument("--graceful-timeout", type=float, default=float(_env("GRACEFUL_TIMEOUT", "5") or 5),
+                   help="on SIGTERM, seconds that requests in flight get to finish")
     p.add_argument("--startup-timeout", type=float, default=float(_env("STARTUP_TIMEOUT", "300") or 300))
     p.add_argument("--log-level", default=_env("LOG_LEVEL", "warning"))
     p.add_argument("--access-log", action="store_true", help="log every request to stderr")
@@ -107,7 +109,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         DeploymentError, deployment_models, pick_upstream, read_model_config, upstream_models,
     )
     from reference_impl.engine import VllmEngine
-    from reference_impl.launcher import VllmProcess
+    from reference_impl.launcher import VllmProcess, wait_ready
 
     served = args.served_model_name or spec().default_model
     signal.signal(signal.SIGTERM, _stop_on_sigterm)   # gunicorn installs its own once it runs
@@ -115,7 +117,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     log_file = open(args.vllm_log, "ab") if args.vllm_log else None
     try:
         if args.upstream:
-            url = args.upstream
+            url = args.upstream.rstrip("/")
+            wait_ready(url, None, args.startup_timeout, f"the upstream {url}")   # it may start after us
         else:
             vllm = VllmProcess(args.model, served, python=args.vllm_python, port=args.vllm_port,
                                max_model_len=args.max_model_len, extra_args=args.vllm_arg,
@@ -135,7 +138,7 @@ def main(argv: Sequence[str] | None = None) -> int:
               f"{entry['id']} at {url} ({info.num_layers} layers, hidden {info.hidden_size}, "
               f"max_model_len {info.max_model_len})", file=sys.stderr, flush=True)
         serve(app, gunicorn_options(args.host, args.port, args.workers, args.threads, args.log_level,
-                                    args.access_log))
+                                    args.access_log, args.graceful_timeout))
         return 0
     finally:
         if vllm is not None:
