@@ -8,7 +8,7 @@ from gunicorn.app.base import BaseApplication
 
 
 def gunicorn_options(host: str, port: int, workers: int, threads: int, log_level: str = "warning",
-                     access_log: bool = False, graceful_timeout: float = 5) -> dict[str, Any]:
+                     access_log: bool = False, graceful_timeout: int = 5) -> dict[str, Any]:
     # gthread: a thread per open stream. The app is loaded before the fork, so the
     # spec, tokenizer and compiled validators are built once. ApiThreadWorker answers
     # HTTP that gunicorn cannot parse in the API's error shape. On SIGTERM, requests in

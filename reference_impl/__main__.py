@@ -57,7 +57,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--vllm-arg", action="append", default=[], metavar="ARG",
                    help="one more argument for vLLM (repeat; e.g. --vllm-arg=--tensor-parallel-size=2)")
     p.add_argument("--vllm-log", default=_env("VLLM_LOG"), help="write vLLM's output to this file")
-    p.add_argument("--graceful-timeout", type=float, default=float(_env("GRACEFUL_TIMEOUT", "5") or 5),
+    p.add_argument("--graceful-timeout", type=int, default=int(_env("GRACEFUL_TIMEOUT", "5") or 5),
                    help="on SIGTERM, seconds that requests in flight get to finish")
     p.add_argument("--startup-timeout", type=float, default=float(_env("STARTUP_TIMEOUT", "300") or 300))
     p.add_argument("--log-level", default=_env("LOG_LEVEL", "warning"))

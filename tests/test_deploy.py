@@ -17,9 +17,11 @@ from urllib.parse import urlsplit
 
 import pytest
 import yaml
+from gunicorn.config import Config
 
 from contract import spec
 from mock_server.budget_store import REDIS_SCHEMES
+from mock_server.serve import gunicorn_options
 from reference_impl.__main__ import parser as reference_parser
 from reference_impl.launcher import VllmProcess, default_python
 
@@ -118,7 +120,12 @@ def test_every_option_of_the_api_exists_and_parses() -> None:
     for c in running("reference_impl"):
         unknown = [f for f in flags(c.args) if f not in known]
         assert not unknown, f"{c.where}: {unknown} are not options of python -m reference_impl"
-        reference_parser().parse_args(c.args)          # types and values too (exits on an error)
+        args = reference_parser().parse_args(c.args)   # types and values too (exits on an error)
+        config = Config()                               # and gunicorn takes what they become
+        for key, value in gunicorn_options(args.host, args.port, args.workers, args.threads, args.log_level,
+                                           args.access_log, args.graceful_timeout).items():
+            config.set(key, value)
+        assert config.graceful_timeout == args.graceful_timeout
         options = {"--" + v.removeprefix("REFERENCE_").lower().replace("_", "-")
                    for v in c.env if v.startswith("REFERENCE_")}
         assert options <= known, f"{c.where}: {sorted(options - known)} read by no option"
