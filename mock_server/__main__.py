@@ -54,8 +54,8 @@ def config_from(args: argparse.Namespace) -> MockConfig:
     config = MockConfig.from_env(
         keys=tuple(k.strip() for k in args.keys.split(",") if k.strip()) if args.keys else None,
         budget_tokens=args.budget_tokens, budget_dir=args.budget_dir, budget_url=args.budget_url,
-        ttft_ms=args.ttft_ms, tpot_ms=args.tpot_ms, keepalive_seconds=args.keepalive_seconds, fault_rate=args.fault_rate,
-        stream_error_rate=args.stream_error_rate, eos_rate=args.eos_rate,
+        ttft_ms=args.ttft_ms, tpot_ms=args.tpot_ms, keepalive_seconds=args.keepalive_seconds,
+        fault_rate=args.fault_rate, stream_error_rate=args.stream_error_rate, eos_rate=args.eos_rate,
         max_model_len=parse_max_model_len(args.max_model_len) if args.max_model_len else None,
         test_headers=args.test_headers)
     if config.budget_tokens is not None and config.budget_dir is None and not config.budget_url:

@@ -1,8 +1,9 @@
 """reference_impl/deploy: the docker-compose file and the Kubernetes manifests that
 DEPLOY.md describes, kept honest. Every file parses; every option and REFERENCE_*
-variable given to the API exists in its parser and parses; the API points at the router and at Redis as those are declared; each vLLM replica runs as
-the reference's own launcher runs vLLM; probes and graceful shutdown are in place.
-vLLM's own options are checked against vLLM's parser where vLLM is installed."""
+variable given to the API exists in its parser and parses (and gunicorn takes it);
+the API points at the router and at Redis as those are declared; each vLLM replica
+runs as the reference's own launcher runs vLLM; probes and graceful shutdown are in
+place. vLLM's own options are checked against vLLM's parser where vLLM is installed."""
 from __future__ import annotations
 
 import argparse
