@@ -73,7 +73,9 @@ class RedisBudget:
     def __init__(self, url: str, initial: int) -> None:
         self.url, self.initial = redacted(url), initial
         # No retries but one, at once, on a broken connection (a pooled one that a
-        # restarted Redis closed); none on a timeout, where the script may have run.
+        # restarted Redis closed); none on a timeout, where the script may have run. (A
+        # connection that breaks after Redis ran the script could take a Hold twice: the
+        # key would pay more, never less.)
         # redis-py's pool opens connections lazily and anew in each forked worker.
         self.client = redis.Redis.from_url(
             url, socket_connect_timeout=CONNECT_TIMEOUT_S, socket_timeout=COMMAND_TIMEOUT_S,
