@@ -7,35 +7,35 @@ import time
 from collections.abc import Callable, Generator, Iterator
 from itertools import chain
 
-from flask import Response, current_app, g, request
+from flask import Response, g, request
 
+from api_server.engine import ChoiceDelta, Event
+from api_server.hooks import PLAIN, Plan
+from api_server.pacing import Pump
+from api_server.responses import CLAMPED, DONE, JSON, KEEPALIVE, Assembler, Meta, completion_id, dumps, sse
+from api_server.state import state
 from contract import ApiError, InternalError, InvalidRequest, RequestTooLarge, parse_json, spec, validate_completion
-from contract.http import check_auth
-from mock_server import faults
-from mock_server.engine import ChoiceDelta, Event
-from mock_server.pacing import Pump, paced
-from mock_server.responses import CLAMPED, DONE, JSON, KEEPALIVE, Assembler, Meta, completion_id, dumps, sse
 
-log = logging.getLogger("mock_server")
+log = logging.getLogger("api_server")
 
 READ_SIZE = 1 << 16
 
 
 def create_completion() -> Response:
-    s = current_app.extensions["mock"]
+    s = state()
     rid: str = g.request_id
-    http_headers = request.headers   # one look-up through the context-local proxy
+    key: str = g.api_key   # preflight's: this route needs a key
     req = validate_completion(parse_json(read_body()), models=s.models)
-    key = check_auth(http_headers.get("Authorization"), s.config.keys)
-    plan = faults.plan(http_headers, s.config, s.rng, req.max_tokens)
-    if plan.forced_status is not None:
-        raise faults.forced_error(plan.forced_status, req)
+    plan = s.hook.plan(request.headers, req) if s.hook is not None else PLAIN
+    if plan.error is not None:
+        raise plan.error
     held = s.budget.reserve(key, req)
     headers = {CLAMPED: str(held.max_tokens)} if held.clamped else {}
     asm = Assembler(req, Meta(completion_id(rid), req.body["model"]))
 
     def events(sleep: Callable[[float], object]) -> Iterator[Event]:
-        return paced(s.engine.generate(req, held.max_tokens, rid), plan.ttft_s, plan.tpot_s, sleep)
+        generated = s.engine.generate(req, held.max_tokens, rid)
+        return generated if plan.pace is None else plan.pace(generated, sleep)
 
     settled = False
 
@@ -61,7 +61,7 @@ def create_completion() -> Response:
     # it always did (a WSGI server sends the headers with the first body write anyway).
     # An error after the first event, or after that first interval, is an error event.
     pump: Pump[Event] | None = None
-    if getattr(s.engine, "never_waits", False) and not plan.ttft_s and not plan.tpot_s:
+    if getattr(s.engine, "never_waits", False) and plan.pace is None:
         # The engine never waits, and no latency is simulated: no keepalive can
         # fall due, so the engine runs in this thread (a thread per stream and a
         # hand-off per batch cost more than the rest of a short stream).
@@ -77,7 +77,7 @@ def create_completion() -> Response:
     except BaseException:
         settle()
         raise
-    body = _stream(asm, first, batches, settle, plan.stream_error_after, rid)
+    body = _stream(asm, first, batches, settle, plan, rid)
     response = Response(body, mimetype="text/event-stream",
                         headers={**headers, "Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
     if pump is not None:
@@ -140,11 +140,12 @@ def _inline_batches(events: Iterator[Event]) -> Generator[list[Event], None, Non
 
 
 def _stream(asm: Assembler, first: list[Event] | None, batches: Generator[list[Event], None, None],
-            settle: Callable[[], None], error_after: int | None, rid: str) -> Iterator[bytes]:
+            settle: Callable[[], None], plan: Plan, rid: str) -> Iterator[bytes]:
     """The SSE body: `first` (the batch the route already read; None when there was
     none), then the rest of `batches`. Events that are ready together leave in one write; a keepalive comment
     fills each quiet interval; an error after the start is an error event."""
     sent = 0
+    error_after = plan.stream_error_after
     out: list[bytes] = []
     try:
         for batch in chain([] if first is None else [first], batches):
@@ -153,8 +154,8 @@ def _stream(asm: Assembler, first: list[Event] | None, batches: Generator[list[E
                 continue
             for event in batch:
                 if isinstance(event, ChoiceDelta):
-                    if error_after is not None and sent >= error_after:
-                        raise faults.stream_error()
+                    if error_after is not None and sent >= error_after and plan.stream_error is not None:
+                        raise plan.stream_error
                     sent += 1
                 asm.feed(event)
                 chunk = asm.chunk(event)

@@ -126,9 +126,9 @@ def free_port():
 def mock_worker_class():
     """The worker class python -m mock_server gives gunicorn: gthread's, subclassed
     only to answer unparseable HTTP in the API's shape (no change on the hot path)."""
-    if importlib.util.find_spec("mock_server.worker") is None:
+    if importlib.util.find_spec("api_server.worker") is None:
         return "gthread"
-    return "mock_server.worker.ApiThreadWorker"
+    return "api_server.worker.ApiThreadWorker"
 
 
 def gunicorn_args(args):

@@ -57,6 +57,4 @@ def mask(body: Any) -> Any:
 
 def event_schemas() -> dict[str, dict[str, Any]]:
     """kind -> inlined schema, from x-event-schemas under the stream's 200 response."""
-    op = spec().raw["paths"]["/v1/completions"]["post"]
-    refs = op["responses"]["200"]["content"]["text/event-stream"]["x-event-schemas"]
-    return {kind: spec().schema(ref["$ref"].rsplit("/", 1)[1]) for kind, ref in refs.items()}
+    return spec().event_schemas

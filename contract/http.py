@@ -13,28 +13,22 @@ from contract.errors import (
     ChatRefused, InvalidApiKey, MethodNotAllowed, NotFound, RequestTooLarge,
     UnsupportedMediaType,
 )
-from contract.spec import spec
+from contract.spec import Route, spec
 
 
 @dataclass(frozen=True)
-class Route:
-    path: str
-    method: str
-    operation_id: str
-    needs_auth: bool
-    has_body: bool
+class Admitted:
+    """What preflight decided: the route, and the caller's key when the route needs one."""
+    route: Route
+    key: str | None
 
 
 @cache
 def routes() -> dict[str, dict[str, Route]]:
     """path -> method -> Route, from the spec's paths."""
-    raw = spec().raw
     out: dict[str, dict[str, Route]] = {}
-    for path, item in raw["paths"].items():
-        for method, op in item.items():
-            needs_auth = op.get("security", raw.get("security")) != []
-            out.setdefault(path, {})[method.upper()] = Route(
-                path, method.upper(), op["operationId"], needs_auth, "requestBody" in op)
+    for route in spec().routes:
+        out.setdefault(route.path, {})[route.method] = route
     return out
 
 
@@ -75,17 +69,17 @@ def check_media_type(content_type: str | None) -> None:
 
 
 def preflight(method: str, path: str, headers: Mapping[str, str],
-              content_length: int | None, keys: Collection[str] | None) -> Route:
-    """Every check that needs no body, in order; returns the matched route.
+              content_length: int | None, keys: Collection[str] | None) -> Admitted:
+    """Every check that needs no body, in order; returns the matched route and the
+    caller's key (auth is decided here, once).
 
     `headers` must be case-insensitive (both WSGI servers give that).
     """
     route = match_route(method, path)
-    if route.needs_auth:
-        check_auth(headers.get("Authorization"), keys)
+    key = check_auth(headers.get("Authorization"), keys) if route.needs_auth else None
     check_body_size(content_length)  # on every route, a GET with a body included
     if route.has_body:
         if route.operation_id == "createChatCompletion":
             raise ChatRefused.from_template("chat_refused")
         check_media_type(headers.get("Content-Type"))
-    return route
+    return Admitted(route, key)

@@ -46,6 +46,15 @@ class ModelInfo:
         return spec().caps["capture_elements"] // self.hidden_size
 
 
+@dataclass(frozen=True)
+class Route:
+    path: str
+    method: str            # upper case
+    operation_id: str
+    needs_auth: bool
+    has_body: bool
+
+
 @dataclass(frozen=True, eq=False)
 class Spec:
     path: Path
@@ -96,6 +105,65 @@ class Spec:
     @cached_property
     def default_model(self) -> str:
         return next(iter(self.raw["x-models"]))
+
+    @cached_property
+    def routes(self) -> tuple[Route, ...]:
+        """Every operation of the spec's paths, in the spec's order."""
+        out = []
+        for path, item in self.raw["paths"].items():
+            for method, op in item.items():
+                needs_auth = op.get("security", self.raw.get("security")) != []
+                out.append(Route(path, method.upper(), op["operationId"], needs_auth, "requestBody" in op))
+        return tuple(out)
+
+    def route(self, operation_id: str) -> Route:
+        """The route of an operation (createCompletion: POST /v1/completions)."""
+        return next(r for r in self.routes if r.operation_id == operation_id)
+
+    def operation(self, operation_id: str) -> dict[str, Any]:
+        """An operation's raw OpenAPI object."""
+        r = self.route(operation_id)
+        return self.raw["paths"][r.path][r.method.lower()]
+
+    @cached_property
+    def event_schemas(self) -> dict[str, dict[str, Any]]:
+        """kind -> inlined schema, from x-event-schemas under the stream's 200 response."""
+        op = self.operation("createCompletion")
+        refs = op["responses"]["200"]["content"]["text/event-stream"]["x-event-schemas"]
+        return {kind: self.schema(ref["$ref"].rsplit("/", 1)[1]) for kind, ref in refs.items()}
+
+    @cached_property
+    def response_headers(self) -> dict[str, Any]:
+        """components/headers: the headers a server sends (X-Request-Id, ...)."""
+        return self.raw["components"]["headers"]
+
+    @cached_property
+    def mock_headers(self) -> dict[str, str]:
+        """x-mock-headers: the mock's own test headers, name -> description ({} without)."""
+        return self.raw.get("x-mock-headers", {})
+
+    @cached_property
+    def mock_faults(self) -> dict[str, Any]:
+        """x-mock-faults: the statuses and messages of the mock's faults ({} without)."""
+        return self.raw.get("x-mock-faults", {})
+
+    @cached_property
+    def greedy_below(self) -> float:
+        """vLLM samples greedily below this temperature; the spec's greedy_n rule names it."""
+        rule = next(r for r in self.rules if r["id"] == "greedy_n")
+        return float(rule["when"]["properties"]["temperature"]["exclusiveMaximum"])
+
+    @cached_property
+    def wire_dtypes(self) -> dict[str, tuple[str, str]]:
+        """A model's dtype -> (the dtype its tensors travel in, their original_dtype), from
+        EncodedTensor's enums paired in order: bfloat16 travels as int16, torch.bfloat16."""
+        props = self.schema("EncodedTensor")["properties"]
+        pairs = zip(props["dtype"]["enum"], props["original_dtype"]["enum"])
+        return {original.rpartition(".")[2]: (wire, original) for wire, original in pairs}
+
+    def rule(self, table: str, rule_id: str) -> dict[str, Any]:
+        """One rule of x-rules, x-model-rules or x-token-rules by its id."""
+        return next(r for r in self.raw[table] if r["id"] == rule_id)
 
     def defaults(self, name: str) -> dict[str, Any]:
         """A component schema's x-default values: what a field left out or null means."""

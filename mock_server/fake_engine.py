@@ -14,15 +14,14 @@ import json
 import os
 import random
 from collections.abc import Iterable, Iterator
-from functools import cache
 from itertools import accumulate
 from typing import Any
 
 import numpy as np
 
-from contract import CompletionRequest, ModelInfo, spec
+from contract import CompletionRequest, ModelInfo, Spec, spec
 from mock_server.activations import capture, warm
-from mock_server.engine import Activations, ChoiceDelta, Event, LogprobsDelta, Usage
+from api_server.engine import Activations, ChoiceDelta, Event, LogprobsDelta, Usage
 from mock_server.logprobs import Ranked, prompt_logprob, rank_positions, row_width, top_logprobs
 from mock_server.sampler import Choice, Settings, sample_choice
 from mock_server.vocab import Vocab, vocab
@@ -57,15 +56,8 @@ def _steering_digest(req: CompletionRequest) -> list[str]:
     return out
 
 
-@cache
-def _greedy_below() -> float:
-    """vLLM samples greedily below this temperature; the spec's greedy_n rule names it."""
-    rule = next(r for r in spec().rules if r["id"] == "greedy_n")
-    return float(rule["when"]["properties"]["temperature"]["exclusiveMaximum"])
-
-
-def _is_greedy(req: CompletionRequest) -> bool:
-    return req.option("temperature") < _greedy_below() or req.option("top_k") == 1
+def _is_greedy(req: CompletionRequest, greedy_below: float) -> bool:
+    return req.option("temperature") < greedy_below or req.option("top_k") == 1
 
 
 class FakeEngine:
@@ -73,8 +65,10 @@ class FakeEngine:
 
     never_waits = True
 
-    def __init__(self, models: Iterable[ModelInfo] = (), eos_rate: float = 1 / 64) -> None:
+    def __init__(self, models: Iterable[ModelInfo] = (), eos_rate: float = 1 / 64,
+                 api: Spec | None = None) -> None:
         self.eos_rate = eos_rate
+        self.greedy_below = (api if api is not None else spec()).greedy_below
         for model in models:   # build the tables at start, not in the first request
             vocab(model)
             warm(model)
@@ -91,7 +85,7 @@ class FakeEngine:
             include_stop_str_in_output=req.option("include_stop_str_in_output"),
             skip_special_tokens=skip, allowed_token_ids=tuple(body.get("allowed_token_ids", ())),
             bad_words=frozenset(w.strip() for w in body.get("bad_words", ())), eos_rate=self.eos_rate)
-        greedy = _is_greedy(req)
+        greedy = _is_greedy(req, self.greedy_below)
         common = [model.name, {k: body[k] for k in SAMPLING_FIELDS if k in body}, _steering_digest(req),
                   None if greedy else body.get("seed", os.urandom(16).hex())]
         n = req.n

@@ -36,7 +36,7 @@ from collections.abc import Iterator
 import httpx
 
 from contract import CompletionRequest, spec
-from mock_server.engine import Event
+from api_server.engine import Event
 from reference_impl.errors import UpstreamError, from_vllm, translated
 from reference_impl.events import Decoder, sse_data
 from reference_impl.upstream import upstream_body

@@ -22,8 +22,8 @@ def run_in_process(case: Case) -> tuple[int, dict[str, Any] | None]:
         headers["Authorization"] = case.auth
     rid = new_request_id()
     try:
-        route = preflight(case.method, case.path, headers, case.content_length, keys=None)
-        if route.has_body:
+        admitted = preflight(case.method, case.path, headers, case.content_length, keys=None)
+        if admitted.route.has_body:
             req = validate_completion(parse_json(case.body or b""))
             hold(req.prompt_token_counts, req.n, req.max_tokens, remaining=None)
     except ApiError as exc:

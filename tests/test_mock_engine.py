@@ -11,9 +11,9 @@ import zstandard
 
 from contract import spec, validate_completion
 from contract.tokens import decode
-from mock_server.engine import Activations, ChoiceDelta, Event, Usage
+from api_server.engine import Activations, ChoiceDelta, Event, Usage
 from mock_server.fake_engine import FakeEngine
-from mock_server.responses import Assembler, Meta
+from api_server.responses import Assembler, Meta
 from mock_server.vocab import vocab
 
 MODEL = spec().models[spec().default_model]

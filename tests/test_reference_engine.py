@@ -15,8 +15,7 @@ import numpy as np
 import pytest
 
 from contract import InferenceUnavailable, encode_tensor, spec, validate_completion
-from mock_server.app import create_app
-from mock_server.config import MockConfig
+from api_server import ServerConfig, create_app
 from reference_impl.__main__ import api_config
 from reference_impl.deployment import DeploymentError, deployment_models
 from reference_impl.engine import VllmEngine
@@ -95,7 +94,7 @@ def streamed(body: bytes, status: int = 200) -> Callable[[httpx.Request], httpx.
 def api(answer: Callable[[httpx.Request], httpx.Response] | Upstream, **config: Any) -> httpx.Client:
     engine = VllmEngine("http://vllm.test", MODEL, transport=httpx.MockTransport(answer),
                         wait_seconds=config.pop("wait_seconds", None))
-    app = create_app(MockConfig(keys=(KEY,), **config), engine)
+    app = create_app(ServerConfig(keys=(KEY,), **config), engine)
     return httpx.Client(transport=httpx.WSGITransport(app=app), base_url="http://api.test", headers=AUTH)
 
 
@@ -230,9 +229,8 @@ def test_a_stream_that_vllm_cuts_off_ends_with_a_503_event() -> None:
 
 
 def test_the_reference_ignores_the_mocks_test_headers() -> None:
-    """reference_impl's settings turn the X-Mock-* headers off: no client can force a fault."""
+    """reference_impl's app has no fault hook: the X-Mock-* headers mean nothing there."""
     config = api_config(KEY)
-    assert config.test_headers is False
     engine = VllmEngine("http://vllm.test", MODEL, transport=httpx.MockTransport(streamed(SKY)))
     app = create_app(config, engine)
     with httpx.Client(transport=httpx.WSGITransport(app=app), base_url="http://api.test", headers=AUTH) as c:
@@ -351,7 +349,7 @@ def test_requests_are_checked_against_the_deployments_model() -> None:
                                              "vocab_size": spec().models[MODEL].vocab_size})
     upstream = Upstream(streamed(SKY))
     engine = VllmEngine("http://vllm.test", MODEL, transport=httpx.MockTransport(upstream))
-    app = create_app(MockConfig(keys=(KEY,)), engine, models)
+    app = create_app(ServerConfig(keys=(KEY,)), engine, models)
     with httpx.Client(transport=httpx.WSGITransport(app=app), base_url="http://api.test", headers=AUTH) as c:
         error = c.post("/v1/completions", json={**BODY, "output_residual_stream": [4]}).json()["error"]
         listed = c.get("/v1/models").json()["data"]
