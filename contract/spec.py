@@ -120,6 +120,11 @@ class Spec:
         """The route of an operation (createCompletion: POST /v1/completions)."""
         return next(r for r in self.routes if r.operation_id == operation_id)
 
+    @cached_property
+    def completions_path(self) -> str:
+        """POST's path of createCompletion: /v1/completions."""
+        return self.route("createCompletion").path
+
     def operation(self, operation_id: str) -> dict[str, Any]:
         """An operation's raw OpenAPI object."""
         r = self.route(operation_id)

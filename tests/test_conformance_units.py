@@ -168,7 +168,7 @@ def test_expectations_come_from_the_spec() -> None:
     assert request_id_re().fullmatch(new_request_id())
     body = error_body("deadline_infeasible", "m", "max_tokens")
     assert body["error"]["type"] == spec().error_codes["deadline_infeasible"]["type"]
-    op = spec().raw["paths"]["/v1/completions"]["post"]
+    op = spec().operation("createCompletion")
     assert set(event_schemas()) == set(op["responses"]["200"]["content"]["text/event-stream"]["x-event-schemas"])
 
 

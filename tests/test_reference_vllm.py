@@ -26,7 +26,7 @@ pytestmark = pytest.mark.vllm
 
 Reference = Any      # tests.reference_fixtures.Reference (not imported: it is a pytest plugin)
 Client = Callable[..., httpx.Client]
-COMPLETIONS = "/v1/completions"
+COMPLETIONS = spec().completions_path
 SERVED = spec().default_model
 SKY = {"model": SERVED, "prompt": "The sky is", "temperature": 0}   # 4 tokens with BOS
 

@@ -54,7 +54,7 @@ class Writer:
         return _error(code, message, param, self.s)
 
     def rule(self, rid: str, table: str = "x-rules", **fields: Any) -> dict[str, Any]:
-        rule = next(r for r in self.s.raw[table] if r["id"] == rid)
+        rule = self.s.rule(table, rid)
         return _error(rule["code"], rule["message"].format(**fields), rule.get("param"), self.s)
 
     # --- fields: unknown, missing, wrong type, ranges ----------------------------------
