@@ -14,7 +14,8 @@ from typing import Any
 
 from api_server.engine import Event
 from api_server.hooks import PLAIN, Headers, Plan
-from contract import ApiError, CompletionRequest, InvalidRequest, Spec, error_for_status, spec
+from contract import ApiError, CompletionRequest, InvalidRequest, Spec, spec
+from contract.errors import error_class
 from mock_server.config import MockConfig
 from mock_server.latency import paced
 
@@ -105,10 +106,9 @@ def forced_error(status: int, req: CompletionRequest) -> ApiError:
     message = spec().messages[code].format(
         remaining=0, prompt_tokens=sum(req.prompt_token_counts),
         sequences=len(req.prompts) * req.n, seconds=spec().caps["wait_seconds"])
-    return error_for_status(status, message)
+    return error_class(code)(message)
 
 
 def stream_error() -> ApiError:
     code = _faults()["stream_error_code"]
-    status = spec().error_codes[code]["status"]
-    return error_for_status(status, spec().messages[code])
+    return error_class(code)(spec().messages[code])

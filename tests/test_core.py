@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import ast
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -176,3 +177,36 @@ def test_the_body_cap_holds_on_every_route() -> None:
     for route in spec().routes:
         with pytest.raises(contract.RequestTooLarge):
             preflight(route.method, route.path, {"Authorization": "Bearer k"}, over, keys=None)
+
+
+def test_the_error_tree_drawn_in_errors_py_is_the_class_tree() -> None:
+    """Each class in the drawing sits under its base class, with its code where one is drawn."""
+    from contract import errors
+
+    parents: list[str] = []
+    drawn = 0
+    for line in (errors.__doc__ or "").splitlines():
+        match = re.match(r"^ {4}((?:[│ ] {3})*)(?:[├└]── )?([A-Z]\w+)\s*(?:(\d{3}) (\w+))?", line)
+        if not match or not hasattr(errors, match.group(2)):
+            continue
+        depth = len(match.group(1)) // 4 + (1 if "──" in line else 0)
+        name = match.group(2)
+        cls = getattr(errors, name)
+        del parents[depth:]
+        if parents:
+            assert cls.__bases__[0].__name__ == parents[-1], name
+        if match.group(4):
+            assert (cls.code, cls(name).status) == (match.group(4), int(match.group(3))), name
+        parents.append(name)
+        drawn += 1
+    assert drawn == len([c for c in vars(errors).values()
+                         if isinstance(c, type) and issubclass(c, errors.ApiError)])
+
+
+def test_one_code_to_class_table_covers_every_code_of_the_spec() -> None:
+    from contract.errors import code_classes, rule_classes
+
+    assert set(code_classes()) == set(spec().error_codes)
+    assert all(cls.code == code for code, cls in code_classes().items())
+    assert set(rule_classes()) == {r["code"] for r in [*spec().rules, *spec().model_rules.values(),
+                                                       *spec().token_rules.values()]}
