@@ -1,7 +1,7 @@
 """HTTP-level rules without a server: route, auth, body size, media type.
 
-Servers call `preflight` with what they know before reading the body, in the
-spec's order (x-check-order: route, auth, body_size, media_type).
+Servers call `preflight` with what they know before reading the body: the route,
+then auth, body size and media type in the spec's order (x-check-order).
 """
 from __future__ import annotations
 
@@ -75,11 +75,25 @@ def preflight(method: str, path: str, headers: Mapping[str, str],
 
     `headers` must be case-insensitive (both WSGI servers give that).
     """
-    route = match_route(method, path)
-    key = check_auth(headers.get("Authorization"), keys) if route.needs_auth else None
-    check_body_size(content_length)  # on every route, a GET with a body included
-    if route.has_body:
-        if route.operation_id == "createChatCompletion":
-            raise ChatRefused.from_template("chat_refused")
-        check_media_type(headers.get("Content-Type"))
+    route = match_route(method, path)   # the first stage: the others need the route
+    key = None
+    for stage in _stages():
+        if stage == "auth":
+            if route.needs_auth:
+                key = check_auth(headers.get("Authorization"), keys)
+        elif stage == "body_size":
+            check_body_size(content_length)  # on every route, a GET with a body included
+        elif route.has_body:   # media_type
+            if route.operation_id == "createChatCompletion":
+                raise ChatRefused.from_template("chat_refused")
+            check_media_type(headers.get("Content-Type"))
     return Admitted(route, key)
+
+
+@cache
+def _stages() -> list[str]:
+    """preflight's stages after the route, in the spec's order (x-check-order)."""
+    return spec().in_check_order(PREFLIGHT_STAGES)
+
+
+PREFLIGHT_STAGES = ("auth", "body_size", "media_type")

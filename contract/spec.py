@@ -27,6 +27,29 @@ class SpecError(Exception):
     """openapi.yaml is missing, not valid OpenAPI, or lacks what the core reads."""
 
 
+# x-check-order's stages. Where stages are independent (preflight's auth, body_size and
+# media_type; the schema's four) the spec's order runs them. These groups need what the
+# group before them gives (the route, a parsed body, a body that fits the schema, the
+# model, the token counts), so their order is fixed: a spec that reorders across them
+# fails at load instead of being silently ignored.
+CHECK_STAGES: tuple[frozenset[str], ...] = (
+    frozenset({"route"}), frozenset({"auth", "body_size", "media_type"}), frozenset({"json"}),
+    frozenset({"unknown_field", "required", "type", "range"}), frozenset({"cross_field"}),
+    frozenset({"model"}), frozenset({"token_caps"}), frozenset({"budget"}),
+)
+
+
+def _check_order(order: Any) -> str | None:
+    """Why x-check-order cannot be followed, or None."""
+    known = [stage for group in CHECK_STAGES for stage in group]
+    if not isinstance(order, list) or sorted(order) != sorted(known):
+        return f"x-check-order must list each of {sorted(known)} once"
+    groups = [next(i for i, g in enumerate(CHECK_STAGES) if stage in g) for stage in order]
+    if groups != sorted(groups):
+        return "x-check-order reorders stages that depend on each other (contract/spec.py CHECK_STAGES)"
+    return None
+
+
 @dataclass(frozen=True)
 class ModelInfo:
     name: str
@@ -83,6 +106,15 @@ class Spec:
     @cached_property
     def model_rules(self) -> dict[str, dict[str, Any]]:
         return {r["id"]: r for r in self.raw["x-model-rules"]}
+
+    @cached_property
+    def check_order(self) -> tuple[str, ...]:
+        """x-check-order: when a request breaks several rules, the first stage reports."""
+        return tuple(self.raw["x-check-order"])
+
+    def in_check_order(self, stages: Any) -> list[str]:
+        """`stages` (names of x-check-order) in the spec's order."""
+        return [stage for stage in self.check_order if stage in stages]
 
     @cached_property
     def request_id(self) -> dict[str, Any]:
@@ -218,6 +250,9 @@ def load_spec(path: str | os.PathLike[str] | None = None) -> Spec:
     missing = [k for k in _REQUIRED_EXTENSIONS if k not in raw]
     if missing:
         raise SpecError(f"{p} lacks the extensions {', '.join(missing)}")
+    problem = _check_order(raw["x-check-order"])
+    if problem:
+        raise SpecError(f"{p}: {problem}")
     return Spec(path=p, raw=raw)
 
 
