@@ -2,6 +2,7 @@
 the engine, serialise (a Completion, or a stream of chunks)."""
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from collections.abc import Callable, Generator, Iterator
@@ -30,11 +31,13 @@ def create_completion() -> Response:
     if plan.error is not None:
         raise plan.error
     held = s.budget.reserve(key, req)
+    if held.max_tokens != req.max_tokens:   # the Budget clamped it: what runs is the Hold's
+        req = dataclasses.replace(req, max_tokens=held.max_tokens)
     headers = {CLAMPED: str(held.max_tokens)} if held.clamped else {}
     asm = Assembler(req, Meta(completion_id(rid), req.body["model"]))
 
     def events(sleep: Callable[[float], object]) -> Iterator[Event]:
-        generated = s.engine.generate(req, held.max_tokens, rid)
+        generated = s.engine.generate(req, rid)
         return generated if plan.pace is None else plan.pace(generated, sleep)
 
     settled = False
@@ -65,7 +68,7 @@ def create_completion() -> Response:
         # The engine never waits, and no latency is simulated: no keepalive can
         # fall due, so the engine runs in this thread (a thread per stream and a
         # hand-off per batch cost more than the rest of a short stream).
-        batches = _inline_batches(s.engine.generate(req, held.max_tokens, rid))
+        batches = _inline_batches(s.engine.generate(req, rid))
     else:
         pump = Pump(events, s.config.keepalive_seconds)
         batches = pump.batches()

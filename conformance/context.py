@@ -5,7 +5,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from conformance.client import Client, Reply
-from conformance.config import CHEAP_TOKENS, RunConfig
+from conformance.config import RunConfig
 from conformance.expect import REQUEST_ID_MASK, mask, request_id_re
 from conformance.results import Finding
 from contract import ModelInfo, spec
@@ -51,10 +51,6 @@ class Context:
     def max_model_len(self) -> int:
         """The deployment's, from GET /v1/models (it is the deployment's to set)."""
         return self.model.max_model_len
-
-    @property
-    def cheap_tokens(self) -> int:
-        return CHEAP_TOKENS
 
     # -- outcomes ----------------------------------------------------------
 

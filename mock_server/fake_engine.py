@@ -73,12 +73,12 @@ class FakeEngine:
             vocab(model)
             warm(model)
 
-    def generate(self, req: CompletionRequest, max_tokens: int, request_id: str) -> Iterator[Event]:
+    def generate(self, req: CompletionRequest, request_id: str) -> Iterator[Event]:
         body, model = req.body, req.model
         voc = vocab(model)
         skip = req.option("skip_special_tokens")
         settings = Settings(
-            max_tokens=max_tokens, min_tokens=req.option("min_tokens"),
+            max_tokens=req.max_tokens, min_tokens=req.option("min_tokens"),
             eos_token_id=None if req.option("ignore_eos") else model.eos_token_ids[0],
             stop_token_ids=tuple(body.get("stop_token_ids", ())),
             stop=(body["stop"],) if isinstance(body.get("stop"), str) else tuple(body.get("stop", ())),

@@ -78,8 +78,8 @@ class VllmEngine:
                 self._client.close()
             self._client = None
 
-    def generate(self, req: CompletionRequest, max_tokens: int, request_id: str) -> Iterator[Event]:
-        body = upstream_body(req, max_tokens, self.model)
+    def generate(self, req: CompletionRequest, request_id: str) -> Iterator[Event]:
+        body = upstream_body(req, self.model)
         # vLLM names its request cmpl-{X-Request-Id}-{prompt}; vllm-lens finds a request's
         # steering and capture by that prefix, so the id is always the API's own.
         headers = {REQUEST_ID: request_id}

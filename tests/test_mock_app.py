@@ -154,8 +154,8 @@ class BrokenEngine:
     def __init__(self, error: Exception, after: int = 0) -> None:
         self.error, self.after = error, after
 
-    def generate(self, req: CompletionRequest, max_tokens: int, request_id: str) -> Iterator[Any]:
-        yield from list(FakeEngine().generate(req, max_tokens, request_id))[:self.after]
+    def generate(self, req: CompletionRequest, request_id: str) -> Iterator[Any]:
+        yield from list(FakeEngine().generate(req, request_id))[:self.after]
         raise self.error
 
 
@@ -188,10 +188,10 @@ class GatedEngine:
     def __init__(self) -> None:
         self.go = threading.Event()
 
-    def generate(self, req: CompletionRequest, max_tokens: int, request_id: str) -> Iterator[Any]:
+    def generate(self, req: CompletionRequest, request_id: str) -> Iterator[Any]:
         if not self.go.wait(60):
             raise RuntimeError("the test never let the engine go")
-        yield from FakeEngine().generate(req, max_tokens, request_id)
+        yield from FakeEngine().generate(req, request_id)
 
 
 def test_a_slow_first_token_still_gets_its_keepalive_first() -> None:
@@ -228,8 +228,8 @@ class BrokenFakeEngine(FakeEngine):
         super().__init__()
         self.error, self.after = error, after
 
-    def generate(self, req: CompletionRequest, max_tokens: int, request_id: str) -> Iterator[Any]:
-        yield from list(super().generate(req, max_tokens, request_id))[:self.after]
+    def generate(self, req: CompletionRequest, request_id: str) -> Iterator[Any]:
+        yield from list(super().generate(req, request_id))[:self.after]
         raise self.error
 
 

@@ -5,6 +5,7 @@ vLLM is replaced by httpx.MockTransport handlers that answer as vLLM 0.32 does
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import threading
 from collections.abc import Callable, Iterator
@@ -110,7 +111,7 @@ BODY = {"model": MODEL, "prompt": "The sky is", "max_tokens": 2}
 
 def test_explicit_max_tokens_and_every_spec_default() -> None:
     req = validate_completion({"model": MODEL, "prompt": "The sky is", "stream": True})
-    body = upstream_body(req, 7, "served")
+    body = upstream_body(dataclasses.replace(req, max_tokens=7), "served")
     props = spec().schema("CompletionRequest")["properties"]
     defaults = {k: p["x-default"] for k, p in props.items() if "x-default" in p}
     assert body["max_tokens"] == 7 and body["model"] == "served"
@@ -121,7 +122,7 @@ def test_explicit_max_tokens_and_every_spec_default() -> None:
     assert body["stream"] is True and body["stream_options"] == {"include_usage": True}
     assert body["return_token_ids"] is True
     assert "add_special_tokens" not in body and "vllm_xargs" not in body
-    plain = upstream_body(validate_completion({"model": MODEL, "prompt": "x", "max_tokens": 1}), 1, MODEL)
+    plain = upstream_body(validate_completion({"model": MODEL, "prompt": "x", "max_tokens": 1}), MODEL)
     assert plain["stream"] is False and "stream_options" not in plain   # one request, one answer
 
 
@@ -132,7 +133,7 @@ def test_only_spec_fields_and_vllm_xargs_go_to_vllm() -> None:
     req = validate_completion({"model": MODEL, "prompt": [[1, 2], [3]], "n": 2, "max_tokens": 3,
                                "temperature": 0.5, "priority": "-3", "user": "u" * 100,
                                "truncate_prompt_tokens": 1, "prompt_logprobs": 2})
-    body = upstream_body(req, 3, MODEL)
+    body = upstream_body(req, MODEL)
     allowed = set(spec().schema("CompletionRequest")["properties"]) | {"vllm_xargs"}
     assert set(body) <= allowed
     assert body["prompt"] == [[2], [3]] and body["priority"] == -3 and "user" not in body
@@ -140,7 +141,7 @@ def test_only_spec_fields_and_vllm_xargs_go_to_vllm() -> None:
     assert "truncate_prompt_tokens" not in body                      # applied by the core already
     lens = validate_completion({"model": MODEL, "prompt": "x", "max_tokens": 1,
                                 "output_residual_stream": [3, 1], "apply_steering_vectors": [vector]})
-    xargs = upstream_body(lens, 1, MODEL)["vllm_xargs"]
+    xargs = upstream_body(lens, MODEL)["vllm_xargs"]
     assert xargs["output_residual_stream"] == [3, 1]
     (sent,) = json.loads(xargs["apply_steering_vectors"])     # vllm-lens reads a JSON string
     assert sent["scale"] == 1 and sent["norm_match"] is False and "position_indices" not in sent
