@@ -30,7 +30,6 @@ import platform
 import shlex
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -41,6 +40,9 @@ from pathlib import Path
 import httpx
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+from reference_impl.launcher import free_port  # noqa: E402
+
 BENCH = ROOT / "bench"
 PRISM_BIN = BENCH / "node_modules" / ".bin" / "prism"
 WRK_SCRIPT = BENCH / "wrk_post.lua"
@@ -115,12 +117,6 @@ class Server:
 # ---------------------------------------------------------------------------
 # Servers
 # ---------------------------------------------------------------------------
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def mock_worker_class():

@@ -5,9 +5,8 @@ import re
 from functools import cache
 from typing import Any
 
+from conformance.golden import REQUEST_ID_MASK
 from contract import spec
-
-REQUEST_ID_MASK = "<request_id>"
 
 
 @cache

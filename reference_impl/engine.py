@@ -35,14 +35,14 @@ from collections.abc import Iterator
 
 import httpx
 
-from contract import CompletionRequest, spec
 from api_server.engine import Event
+from api_server.responses import REQUEST_ID
+from contract import CompletionRequest, spec
 from reference_impl.errors import UpstreamError, from_vllm, translated
 from reference_impl.events import Decoder, sse_data
 from reference_impl.upstream import upstream_body
 
-COMPLETIONS = "/v1/completions"
-REQUEST_ID = "X-Request-Id"
+COMPLETIONS = "/v1/completions"   # vLLM's OpenAI route (not ours: the upstream's)
 CONNECT_TIMEOUT_S = 5.0
 
 

@@ -13,17 +13,17 @@ import pytest
 from flask import Flask
 from flask.testing import FlaskClient
 
+import api_server
+from api_server import ServerConfig
+from api_server.responses import KEEPALIVE
+from conformance.checks.common import schema_errors
 from contract import (
     ApiError, CompletionRequest, InferenceUnavailable, InternalError, hold, spec,
     validate_completion,
 )
-from conformance.checks.common import schema_errors
-import api_server
-from api_server import ServerConfig
 from mock_server import MockConfig, create_app
-from mock_server.faults import STATUS, STREAM_ERROR_AFTER, TPOT_MS, TTFT_MS
 from mock_server.fake_engine import FakeEngine
-from api_server.responses import KEEPALIVE
+from mock_server.faults import STATUS, STREAM_ERROR_AFTER, TPOT_MS, TTFT_MS
 from tests.mock_helpers import AUTH, completion_body, parse_sse
 
 RID = re.compile(rf"{spec().request_id['prefix']}[0-9a-f]{{{spec().request_id['hex_digits']}}}")

@@ -15,12 +15,13 @@ import httpx
 import numpy as np
 import pytest
 
-from contract import InferenceUnavailable, encode_tensor, spec, validate_completion
 from api_server import ServerConfig, create_app
+from contract import InferenceUnavailable, encode_tensor, spec, validate_completion
 from reference_impl.__main__ import api_config
 from reference_impl.deployment import DeploymentError, deployment_models
 from reference_impl.engine import VllmEngine
 from reference_impl.upstream import upstream_body
+from tests.mock_helpers import parse_sse
 
 KEY = "k"
 AUTH = {"Authorization": f"Bearer {KEY}"}
@@ -100,8 +101,7 @@ def api(answer: Callable[[httpx.Request], httpx.Response] | Upstream, **config: 
 
 
 def events(text: str) -> list[Any]:
-    return [json.loads(line[6:]) if line != "data: [DONE]" else "[DONE]"
-            for line in text.split("\n") if line.startswith("data: ")]
+    return parse_sse(text).events
 
 
 BODY = {"model": MODEL, "prompt": "The sky is", "max_tokens": 2}
