@@ -8,7 +8,7 @@ from conformance.client import Client, Reply
 from conformance.config import RunConfig
 from conformance.expect import REQUEST_ID_MASK, mask, request_id_re
 from conformance.results import Finding
-from contract import ModelInfo, spec
+from contract import ModelInfo, Spec, spec
 
 
 class Skipped(Exception):
@@ -32,6 +32,7 @@ class Context:
     client: Client
     server: ServerInfo
     memo: dict[str, Any] = field(default_factory=dict)     # shared between checks of one run
+    api: Spec = field(default_factory=spec)                # the spec the deployment is checked against
     findings: list[Finding] = field(default_factory=list)  # of the check now running
 
     # -- facts -------------------------------------------------------------
@@ -45,7 +46,7 @@ class Context:
     @property
     def spec_model(self) -> ModelInfo:
         """The model as openapi.yaml describes it (the numbers the golden cases assume)."""
-        return spec().models[self.config.model]
+        return self.api.models[self.config.model]
 
     @property
     def max_model_len(self) -> int:
