@@ -193,9 +193,8 @@ class Spec:
     @cached_property
     def wire_dtypes(self) -> dict[str, tuple[str, str]]:
         """A model's dtype -> (the dtype its tensors travel in, their original_dtype), from
-        EncodedTensor's enums paired in order: bfloat16 travels as int16, torch.bfloat16."""
-        props = self.schema("EncodedTensor")["properties"]
-        pairs = zip(props["dtype"]["enum"], props["original_dtype"]["enum"])
+        the steering_vector rule's dtype_pairs: bfloat16 travels as int16, torch.bfloat16."""
+        pairs = self.model_rules["steering_vector"]["dtype_pairs"].items()
         return {original.rpartition(".")[2]: (wire, original) for wire, original in pairs}
 
     def rule(self, table: str, rule_id: str) -> dict[str, Any]:
