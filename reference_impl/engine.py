@@ -37,7 +37,7 @@ import httpx
 
 from api_server.engine import Event
 from api_server.responses import REQUEST_ID
-from contract import CompletionRequest, spec
+from contract import CompletionRequest, Spec, spec
 from reference_impl.errors import UpstreamError, from_vllm, translated
 from reference_impl.events import Decoder, sse_data
 from reference_impl.upstream import upstream_body
@@ -50,12 +50,13 @@ class VllmEngine:
     """Engine protocol over vLLM at `base_url`, which serves the model as `model`."""
 
     def __init__(self, base_url: str, model: str, *, wait_seconds: float | None = None,
-                 transport: httpx.BaseTransport | None = None) -> None:
+                 transport: httpx.BaseTransport | None = None, api: Spec | None = None) -> None:
         self.base_url = base_url.rstrip("/")
         self.model = model
         # The API's wait for Inference: the longest vLLM may stay silent (without stream,
         # vLLM says nothing before it is done, so that is the whole request's time).
-        self.wait_seconds = float(wait_seconds if wait_seconds is not None else spec().caps["wait_seconds"])
+        api = api if api is not None else spec()
+        self.wait_seconds = float(wait_seconds if wait_seconds is not None else api.caps["wait_seconds"])
         self._transport = transport
         self._lock = threading.Lock()
         self._client: httpx.Client | None = None
