@@ -1,4 +1,4 @@
-"""The engine protocol (mock_server/engine.py) over vLLM's OpenAI server, by HTTP.
+"""The engine protocol (api_server/engine.py) over vLLM's OpenAI server, by HTTP.
 
 Why HTTP to a vLLM server, not vLLM's async engine in this process:
 - The API layer stays in the project's own interpreter (Flask under gunicorn,

@@ -229,7 +229,7 @@ def test_a_stream_that_vllm_cuts_off_ends_with_a_503_event() -> None:
     assert got[1]["error"]["code"] == "inference_unavailable" and got[2] == "[DONE]"
 
 
-def test_the_reference_ignores_the_mocks_test_headers() -> None:
+def test_the_reference_ignores_the_mocks_headers() -> None:
     """reference_impl's app has no fault hook: the X-Mock-* headers mean nothing there."""
     config = api_config(KEY)
     engine = VllmEngine("http://vllm.test", MODEL, transport=httpx.MockTransport(streamed(SKY)))
