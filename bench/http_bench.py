@@ -42,6 +42,7 @@ import httpx
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 from reference_impl.launcher import free_port  # noqa: E402
+from reference_impl.launcher import wait_ready as launcher_wait_ready  # noqa: E402
 
 BENCH = ROOT / "bench"
 PRISM_BIN = BENCH / "node_modules" / ".bin" / "prism"
@@ -205,17 +206,10 @@ def start(server, logdir):
 
 
 def wait_ready(server, timeout):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if server.proc.poll() is not None:
-            raise ServerFailed(f"exited with status {server.proc.returncode}: {log_tail(server)}")
-        try:
-            if httpx.get(server.url + "/health", timeout=1).status_code == 200:
-                return
-        except httpx.TransportError:
-            pass
-        time.sleep(0.2)
-    raise ServerFailed(f"not ready after {timeout} s: {log_tail(server)}")
+    try:
+        launcher_wait_ready(server.url, server.proc, timeout, name=server.label, interval=0.2)
+    except RuntimeError as exc:
+        raise ServerFailed(f"{exc}: {log_tail(server)}") from None
 
 
 def log_tail(server, chars=400):
