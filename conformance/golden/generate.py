@@ -463,8 +463,45 @@ def generate(s: Spec | None = None) -> dict[str, list[dict[str, Any]]]:
 
 
 def render(cases: list[dict[str, Any]]) -> str:
+    """One case, one block a reviewer can scan: its fields one a line, and a request's
+    body, headers and tags (and an expected error) each on one line."""
     head = "# Generated from openapi.yaml by `python -m conformance.golden`; do not edit.\n"
-    return head + yaml.safe_dump({"cases": cases}, sort_keys=False, width=120, allow_unicode=True)
+    return head + yaml.dump({"cases": [_scannable(c) for c in cases]}, Dumper=_Dumper, sort_keys=False,
+                            width=1 << 16, allow_unicode=True)
+
+
+class _Flow(dict):   # type: ignore[type-arg]
+    """A mapping written on one line."""
+
+
+class _FlowList(list):   # type: ignore[type-arg]
+    """A list written on one line."""
+
+
+class _Dumper(yaml.SafeDumper):
+    def ignore_aliases(self, data: Any) -> bool:
+        return True   # no &id001 / *id001: every case reads on its own
+
+
+_Dumper.add_representer(_Flow, lambda d, v: d.represent_mapping("tag:yaml.org,2002:map", v, flow_style=True))
+_Dumper.add_representer(_FlowList, lambda d, v: d.represent_sequence("tag:yaml.org,2002:seq", v, flow_style=True))
+
+
+def _scannable(case: dict[str, Any]) -> dict[str, Any]:
+    """The case with its leaves' containers marked for one line each: tags, the request's
+    body and headers, and the parts of an expected body (its error object)."""
+    def flow(value: Any) -> Any:
+        if isinstance(value, dict):
+            return _Flow(value)
+        return _FlowList(value) if isinstance(value, list) else value
+
+    out = {k: _FlowList(v) if k == "tags" else v for k, v in case.items()}
+    out["request"] = {k: flow(v) for k, v in case["request"].items()}
+    expect = dict(case["expect"])
+    if isinstance(expect.get("body"), dict):
+        expect["body"] = {k: flow(v) for k, v in expect["body"].items()}
+    out["expect"] = expect
+    return out
 
 
 def write(directory: Path = HERE) -> list[Path]:
