@@ -49,7 +49,7 @@ def served_models(s: Spec, config: ServerConfig, served: Mapping[str, ModelInfo]
 def _budget(config: ServerConfig) -> BudgetStore | Unlimited:
     if config.budget_tokens is None:
         return Unlimited()
-    return BudgetStore(config.budget_dir or tempfile.mkdtemp(prefix="mock-budget-"), config.budget_tokens)
+    return BudgetStore(config.budget_dir or tempfile.mkdtemp(prefix="api-budget-"), config.budget_tokens)
 
 
 class _App(Flask):
