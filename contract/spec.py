@@ -27,6 +27,29 @@ class SpecError(Exception):
     """openapi.yaml is missing, not valid OpenAPI, or lacks what the core reads."""
 
 
+# x-check-order's stages. Where stages are independent (preflight's auth, body_size and
+# media_type; the schema's four) the spec's order runs them. These groups need what the
+# group before them gives (the route, a parsed body, a body that fits the schema, the
+# model, the token counts), so their order is fixed: a spec that reorders across them
+# fails at load instead of being silently ignored.
+CHECK_STAGES: tuple[frozenset[str], ...] = (
+    frozenset({"route"}), frozenset({"auth", "body_size", "media_type"}), frozenset({"json"}),
+    frozenset({"unknown_field", "required", "type", "range"}), frozenset({"cross_field"}),
+    frozenset({"model"}), frozenset({"token_caps"}), frozenset({"budget"}),
+)
+
+
+def _check_order(order: Any) -> str | None:
+    """Why x-check-order cannot be followed, or None."""
+    known = [stage for group in CHECK_STAGES for stage in group]
+    if not isinstance(order, list) or sorted(order) != sorted(known):
+        return f"x-check-order must list each of {sorted(known)} once"
+    groups = [next(i for i, g in enumerate(CHECK_STAGES) if stage in g) for stage in order]
+    if groups != sorted(groups):
+        return "x-check-order reorders stages that depend on each other (contract/spec.py CHECK_STAGES)"
+    return None
+
+
 @dataclass(frozen=True)
 class ModelInfo:
     name: str
@@ -44,6 +67,15 @@ class ModelInfo:
     def capture_cap(self) -> int:
         """Layers x tokens one capture may hold: floor(capture_elements / hidden)."""
         return spec().caps["capture_elements"] // self.hidden_size
+
+
+@dataclass(frozen=True)
+class Route:
+    path: str
+    method: str            # upper case
+    operation_id: str
+    needs_auth: bool
+    has_body: bool
 
 
 @dataclass(frozen=True, eq=False)
@@ -76,6 +108,15 @@ class Spec:
         return {r["id"]: r for r in self.raw["x-model-rules"]}
 
     @cached_property
+    def check_order(self) -> tuple[str, ...]:
+        """x-check-order: when a request breaks several rules, the first stage reports."""
+        return tuple(self.raw["x-check-order"])
+
+    def in_check_order(self, stages: Any) -> list[str]:
+        """`stages` (names of x-check-order) in the spec's order."""
+        return [stage for stage in self.check_order if stage in stages]
+
+    @cached_property
     def request_id(self) -> dict[str, Any]:
         return self.raw["x-request-id"]
 
@@ -96,6 +137,69 @@ class Spec:
     @cached_property
     def default_model(self) -> str:
         return next(iter(self.raw["x-models"]))
+
+    @cached_property
+    def routes(self) -> tuple[Route, ...]:
+        """Every operation of the spec's paths, in the spec's order."""
+        out = []
+        for path, item in self.raw["paths"].items():
+            for method, op in item.items():
+                needs_auth = op.get("security", self.raw.get("security")) != []
+                out.append(Route(path, method.upper(), op["operationId"], needs_auth, "requestBody" in op))
+        return tuple(out)
+
+    def route(self, operation_id: str) -> Route:
+        """The route of an operation (createCompletion: POST /v1/completions)."""
+        return next(r for r in self.routes if r.operation_id == operation_id)
+
+    @cached_property
+    def completions_path(self) -> str:
+        """POST's path of createCompletion: /v1/completions."""
+        return self.route("createCompletion").path
+
+    def operation(self, operation_id: str) -> dict[str, Any]:
+        """An operation's raw OpenAPI object."""
+        r = self.route(operation_id)
+        return self.raw["paths"][r.path][r.method.lower()]
+
+    @cached_property
+    def event_schemas(self) -> dict[str, dict[str, Any]]:
+        """kind -> inlined schema, from x-event-schemas under the stream's 200 response."""
+        op = self.operation("createCompletion")
+        refs = op["responses"]["200"]["content"]["text/event-stream"]["x-event-schemas"]
+        return {kind: self.schema(ref["$ref"].rsplit("/", 1)[1]) for kind, ref in refs.items()}
+
+    @cached_property
+    def response_headers(self) -> dict[str, Any]:
+        """components/headers: the headers a server sends (X-Request-Id, ...)."""
+        return self.raw["components"]["headers"]
+
+    @cached_property
+    def mock_headers(self) -> dict[str, str]:
+        """x-mock-headers: the mock's own test headers, name -> description ({} without)."""
+        return self.raw.get("x-mock-headers", {})
+
+    @cached_property
+    def mock_faults(self) -> dict[str, Any]:
+        """x-mock-faults: the statuses and messages of the mock's faults ({} without)."""
+        return self.raw.get("x-mock-faults", {})
+
+    @cached_property
+    def greedy_below(self) -> float:
+        """vLLM samples greedily below this temperature; the spec's greedy_n rule names it."""
+        rule = next(r for r in self.rules if r["id"] == "greedy_n")
+        return float(rule["when"]["properties"]["temperature"]["exclusiveMaximum"])
+
+    @cached_property
+    def wire_dtypes(self) -> dict[str, tuple[str, str]]:
+        """A model's dtype -> (the dtype its tensors travel in, their original_dtype), from
+        the steering_vector rule's dtype_pairs: bfloat16 travels as int16, torch.bfloat16."""
+        pairs = self.model_rules["steering_vector"]["dtype_pairs"].items()
+        return {original.rpartition(".")[2]: (wire, original) for wire, original in pairs}
+
+    def rule(self, table: str, rule_id: str) -> dict[str, Any]:
+        """One rule of x-rules, x-model-rules or x-token-rules by its id."""
+        return next(r for r in self.raw[table] if r["id"] == rule_id)
 
     def defaults(self, name: str) -> dict[str, Any]:
         """A component schema's x-default values: what a field left out or null means."""
@@ -145,6 +249,9 @@ def load_spec(path: str | os.PathLike[str] | None = None) -> Spec:
     missing = [k for k in _REQUIRED_EXTENSIONS if k not in raw]
     if missing:
         raise SpecError(f"{p} lacks the extensions {', '.join(missing)}")
+    problem = _check_order(raw["x-check-order"])
+    if problem:
+        raise SpecError(f"{p}: {problem}")
     return Spec(path=p, raw=raw)
 
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import io
 import json
-import socket
 import threading
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
@@ -18,15 +17,10 @@ from typing import Any
 from werkzeug.serving import make_server
 
 from contract import spec
+from reference_impl.launcher import free_port
 
 Environ = dict[str, Any]
 StartResponse = Callable[..., Any]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @contextmanager

@@ -15,7 +15,7 @@ from conformance.config import RunConfig
 from conformance.registry import select, token_bound
 from conformance.results import Outcome, RunReport
 from conformance.runner import run
-from mock_server.app import create_app
+from mock_server import create_app
 from mock_server.config import MockConfig
 from tests.conformance_support import MODES, Breaker, serve
 

@@ -11,9 +11,9 @@ import zstandard
 
 from contract import spec, validate_completion
 from contract.tokens import decode
-from mock_server.engine import Activations, ChoiceDelta, Event, Usage
+from api_server.engine import Activations, ChoiceDelta, Event, Usage
 from mock_server.fake_engine import FakeEngine
-from mock_server.responses import Assembler, Meta
+from api_server.responses import Assembler, Meta
 from mock_server.vocab import vocab
 
 MODEL = spec().models[spec().default_model]
@@ -26,13 +26,13 @@ def engine() -> FakeEngine:
 
 def run(engine: FakeEngine, **fields: Any) -> list[Event]:
     req = validate_completion({"model": MODEL.name, "prompt": "The sky is", "max_tokens": 24, **fields})
-    return list(engine.generate(req, req.max_tokens, "req_test"))
+    return list(engine.generate(req, "req_test"))
 
 
 def completion(engine: FakeEngine, **fields: Any) -> dict[str, Any]:
     req = validate_completion({"model": MODEL.name, "prompt": "The sky is", "max_tokens": 24, **fields})
     asm = Assembler(req, Meta("cmpl-test", MODEL.name, created=0))
-    for event in engine.generate(req, req.max_tokens, "req_test"):
+    for event in engine.generate(req, "req_test"):
         asm.feed(event)
     return asm.completion()
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from contract import CompletionRequest
-from mock_server.engine import Activations, ChoiceDelta, Event, LogprobsDelta, Usage
+from api_server.engine import Activations, ChoiceDelta, Event, LogprobsDelta, Usage
 
 # Response headers the server sends (components/headers in openapi.yaml; app.py checks at start).
 REQUEST_ID = "X-Request-Id"
