@@ -19,6 +19,7 @@ from collections.abc import Mapping, Sequence
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
+from contract.version import VersionAction
 from mock_server.serve import gunicorn_options, serve
 
 if TYPE_CHECKING:
@@ -33,6 +34,7 @@ def _env(name: str, default: str | None = None) -> str | None:
 
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m reference_impl", description=__doc__.splitlines()[0])
+    p.add_argument("--version", action=VersionAction)
     p.add_argument("--model", default=_env("MODEL"),
                    help="model directory or hub id for vLLM (with --upstream: only read for its config.json)")
     p.add_argument("--served-model-name", default=_env("SERVED_MODEL_NAME"),
