@@ -51,4 +51,5 @@ class VersionAction(argparse.Action):
             line = version_line()
         except SpecError as exc:
             parser.exit(2, f"{parser.prog}: error: {exc}\n")
-        parser.exit(0, f"{parser.prog}: {line}\n")
+        print(f"{parser.prog}: {line}")          # stdout, as argparse's own version action
+        parser.exit(0)
