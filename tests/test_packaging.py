@@ -12,6 +12,7 @@ import importlib
 import json
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -25,6 +26,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import yaml
 from packaging.specifiers import SpecifierSet
 
 from contract import load_spec, spec
@@ -286,3 +288,34 @@ def test_the_mock_image_listens_on_all_interfaces_at_its_exposed_port() -> None:
             mp.setenv(name, value)
         args = parser().parse_args([])
     assert (args.host, args.port, args.workers) == ("0.0.0.0", exposed, int(env["MOCK_WORKERS"]))
+
+
+# -- docs/ci.md ----------------------------------------------------------------------------
+
+def ci_jobs() -> list[tuple[str, str]]:
+    """(kind, YAML text) of each job in docs/ci.md; each must parse as YAML."""
+    blocks = re.findall(r"```yaml\n(.*?)```", (ROOT / "docs" / "ci.md").read_text(), re.DOTALL)
+    for block in blocks:
+        yaml.safe_load(block)
+    return [("github" if "runs-on:" in b else "gitlab", b) for b in blocks]
+
+
+def test_the_ci_jobs_install_the_conformance_extra_and_run_the_suite_with_a_junit_report(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from conformance.cli import ENV_API_KEY, ENV_BASE_URL, parser
+
+    monkeypatch.delenv(ENV_BASE_URL, raising=False)
+    monkeypatch.delenv(ENV_API_KEY, raising=False)
+    jobs = ci_jobs()
+    assert sorted(kind for kind, _ in jobs) == ["github", "gitlab"]
+    for kind, job in jobs:
+        assert re.findall(r'pip install "acs-completions\[([\w,]+)\] @ ', job) == ["conformance"], kind
+        commands = [line.strip().removeprefix("- ").strip() for line in job.splitlines()]
+        runs = [shlex.split(c)[1:] for c in commands if c.startswith("acs-conformance ")]
+        assert runs and any(run == ["--version"] for run in runs), kind
+        (suite,) = [parser().parse_args(run) for run in runs if run != ["--version"]]
+        assert suite.junit and job.count(suite.junit) >= 2, kind      # written, then published
+        # The deployment and its key come from secrets through the suite's environment variables,
+        # never on the command line.
+        assert suite.base_url is None and suite.api_key is None, kind
+        assert f"{ENV_BASE_URL}: " in job and f"{ENV_API_KEY}: " in job, kind
