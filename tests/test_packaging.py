@@ -22,7 +22,6 @@ import urllib.request
 import venv
 import xml.etree.ElementTree as ET
 import zipfile
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -32,7 +31,9 @@ from packaging.specifiers import SpecifierSet
 from contract import load_spec, spec
 from contract.spec import CHECKOUT_PATH, SPEC_ENV
 from contract.version import DISTRIBUTION, describe, package_version, versions
-from tests.conformance_support import free_port
+from mock_server.app import create_app
+from mock_server.config import MockConfig
+from tests.conformance_support import free_port, serve
 
 ROOT = Path(__file__).resolve().parent.parent
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
@@ -113,43 +114,63 @@ def test_the_wheel_carries_the_top_level_spec_unchanged_and_the_commands(wheel: 
                                    "acs-reference": "reference_impl.__main__:main"}
 
 
-@pytest.fixture(scope="module")
-def installed(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, dict[str, str]]]:
-    """A fresh venv outside the repository with the wheel's [conformance] extra only."""
-    home = tmp_path_factory.mktemp("venv")
+Venv = tuple[Path, dict[str, str]]       # its bin/ and the environment to run it with
+
+
+def fresh_venv(home: Path, requirement: str) -> Venv:
+    """A new venv in `home` (outside the repository) with `requirement` installed."""
     venv.create(home / "venv", with_pip=True)
     env = {k: v for k, v in os.environ.items() if k not in (SPEC_ENV, "PYTHONPATH", "VIRTUAL_ENV")}
     bin_dir = home / "venv" / "bin"
     env["PATH"] = f"{bin_dir}{os.pathsep}{env.get('PATH', '')}"
-    pip(bin_dir, f"{wheel}[conformance]", cwd=home, env=env)
-    yield bin_dir, env
-
-
-def pip(bin_dir: Path, requirement: str, *, cwd: Path, env: dict[str, str]) -> None:
-    # pip's cache stays on (PyPI's wheels are fetched once per machine).
+    # pip's cache stays on: PyPI's wheels are fetched once per machine.
     subprocess.run([str(bin_dir / "python"), "-m", "pip", "install", "--quiet", requirement],
-                   check=True, cwd=cwd, env=env, timeout=PIP_TIMEOUT_S)
+                   check=True, cwd=home, env=env, timeout=PIP_TIMEOUT_S)
+    return bin_dir, env
 
 
-def run(bin_dir: Path, *args: str, cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+@pytest.fixture(scope="module")
+def gate(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Venv:
+    """What a deployment's CI installs: the wheel's [conformance] extra only."""
+    return fresh_venv(tmp_path_factory.mktemp("gate"), f"{wheel}[conformance]")
+
+
+def run(installed: Venv, *args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    bin_dir, env = installed
     return subprocess.run([str(bin_dir / args[0]), *args[1:]], capture_output=True, text=True,
                           cwd=cwd, env=env, timeout=RUN_TIMEOUT_S)
 
 
-def test_the_conformance_extra_is_a_ci_gate_without_flask_or_a_server(
-        installed: tuple[Path, dict[str, str]], tmp_path: Path) -> None:
-    bin_dir, env = installed
-    version = run(bin_dir, "acs-conformance", "--version", cwd=tmp_path, env=env)
+def run_quick_profile(installed: Venv, url: str, cwd: Path) -> None:
+    """The installed acs-conformance --profile quick: exit code 0, both versions in every report."""
+    suite = run(installed, "acs-conformance", "--base-url", url, "--api-key", "k", "--profile", "quick",
+                "--no-progress", "--json", "r.json", "--junit", "r.xml", "--html", "r.html", cwd=cwd)
+    assert suite.returncode == 0, suite.stdout[-4000:] + suite.stderr[-4000:]
+    expected = {DISTRIBUTION: package_version(), "openapi.yaml": spec().version}
+    report = json.loads((cwd / "r.json").read_text())
+    assert report["versions"] == expected
+    assert report["summary"]["failed"] == 0 and report["summary"]["passed"] > 0
+    props = ET.parse(cwd / "r.xml").getroot().find("testsuite/properties")
+    assert props is not None
+    assert {p.get("name"): p.get("value") for p in props if p.get("name", "").startswith("version:")} == {
+        f"version:{name}": value for name, value in expected.items()}
+    assert f"checked with {describe(expected)}." in (cwd / "r.html").read_text()
+    assert f"checked with {describe(expected)}\n" in suite.stdout
+
+
+def test_the_conformance_extra_is_a_ci_gate_without_flask_or_a_server(gate: Venv, tmp_path: Path) -> None:
+    bin_dir, _ = gate
+    version = run(gate, "acs-conformance", "--version", cwd=tmp_path)
     assert version.returncode == 0, version.stderr
     assert version.stdout == f"python -m conformance: {describe(versions())}\n"
-    probe = run(bin_dir, "python", "-c", (
+    probe = run(gate, "python", "-c", (
         "import importlib.util, json, sys\n"
         "import conformance.cli, conformance.checks, conformance.runner, conformance.reports\n"
         "from contract import spec\n"
         "print(json.dumps({'spec': str(spec().path),\n"
         f"  'installed': [m for m in {sorted(SERVER_MODULES)!r} if importlib.util.find_spec(m)],\n"
         f"  'imported': [m for m in sys.modules if m.split('.')[0] in {sorted(SERVER_MODULES)!r}]}}))"),
-        cwd=tmp_path, env=env)
+        cwd=tmp_path)
     assert probe.returncode == 0, probe.stderr
     found = json.loads(probe.stdout)
     assert Path(found["spec"]).is_relative_to(bin_dir.parent)      # the wheel's copy, not the checkout's
@@ -157,39 +178,25 @@ def test_the_conformance_extra_is_a_ci_gate_without_flask_or_a_server(
     # The wheel carries the servers' packages, but not what they run on (schemathesis brings
     # werkzeug, which the suite does not import); nothing of them is imported.
     assert not {"flask", "gunicorn"} & set(found["installed"]) and found["imported"] == []
-    dry = run(bin_dir, "acs-conformance", "--dry-run", "--no-progress", cwd=tmp_path, env=env)
-    assert dry.returncode == 0, dry.stderr
+    # A whole run without Flask installed: against the checkout's mock, served in this process.
+    with serve(create_app(MockConfig())) as url:
+        run_quick_profile(gate, url, tmp_path)
 
 
-def test_the_installed_mock_passes_the_installed_suite(
-        installed: tuple[Path, dict[str, str]], wheel: Path, tmp_path: Path) -> None:
-    bin_dir, env = installed
-    pip(bin_dir, f"{wheel}[mock]", cwd=tmp_path, env=env)
+def test_the_installed_mock_passes_the_installed_suite(wheel: Path, tmp_path: Path) -> None:
+    installed = fresh_venv(tmp_path, f"{wheel}[mock,conformance]")
     port = free_port()
     log = (tmp_path / "mock.log").open("w")
+    bin_dir, env = installed
     mock = subprocess.Popen([str(bin_dir / "acs-mock"), "--host", "127.0.0.1", "--port", str(port),
                              "--workers", "1"], cwd=tmp_path, env=env, stdout=log, stderr=subprocess.STDOUT)
     try:
         wait_healthy(f"http://127.0.0.1:{port}", mock, tmp_path / "mock.log")
-        started = time.perf_counter()
-        suite = run(bin_dir, "acs-conformance", "--base-url", f"http://127.0.0.1:{port}", "--api-key", "k",
-                    "--profile", "quick", "--no-progress", "--json", "r.json", "--junit", "r.xml",
-                    cwd=tmp_path, env=env)
-        print(f"installed suite, quick profile: {time.perf_counter() - started:.1f} s")
+        run_quick_profile(installed, f"http://127.0.0.1:{port}", tmp_path)
     finally:
         mock.terminate()
         mock.wait(timeout=30)
         log.close()
-    assert suite.returncode == 0, suite.stdout[-4000:] + suite.stderr[-4000:]
-    expected = {DISTRIBUTION: package_version(), "openapi.yaml": spec().version}
-    report = json.loads((tmp_path / "r.json").read_text())
-    assert report["versions"] == expected
-    assert report["summary"]["failed"] == 0 and report["summary"]["passed"] > 0
-    props = ET.parse(tmp_path / "r.xml").getroot().find("testsuite/properties")
-    assert props is not None
-    assert {p.get("name"): p.get("value") for p in props if p.get("name", "").startswith("version:")} == {
-        f"version:{name}": value for name, value in expected.items()}
-    assert f"checked with {describe(expected)}" in suite.stdout
 
 
 def wait_healthy(url: str, proc: subprocess.Popen[bytes], log: Path) -> None:
