@@ -14,6 +14,7 @@ from conformance.context import Context, ServerInfo, Skipped, Stop
 from conformance.registry import Check
 from conformance.results import CheckResult, Outcome, RunReport
 from contract import Spec, spec
+from contract.version import versions
 
 MODELS_PATH = "/v1/models"
 
@@ -99,7 +100,8 @@ def connect(config: RunConfig, transport: httpx.BaseTransport | None = None,
 def run(config: RunConfig, checks: Sequence[Check], *, progress: Progress | None = None,
         transport: httpx.BaseTransport | None = None) -> RunReport:
     """Run `checks` (already selected) in order; raise ConfigError/Unreachable before any check."""
-    report = RunReport(config.base_url, config.model, config.profile, token_ceiling=config.token_ceiling)
+    report = RunReport(config.base_url, config.model, config.profile, token_ceiling=config.token_ceiling,
+                       versions=versions())
     start = time.perf_counter()
     ctx = connect(config, transport)
     with ctx.client:

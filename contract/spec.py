@@ -10,13 +10,16 @@ import copy
 import os
 from dataclasses import dataclass
 from functools import cache, cached_property
+from importlib import resources
+from importlib.resources.abc import Traversable
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 SPEC_ENV = "ACS_OPENAPI"
-DEFAULT_PATH = Path(__file__).resolve().parent.parent / "openapi.yaml"
+# A checkout's (and an editable install's) spec: the top-level file people edit.
+CHECKOUT_PATH = Path(__file__).resolve().parent.parent / "openapi.yaml"
 _REQUIRED_EXTENSIONS = (
     "x-models", "x-caps", "x-error-codes", "x-messages", "x-rules",
     "x-model-rules", "x-token-rules", "x-request-id", "x-check-order",
@@ -80,8 +83,13 @@ class Route:
 
 @dataclass(frozen=True, eq=False)
 class Spec:
-    path: Path
+    path: Traversable
     raw: dict[str, Any]
+
+    @cached_property
+    def version(self) -> str:
+        """info.version: the contract's version, which every report records."""
+        return str(self.raw["info"]["version"])
 
     @cached_property
     def caps(self) -> dict[str, int]:
@@ -230,12 +238,20 @@ def _inline(node: Any, root: dict[str, Any]) -> Any:
     return node
 
 
+def default_path() -> Traversable:
+    """The installed package's copy (a wheel carries one: setup.py), else the checkout's file."""
+    packaged = resources.files("contract") / "openapi.yaml"
+    return packaged if packaged.is_file() else CHECKOUT_PATH
+
+
 def load_spec(path: str | os.PathLike[str] | None = None) -> Spec:
-    """Read and check a spec file; raise SpecError with the reason if it is unusable."""
+    """Read and check a spec file (default: $ACS_OPENAPI, else default_path());
+    raise SpecError with the reason if it is unusable."""
     from openapi_spec_validator import validate
     from openapi_spec_validator.validation.exceptions import OpenAPIValidationError
 
-    p = Path(path or os.environ.get(SPEC_ENV) or DEFAULT_PATH)
+    given = path or os.environ.get(SPEC_ENV)
+    p = Path(given) if given else default_path()
     try:
         raw = yaml.safe_load(p.read_text(encoding="utf-8"))
     except (OSError, yaml.YAMLError) as exc:

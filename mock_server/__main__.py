@@ -17,6 +17,7 @@ from collections.abc import Sequence
 
 from api_server.config import parse_keys, parse_max_model_len
 from api_server.serve import gunicorn_options, serve
+from contract.version import VersionAction
 from mock_server.config import MockConfig
 
 
@@ -26,6 +27,7 @@ def _env(name: str, default: str | None = None) -> str | None:
 
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m mock_server", description=__doc__.splitlines()[0])
+    p.add_argument("--version", action=VersionAction)
     p.add_argument("--host", default=_env("HOST", "127.0.0.1"))
     p.add_argument("--port", type=int, default=int(_env("PORT", "8000") or 8000))
     p.add_argument("--workers", type=int, default=int(_env("WORKERS", str(os.cpu_count() or 1)) or 1))

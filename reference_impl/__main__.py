@@ -21,6 +21,7 @@ from typing import Any
 
 from api_server.config import ServerConfig, parse_keys
 from api_server.serve import gunicorn_options, serve
+from contract.version import VersionAction
 
 log = logging.getLogger("reference_impl")
 
@@ -31,6 +32,7 @@ def _env(name: str, default: str | None = None) -> str | None:
 
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m reference_impl", description=__doc__.splitlines()[0])
+    p.add_argument("--version", action=VersionAction)
     p.add_argument("--model", default=_env("MODEL"),
                    help="model directory or hub id for vLLM (with --upstream: only read for its config.json)")
     p.add_argument("--served-model-name", default=_env("SERVED_MODEL_NAME"),

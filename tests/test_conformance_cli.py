@@ -14,6 +14,7 @@ import pytest
 from rich.console import Console
 
 from conformance.cli import main
+from contract.version import describe, versions
 from mock_server import create_app
 from mock_server.config import MockConfig
 from tests.conformance_support import Breaker, free_port, serve
@@ -158,11 +159,16 @@ def _pytest(url: str, *args: str) -> subprocess.CompletedProcess[str]:
         cwd=ROOT, capture_output=True, text=True, timeout=300)
 
 
-def test_pytest_embedding_passes_and_fails_like_the_cli(mock: tuple[Breaker, str]) -> None:
+def test_pytest_embedding_passes_and_fails_like_the_cli(mock: tuple[Breaker, str], tmp_path: Path) -> None:
     app, url = mock
-    ok = _pytest(url, "--conformance-select", "routes:*,headers:*")
+    ok = _pytest(url, "--conformance-select", "routes:*,headers:*", f"--junitxml={tmp_path / 'j.xml'}")
     assert ok.returncode == 0, ok.stdout[-2000:]
     assert "8 passed" in ok.stdout
+    # Which code and which contract: in the terminal and in pytest's JUnit, as in the CLI's reports.
+    assert f"conformance: checked with {describe(versions())};" in ok.stdout
+    props = ET.parse(tmp_path / "j.xml").getroot().find("testsuite/properties")
+    assert props is not None and {p.get("name"): p.get("value") for p in props} == {
+        f"version:{name}": version for name, version in versions().items()}
     app.mode = "missing_x_request_id"
     try:
         bad = _pytest(url, "--conformance-select", "headers:*")

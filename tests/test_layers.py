@@ -32,7 +32,7 @@ EXTRA: dict[str, set[str]] = {
 }
 # conformance reads the spec through contract, never the core's validators.
 CONFORMANCE_CONTRACT_NAMES = {"spec", "Spec", "ModelInfo", "SpecError"}
-CONFORMANCE_CONTRACT_MODULES = {"contract.spec"}
+CONFORMANCE_CONTRACT_MODULES = {"contract.spec", "contract.version"}   # the versions reports record
 GENERATOR_CONTRACT_MODULES = {"contract.spec", "contract.steering"}   # encode_tensor
 PYTEST_MODULES = {"conformance/pytest_plugin.py", "conformance/pytest_suite.py"}
 
