@@ -129,7 +129,9 @@ def sample_choice(vocab: Vocab, draw: Callable[[], float], s: Settings) -> Choic
             continue   # the text is joined at the end
         since = len(text)
         text += texts[-1]
-        if step + 1 >= min_tokens:
+        # As vLLM's detokenizer: stop strings count only once more than min_tokens tokens
+        # are out (the stopping token comes after min_tokens, as the end tokens do).
+        if step + 1 > min_tokens:
             found = _find_stop(text, s.stop, since)
             if found is not None:
                 at, stop = found
