@@ -243,9 +243,9 @@ def usage_token_ids(ctx: Context, stream: bool) -> None:
     """usage agrees with the ids (return_token_ids): each prompt's prompt_token_ids counted once, every token_ids."""
     sent = exhausting(ctx, stream)
     got = sent.choices()
-    prompts = {c.index // N: len(c.prompt_token_ids or []) for c in got if type(c.index) is int}
+    # each prompt is in n choices (which ones is semantics:choices's to say)
+    prompt = sum(len(c.prompt_token_ids or []) for c in got) // N
     completion = sum(len(c.token_ids) for c in got)
-    prompt = sum(prompts.values())
     want = {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
     usage = sent.usage()
     received = {k: usage.get(k) for k in want} if isinstance(usage, dict) else usage
