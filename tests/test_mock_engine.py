@@ -188,6 +188,17 @@ def test_end_of_text_now_and_then_unless_ignore_eos_and_never_before_min_tokens(
     assert choice["finish_reason"] == "length"
 
 
+def test_a_stop_string_waits_until_more_than_min_tokens_tokens_are_out(engine: FakeEngine) -> None:
+    """As vLLM's detokenizer: a stop string that every token matches fires on token min_tokens + 1."""
+    (token,) = [t for t in validate_completion({"model": MODEL.name, "prompt": "a"}).prompts[0]
+                if t != MODEL.bos_token_id]
+    for min_tokens in (0, 1, 3):
+        choice = completion(engine, prompt="a", allowed_token_ids=[token], stop=["a"], min_tokens=min_tokens,
+                            max_tokens=6, return_token_ids=True)["choices"][0]
+        assert (choice["token_ids"], choice["text"], choice["finish_reason"], choice["stop_reason"]) == (
+            [token] * (min_tokens + 1), "a" * min_tokens, "stop", "a")
+
+
 def test_return_token_ids(engine: FakeEngine) -> None:
     req = validate_completion({"model": MODEL.name, "prompt": "The sky is", "max_tokens": 24})
     body = completion(engine, seed=3, return_token_ids=True)
