@@ -57,10 +57,6 @@ class Sent:
     reply: Reply
     window: tuple[float, float]
 
-    @property
-    def stream(self) -> bool:
-        return isinstance(self.reply, StreamReply)
-
     def heads(self) -> list[dict[str, Any]]:
         """The Completion, or every JSON event of the stream but errors."""
         if isinstance(self.reply, StreamReply):
