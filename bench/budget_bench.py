@@ -33,8 +33,8 @@ import httpx
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 from contract import validate_completion  # noqa: E402
-from mock_server.budget import BudgetStore  # noqa: E402
-from mock_server.budget_redis import RedisBudget  # noqa: E402
+from api_server.budget import BudgetStore  # noqa: E402
+from api_server.budget_redis import RedisBudget  # noqa: E402
 from tests.mock_helpers import MockProcess  # noqa: E402
 from tests.redis_support import RedisServer, missing  # noqa: E402
 

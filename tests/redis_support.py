@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from tests.mock_helpers import free_port
+from reference_impl.launcher import free_port
 
 START_TIMEOUT_S = 30.0
 

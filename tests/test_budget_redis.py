@@ -22,12 +22,12 @@ import pytest
 import redis
 from rich.console import Console
 
+from api_server.budget import FILE_NAME, BudgetStore
+from api_server.budget_redis import PREFIX, RedisBudget
+from api_server.budget_store import Budget, key_id, open_budget
+from api_server.config import ServerConfig
 from conformance.cli import main
 from contract import ApiError, InferenceUnavailable, hold, spec, validate_completion
-from mock_server.budget import FILE_NAME, BudgetStore
-from mock_server.budget_redis import PREFIX, RedisBudget
-from mock_server.budget_store import Budget, key_id, open_budget
-from mock_server.config import MockConfig
 from tests.mock_helpers import MockProcess, completion_body, free_port, parse_sse
 from tests.redis_support import RedisServer
 
@@ -55,15 +55,15 @@ def make_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
         server = request.getfixturevalue("redis_server")
         redis.Redis.from_url(server.url).flushdb()
         url = server.url
-    yield lambda initial: open_budget(MockConfig(budget_tokens=initial, budget_dir=str(tmp_path), budget_url=url))
+    yield lambda initial: open_budget(ServerConfig(budget_tokens=initial, budget_dir=str(tmp_path), budget_url=url))
 
 
 # -- the store ---------------------------------------------------------------------------
 def test_open_budget_picks_the_backend_by_url(redis_server: RedisServer, tmp_path: Path) -> None:
-    assert isinstance(open_budget(MockConfig(budget_tokens=1, budget_dir=str(tmp_path))), BudgetStore)
-    assert isinstance(open_budget(MockConfig(budget_tokens=1, budget_url=redis_server.url)), RedisBudget)
+    assert isinstance(open_budget(ServerConfig(budget_tokens=1, budget_dir=str(tmp_path))), BudgetStore)
+    assert isinstance(open_budget(ServerConfig(budget_tokens=1, budget_url=redis_server.url)), RedisBudget)
     with pytest.raises(ValueError, match="budget_url: expected redis://"):
-        open_budget(MockConfig(budget_tokens=1, budget_url="http://127.0.0.1:6379"))
+        open_budget(ServerConfig(budget_tokens=1, budget_url="http://127.0.0.1:6379"))
 
 
 def test_reserve_clamps_settle_refunds(make_store: Any) -> None:
@@ -123,7 +123,7 @@ def test_stores_keep_a_hash_of_the_key_never_the_key(redis_server: RedisServer, 
 
 def test_unreachable_redis_is_503_with_one_log_line(caplog: pytest.LogCaptureFixture) -> None:
     store: Budget = RedisBudget(f"redis://127.0.0.1:{free_port()}/0", 1000)   # nothing listens there
-    caplog.set_level(logging.WARNING, logger="mock_server")
+    caplog.set_level(logging.WARNING, logger="api_server")
     for _ in range(3):
         with pytest.raises(ApiError) as refused:
             store.reserve(KEY, REQ)

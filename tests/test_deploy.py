@@ -21,8 +21,8 @@ import yaml
 from gunicorn.config import Config
 
 from contract import spec
-from mock_server.budget_store import REDIS_SCHEMES
-from mock_server.serve import gunicorn_options
+from api_server.budget_store import REDIS_SCHEMES
+from api_server.serve import gunicorn_options
 from reference_impl.__main__ import parser as reference_parser
 from reference_impl.launcher import VllmProcess, default_python
 

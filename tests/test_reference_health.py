@@ -6,8 +6,7 @@ import httpx
 import pytest
 
 from contract import InferenceUnavailable, spec
-from mock_server.app import create_app
-from mock_server.config import MockConfig
+from api_server import ServerConfig, create_app
 from reference_impl.engine import VllmEngine
 from reference_impl.health import CACHE_S, HEALTH_PATH, UpstreamHealth
 
@@ -58,11 +57,11 @@ def test_an_upstream_that_does_not_answer_is_not_ready(error: Exception) -> None
 
 def test_the_apis_health_follows_the_upstream() -> None:
     upstream = Upstream()
-    app = create_app(MockConfig(test_headers=False), VllmEngine(UPSTREAM, "m", transport=upstream.transport))
+    app = create_app(ServerConfig(), VllmEngine(UPSTREAM, "m", transport=upstream.transport))
     client = app.test_client()
     ok = client.get("/health")
     assert (ok.status_code, ok.get_json()) == (200, {"status": "ok"})
-    app.extensions["mock"].engine.health.cache_seconds = 0    # ask again on every probe
+    app.state.engine.health.cache_seconds = 0    # ask again on every probe
     upstream.status = 503
     down = client.get("/health")
     body = down.get_json()

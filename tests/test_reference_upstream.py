@@ -18,8 +18,8 @@ from werkzeug.wrappers import Request, Response
 
 from contract import InferenceUnavailable, spec
 from reference_impl.health import CACHE_S
-from reference_impl.launcher import wait_ready
-from tests.conformance_support import free_port, serve
+from reference_impl.launcher import free_port, wait_ready
+from tests.conformance_support import serve
 
 ROOT = Path(__file__).resolve().parent.parent
 SERVED = spec().default_model

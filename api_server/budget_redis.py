@@ -25,9 +25,9 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from contract import CompletionRequest, Hold, InferenceUnavailable, InsufficientQuota, hold
-from mock_server.budget_store import key_id
+from api_server.budget_store import key_id
 
-log = logging.getLogger("mock_server")
+log = logging.getLogger("api_server")
 
 PREFIX = "acs:budget:"
 # Short: a completion waits at most this long for a Redis that is gone before its 503.

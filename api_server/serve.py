@@ -15,7 +15,7 @@ def gunicorn_options(host: str, port: int, workers: int, threads: int, log_level
     # flight get graceful_timeout seconds to finish.
     return {
         "bind": f"{host}:{port}", "workers": workers, "threads": threads,
-        "worker_class": "mock_server.worker.ApiThreadWorker", "preload_app": True,
+        "worker_class": "api_server.worker.ApiThreadWorker", "preload_app": True,
         "loglevel": log_level, "accesslog": "-" if access_log else None, "keepalive": 5,
         "timeout": 60, "graceful_timeout": graceful_timeout,
     }

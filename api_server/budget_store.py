@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Protocol
 from contract import CompletionRequest, Hold
 
 if TYPE_CHECKING:
-    from mock_server.config import MockConfig
+    from api_server.config import ServerConfig
 
 REDIS_SCHEMES = ("redis://", "rediss://", "unix://")
 
@@ -39,9 +39,9 @@ def key_id(api_key: str) -> str:
     return hashlib.sha256(api_key.encode("utf-8")).hexdigest()
 
 
-def open_budget(config: MockConfig) -> Budget:
+def open_budget(config: ServerConfig) -> Budget:
     """The Budget store the settings name (Unlimited without budget_tokens)."""
-    from mock_server.budget import BudgetStore, Unlimited
+    from api_server.budget import BudgetStore, Unlimited
 
     if config.budget_tokens is None:
         return Unlimited()
@@ -49,6 +49,6 @@ def open_budget(config: MockConfig) -> Budget:
     if url:
         if not url.startswith(REDIS_SCHEMES):
             raise ValueError(f"budget_url: expected {', '.join(s + '...' for s in REDIS_SCHEMES)}, not {url!r}")
-        from mock_server.budget_redis import RedisBudget
+        from api_server.budget_redis import RedisBudget
         return RedisBudget(url, config.budget_tokens)
-    return BudgetStore(config.budget_dir or tempfile.mkdtemp(prefix="mock-budget-"), config.budget_tokens)
+    return BudgetStore(config.budget_dir or tempfile.mkdtemp(prefix="api-budget-"), config.budget_tokens)
