@@ -11,7 +11,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import logging
-import tempfile
 import time
 from collections.abc import Callable, Mapping
 from typing import Any, cast
@@ -19,7 +18,7 @@ from typing import Any, cast
 from flask import Flask, Response, g, request
 from werkzeug.exceptions import HTTPException
 
-from api_server.budget import BudgetStore, Unlimited
+from api_server.budget_store import open_budget
 from api_server.completions import create_completion
 from api_server.config import ServerConfig
 from api_server.engine import Engine
@@ -27,8 +26,8 @@ from api_server.hooks import Hook
 from api_server.responses import CLAMPED, JSON, REQUEST_ID, dumps
 from api_server.state import State, state
 from contract import (
-    ApiError, ChatRefused, InternalError, InvalidRequest, ModelInfo, NotFound, RequestTooLarge,
-    Spec, new_request_id, spec,
+    ApiError, ChatRefused, InferenceUnavailable, InternalError, InvalidRequest, ModelInfo, NotFound,
+    RequestTooLarge, Spec, new_request_id, spec,
 )
 from contract.http import match_route, preflight
 
@@ -44,12 +43,6 @@ def served_models(s: Spec, config: ServerConfig, served: Mapping[str, ModelInfo]
     for name, length in config.max_model_len.items():
         models[name] = dataclasses.replace(models[name], max_model_len=length)
     return models
-
-
-def _budget(config: ServerConfig) -> BudgetStore | Unlimited:
-    if config.budget_tokens is None:
-        return Unlimited()
-    return BudgetStore(config.budget_dir or tempfile.mkdtemp(prefix="api-budget-"), config.budget_tokens)
 
 
 class _App(Flask):
@@ -82,7 +75,7 @@ def create_app(config: ServerConfig, engine: Engine, models: Mapping[str, ModelI
     app = _App(__name__)
     # No MAX_CONTENT_LENGTH: werkzeug's would refuse a chunked body of exactly the cap;
     # completions.read_body cuts a chunked body off at the cap itself.
-    app.state = State(api, config, models, engine, _budget(config), hook, int(time.time()))
+    app.state = State(api, config, models, engine, open_budget(config), hook, int(time.time()))
     app.before_request(_preflight)
     app.after_request(_add_request_id)
     app.register_error_handler(ApiError, _api_error)
@@ -200,6 +193,10 @@ def _json(obj: Any, status: int = 200) -> Response:
 
 
 def _health() -> Response:
+    # An engine with an upstream (the reference's vLLM) is ready when that upstream is.
+    ready = getattr(state().engine, "ready", None)
+    if ready is not None and not ready():
+        raise InferenceUnavailable.from_template("inference_unavailable")
     return _json({"status": "ok"})
 
 

@@ -32,6 +32,8 @@ class ServerConfig:
     budget_tokens: int | None = None
     # Where the Budget's SQLite file lives; shared by every worker of one server.
     budget_dir: str | None = None
+    # redis://host:port/db: the Budget in Redis, shared by replicas (budget_store.py).
+    budget_url: str | None = None
     keepalive_seconds: float = field(default_factory=_keepalive_default)
     # A deployment's max_model_len per model name (the spec's value otherwise).
     max_model_len: Mapping[str, int] = field(default_factory=dict)
@@ -55,7 +57,7 @@ class ServerConfig:
 def _parse(name: str, raw: str) -> object:
     if name == "keys":
         return parse_keys(raw)
-    if name == "budget_dir":
+    if name in ("budget_dir", "budget_url"):
         return raw
     if name == "budget_tokens":
         return int(raw)

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 from flask import current_app
 
-from api_server.budget import BudgetStore, Unlimited
+from api_server.budget_store import Budget
 from api_server.config import ServerConfig
 from api_server.engine import Engine
 from api_server.hooks import Hook
@@ -23,7 +23,7 @@ class State:
     config: ServerConfig
     models: Mapping[str, ModelInfo]
     engine: Engine
-    budget: BudgetStore | Unlimited
+    budget: Budget
     hook: Hook | None
     started: int
 

@@ -36,6 +36,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--keys", help="comma-separated API keys (default: any non-empty Bearer key)")
     p.add_argument("--budget-tokens", type=int, help="tokens per key (default: unlimited)")
     p.add_argument("--budget-dir", help="directory of the Budget file (default: a new temp dir)")
+    p.add_argument("--budget-url", help="redis://host:port/db: the Budget in Redis, shared by replicas "
+                                        "(default: the SQLite file in --budget-dir)")
     p.add_argument("--ttft-ms", type=float, help="simulated time to first token")
     p.add_argument("--tpot-ms", type=float, help="simulated time per output token")
     p.add_argument("--keepalive-seconds", type=float, help="interval of ': keepalive' in streams")
@@ -52,11 +54,11 @@ def config_from(args: argparse.Namespace) -> MockConfig:
     """MOCK_* variables, overridden by the options given on the command line."""
     config = MockConfig.from_env(
         keys=parse_keys(args.keys) if args.keys else None,
-        budget_tokens=args.budget_tokens, budget_dir=args.budget_dir, ttft_ms=args.ttft_ms,
-        tpot_ms=args.tpot_ms, keepalive_seconds=args.keepalive_seconds, fault_rate=args.fault_rate,
-        stream_error_rate=args.stream_error_rate, eos_rate=args.eos_rate,
+        budget_tokens=args.budget_tokens, budget_dir=args.budget_dir, budget_url=args.budget_url,
+        ttft_ms=args.ttft_ms, tpot_ms=args.tpot_ms, keepalive_seconds=args.keepalive_seconds,
+        fault_rate=args.fault_rate, stream_error_rate=args.stream_error_rate, eos_rate=args.eos_rate,
         max_model_len=parse_max_model_len(args.max_model_len) if args.max_model_len else None)
-    if config.budget_tokens is not None and config.budget_dir is None:
+    if config.budget_tokens is not None and config.budget_dir is None and not config.budget_url:
         # Made before the fork, so that every worker spends from the same file.
         config = dataclasses.replace(config, budget_dir=tempfile.mkdtemp(prefix="mock-budget-"))
     return config

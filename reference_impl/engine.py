@@ -40,6 +40,7 @@ from api_server.responses import REQUEST_ID
 from contract import CompletionRequest, Spec, spec
 from reference_impl.errors import UpstreamError, from_vllm, translated
 from reference_impl.events import Decoder, sse_data
+from reference_impl.health import UpstreamHealth
 from reference_impl.upstream import upstream_body
 
 COMPLETIONS = "/v1/completions"   # vLLM's OpenAI route (not ours: the upstream's)
@@ -61,6 +62,11 @@ class VllmEngine:
         self._lock = threading.Lock()
         self._client: httpx.Client | None = None
         self._pid = 0
+        self.health = UpstreamHealth(self.base_url, transport=transport)
+
+    def ready(self) -> bool:
+        """The upstream's readiness (its GET /health, cached briefly): the API's /health."""
+        return self.health.ready()
 
     def client(self) -> httpx.Client:
         """One connection pool per process: gunicorn forks the workers after the app is built."""
