@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from contract import CompletionRequest, ModelInfo, spec
+from contract.tokens import decode
 from mock_server.activations import capture, warm
 from mock_server.engine import Activations, ChoiceDelta, Event, LogprobsDelta, Usage
 from mock_server.logprobs import Ranked, prompt_logprob, rank_positions, row_width, top_logprobs
@@ -134,7 +135,6 @@ def _choice_deltas(req: CompletionRequest, voc: Vocab, index: int, prompt: list[
                    greedy: bool, whole: bool = False) -> Iterator[ChoiceDelta]:
     """The choice's deltas: one per token, or with `whole` one holding every token."""
     body = req.body
-    skip = req.option("skip_special_tokens")
     k = body.get("logprobs")
     echo = bool(body.get("echo"))
     ids = choice.token_ids
@@ -146,17 +146,23 @@ def _choice_deltas(req: CompletionRequest, voc: Vocab, index: int, prompt: list[
         width = max(k or 0, body.get("prompt_logprobs", 0))
         rows = _rng("prompt", req.model.name, prompt).random((len(prompt), row_width()))
         prompt_ranked = rank_positions(rows, prompt, width, greedy=False, pool=voc.words)
-    table = voc.texts_for(skip)
-    echo_texts = [table[t] for t in prompt] if echo else []
-    echo_text = "" if not echo else (prompt_text if prompt_text is not None else "".join(echo_texts))
-    offsets = list(accumulate((len(t) for t in choice.token_texts), initial=0))
+    # Logprobs write each token as its own text, special tokens included, and text_offset
+    # is the running sum of those texts' lengths (as vLLM 0.32 writes them); the text
+    # itself leaves special tokens out when skip_special_tokens says so.
+    texts = voc.texts
+    echo_tokens = [texts[t] for t in prompt] if echo else []
+    # A string prompt is echoed as sent; token ids as vLLM decodes them (special tokens kept).
+    echo_text = "" if not echo else (prompt_text if prompt_text is not None else decode(req.model, prompt))
+    gen_tokens = [texts[t] for t in ids] if k is not None else []
+    offsets = list(accumulate(map(len, gen_tokens), initial=sum(map(len, echo_tokens))))
+    cuts = list(accumulate(map(len, choice.token_texts), initial=0))   # where each token's text starts
     logprobs: LogprobsDelta | None = None
     tops: list[dict[str, float] | None] = []
     gen_ranked: list[Ranked] = []
     if k is not None:
         rows = _rng("logprobs", key).random((len(ids), row_width()))
         gen_ranked = rank_positions(rows, ids, k, greedy, voc.words)
-        tops = [top_logprobs(r, voc, skip) for r in gen_ranked]
+        tops = [top_logprobs(r, voc) for r in gen_ranked]
     # What the first delta adds: the echoed prompt, its logprobs, the prompt's ids.
     extra: dict[str, Any] = {}
     if body.get("return_token_ids"):
@@ -164,17 +170,15 @@ def _choice_deltas(req: CompletionRequest, voc: Vocab, index: int, prompt: list[
     if "prompt_logprobs" in body:
         top = body["prompt_logprobs"]
         extra["prompt_logprobs"] = [None] + [
-            prompt_logprob(_trim(r, top), voc, skip) for r in prompt_ranked[1:]]
-    base = len(echo_text)
+            prompt_logprob(_trim(r, top), voc) for r in prompt_ranked[1:]]
 
     def first_logprobs(lp: LogprobsDelta) -> LogprobsDelta:
-        return _with_echo(lp, echo_texts, prompt_ranked[:len(prompt)], k, voc, skip) if echo else lp  # type: ignore[arg-type]
+        return _with_echo(lp, echo_tokens, prompt_ranked[:len(prompt)], k, voc) if echo else lp  # type: ignore[arg-type]
 
     if whole:
         if k is not None:
             logprobs = first_logprobs(LogprobsDelta(
-                list(choice.token_texts), [r.logprob for r in gen_ranked], tops,
-                [base + o for o in offsets[:-1]]))
+                gen_tokens, [r.logprob for r in gen_ranked], tops, offsets[:-1]))
         yield ChoiceDelta(index, echo_text + choice.text, list(ids), logprobs,
                           choice.finish_reason, choice.stop_reason, **extra)
         return
@@ -182,15 +186,14 @@ def _choice_deltas(req: CompletionRequest, voc: Vocab, index: int, prompt: list[
     size = len(full)
     last = len(ids) - 1
     for i, token in enumerate(ids):
-        start = offsets[i] if offsets[i] < size else size
+        start = cuts[i] if cuts[i] < size else size
         if i < last:
-            end = offsets[i + 1] if offsets[i + 1] < size else size
+            end = cuts[i + 1] if cuts[i + 1] < size else size
             text = full[start:end]
         else:
             text = full[start:]
         if k is not None:
-            logprobs = LogprobsDelta([choice.token_texts[i]], [gen_ranked[i].logprob],
-                                     [tops[i]], [base + offsets[i]])
+            logprobs = LogprobsDelta([gen_tokens[i]], [gen_ranked[i].logprob], [tops[i]], [offsets[i]])
         if i == 0:
             if echo:
                 text = echo_text + text
@@ -211,11 +214,11 @@ def _trim(r: Ranked, k: int) -> Ranked:
 
 
 def _with_echo(lp: LogprobsDelta, texts: list[str], ranked: list[Ranked], k: int,
-               voc: Vocab, skip: bool) -> LogprobsDelta:
+               voc: Vocab) -> LogprobsDelta:
     """The prompt's tokens first; the first has no logprob (nothing comes before it)."""
     offsets = list(accumulate((len(t) for t in texts), initial=0))[:-1]
     return LogprobsDelta(
         texts + lp.tokens,
         [None] + [r.logprob for r in ranked[1:]] + lp.token_logprobs,
-        [None] + [top_logprobs(_trim(r, k), voc, skip) for r in ranked[1:]] + lp.top_logprobs,
+        [None] + [top_logprobs(_trim(r, k), voc) for r in ranked[1:]] + lp.top_logprobs,
         offsets + lp.text_offset)
