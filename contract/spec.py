@@ -63,6 +63,10 @@ class Spec:
     def error_codes(self) -> dict[str, dict[str, Any]]:
         return self.raw["x-error-codes"]
 
+    def special_tokens(self, model: str) -> dict[int, str]:
+        """A model's special tokens (x-models `special_tokens`): id -> its text."""
+        return {int(k): v for k, v in self.raw["x-models"][model].get("special_tokens", {}).items()}
+
     def error_headers(self, code: str) -> dict[str, str]:
         """The headers an error code carries (x-error-codes `headers`), each with its value:
         the const of its schema in components/headers."""

@@ -141,8 +141,27 @@ def _wrong_usage(payload: Any) -> Any:
     return payload
 
 
+def _blank_special_tokens(payload: Any) -> Any:
+    """The mock before special tokens were written as text: "" for each in logprobs and in
+    the echoed text, and text_offset summing the blanked tokens (a proxy that blanks them)."""
+    if not isinstance(payload, dict):
+        return payload
+    texts = set(spec().special_tokens(spec().default_model).values())
+    for choice in payload.get("choices") or []:
+        for text in texts:
+            choice["text"] = (choice.get("text") or "").replace(text, "")
+        lp = choice.get("logprobs")
+        if isinstance(lp, dict):
+            lp["tokens"] = ["" if t in texts else t for t in lp["tokens"]]
+            lp["top_logprobs"] = [None if top is None else {("" if k in texts else k): v for k, v in top.items()}
+                                  for top in lp["top_logprobs"]]
+            start = lp["text_offset"][0] if lp["text_offset"] else 0
+            lp["text_offset"] = [start + sum(map(len, lp["tokens"][:i])) for i in range(len(lp["tokens"]))]
+    return payload
+
+
 MODES = (*REQUEST_MODES, "wrong_status", "wrong_code", "missing_param", "changed_message",
-         "no_request_id", *STREAM_MODES, "wrong_usage", "missing_x_request_id")
+         "no_request_id", *STREAM_MODES, "wrong_usage", "missing_x_request_id", "special_tokens_blanked")
 
 
 class Breaker:
@@ -199,6 +218,8 @@ class Breaker:
                 code, data = _error_rewrite(code, data, mode)
             elif mode == "wrong_usage":
                 data = _wrong_usage(data)
+            elif mode == "special_tokens_blanked":
+                data = _blank_special_tokens(data)
             body = json.dumps(data).encode()
         headers = [(k, v) for k, v in headers if k.lower() != "content-length"]
         headers.append(("Content-Length", str(len(body))))

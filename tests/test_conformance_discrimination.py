@@ -67,6 +67,8 @@ CAUGHT_BY: dict[str, tuple[tuple[str, ...], set[str]]] = {
     "missing_x_request_id": (("headers:*", "golden:http.not_found", "schema:response_headers_conformance"),
                              {"headers:x_request_id.success", "headers:x_request_id.error",
                               "golden:http.not_found", "schema:response_headers_conformance"}),
+    # the mock before issue 11: special tokens blanked in logprobs and in the echoed text
+    "special_tokens_blanked": (("shape:*",), {"shape:bos_echo", "shape:tokens_join_text"}),
 }
 
 
