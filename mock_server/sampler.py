@@ -104,6 +104,8 @@ def sample_choice(vocab: Vocab, draw: Callable[[], float], s: Settings) -> Choic
     pools = _pools(vocab, s)
     table = vocab.texts_for(s.skip_special_tokens)
     ends = ([s.eos_token_id] if s.eos_token_id is not None else []) + list(s.stop_token_ids)
+    if s.allowed_token_ids:   # vLLM masks every other token, the end tokens too
+        ends = [t for t in ends if t in s.allowed_token_ids]
     ids: list[int] = []
     texts: list[str] = []
     text = ""
@@ -129,7 +131,7 @@ def sample_choice(vocab: Vocab, draw: Callable[[], float], s: Settings) -> Choic
             continue   # the text is joined at the end
         since = len(text)
         text += texts[-1]
-        if step + 1 >= min_tokens:
+        if step >= min_tokens:   # as vLLM: only a token after the first min_tokens may complete a stop
             found = _find_stop(text, s.stop, since)
             if found is not None:
                 at, stop = found

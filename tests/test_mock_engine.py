@@ -184,10 +184,32 @@ def test_end_of_text_now_and_then_unless_ignore_eos_and_never_before_min_tokens(
     choice = completion(always, seed=1, return_token_ids=True)["choices"][0]
     assert (choice["token_ids"], choice["text"], choice["finish_reason"], choice["stop_reason"]) == (
         [MODEL.eos_token_ids[0]], "", "stop", None)
+    # written as its text in logprobs, whatever skip_special_tokens says; text_offset counts it
+    eos = spec().special_tokens(MODEL.name)[MODEL.eos_token_ids[0]]
+    for skip in (True, False):
+        lp = completion(always, seed=1, ignore_eos=True, max_tokens=2, allowed_token_ids=[MODEL.eos_token_ids[0]],
+                        logprobs=1, skip_special_tokens=skip)["choices"][0]
+        assert (lp["logprobs"]["tokens"], lp["logprobs"]["text_offset"], lp["text"]) == (
+            [eos, eos], [0, len(eos)], "" if skip else eos * 2)
+        assert all(eos in top for top in lp["logprobs"]["top_logprobs"])
     choice = completion(always, seed=1, return_token_ids=True, min_tokens=3)["choices"][0]
     assert len(choice["token_ids"]) == 4 and choice["token_ids"][-1] == MODEL.eos_token_ids[0]
     choice = completion(always, seed=1, ignore_eos=True, max_tokens=12)["choices"][0]
     assert choice["finish_reason"] == "length"
+
+
+def test_allowed_token_ids_without_the_end_token_never_end() -> None:
+    """vLLM masks every token but the allowed ones, the end token too (found by the parity corpus)."""
+    always = FakeEngine([MODEL], eos_rate=1.0)
+    choice = completion(always, seed=1, max_tokens=5, allowed_token_ids=[0], return_token_ids=True)["choices"][0]
+    assert (choice["token_ids"], choice["finish_reason"]) == ([0] * 5, "length")
+
+
+def test_a_stop_string_counts_only_after_min_tokens(engine: FakeEngine) -> None:
+    """As vLLM: the stop must complete in a token after the first min_tokens ("!" x 3, cut before the third)."""
+    choice = completion(engine, seed=1, max_tokens=6, allowed_token_ids=[0], stop=["!"], min_tokens=2,
+                        return_token_ids=True)["choices"][0]
+    assert (choice["text"], choice["token_ids"], choice["stop_reason"]) == ("!!", [0, 0, 0], "!")
 
 
 def test_return_token_ids(engine: FakeEngine) -> None:
@@ -274,3 +296,9 @@ def test_every_choice_ends_once_and_last(engine: FakeEngine) -> None:
     for index in range(4):
         mine = [d for d in deltas if d.index == index]
         assert [d.finish_reason is not None for d in mine] == [False] * (len(mine) - 1) + [True]
+
+
+def test_the_specs_special_tokens_are_the_tokenizers() -> None:
+    special = spec().special_tokens(MODEL.name)
+    assert set(special) == {MODEL.bos_token_id, *MODEL.eos_token_ids}
+    assert {i: vocab(MODEL).texts[i] for i in special} == special
