@@ -92,7 +92,7 @@ def _prompt_entry(entry: Any, k: int) -> Any:
     first_id, first = next(iter(entry.items()))
     return {"first": first_id, "first_keys": sorted(first), "decoded_token": first.get("decoded_token"),
             "size_ok": k <= len(entry) <= k + 1,
-            "entry_keys": sorted({tuple(sorted(e)) for e in entry.values() if isinstance(e, dict)})}
+            "entry_keys": [list(k) for k in sorted({tuple(sorted(e)) for e in entry.values() if isinstance(e, dict)})]}
 
 
 def _value(v: Any) -> Any:
