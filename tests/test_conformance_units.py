@@ -250,3 +250,9 @@ def test_conformance_imports_only_its_layer_and_never_the_core_validators() -> N
             for name in names:
                 top = name.split(".")[0]
                 assert top in stdlib or top in ALLOWED, (path, name)
+
+
+def test_only_the_chat_refusal_is_never_accepted() -> None:
+    """schemathesis's positive_data_acceptance is not held against an operation with no 2xx."""
+    from conformance.checks.schema import _never_accepted, schemathesis_spec
+    assert _never_accepted(schemathesis_spec()) == {"POST /v1/chat/completions"}
