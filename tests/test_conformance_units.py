@@ -11,7 +11,7 @@ import httpx
 import pytest
 
 from conformance.checks import REGISTRY
-from conformance.checks.schema import _rule_fields, narrowed_spec, schemathesis_spec
+from conformance.checks.schema import _never_accepted, _rule_fields, narrowed_spec, schemathesis_spec
 from conformance.client import Client
 from conformance.config import DEFAULT_TOKEN_CEILING, RunConfig
 from conformance.expect import error_body, event_schemas, request_id_re
@@ -254,5 +254,4 @@ def test_conformance_imports_only_its_layer_and_never_the_core_validators() -> N
 
 def test_only_the_chat_refusal_is_never_accepted() -> None:
     """schemathesis's positive_data_acceptance is not held against an operation with no 2xx."""
-    from conformance.checks.schema import _never_accepted, schemathesis_spec
     assert _never_accepted(schemathesis_spec()) == {"POST /v1/chat/completions"}
