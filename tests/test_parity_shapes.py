@@ -19,7 +19,7 @@ import pytest
 
 from conformance.golden import record
 from contract import spec
-from mock_server.app import create_app
+from mock_server import create_app
 from mock_server.config import MockConfig
 
 pytest_plugins = ["tests.reference_fixtures"]
@@ -80,7 +80,8 @@ def test_the_recording_covers_the_corpus() -> None:
 def test_the_recording_has_special_tokens_as_vllm_writes_them() -> None:
     """What issue 11 found the mock got wrong, as vLLM wrote it."""
     shapes = recorded()["shapes"]
-    bos, eos = (spec().special_tokens(spec().default_model)[i] for i in (128000, 128001))
+    model = spec().models[spec().default_model]
+    bos, eos = (spec().special_tokens(model.name)[i] for i in (model.bos_token_id, model.eos_token_ids[0]))
     choice = shapes["echo.logprobs.token_ids_bos"]["body"]["choices"][0]
     assert choice["text"].startswith(bos) and choice["logprobs"]["tokens"][0] == bos
     assert choice["logprobs"]["text_offset"][:2] == [0, len(bos)]

@@ -20,7 +20,6 @@ from conformance.checks.common import open_stream
 from conformance.client import Reply
 from conformance.context import Context
 from conformance.registry import register
-from contract import spec
 
 COMPLETIONS = "/v1/completions"
 PROMPT = "The sky is"
@@ -30,7 +29,7 @@ TOLERANCE = 1e-4     # a logprob streamed and not streamed: the same up to float
 
 
 def special(ctx: Context) -> dict[int, str]:
-    return spec().special_tokens(ctx.config.model)
+    return ctx.api.special_tokens(ctx.config.model)
 
 
 def _body(ctx: Context, **extra: Any) -> dict[str, Any]:
