@@ -152,7 +152,7 @@ def _error_response(error: ApiError) -> Response:
     rid = g.get("request_id")
     if rid is None:
         rid = g.request_id = new_request_id()
-    response = Response(dumps(error.body(rid)), status=error.status, content_type=JSON)
+    response = Response(dumps(error.body(rid)), status=error.status, content_type=JSON, headers=error.headers)
     allow = getattr(error, "allow", None)
     if allow:
         response.headers["Allow"] = ", ".join(allow)
@@ -203,7 +203,7 @@ def _health() -> Response:
 def _list_models() -> Response:
     s = state()
     return _json({"object": "list", "data": [
-        {"id": name, "object": "model", "created": s.started, "owned_by": "vllm",
+        {"id": name, "object": "model", "created": s.started, "owned_by": "vllm", "root": m.hf_id,
          "max_model_len": m.max_model_len, "num_layers": m.num_layers, "hidden_size": m.hidden_size}
         for name, m in s.models.items()]})
 

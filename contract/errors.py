@@ -63,6 +63,11 @@ class ApiError(Exception):
     def type(self) -> str:
         return spec().error_codes[self.code]["type"]
 
+    @property
+    def headers(self) -> dict[str, str]:
+        """Headers the response carries besides X-Request-Id (x-should-retry, Retry-After)."""
+        return spec().error_headers(self.code)
+
     def body(self, request_id: str) -> dict[str, Any]:
         return {
             "error": {"message": self.message, "type": self.type,

@@ -103,6 +103,15 @@ class Spec:
     def error_codes(self) -> dict[str, dict[str, Any]]:
         return self.raw["x-error-codes"]
 
+    def special_tokens(self, model: str) -> dict[int, str]:
+        """A model's special tokens (x-models `special_tokens`): id -> its text."""
+        return {int(k): v for k, v in self.raw["x-models"][model].get("special_tokens", {}).items()}
+
+    def error_headers(self, code: str) -> dict[str, str]:
+        """The headers an error code carries (x-error-codes `headers`), each with its value:
+        the const of its schema in components/headers."""
+        return _error_headers(self, code)
+
     @cached_property
     def rules(self) -> list[dict[str, Any]]:
         return self.raw["x-rules"]
@@ -219,6 +228,12 @@ class Spec:
 
 
 @cache
+def _error_headers(s: Spec, code: str) -> dict[str, str]:
+    declared = s.response_headers
+    return {name: str(declared[name]["schema"]["const"]) for name in s.error_codes[code].get("headers", ())}
+
+
+@cache
 def _defaults(s: Spec, name: str) -> dict[str, Any]:
     props = s.schema(name)["properties"]
     return {field: p["x-default"] for field, p in props.items() if "x-default" in p}
@@ -265,6 +280,12 @@ def load_spec(path: str | os.PathLike[str] | None = None) -> Spec:
     missing = [k for k in _REQUIRED_EXTENSIONS if k not in raw]
     if missing:
         raise SpecError(f"{p} lacks the extensions {', '.join(missing)}")
+    declared = raw.get("components", {}).get("headers", {})
+    for code, entry in raw["x-error-codes"].items():
+        for name in entry.get("headers", ()):
+            if "const" not in declared.get(name, {}).get("schema", {}):
+                raise SpecError(f"{p}: x-error-codes.{code} names the header {name}, which "
+                                f"components/headers does not declare with a const value")
     problem = _check_order(raw["x-check-order"])
     if problem:
         raise SpecError(f"{p}: {problem}")

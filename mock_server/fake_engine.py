@@ -22,6 +22,7 @@ import numpy as np
 
 from api_server.engine import Activations, ChoiceDelta, Event, LogprobsDelta, Usage
 from contract import CompletionRequest, ModelInfo, Spec, spec
+from contract.tokens import decode
 from mock_server.activations import capture, warm
 from mock_server.logprobs import Ranked, prompt_logprob, rank_positions, row_width, top_logprobs
 from mock_server.sampler import Choice, Settings, sample_choice
@@ -137,7 +138,6 @@ class _Echo:
 
 def _echo(req: CompletionRequest, voc: Vocab, prompt: list[int], prompt_text: str | None) -> _Echo:
     body = req.body
-    skip = req.option("skip_special_tokens")
     k = body.get("logprobs")
     echo = bool(body.get("echo"))
     ranked: list[Ranked] = []
@@ -146,16 +146,15 @@ def _echo(req: CompletionRequest, voc: Vocab, prompt: list[int], prompt_text: st
         width = max(k or 0, body.get("prompt_logprobs", 0))
         rows = _rng("prompt", req.model.name, prompt).random((len(prompt), row_width()))
         ranked = rank_positions(rows, prompt, width, greedy=False, pool=voc.words)
-    table = voc.texts_for(skip)
-    texts = [table[t] for t in prompt] if echo else []
-    text = "" if not echo else (prompt_text if prompt_text is not None else "".join(texts))
+    texts = [voc.texts[t] for t in prompt] if echo else []
+    # A string prompt is echoed as sent; token ids as vLLM decodes them (special tokens kept).
+    text = "" if not echo else (prompt_text if prompt_text is not None else decode(req.model, prompt))
     extra: dict[str, Any] = {}
     if body.get("return_token_ids"):
         extra["prompt_token_ids"] = list(prompt)
     if "prompt_logprobs" in body:
         top = body["prompt_logprobs"]
-        extra["prompt_logprobs"] = [None] + [
-            prompt_logprob(_trim(r, top), voc, skip) for r in ranked[1:]]
+        extra["prompt_logprobs"] = [None] + [prompt_logprob(_trim(r, top), voc) for r in ranked[1:]]
     return _Echo(echo, text, texts, ranked, extra)
 
 
@@ -163,55 +162,53 @@ def _choice_deltas(req: CompletionRequest, voc: Vocab, index: int, prompt: list[
                    prompt_text: str | None, choice: Choice, key: list[Any],
                    greedy: bool, whole: bool = False) -> Iterator[ChoiceDelta]:
     """The choice's deltas: one per token, or with `whole` one holding every token."""
-    skip = req.option("skip_special_tokens")
     k = req.body.get("logprobs")
     ids = choice.token_ids
     if not ids:
         return
     head = _echo(req, voc, prompt, prompt_text)
-    offsets = list(accumulate((len(t) for t in choice.token_texts), initial=0))
-    tops: list[dict[str, float] | None] = []
-    gen_ranked: list[Ranked] = []
+    # Logprobs write each token as its own text, special tokens included, and text_offset
+    # is the running sum of those texts' lengths, the echoed prompt's first (as vLLM 0.32
+    # writes them); the choice's text leaves special tokens out when skip_special_tokens says so.
+    gen: LogprobsDelta | None = None
     if k is not None:
         rows = _rng("logprobs", key).random((len(ids), row_width()))
-        gen_ranked = rank_positions(rows, ids, k, greedy, voc.words)
-        tops = [top_logprobs(r, voc, skip) for r in gen_ranked]
-    base = len(head.text)
+        ranked = rank_positions(rows, ids, k, greedy, voc.words)
+        tokens = [voc.texts[t] for t in ids]
+        offsets = list(accumulate(map(len, tokens), initial=sum(map(len, head.texts))))
+        gen = LogprobsDelta(tokens, [r.logprob for r in ranked],
+                            [top_logprobs(r, voc) for r in ranked], offsets[:-1])
 
     def first_logprobs(lp: LogprobsDelta) -> LogprobsDelta:
-        return _with_echo(lp, head.texts, head.ranked[:len(prompt)], k, voc, skip) if head.on else lp  # type: ignore[arg-type]
+        return _with_echo(lp, head.texts, head.ranked[:len(prompt)], k, voc) if head.on else lp  # type: ignore[arg-type]
 
     if whole:
-        logprobs: LogprobsDelta | None = None
-        if k is not None:
-            logprobs = first_logprobs(LogprobsDelta(
-                list(choice.token_texts), [r.logprob for r in gen_ranked], tops,
-                [base + o for o in offsets[:-1]]))
+        logprobs = first_logprobs(gen) if gen is not None else None
         yield ChoiceDelta(index, head.text + choice.text, list(ids), logprobs,
                           choice.finish_reason, choice.stop_reason, **head.extra)
         return
-    yield from _token_deltas(index, choice, offsets, head, base, gen_ranked, tops, k, first_logprobs)
+    yield from _token_deltas(index, choice, head, gen, first_logprobs)
 
 
-def _token_deltas(index: int, choice: Choice, offsets: list[int], head: _Echo, base: int,
-                  gen_ranked: list[Ranked], tops: list[dict[str, float] | None], k: int | None,
+def _token_deltas(index: int, choice: Choice, head: _Echo, gen: LogprobsDelta | None,
                   first_logprobs: Callable[[LogprobsDelta], LogprobsDelta]) -> Iterator[ChoiceDelta]:
     """One delta per token; the first carries the echo, the last the finish reason."""
     ids = choice.token_ids
     logprobs: LogprobsDelta | None = None
+    cuts = list(accumulate((len(t) for t in choice.token_texts), initial=0))   # where each token's text starts
     full = choice.text
     size = len(full)
     last = len(ids) - 1
     for i, token in enumerate(ids):
-        start = offsets[i] if offsets[i] < size else size
+        start = cuts[i] if cuts[i] < size else size
         if i < last:
-            end = offsets[i + 1] if offsets[i + 1] < size else size
+            end = cuts[i + 1] if cuts[i + 1] < size else size
             text = full[start:end]
         else:
             text = full[start:]
-        if k is not None:
-            logprobs = LogprobsDelta([choice.token_texts[i]], [gen_ranked[i].logprob],
-                                     [tops[i]], [base + offsets[i]])
+        if gen is not None:
+            logprobs = LogprobsDelta(gen.tokens[i:i + 1], gen.token_logprobs[i:i + 1],
+                                     gen.top_logprobs[i:i + 1], gen.text_offset[i:i + 1])
         if i == 0:
             if head.on:
                 text = head.text + text
@@ -232,11 +229,11 @@ def _trim(r: Ranked, k: int) -> Ranked:
 
 
 def _with_echo(lp: LogprobsDelta, texts: list[str], ranked: list[Ranked], k: int,
-               voc: Vocab, skip: bool) -> LogprobsDelta:
+               voc: Vocab) -> LogprobsDelta:
     """The prompt's tokens first; the first has no logprob (nothing comes before it)."""
     offsets = list(accumulate((len(t) for t in texts), initial=0))[:-1]
     return LogprobsDelta(
         texts + lp.tokens,
         [None] + [r.logprob for r in ranked[1:]] + lp.token_logprobs,
-        [None] + [top_logprobs(_trim(r, k), voc, skip) for r in ranked[1:]] + lp.top_logprobs,
+        [None] + [top_logprobs(_trim(r, k), voc) for r in ranked[1:]] + lp.top_logprobs,
         offsets + lp.text_offset)

@@ -161,6 +161,25 @@ def _wrong_usage(payload: Any) -> Any:
     return payload
 
 
+def _blank_special_tokens(payload: Any) -> Any:
+    """The mock before special tokens were written as text: "" for each in logprobs and in
+    the echoed text, and text_offset summing the blanked tokens (a proxy that blanks them)."""
+    if not isinstance(payload, dict):
+        return payload
+    texts = set(spec().special_tokens(spec().default_model).values())
+    for choice in payload.get("choices") or []:
+        for text in texts:
+            choice["text"] = (choice.get("text") or "").replace(text, "")
+        lp = choice.get("logprobs")
+        if isinstance(lp, dict):
+            lp["tokens"] = ["" if t in texts else t for t in lp["tokens"]]
+            lp["top_logprobs"] = [None if top is None else {("" if k in texts else k): v for k, v in top.items()}
+                                  for top in lp["top_logprobs"]]
+            start = lp["text_offset"][0] if lp["text_offset"] else 0
+            lp["text_offset"] = [start + sum(map(len, lp["tokens"][:i])) for i in range(len(lp["tokens"]))]
+    return payload
+
+
 # Success-body rewrites: (a Completion or a stream's JSON event, its position in the
 # stream or None, the number of choices in the body or stream) -> the same, with one
 # meaning broken and every schema still met.
@@ -250,7 +269,8 @@ def _is_success(payload: Any) -> bool:
 
 
 MODES = (*REQUEST_MODES, "wrong_status", "wrong_code", "missing_param", "changed_message",
-         "no_request_id", *STREAM_MODES, "wrong_usage", "missing_x_request_id", *SUCCESS_MODES)
+         "no_request_id", *STREAM_MODES, "wrong_usage", "missing_x_request_id", "special_tokens_blanked",
+         *SUCCESS_MODES)
 
 
 class Breaker:
@@ -308,6 +328,8 @@ class Breaker:
                 code, data = _error_rewrite(code, data, mode)
             elif mode == "wrong_usage":
                 data = _wrong_usage(data)
+            elif mode == "special_tokens_blanked":
+                data = _blank_special_tokens(data)
             elif mode in SUCCESS_MODES and _is_success(data):
                 data = SUCCESS_MODES[mode](data, None, len(data["choices"]))
             body = json.dumps(data).encode()

@@ -8,7 +8,7 @@ import httpx
 import pytest
 
 from conformance.checks import REGISTRY
-from conformance.checks.schema import _rule_fields, narrowed_spec, schemathesis_spec
+from conformance.checks.schema import _never_accepted, _rule_fields, narrowed_spec, schemathesis_spec
 from conformance.client import Client
 from conformance.config import DEFAULT_TOKEN_CEILING, RunConfig
 from conformance.expect import error_body, event_schemas, request_id_re
@@ -220,3 +220,6 @@ def test_html_report_is_self_contained_and_escaped() -> None:
     assert html.count('class="side"') == 1 and "does not conform" in html
 
 
+def test_only_the_chat_refusal_is_never_accepted() -> None:
+    """schemathesis's positive_data_acceptance is not held against an operation with no 2xx."""
+    assert _never_accepted(schemathesis_spec()) == {"POST /v1/chat/completions"}

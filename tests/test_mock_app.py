@@ -74,9 +74,9 @@ def test_models_lists_every_model_with_its_numbers(client: FlaskClient) -> None:
     r = client.get("/v1/models", headers=AUTH)
     body = r.get_json()
     assert body["object"] == "list"
-    assert [(m["id"], m["object"], m["max_model_len"], m["num_layers"], m["hidden_size"])
+    assert [(m["id"], m["object"], m["root"], m["max_model_len"], m["num_layers"], m["hidden_size"])
             for m in body["data"]] == [
-        (name, "model", m.max_model_len, m.num_layers, m.hidden_size) for name, m in spec().models.items()]
+        (name, "model", m.hf_id, m.max_model_len, m.num_layers, m.hidden_size) for name, m in spec().models.items()]
     assert not schema_errors(body, spec().schema("ModelList"))
     assert RID.fullmatch(r.headers["X-Request-Id"])
 
@@ -256,6 +256,9 @@ def test_x_mock_status_forces_the_status_with_its_code(client: FlaskClient, stat
     code = next(c for c, v in spec().error_codes.items() if v["status"] == status)
     body = assert_code(r, code)
     assert r.status_code == status and body["error"]["param"] is None
+    # x-should-retry on 429, Retry-After on 503 (x-error-codes), with the spec's values.
+    assert {name: r.headers.get(name) for name in spec().error_headers(code)} == spec().error_headers(code)
+    assert bool(spec().error_headers(code)) == (code in ("insufficient_quota", "inference_unavailable"))
 
 
 def test_x_mock_status_comes_after_validation(client: FlaskClient) -> None:
@@ -322,6 +325,7 @@ def test_clamped_max_tokens_header_and_429(tmp_path: Any) -> None:
     assert r.get_json()["usage"]["completion_tokens"] == held.max_tokens
     r = client.post("/v1/completions", json=body, headers=AUTH)
     assert_error(r, error_of(lambda: hold(req.prompt_token_counts, req.n, req.max_tokens, 0)))
+    assert r.headers["x-should-retry"] == "false"   # the Budget is spent: a retry cannot help
     other = client.post("/v1/completions", json=body, headers={"Authorization": "Bearer other"})
     assert other.status_code == 200   # each key has its own Budget
 

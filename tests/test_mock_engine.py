@@ -115,10 +115,12 @@ def test_echo_puts_the_prompt_first_with_a_null_first_logprob(engine: FakeEngine
     assert choice["text"].startswith("The sky is blue")
     lp = choice["logprobs"]
     prompt_ids = validate_completion({"model": MODEL.name, "prompt": "The sky is blue"}).prompts[0]
-    assert lp["tokens"][:len(prompt_ids)] == [vocab(MODEL).text(t) for t in prompt_ids]
+    # Special tokens are written as their text, as vLLM writes them; the text leaves BOS out.
+    assert lp["tokens"][:len(prompt_ids)] == [vocab(MODEL).texts[t] for t in prompt_ids]
+    assert lp["tokens"][0] == "<|begin_of_text|>" and lp["text_offset"][:2] == [0, len("<|begin_of_text|>")]
     assert lp["token_logprobs"][0] is None and lp["top_logprobs"][0] is None
     check_logprobs(choice, 2)
-    assert "".join(lp["tokens"]) == choice["text"]
+    assert "".join(lp["tokens"][1:]) == choice["text"]
 
 
 def test_prompt_logprobs_in_vllms_format(engine: FakeEngine) -> None:
@@ -182,6 +184,14 @@ def test_end_of_text_now_and_then_unless_ignore_eos_and_never_before_min_tokens(
     choice = completion(always, seed=1, return_token_ids=True)["choices"][0]
     assert (choice["token_ids"], choice["text"], choice["finish_reason"], choice["stop_reason"]) == (
         [MODEL.eos_token_ids[0]], "", "stop", None)
+    # written as its text in logprobs, whatever skip_special_tokens says; text_offset counts it
+    eos = spec().special_tokens(MODEL.name)[MODEL.eos_token_ids[0]]
+    for skip in (True, False):
+        lp = completion(always, seed=1, ignore_eos=True, max_tokens=2, allowed_token_ids=[MODEL.eos_token_ids[0]],
+                        logprobs=1, skip_special_tokens=skip)["choices"][0]
+        assert (lp["logprobs"]["tokens"], lp["logprobs"]["text_offset"], lp["text"]) == (
+            [eos, eos], [0, len(eos)], "" if skip else eos * 2)
+        assert all(eos in top for top in lp["logprobs"]["top_logprobs"])
     choice = completion(always, seed=1, return_token_ids=True, min_tokens=3)["choices"][0]
     assert len(choice["token_ids"]) == 4 and choice["token_ids"][-1] == MODEL.eos_token_ids[0]
     choice = completion(always, seed=1, ignore_eos=True, max_tokens=12)["choices"][0]
@@ -296,3 +306,9 @@ def test_every_choice_ends_once_and_last(engine: FakeEngine) -> None:
     for index in range(4):
         mine = [d for d in deltas if d.index == index]
         assert [d.finish_reason is not None for d in mine] == [False] * (len(mine) - 1) + [True]
+
+
+def test_the_specs_special_tokens_are_the_tokenizers() -> None:
+    special = spec().special_tokens(MODEL.name)
+    assert set(special) == {MODEL.bos_token_id, *MODEL.eos_token_ids}
+    assert {i: vocab(MODEL).texts[i] for i in special} == special

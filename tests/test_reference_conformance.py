@@ -62,6 +62,7 @@ def test_full_profile_passes(reference: Any, tmp_path: Path) -> None:
     assert "golden:steering.hidden" in skipped and "num_layers 32" in skipped["golden:steering.hidden"]
     passed = {r["id"] for r in results if r["outcome"] == Outcome.PASSED.value}
     assert {"lens:activations_shape", "lens:steering_accepted", "lens:layer_out_of_range"} <= passed, sorted(passed)
+    assert {c.id for c in REGISTRY if c.group == "shape"} <= passed, sorted(passed)
 
 
 def test_budget_checks_with_a_spent_key(reference: Any, models: dict[str, ModelInfo]) -> None:

@@ -250,6 +250,8 @@ def test_vllm_down_is_503() -> None:
         stream = c.post("/v1/completions", json={**BODY, "stream": True})
     # before the first event, a stream's failure is the HTTP error, with its status
     assert (stream.status_code, stream.json()["error"]["code"]) == (503, "inference_unavailable")
+    # Retry-After, with the spec's value (x-error-codes, components/headers)
+    assert stream.headers["Retry-After"] == spec().error_headers("inference_unavailable")["Retry-After"]
 
 
 def test_vllm_on_a_closed_port_is_503_with_the_apis_body_stream_or_not() -> None:

@@ -22,7 +22,8 @@ def template_regex(template: str) -> re.Pattern[str]:
 
 @register("budget:exhausted_key", tags=("budget",))
 def exhausted_key(ctx: Context) -> None:
-    """A key whose Budget cannot hold one token: 429 insufficient_quota in the error shape."""
+    """A key whose Budget cannot hold one token: 429 insufficient_quota in the error shape,
+    with `x-should-retry: false`."""
     key = ctx.config.exhausted_key
     if not key:
         ctx.skip("needs a key whose Budget is spent: pass --exhausted-key KEY")
@@ -37,3 +38,6 @@ def exhausted_key(ctx: Context) -> None:
     ctx.expect(bool(pattern.fullmatch(str(error.get("message")))), "the message does not follow its template",
                expected=spec().messages[code], received=error.get("message"), reply=reply)
     ctx.expect_request_id(reply, in_body=True)
+    # x-should-retry: false, so that SDKs do not retry a spent Budget (x-error-codes headers)
+    for name, value in spec().error_headers(code).items():
+        ctx.equal(f"the {name} header", value, reply.headers.get(name), reply)
