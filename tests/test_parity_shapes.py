@@ -91,6 +91,55 @@ def test_the_recording_has_special_tokens_as_vllm_writes_them() -> None:
     assert skipped["logprobs"]["tokens"] == [eos] * 3 and skipped["text"] == ""
 
 
+def _stream(*chunks: dict[str, Any]) -> httpx.Response:
+    """A stream reply of these chunks, each with the same head, then [DONE]."""
+    head = {"id": "cmpl-1", "object": "text_completion", "created": 1, "model": "llama-8b"}
+    text = "".join(f"data: {json.dumps({**head, **c})}\n\n" for c in chunks) + "data: [DONE]\n\n"
+    return httpx.Response(200, headers={"content-type": "text/event-stream"}, text=text)
+
+
+def _delta(index: int, text: str, first: int, finish: str | None = None, **extra: Any) -> dict[str, Any]:
+    """One choice's chunk of len(text) one-character tokens, the first at text_offset `first`."""
+    logprobs = {"tokens": list(text), "token_logprobs": [-0.5] * len(text),
+                "top_logprobs": [{t: -0.5} for t in text], "text_offset": list(range(first, first + len(text)))}
+    return {"choices": [{"index": index, "text": text, "logprobs": logprobs, "finish_reason": finish,
+                         "stop_reason": None, "token_ids": [0] * len(text)}], **extra}
+
+
+def _used(completion: int) -> dict[str, Any]:
+    return {"usage": {"prompt_tokens": 4, "completion_tokens": completion, "total_tokens": 4 + completion}}
+
+
+BODY = {"stream": True, "logprobs": 1, "max_tokens": 3, "n": 2,
+        "stream_options": {"include_usage": True, "continuous_usage_stats": True}}
+
+
+def test_a_stream_has_one_shape_however_vllm_batches_the_tokens() -> None:
+    """Three tokens as "!" "!" "!" or as "!" "!!" (vLLM under load): one shape; choices interleaved too."""
+    one_each = _stream(_delta(0, "!", 0, **_used(1)), _delta(1, "!", 0, **_used(1)), _delta(0, "!", 1, **_used(2)),
+                       _delta(0, "!", 2, "length", **_used(3)), _delta(1, "!", 1, **_used(2)),
+                       _delta(1, "!", 2, "length", **_used(3)), {"choices": [], **_used(6)})
+    batched = _stream(_delta(0, "!", 0, **_used(1)), _delta(0, "!!", 1, "length", **_used(3)),
+                      _delta(1, "!!!", 0, "length", **_used(3)), {"choices": [], **_used(6)})
+    want = record.answer_shape(one_each, BODY)
+    assert record.answer_shape(batched, BODY) == want
+    assert [e if e == "[DONE]" else (e["choices"], e["usage"]) for e in want["events"]] == [
+        ([{"index": i, "text": "!!!", "logprobs": {"tokens": ["!"] * 3, "token_logprobs": ["<float>"] * 3,
+          "top_logprobs": [{"holds_token": True, "size_ok": True}] * 3, "text_offset": [0, 1, 2]},
+           "finish_reason": "length", "stop_reason": None, "token_ids": [0, 0, 0]}], _used(3)["usage"])
+        for i in (0, 1)] + [([], _used(6)["usage"]), "[DONE]"]
+
+
+def test_a_stream_that_goes_on_after_finishing_has_another_shape() -> None:
+    finished_early = _stream(_delta(0, "!", 0, "length", **_used(1)), _delta(0, "!!", 1, "length", **_used(3)),
+                             _delta(1, "!!!", 0, "length", **_used(3)), {"choices": [], **_used(6)})
+    batched = _stream(_delta(0, "!!!", 0, "length", **_used(3)), _delta(1, "!!!", 0, "length", **_used(3)),
+                      {"choices": [], **_used(6)})
+    early = record.answer_shape(finished_early, BODY)["events"][0]["choices"][0]
+    assert early["chunks_after_finish"] == 1
+    assert record.answer_shape(finished_early, BODY) != record.answer_shape(batched, BODY)
+
+
 def test_the_mock_gives_the_recorded_shapes(mock_as_recorded: httpx.Client) -> None:
     check_against_recording(mock_as_recorded)
 

@@ -13,7 +13,9 @@ shape: log probability values, the alternatives in top_logprobs and
 prompt_logprobs (only whether they hold the token and how many), id, created
 and the residual stream's bytes. Everything else is compared as written: keys,
 nulls, list lengths, texts (special tokens included), text_offset, token ids,
-finish_reason, stop_reason, usage, chunk layout and order.
+finish_reason, stop_reason, usage, chunk layout and order. A stream's chunks of one
+choice are joined before the shape is taken (see `joined`): how many tokens vLLM puts
+in one chunk depends on its load, and the API lets a chunk carry several.
 """
 from __future__ import annotations
 
@@ -164,6 +166,46 @@ def by_choice(events: list[Any]) -> list[Any]:
     return sorted(content, key=_choice_index) + events[len(content):]   # sorted() is stable
 
 
+# A chunk may carry several tokens (openapi.yaml, CompletionChunk: clients join the chunks), and
+# how many vLLM puts in one depends on its load ("!" "!!" or "!" "!" "!" for the same three tokens).
+# So a stream's shape is taken with each choice's run of chunks joined into one, as a client
+# joins them; what batching cannot change is kept: the chunk order around it, that only the
+# last chunk of a choice finishes it, and (continuous_usage_stats) the usage of the last.
+FINISH = ("finish_reason", "stop_reason")
+
+
+def _join(a: Any, b: Any) -> Any:
+    """Two chunks' values of one key, joined as a client joins them."""
+    if isinstance(a, str) and isinstance(b, str) or isinstance(a, list) and isinstance(b, list):
+        return a + b
+    if isinstance(a, dict) and isinstance(b, dict):
+        return {k: _join(a[k], b[k]) if k in a and k in b else a.get(k, b.get(k)) for k in {**a, **b}}
+    return a if a == b or b is None else b if a is None else [a, b]   # [a, b]: values that differ show
+
+
+def _join_choices(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
+    out = {k: b[k] if k in FINISH and k in b else _join(a[k], b[k]) if k in a and k in b else a.get(k, b.get(k))
+           for k in {**a, **b}}
+    if a.get("finish_reason") is not None:           # a choice went on after its finishing chunk
+        out["chunks_after_finish"] = out.get("chunks_after_finish", 0) + 1
+    return out
+
+
+def joined(events: list[Any]) -> list[Any]:
+    """Each run of consecutive one-choice chunks of the same choice joined into one chunk: text,
+    logprobs lists and token ids concatenated, finish_reason, stop_reason and usage the last's."""
+    out: list[Any] = []
+    for event in events:
+        index = _choice_index(event)
+        last = out[-1] if out else None
+        if index is None or _choice_index(last) != index or set(last) != set(event):
+            out.append(event)
+            continue
+        out[-1] = {**last, **{k: v for k, v in event.items() if k != "choices"},
+                   "choices": [_join_choices(last["choices"][0], event["choices"][0])]}
+    return out
+
+
 def answer_shape(reply: httpx.Response, body: dict[str, Any]) -> dict[str, Any]:
     """Status, media type and the body's shape (a stream: each event's, `[DONE]` as itself)."""
     media = reply.headers.get("content-type", "").split(";")[0]
@@ -173,7 +215,7 @@ def answer_shape(reply: httpx.Response, body: dict[str, Any]) -> dict[str, Any]:
             if line.startswith("data: "):
                 data = line[len("data: "):]
                 events.append(data if data == "[DONE]" else shape(json.loads(data), body))
-        return {"status": reply.status_code, "media": media, "events": by_choice(events)}
+        return {"status": reply.status_code, "media": media, "events": joined(by_choice(events))}
     return {"status": reply.status_code, "media": media, "body": shape(reply.json(), body)}
 
 
