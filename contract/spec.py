@@ -65,7 +65,14 @@ class Spec:
 
     @cached_property
     def rules(self) -> list[dict[str, Any]]:
-        return self.raw["x-rules"]
+        """x-rules, each with `schema` (its entry in CompletionRequest's allOf, which a
+        body must match) and `when` (the JSON Schema a body breaking it matches)."""
+        entries = rule_schemas(self.raw)
+        return [{**r, "schema": entries[r["id"]], "when": {"not": entries[r["id"]]}}
+                for r in self.raw["x-rules"]]
+
+    def rule(self, rule_id: str) -> dict[str, Any]:
+        return next(r for r in self.rules if r["id"] == rule_id)
 
     @cached_property
     def token_rules(self) -> dict[str, dict[str, Any]]:
@@ -104,6 +111,17 @@ class Spec:
     def schema(self, name: str) -> dict[str, Any]:
         """A component schema with every local $ref inlined (our schemas do not recurse)."""
         return _inline(self.raw["components"]["schemas"][name], self.raw)
+
+
+RULE_KEY = "x-rule"
+REQUEST_SCHEMA = "CompletionRequest"
+
+
+def rule_schemas(raw: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """x-rule id -> its entry of the request schema's allOf (x- keys removed)."""
+    entries = raw["components"]["schemas"][REQUEST_SCHEMA].get("allOf", [])
+    return {e[RULE_KEY]: {k: v for k, v in e.items() if not k.startswith("x-")}
+            for e in entries if RULE_KEY in e}
 
 
 @cache
@@ -145,6 +163,10 @@ def load_spec(path: str | os.PathLike[str] | None = None) -> Spec:
     missing = [k for k in _REQUIRED_EXTENSIONS if k not in raw]
     if missing:
         raise SpecError(f"{p} lacks the extensions {', '.join(missing)}")
+    ids, entries = [r["id"] for r in raw["x-rules"]], rule_schemas(raw)
+    if set(ids) != set(entries):
+        raise SpecError(f"{p}: x-rules {sorted(set(ids) - set(entries))} have no entry in "
+                        f"{REQUEST_SCHEMA}'s allOf, and {sorted(set(entries) - set(ids))} no x-rules entry")
     return Spec(path=p, raw=raw)
 
 

@@ -60,8 +60,7 @@ def _steering_digest(req: CompletionRequest) -> list[str]:
 @cache
 def _greedy_below() -> float:
     """vLLM samples greedily below this temperature; the spec's greedy_n rule names it."""
-    rule = next(r for r in spec().rules if r["id"] == "greedy_n")
-    return float(rule["when"]["properties"]["temperature"]["exclusiveMaximum"])
+    return float(spec().rule("greedy_n")["schema"]["then"]["properties"]["temperature"]["minimum"])
 
 
 def _is_greedy(req: CompletionRequest) -> bool:

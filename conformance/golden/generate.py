@@ -164,8 +164,7 @@ class Writer:
     def rules(self) -> Iterator[dict[str, Any]]:
         b = {"model": self.model.name, "prompt": PROMPT}
         t = ["validation"]
-        greedy = next(r for r in self.s.rules if r["id"] == "greedy_n")
-        threshold = greedy["when"]["properties"]["temperature"]["exclusiveMaximum"]
+        threshold = self.s.rule("greedy_n")["schema"]["then"]["properties"]["temperature"]["minimum"]
         examples = {
             "max_tokens_required": [("n", {**b, "n": 2}), ("prompts", {**b, "prompt": [PROMPT, PROMPT]}),
                                     ("token_prompts", {**b, "prompt": [[791], [791]]})],
