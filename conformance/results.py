@@ -94,6 +94,7 @@ class RunReport:
     duration: float = 0.0
     server_max_model_len: int | None = None
     run_errors: list[str] = field(default_factory=list)   # the tool's, outside any check
+    coverage: dict[str, Any] | None = None                # conformance.coverage's summary
 
     def count(self, outcome: Outcome) -> int:
         return sum(1 for r in self.results if r.outcome is outcome)
@@ -117,6 +118,7 @@ class RunReport:
             "results": [r.to_dict() for r in self.results if r.outcome is not Outcome.ERROR],
             "tool_errors": [r.to_dict() for r in self.errors],
             "run_errors": self.run_errors,
+            "coverage": self.coverage,
         }
 
 

@@ -8,7 +8,8 @@ from collections.abc import Callable, Sequence
 
 import httpx
 
-from conformance.client import Client
+from conformance.client import Client, StreamReply
+from conformance.coverage import Coverage
 from conformance.config import ConfigError, RunConfig
 from conformance.context import Context, ServerInfo, Skipped, Stop
 from conformance.registry import Check
@@ -98,6 +99,10 @@ def run(config: RunConfig, checks: Sequence[Check], *, progress: Progress | None
     report = RunReport(config.base_url, config.model, config.profile, token_ceiling=config.token_ceiling)
     start = time.perf_counter()
     ctx = connect(config, transport)
+    coverage = ctx.memo["coverage"] = Coverage(exhausted_key=bool(config.exhausted_key))
+    ctx.client.observers.append(lambda method, path, body, reply: coverage.observe(
+        method, path, body, reply.status, reply.headers, reply.data,
+        [e.kind for e in reply.parsed.events] if isinstance(reply, StreamReply) else None))
     with ctx.client:
         report.server_max_model_len = ctx.max_model_len
         for check in checks:
@@ -108,5 +113,6 @@ def run(config: RunConfig, checks: Sequence[Check], *, progress: Progress | None
             if progress:
                 progress(check, result)
         report.tokens = ctx.client.tokens
+        report.coverage = coverage.summary()
     report.duration = time.perf_counter() - start
     return report

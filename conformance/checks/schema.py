@@ -25,6 +25,7 @@ import copy
 import json
 from collections.abc import Iterator
 from typing import Any
+from urllib.parse import urlsplit
 
 import schemathesis
 import schemathesis.specs.openapi.checks  # noqa: F401  (registers the OpenAPI checks)
@@ -192,6 +193,23 @@ def _tokens(interaction: Any) -> int:
     return max(counts + [sum(1 for e in parsed.events if e.kind == "content")])
 
 
+def _observe(ctx: Context, interaction: Any) -> None:
+    """schemathesis's answers count for spec coverage too."""
+    coverage, resp = ctx.memo.get("coverage"), getattr(interaction, "response", None)
+    if coverage is None or resp is None:
+        return
+    req = interaction.request
+    text = resp.content.decode("utf-8", "replace")
+    try:
+        data = json.loads(text)
+    except ValueError:
+        data = None
+    kinds = None
+    if "text/event-stream" in str(resp.headers.get("content-type") or resp.headers.get("Content-Type")):
+        kinds = [e.kind for e in parse_lines([(0.0, line) for line in text.splitlines()]).events]
+    coverage.observe(req.method, urlsplit(req.uri).path, req.body, resp.status_code, resp.headers, data, kinds)
+
+
 def run_schemathesis(ctx: Context) -> dict[str, list[Finding]]:
     """Both runs, once per suite run; check name -> findings."""
     if "schemathesis" in ctx.memo:
@@ -206,6 +224,7 @@ def run_schemathesis(ctx: Context) -> dict[str, list[Finding]]:
         for recorder in _run(ctx.config, raw, mode, phases):
             for interaction in recorder.interactions.values():
                 ctx.client.add_tokens(_tokens(interaction))
+                _observe(ctx, interaction)
             for case_id, nodes in recorder.checks.items():
                 for node in nodes:
                     if node.failure_info is None:
