@@ -179,6 +179,10 @@ class Client:
         self._observe("POST", path, content, reply)
         return reply
 
+    def observe(self, method: str, path: str, content: bytes | None, reply: Reply) -> None:
+        """An answer got through another client (schemathesis's), for the observers."""
+        self._observe(method, path, content, reply)
+
     def _observe(self, method: str, path: str, content: bytes | None, reply: Reply) -> None:
         for observer in self.observers:
             observer(method, path, content, reply)

@@ -8,7 +8,7 @@ from collections.abc import Callable, Sequence
 
 import httpx
 
-from conformance.client import Client, StreamReply
+from conformance.client import Client, Reply, StreamReply
 from conformance.coverage import Coverage
 from conformance.config import ConfigError, RunConfig
 from conformance.context import Context, ServerInfo, Skipped, Stop
@@ -19,6 +19,8 @@ from contract import spec
 MODELS_PATH = "/v1/models"
 
 Progress = Callable[[Check, CheckResult | None], None]   # None: the check is starting
+# Called with (check id, method, path, request body, reply) for every answer of the run.
+Observer = Callable[[str, str, str, bytes | None, Reply], None]
 
 
 class Unreachable(ConfigError):
@@ -94,7 +96,7 @@ def connect(config: RunConfig, transport: httpx.BaseTransport | None = None) -> 
 
 
 def run(config: RunConfig, checks: Sequence[Check], *, progress: Progress | None = None,
-        transport: httpx.BaseTransport | None = None) -> RunReport:
+        transport: httpx.BaseTransport | None = None, observers: Sequence[Observer] = ()) -> RunReport:
     """Run `checks` (already selected) in order; raise ConfigError/Unreachable before any check."""
     report = RunReport(config.base_url, config.model, config.profile, token_ceiling=config.token_ceiling)
     start = time.perf_counter()
@@ -103,11 +105,16 @@ def run(config: RunConfig, checks: Sequence[Check], *, progress: Progress | None
     ctx.client.observers.append(lambda method, path, body, reply: coverage.observe(
         method, path, body, reply.status, reply.headers, reply.data,
         [e.kind for e in reply.parsed.events] if isinstance(reply, StreamReply) else None))
+    current = [""]                     # the id of the check running now
+    for observer in observers:
+        ctx.client.observers.append(lambda method, path, body, reply, observer=observer:
+                                    observer(current[0], method, path, body, reply))
     with ctx.client:
         report.server_max_model_len = ctx.max_model_len
         for check in checks:
             if progress:
                 progress(check, None)
+            current[0] = check.id
             result = execute(check, ctx)
             report.results.append(result)
             if progress:

@@ -108,6 +108,10 @@ class Spec:
         """A component schema's x-default values: what a field left out or null means."""
         return _defaults(self, name)
 
+    def resolve(self, node: Any) -> Any:
+        """Any part of the spec with every local $ref inlined."""
+        return _inline(node, self.raw)
+
     def schema(self, name: str) -> dict[str, Any]:
         """A component schema with every local $ref inlined (our schemas do not recurse)."""
         return _inline(self.raw["components"]["schemas"][name], self.raw)

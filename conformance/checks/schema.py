@@ -27,12 +27,14 @@ from collections.abc import Iterator
 from typing import Any
 from urllib.parse import urlsplit
 
+import httpx
 import schemathesis
 import schemathesis.specs.openapi.checks  # noqa: F401  (registers the OpenAPI checks)
 from schemathesis.checks import CHECKS
 from schemathesis.config import SchemathesisConfig
 from schemathesis.engine import events, from_schema
 
+from conformance.client import Reply, StreamReply
 from conformance.config import RunConfig
 from conformance.context import Context
 from conformance.expect import event_schemas
@@ -194,20 +196,26 @@ def _tokens(interaction: Any) -> int:
 
 
 def _observe(ctx: Context, interaction: Any) -> None:
-    """schemathesis's answers count for spec coverage too."""
-    coverage, resp = ctx.memo.get("coverage"), getattr(interaction, "response", None)
-    if coverage is None or resp is None:
+    """schemathesis's answers go to the client's observers too (spec coverage, diff)."""
+    exchange = _exchange(interaction)
+    resp = getattr(interaction, "response", None)
+    if exchange is None or resp is None:
         return
-    req = interaction.request
+    headers = httpx.Headers(exchange.response_headers)
     text = resp.content.decode("utf-8", "replace")
-    try:
-        data = json.loads(text)
-    except ValueError:
-        data = None
-    kinds = None
-    if "text/event-stream" in str(resp.headers.get("content-type") or resp.headers.get("Content-Type")):
-        kinds = [e.kind for e in parse_lines([(0.0, line) for line in text.splitlines()]).events]
-    coverage.observe(req.method, urlsplit(req.uri).path, req.body, resp.status_code, resp.headers, data, kinds)
+    reply: Reply
+    if "text/event-stream" in headers.get("content-type", ""):
+        lines = [(0.0, line) for line in text.splitlines()]
+        reply = StreamReply(exchange, resp.status_code, headers, resp.content, lines=lines,
+                            parsed=parse_lines(lines))
+    else:
+        reply = Reply(exchange, resp.status_code, headers, resp.content)
+        try:
+            reply.data, reply.is_json = json.loads(text), True
+        except ValueError:
+            pass
+    ctx.client.observe(interaction.request.method, urlsplit(interaction.request.uri).path,
+                       interaction.request.body, reply)
 
 
 def run_schemathesis(ctx: Context) -> dict[str, list[Finding]]:
