@@ -37,6 +37,7 @@ SUMMARY_FIELDS = ("status", "code", "param", "message", "headers", "shape")
 # Headers of the transport, not of the API: servers differ in them legitimately.
 TRANSPORT_HEADERS = frozenset({"date", "server", "connection", "keep-alive", "transfer-encoding",
                                "content-length", "vary"})
+VOLATILE_REQUEST_HEADERS = frozenset({"content-length", "user-agent"})
 _MASKS = (
     (re.compile(r"req_[0-9a-f]{32}"), "req_*"),
     (re.compile(r"cmpl-[0-9a-f]+"), "cmpl-*"),
@@ -158,7 +159,8 @@ class Recorder:
 
     def __call__(self, check: str, method: str, path: str, body: bytes | None, reply: Reply) -> None:
         headers = sorted((k.lower(), v) for k, v in reply.exchange.request_headers.items()
-                         if k.lower() != "content-length")
+                         if k.lower() not in VOLATILE_REQUEST_HEADERS
+                         and not k.lower().startswith("x-schemathesis"))  # its per-case id
         text = body.decode("utf-8", "replace") if isinstance(body, bytes) else body
         base = (check, method.upper(), path, json.dumps(headers), text or "")
         key = (*base, self._seen[base])
