@@ -13,6 +13,7 @@ from conformance.checks import REGISTRY
 from conformance.config import RunConfig
 from conformance.coverage import Coverage, summary_line, universe
 from conformance.registry import select
+from conformance.reports.html import render
 from conformance.runner import run
 from contract import spec
 from mock_server.app import create_app
@@ -33,6 +34,11 @@ def test_the_full_profile_covers_every_rule_error_code_and_status() -> None:
     assert coverage["rules"]["percent"] == 100.0
     assert report.to_dict()["coverage"] == coverage
     assert summary_line(coverage).startswith("spec coverage: routes 100% ")
+    # The reports list what was not covered (without a Budget, the clamp header is never sent).
+    html = render(report)
+    not_covered = [x for c in coverage.values() for x in c["not_covered"]]
+    assert "X-Acs-Max-Tokens-Clamped" in not_covered
+    assert "<h2>Spec coverage</h2>" in html and all(x in html for x in not_covered)
 
 
 def test_the_universe_is_read_from_the_spec() -> None:
