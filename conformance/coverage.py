@@ -18,6 +18,7 @@ import re
 import threading
 from typing import Any
 
+from conformance.client import Reply, StreamReply
 from conformance.spec_rules import all_rule_keys, rule_for
 from contract import spec
 
@@ -62,6 +63,11 @@ class Coverage:
         self.seen: dict[str, set[str]] = {c: set() for c in CATEGORIES}
         self._lock = threading.Lock()
         self._header_names = {h.lower(): h for h in self.universe["headers"]}
+
+    def observe_reply(self, method: str, path: str, body: bytes | None, reply: Reply) -> None:
+        """A client observer (conformance.client.Client.observers)."""
+        kinds = [e.kind for e in reply.parsed.events] if isinstance(reply, StreamReply) else None
+        self.observe(method, path, body, reply.status, reply.headers, reply.data, kinds)
 
     def observe(self, method: str, path: str, body: bytes | str | None, status: int | None,
                 headers: Any, data: Any = None, event_kinds: list[str] | None = None) -> None:

@@ -8,7 +8,7 @@ from collections.abc import Callable, Sequence
 
 import httpx
 
-from conformance.client import Client, Reply, StreamReply
+from conformance.client import Client, Reply
 from conformance.coverage import Coverage
 from conformance.config import ConfigError, RunConfig
 from conformance.context import Context, ServerInfo, Skipped, Stop
@@ -101,10 +101,8 @@ def run(config: RunConfig, checks: Sequence[Check], *, progress: Progress | None
     report = RunReport(config.base_url, config.model, config.profile, token_ceiling=config.token_ceiling)
     start = time.perf_counter()
     ctx = connect(config, transport)
-    coverage = ctx.memo["coverage"] = Coverage(exhausted_key=bool(config.exhausted_key))
-    ctx.client.observers.append(lambda method, path, body, reply: coverage.observe(
-        method, path, body, reply.status, reply.headers, reply.data,
-        [e.kind for e in reply.parsed.events] if isinstance(reply, StreamReply) else None))
+    coverage = Coverage(exhausted_key=bool(config.exhausted_key))
+    ctx.client.observers.append(coverage.observe_reply)
     current = [""]                     # the id of the check running now
     for observer in observers:
         ctx.client.observers.append(lambda method, path, body, reply, observer=observer:
