@@ -14,8 +14,10 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import hashlib
 import json
 import re
+import threading
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -118,15 +120,14 @@ def _event_schemas() -> dict[str, dict[str, Any]]:
     return event_schemas()
 
 
-def _run_length(kinds: list[str]) -> list[str]:
-    """Event kinds in order, runs counted: ["content x4", "usage", "done"]."""
-    groups: list[list[Any]] = []
+def _runs(kinds: list[str]) -> list[str]:
+    """Event kinds in order, each run once: ["content", "usage", "done"]. How many
+    content chunks arrive is sampled (an end-of-text token ends a stream early)."""
+    out: list[str] = []
     for kind in kinds:
-        if groups and groups[-1][0] == kind:
-            groups[-1][1] += 1
-        else:
-            groups.append([kind, 1])
-    return [k if n == 1 else f"{k} x{n}" for k, n in groups][:EVENT_KINDS_SHOWN]
+        if not out or out[-1] != kind:
+            out.append(kind)
+    return out[:EVENT_KINDS_SHOWN]
 
 
 def summarise(method: str, path: str, reply: Reply) -> dict[str, Any]:
@@ -134,7 +135,7 @@ def summarise(method: str, path: str, reply: Reply) -> dict[str, Any]:
     error = reply.data.get("error") if isinstance(reply.data, dict) else None
     error = error if isinstance(error, dict) else {}
     if isinstance(reply, StreamReply) and reply.parsed.events:
-        body_shape: Any = {"events": _run_length([e.kind for e in reply.parsed.events]),
+        body_shape: Any = {"events": _runs([e.kind for e in reply.parsed.events]),
                            "payloads": sorted({json.dumps({e.kind: shape(e.payload, _event_schemas().get(e.kind))},
                                                           sort_keys=True) for e in reply.parsed.events})}
     elif reply.is_json:
@@ -155,19 +156,21 @@ class Recorder:
     answers: dict[tuple[Any, ...], dict[str, Any]] = field(default_factory=dict)
     requests: dict[tuple[Any, ...], dict[str, Any]] = field(default_factory=dict)
     _seen: Counter[tuple[Any, ...]] = field(default_factory=Counter)
-    api_key: str = ""
+    _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def __call__(self, check: str, method: str, path: str, body: bytes | None, reply: Reply) -> None:
         headers = sorted((k.lower(), v) for k, v in reply.exchange.request_headers.items()
                          if k.lower() not in VOLATILE_REQUEST_HEADERS
                          and not k.lower().startswith("x-schemathesis"))  # its per-case id
-        text = body.decode("utf-8", "replace") if isinstance(body, bytes) else body
-        base = (check, method.upper(), path, json.dumps(headers), text or "")
-        key = (*base, self._seen[base])
-        self._seen[base] += 1
-        self.answers[key] = summarise(method, path, reply)
-        self.requests[key] = {"check": check, "method": method.upper(), "path": path,
-                              "headers": dict(headers), "body": (text or "")[:2000]}
+        raw = body.encode() if isinstance(body, str) else body or b""
+        base = (check, method.upper(), path, json.dumps(headers), hashlib.sha256(raw).hexdigest())
+        summary = summarise(method, path, reply)
+        with self._lock:          # a check may send from several threads
+            key = (*base, self._seen[base])
+            self._seen[base] += 1
+            self.answers[key] = summary
+            self.requests[key] = {"check": check, "method": method.upper(), "path": path,
+                                  "headers": dict(headers), "body": raw[:2000].decode("utf-8", "replace")}
 
 
 @dataclass
