@@ -225,6 +225,15 @@ def _short(value: Any, width: int = 60) -> str:
     return text if len(text) <= width else text[:width - 3] + "..."
 
 
+def where_differs(a: Any, b: Any, path: str = "") -> tuple[str, Any, Any]:
+    """The first place two shapes differ: (path, the part of a, the part of b)."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        for key in sorted(set(a) | set(b)):
+            if a.get(key, "<absent>") != b.get(key, "<absent>"):
+                return where_differs(a.get(key, "<absent>"), b.get(key, "<absent>"), f"{path}.{key}")
+    return path.lstrip(".") or "(whole)", a, b
+
+
 def print_diff(report: DiffReport, console: Console) -> None:
     table = Table(title=f"Answers that differ: A {report.a_url} / B {report.b_url}")
     for column in ("check", "request", "field", "A", "B"):
@@ -232,8 +241,12 @@ def print_diff(report: DiffReport, console: Console) -> None:
     for d in report.differing:
         req = d["request"]
         for f in d["fields"]:
+            a, b = d["a"][f], d["b"][f]
+            if f == "shape":        # the place they differ, not the whole shapes
+                where, a, b = where_differs(a, b)
+                f = f"shape: {where}"
             table.add_row(req["check"], f"{req['method']} {req['path']} {_short(req['body'], 40)}", f,
-                          _short(d["a"][f]), _short(d["b"][f]))
+                          _short(a), _short(b))
     if report.differing:
         console.print(table)
     for side, items in (("A", report.only_a), ("B", report.only_b)):

@@ -11,7 +11,7 @@ import pytest
 from rich.console import Console
 
 from conformance.cli import main
-from conformance.diff import mask, shape
+from conformance.diff import mask, shape, where_differs
 from mock_server.app import create_app
 from mock_server.config import MockConfig
 from tests.conformance_support import Breaker, serve
@@ -79,3 +79,6 @@ def test_masking_and_shapes() -> None:
     assert mask("see req_" + "a" * 32 + " at 2026-11-30T20:33:17Z") == "see req_* at <time>"
     assert shape({"b": [1, 2.5, "x"], "a": None, "c": True}) == {
         "a": "null", "b": {"array": 3, "items": ["integer", "number", "string"]}, "c": "boolean"}
+    assert where_differs({"x": {"events": ["content", "error", "done"]}, "y": 1},
+                         {"x": {"events": ["content", "done"]}, "y": 1}) == (
+        "x.events", ["content", "error", "done"], ["content", "done"])
