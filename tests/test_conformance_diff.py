@@ -82,3 +82,13 @@ def test_masking_and_shapes() -> None:
     assert where_differs({"x": {"events": ["content", "error", "done"]}, "y": 1},
                          {"x": {"events": ["content", "done"]}, "y": 1}) == (
         "x.events", ["content", "error", "done"], ["content", "done"])
+
+
+def test_an_unreachable_deployment_is_exit_code_2(servers: tuple[str, Breaker, str]) -> None:
+    from tests.mock_helpers import free_port
+    a, _, _ = servers
+    dead = f"http://127.0.0.1:{free_port()}"
+    console = Console(record=True, width=200)
+    assert main(["diff", "--base-url", dead, "--api-key", KEY, "--other-url", a, "-k", "routes:*",
+                 "--no-progress"], console=console) == 2
+    assert main(["diff", "--base-url", a, "--api-key", KEY], console=console) == 2   # no --other-url
