@@ -20,10 +20,9 @@ from typing import Any
 
 from conformance.client import Reply, StreamReply
 from conformance.spec_rules import all_rule_keys, rule_for
-from contract import spec
+from contract import Spec, spec
 
 REQUEST_SCHEMA = "CompletionRequest"
-COMPLETIONS_PATH = "/v1/completions"
 CATEGORIES = ("routes", "fields_valid", "fields_invalid", "rules", "error_codes", "statuses",
               "headers", "stream_events")
 
@@ -32,34 +31,34 @@ def _param_root(param: Any) -> str | None:
     return re.split(r"[.\[]", param, maxsplit=1)[0] if isinstance(param, str) else None
 
 
-def universe(*, exhausted_key: bool = False) -> dict[str, list[str]]:
-    """What a run could cover, each category read from the spec."""
-    raw = spec().raw
-    codes = [code for code, entry in raw["x-error-codes"].items()
+def universe(*, exhausted_key: bool = False, api: Spec | None = None) -> dict[str, list[str]]:
+    """What a run could cover, each category read from the spec (default: contract.spec())."""
+    api = api if api is not None else spec()
+    codes = [code for code, entry in api.error_codes.items()
              if entry.get("conformance") is None
              or (entry["conformance"] == "exhausted-key" and exhausted_key)]
-    statuses = {str(c) for item in raw["paths"].values() for op in item.values()
-                for c in op["responses"] if str(c).startswith("2")}
-    statuses |= {str(raw["x-error-codes"][c]["status"]) for c in codes}
-    op = raw["paths"][COMPLETIONS_PATH]["post"]
-    fields = sorted(spec().schema(REQUEST_SCHEMA)["properties"])
+    statuses = {str(c) for r in api.routes for c in api.operation(r.operation_id)["responses"]
+                if str(c).startswith("2")}
+    statuses |= {str(api.error_codes[c]["status"]) for c in codes}
+    fields = sorted(api.schema(REQUEST_SCHEMA)["properties"])
     return {
-        "routes": sorted(f"{m.upper()} {p}" for p, item in raw["paths"].items() for m in item),
+        "routes": sorted(f"{r.method} {r.path}" for r in api.routes),
         "fields_valid": fields,
         "fields_invalid": fields,
-        "rules": all_rule_keys(),
+        "rules": all_rule_keys(api),
         "error_codes": sorted(codes),
         "statuses": sorted(statuses),
-        "headers": sorted(raw["components"]["headers"]),
-        "stream_events": sorted(op["responses"]["200"]["content"]["text/event-stream"]["x-event-schemas"]),
+        "headers": sorted(api.response_headers),
+        "stream_events": sorted(api.event_schemas),
     }
 
 
 class Coverage:
     """Collects what the run's answers exercised; thread-safe (checks may run threads)."""
 
-    def __init__(self, *, exhausted_key: bool = False) -> None:
-        self.universe = universe(exhausted_key=exhausted_key)
+    def __init__(self, *, exhausted_key: bool = False, api: Spec | None = None) -> None:
+        self.api = api if api is not None else spec()
+        self.universe = universe(exhausted_key=exhausted_key, api=self.api)
         self.seen: dict[str, set[str]] = {c: set() for c in CATEGORIES}
         self._lock = threading.Lock()
         self._header_names = {h.lower(): h for h in self.universe["headers"]}
@@ -86,10 +85,10 @@ class Coverage:
             if error is not None:
                 if isinstance(error.get("code"), str):
                     seen["error_codes"].add(error["code"])
-                rule = rule_for(data)
+                rule = rule_for(data, self.api)
                 if rule:
                     seen["rules"].add(rule)
-            if method.upper() == "POST" and path == COMPLETIONS_PATH:
+            if method.upper() == "POST" and path == self.api.completions_path:
                 self._fields(body, status, error)
 
     def _fields(self, body: bytes | str | None, status: int, error: dict[str, Any] | None) -> None:

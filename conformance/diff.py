@@ -106,7 +106,8 @@ def shape(value: Any, schema: dict[str, Any] | None = None) -> Any:
 
 @cache
 def _response_schema(method: str, path: str, status: int) -> dict[str, Any] | None:
-    op = spec().raw["paths"].get(path, {}).get(method.lower())
+    route = next((r for r in spec().routes if r.path == path and r.method == method.upper()), None)
+    op = spec().operation(route.operation_id) if route else None
     response = (op or {}).get("responses", {}).get(str(status))
     if response is None:
         return None

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
-from contract import spec
+from contract import Spec, spec
 
 RULE_GROUPS = ("x-rules", "x-model-rules", "x-token-rules")
 
@@ -41,11 +41,17 @@ def _regex(template: str, fills: dict[str, str] | None = None) -> str:
     return "".join(out)
 
 
+def _rules(api: Spec, group: str) -> list[dict[str, Any]]:
+    if group == "x-rules":
+        return api.rules
+    return list((api.model_rules if group == "x-model-rules" else api.token_rules).values())
+
+
 @cache
-def templates() -> tuple[RuleTemplate, ...]:
+def _templates(api: Spec) -> tuple[RuleTemplate, ...]:
     out = []
     for group in RULE_GROUPS:
-        for rule in spec().raw[group]:
+        for rule in _rules(api, group):
             params = tuple(rule.get("params") or ([rule["param"]] if "param" in rule else []))
             fills = None
             if "reasons" in rule:   # a steering vector's message names one of its reasons
@@ -55,12 +61,17 @@ def templates() -> tuple[RuleTemplate, ...]:
     return tuple(out)
 
 
-def all_rule_keys() -> list[str]:
+def templates(api: Spec | None = None) -> tuple[RuleTemplate, ...]:
+    """Every rule's template, of `api` (default: contract.spec())."""
+    return _templates(api if api is not None else spec())
+
+
+def all_rule_keys(api: Spec | None = None) -> list[str]:
     """Every rule of the spec, as `group:id`."""
-    return [t.key for t in templates()]
+    return [t.key for t in templates(api)]
 
 
-def rule_for(error: Any) -> str | None:
+def rule_for(error: Any, api: Spec | None = None) -> str | None:
     """The `group:id` of the rule whose code and message template the error body matches."""
     if not isinstance(error, dict):
         return None
@@ -68,7 +79,7 @@ def rule_for(error: Any) -> str | None:
     code, message, param = err.get("code"), err.get("message"), err.get("param")
     if not isinstance(message, str):
         return None
-    for t in templates():
+    for t in templates(api):
         if t.code != code or not t.pattern.match(message):
             continue
         # Model rules name the param they found (params lists the candidates).

@@ -12,7 +12,7 @@ from rich.console import Console
 
 from conformance.cli import main
 from conformance.diff import mask, shape, where_differs
-from mock_server.app import create_app
+from mock_server import create_app
 from mock_server.config import MockConfig
 from tests.conformance_support import Breaker, serve
 
