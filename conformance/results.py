@@ -96,6 +96,7 @@ class RunReport:
     run_errors: list[str] = field(default_factory=list)   # the tool's, outside any check
     # The suite's package version and the contract's (openapi.yaml's info.version) it checked.
     versions: dict[str, str] = field(default_factory=dict)
+    coverage: dict[str, Any] | None = None                # conformance.coverage's summary
 
     def count(self, outcome: Outcome) -> int:
         return sum(1 for r in self.results if r.outcome is outcome)
@@ -120,6 +121,7 @@ class RunReport:
             "results": [r.to_dict() for r in self.results if r.outcome is not Outcome.ERROR],
             "tool_errors": [r.to_dict() for r in self.errors],
             "run_errors": self.run_errors,
+            "coverage": self.coverage,
         }
 
 

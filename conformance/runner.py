@@ -8,7 +8,8 @@ from collections.abc import Callable, Sequence
 
 import httpx
 
-from conformance.client import Client
+from conformance.client import Client, Reply
+from conformance.coverage import Coverage
 from conformance.config import ConfigError, RunConfig
 from conformance.context import Context, ServerInfo, Skipped, Stop
 from conformance.registry import Check
@@ -19,6 +20,8 @@ from contract.version import versions
 MODELS_PATH = "/v1/models"
 
 Progress = Callable[[Check, CheckResult | None], None]   # None: the check is starting
+# Called with (check id, method, path, request body, reply) for every answer of the run.
+Observer = Callable[[str, str, str, bytes | None, Reply], None]
 
 
 class Unreachable(ConfigError):
@@ -98,21 +101,29 @@ def connect(config: RunConfig, transport: httpx.BaseTransport | None = None,
 
 
 def run(config: RunConfig, checks: Sequence[Check], *, progress: Progress | None = None,
-        transport: httpx.BaseTransport | None = None) -> RunReport:
+        transport: httpx.BaseTransport | None = None, observers: Sequence[Observer] = ()) -> RunReport:
     """Run `checks` (already selected) in order; raise ConfigError/Unreachable before any check."""
     report = RunReport(config.base_url, config.model, config.profile, token_ceiling=config.token_ceiling,
                        versions=versions())
     start = time.perf_counter()
     ctx = connect(config, transport)
+    coverage = Coverage(exhausted_key=bool(config.exhausted_key), api=ctx.api)
+    ctx.client.observers.append(coverage.observe_reply)
+    current = [""]                     # the id of the check running now
+    for observer in observers:
+        ctx.client.observers.append(lambda method, path, body, reply, observer=observer:
+                                    observer(current[0], method, path, body, reply))
     with ctx.client:
         report.server_max_model_len = ctx.max_model_len
         for check in checks:
             if progress:
                 progress(check, None)
+            current[0] = check.id
             result = execute(check, ctx)
             report.results.append(result)
             if progress:
                 progress(check, result)
         report.tokens = ctx.client.tokens
+        report.coverage = coverage.summary()
     report.duration = time.perf_counter() - start
     return report
