@@ -144,6 +144,8 @@ def _preflight() -> Response | None:
 
 def _add_request_id(response: Response) -> Response:
     response.headers[REQUEST_ID] = g.get("request_id") or new_request_id()
+    if g.get("close_connection"):   # a malformed body (completions.read_body)
+        response.headers["Connection"] = "close"
     if response.status_code == _too_large_status():
         _drain(response)
     return response
