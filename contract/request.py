@@ -11,7 +11,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Iterator, Mapping
 
-from contract.caps import resolve_max_tokens
+from contract.caps import check_generated_cap, resolve_max_tokens
 from contract.errors import ApiError, InvalidJson, ModelNotFound
 from contract.rules import check_model_rules, check_rules, iter_rule_errors
 from contract.schema import request_schema
@@ -110,6 +110,11 @@ def _prompts(body: dict[str, Any], model: ModelInfo) -> tuple[list[list[int]], l
     return [encode(model, t, add_special) for t in texts], texts
 
 
+def _prompt_count(prompt: Any) -> int:
+    """How many prompts: a string or a list of token ids is one."""
+    return len(prompt) if isinstance(prompt, list) and prompt and isinstance(prompt[0], (str, list)) else 1
+
+
 def _truncate(prompts: list[list[int]], keep: int | None, model: ModelInfo) -> list[list[int]]:
     if keep is None or keep == 0:
         return prompts
@@ -144,6 +149,7 @@ def validate_completion(body: Any, models: Mapping[str, ModelInfo] | None = None
         raise ModelNotFound.from_template("model_not_found", "model", model=body["model"])
     check_model_rules(body, model)
     steering = decode_vectors(body["apply_steering_vectors"], model) if "apply_steering_vectors" in body else []
+    check_generated_cap(body, _prompt_count(body["prompt"]))
     prompts, texts = _prompts(body, model)
     prompts = _truncate(prompts, body.get("truncate_prompt_tokens"), model)
     max_tokens = resolve_max_tokens(body, [len(p) for p in prompts], model)

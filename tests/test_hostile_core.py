@@ -211,3 +211,18 @@ def test_fill_cuts_input_strings_but_not_numbers() -> None:
     from contract.errors import fill
     long = "z" * 500
     assert fill("{a} {b}", a=long, b=10 ** 30) == f"{cut(long)} {10 ** 30}"
+
+
+# -- the generated-token cap comes before the tokenizer ------------------------------------
+def test_many_prompts_past_the_generated_cap_are_refused_before_tokenizing(monkeypatch: pytest.MonkeyPatch) -> None:
+    """2 million one-character prompts grew a worker by 300 MiB of token lists (bench/memory_bench.py)."""
+    import contract.request
+    cap = spec().caps["max_generated_tokens"]
+    calls: list[str] = []
+    monkeypatch.setattr(contract.request, "encode", lambda model, text, add: calls.append(text) or [1])
+    prompts = ["a"] * (cap + 1)
+    rule = spec().token_rules["generated_tokens_cap"]
+    assert error_of(body(prompt=prompts)) == {
+        "message": rule["message"].format(cap=cap, n=1, max_tokens=1, prompts=cap + 1, total=cap + 1),
+        "type": "invalid_request_error", "param": rule["param"], "code": rule["code"]}
+    assert calls == []
