@@ -28,7 +28,7 @@ from contract import (
 from contract.http import match_route, preflight
 from mock_server import faults
 from mock_server.budget import BudgetStore, Unlimited
-from mock_server.completions import create_completion
+from mock_server.completions import create_completion, stall_bound
 from mock_server.config import MockConfig
 from mock_server.engine import Engine
 from mock_server.fake_engine import FakeEngine
@@ -165,12 +165,13 @@ def _drain(response: Response) -> None:
         return
     stream, dropped = request.stream, 0
     try:
-        while dropped <= limit:
-            chunk = stream.read(1 << 16)
-            if not chunk:
-                return
-            dropped += len(chunk)
-    except Exception:   # a broken transfer: nothing more to read
+        with stall_bound(request.environ):   # a client that stops sending is not waited for
+            while dropped <= limit:
+                chunk = stream.read(1 << 16)
+                if not chunk:
+                    return
+                dropped += len(chunk)
+    except Exception:   # a broken transfer or a stall: nothing more to read
         pass
     response.headers["Connection"] = "close"
 

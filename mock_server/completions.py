@@ -98,7 +98,7 @@ def read_body() -> bytes:
     req = request._get_current_object()  # type: ignore[attr-defined]  # one proxy look-up
     length: int | None = req.content_length
     stream, body = req.stream, bytearray()
-    with _stall_bound(req.environ):
+    with stall_bound(req.environ):
         while len(body) <= limit:
             size = READ_SIZE if length is None else max(length - len(body), 1)
             try:
@@ -127,7 +127,7 @@ def _malformed() -> InvalidRequest:
 
 
 @contextmanager
-def _stall_bound(environ: dict[str, Any]) -> Iterator[None]:
+def stall_bound(environ: dict[str, Any]) -> Iterator[None]:
     """Each read of the body from the client's socket waits at most x-caps.body_read_seconds
     (a stalled client would otherwise hold a thread for ever); gunicorn bounds its own body
     drain the same way. The socket's timeout is restored for the response."""

@@ -371,6 +371,13 @@ def stalled_body(ctx: Context) -> None:
     head = target.head("POST", COMPLETIONS, _headers(ctx, body, close=False))
     ex = exchange(target, [head + body[:10]], expect=1, bound=wait)
     refused(ctx, ex, "a stalled body", malformed())
+    # A body over the cap is refused at once, but a server that reads the rest before
+    # answering (so the client reads a 413, not a reset) must not wait for it for ever.
+    limit = spec().caps["max_body_bytes"]
+    head = target.head("POST", COMPLETIONS, _headers(ctx, body, length=limit + 1, close=False))
+    ex = exchange(target, [head + body[:10]], expect=1, bound=wait)
+    refused(ctx, ex, "a stalled body over the cap",
+            error_body("request_too_large", message("request_too_large", limit=limit)))
     healthy_after(ctx)
 
 
