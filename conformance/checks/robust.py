@@ -19,6 +19,7 @@ import base64
 import json
 import secrets
 import struct
+from collections.abc import Sequence
 from typing import Any
 
 import zstandard
@@ -42,7 +43,7 @@ def _target(ctx: Context) -> Target:
     return Target.from_base_url(ctx.config.base_url)
 
 
-def _headers(ctx: Context, body: bytes | None, extra: list[tuple[str, str]] = (), *,
+def _headers(ctx: Context, body: bytes | None, extra: Sequence[tuple[str, str]] = (), *,
              length: int | None = None, close: bool = True) -> list[tuple[str, str]]:
     out = [("Authorization", f"Bearer {ctx.client.api_key}")]
     if body is not None:
@@ -55,7 +56,7 @@ def _headers(ctx: Context, body: bytes | None, extra: list[tuple[str, str]] = ()
 
 
 def send(ctx: Context, method: str, path: str, body: bytes | None = None, *,
-         extra: list[tuple[str, str]] = (), **kw: Any) -> RawExchange:
+         extra: Sequence[tuple[str, str]] = (), **kw: Any) -> RawExchange:
     head = _target(ctx).head(method, path, _headers(ctx, body, extra))
     return exchange(_target(ctx), [head + (body or b"")], bound=ctx.config.timeout, **kw)
 
