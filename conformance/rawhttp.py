@@ -136,7 +136,8 @@ def _read(sock: socket.socket, out: RawExchange, expect: int, deadline: float) -
             if parsed is None:
                 break
             response, used = parsed
-            out.responses.append(response)
+            if not 100 <= response.status < 200:     # an interim answer (100 Continue) is not the response
+                out.responses.append(response)
             del buf[:used]
         if not chunk:
             out.closed = True
@@ -160,6 +161,8 @@ def _parse(buf: bytearray, *, closed: bool) -> tuple[RawResponse, int] | None:
         name, _, value = line.partition(":")
         headers[name.strip().lower()] = value.strip()
     start = end + 4
+    if 100 <= status < 200:
+        return RawResponse(status, headers, b""), start
     if "chunked" in headers.get("transfer-encoding", "").lower():
         body, pos = bytearray(), start
         while True:

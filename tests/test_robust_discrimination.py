@@ -118,6 +118,7 @@ CAUGHT_BY: dict[str, set[str]] = {
 }
 # the werkzeug development server: HTML error pages, and pipelined requests dropped
 DEV_SERVER_CAUGHT_BY = {"robust:headers.huge_value", "robust:headers.many", "robust:headers.long_request_line",
+                        "robust:http.framing",
                         "robust:http.pipelining"}
 SMUGGLING_CAUGHT_BY = {"robust:http.cl_te"}
 

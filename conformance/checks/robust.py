@@ -408,6 +408,44 @@ def cl_te(ctx: Context) -> None:
     healthy_after(ctx)
 
 
+def _framings(ctx: Context, body: bytes) -> dict[str, bytes]:
+    """Request heads a lenient or a strict parser may take differently; the body is refused either way."""
+    auth = f"Authorization: Bearer {ctx.client.api_key}"
+    host = f"Host: {_target(ctx).host_header}"
+    line = f"POST {_target(ctx).prefix}{COMPLETIONS} HTTP/1.1"
+
+    def head(*lines: str, sep: str = "\r\n") -> bytes:
+        return (sep.join([line, host, auth, "Content-Type: application/json", *lines]) + sep + sep).encode("latin-1")
+    n = len(body)
+    return {
+        "Content-Length -1": head("Content-Length: -1") + body,
+        "Content-Length 1e3": head("Content-Length: 1e3") + body,
+        "two differing Content-Lengths": head(f"Content-Length: {n}", "Content-Length: 5") + body,
+        "Content-Length with a sign": head(f"Content-Length: +{n}") + body,
+        "bare LF line endings": head(f"Content-Length: {n}", sep="\n") + body,
+        "an obsolete folded header": head("X-Conformance: a", " folded", f"Content-Length: {n}") + body,
+        "a NUL in a header value": head("X-Conformance: a\0b", f"Content-Length: {n}") + body,
+        "a header name with a space": head("X Conformance: a", f"Content-Length: {n}") + body,
+        "HTTP/2.0 on an HTTP/1.1 connection": head(f"Content-Length: {n}").replace(b"HTTP/1.1", b"HTTP/2.0", 1) + body,
+        "Transfer-Encoding gzip, chunked": head("Transfer-Encoding: gzip, chunked") + b"0\r\n\r\n",
+        "a chunk extension of 100,000 bytes": head("Transfer-Encoding: chunked")
+        + f"{n:x};".encode() + b"x" * 100_000 + b"\r\n" + body + b"\r\n0\r\n\r\n",
+        "3,000 trailers": head("Transfer-Encoding: chunked") + f"{n:x}\r\n".encode() + body + b"\r\n0\r\n"
+        + b"".join(b"X-T%d: x\r\n" % i for i in range(3000)) + b"\r\n",
+    }
+
+
+@register("robust:http.framing", tags=TAGS)
+def framing(ctx: Context) -> None:
+    """Malformed or ambiguous framing (bad Content-Lengths, bare LFs, folded headers, NULs, HTTP/2.0 on
+    HTTP/1.1, odd Transfer-Encodings, huge chunk extensions and trailers): refused in the error shape."""
+    body = json.dumps({**minimal(ctx), "conformance_unknown_field": 1}, separators=(",", ":")).encode()
+    for name, data in _framings(ctx, body).items():
+        ex = exchange(_target(ctx), [data], bound=ctx.config.timeout)
+        refused(ctx, ex, name)
+    healthy_after(ctx)
+
+
 @register("robust:http.pipelining", tags=TAGS)
 def pipelining(ctx: Context) -> None:
     """20 requests sent at once on one connection: answered in order (200 and 404 alternating), each whole."""
