@@ -17,10 +17,8 @@ import base64
 import json
 import os
 import platform
-import socket
 import subprocess
 import sys
-import time
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -31,15 +29,10 @@ import zstandard
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 from contract import spec  # noqa: E402
+from reference_impl.launcher import free_port, wait_ready  # noqa: E402
 
 OUT = ROOT / "bench" / "results" / "memory.md"
 MIB = 1 << 20
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _kib(pid: int, field: str) -> int:
@@ -126,16 +119,7 @@ def main() -> int:
     proc = subprocess.Popen([sys.executable, "-m", "mock_server", "--port", str(port), "--workers", "1",
                              "--threads", "4"], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                if httpx.get(url + "/health", timeout=1).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            if time.monotonic() > deadline:
-                raise RuntimeError("the mock did not start")
-            time.sleep(0.2)
+        wait_ready(url, proc, 60, name="the mock", interval=0.2)
         httpx.post(url + "/v1/completions", timeout=60, json={"model": spec().default_model, "prompt": "a",
                                                               "max_tokens": 1},
                    headers={"Authorization": "Bearer bench"})        # warm the worker

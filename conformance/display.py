@@ -11,6 +11,7 @@ from rich.table import Table
 from conformance.config import RunConfig
 from conformance.registry import Check, token_bound
 from conformance.results import CheckResult, Outcome, RunReport, exit_code
+from contract.version import describe, version_line
 
 STYLE = {Outcome.PASSED: "green", Outcome.FAILED: "red", Outcome.SKIPPED: "yellow", Outcome.ERROR: "magenta"}
 
@@ -66,6 +67,7 @@ def print_summary(report: RunReport, console: Console) -> None:
                       highlight=False)
     for error in report.run_errors:
         console.print(f"[magenta]TOOL ERROR[/] {error}", highlight=False)
+    console.print(f"checked with {describe(report.versions)}", highlight=False)
     code = exit_code(report)
     verdict = {0: "[green]conformant", 1: "[red]not conformant", 2: "[magenta]incomplete (tool errors)"}[code]
     console.print(f"{verdict}[/]: {len(report.results)} checks in {report.duration:.1f} s; "
@@ -81,5 +83,6 @@ def print_dry_run(checks: Sequence[Check], config: RunConfig, console: Console) 
     for check in checks:
         table.add_row(check.id, ", ".join(check.all_tags), str(check.token_bound(config)))
     console.print(table)
+    console.print(f"suite: {version_line()}", highlight=False)
     console.print(f"token bound of the selection: {token_bound(checks, config)} "
                   f"(ceiling {config.token_ceiling})")

@@ -13,7 +13,8 @@ from conformance.config import ConfigError, RunConfig
 from conformance.context import Context, ServerInfo, Skipped, Stop
 from conformance.registry import Check
 from conformance.results import CheckResult, Outcome, RunReport
-from contract import spec
+from contract import Spec, spec
+from contract.version import versions
 
 MODELS_PATH = "/v1/models"
 
@@ -28,18 +29,19 @@ class Unreachable(ConfigError):
 DEPLOYMENT_NUMBERS = ("max_model_len", "num_layers", "hidden_size")
 
 
-def discover(client: Client, model: str) -> ServerInfo:
+def discover(client: Client, model: str, api: Spec | None = None) -> ServerInfo:
     """GET /v1/models: the deployment's max_model_len, num_layers and hidden_size of each model.
 
     A server that does not list the model (or one of its numbers) gets the
     spec's value here, and the `routes:models` check reports the omission.
     """
+    api = api if api is not None else spec()
     reply = client.request("GET", MODELS_PATH)
     if reply.status is None:
         raise Unreachable(f"cannot reach {client.base_url}: {reply.error}")
-    if reply.status == spec().error_codes["invalid_api_key"]["status"]:
+    if reply.status == api.error_codes["invalid_api_key"]["status"]:
         raise ConfigError(f"the server refused the API key (GET {MODELS_PATH} answered {reply.status})")
-    models = dict(spec().models)
+    models = dict(api.models)
     data = reply.data.get("data") if isinstance(reply.data, dict) else None
     for entry in data if isinstance(data, list) else []:
         if not isinstance(entry, dict) or entry.get("id") not in models:
@@ -81,12 +83,15 @@ def execute(check: Check, ctx: Context) -> CheckResult:
     return run_check(check, ctx)
 
 
-def connect(config: RunConfig, transport: httpx.BaseTransport | None = None) -> Context:
-    """A Context for `config`, after GET /v1/models; the caller closes ctx.client."""
+def connect(config: RunConfig, transport: httpx.BaseTransport | None = None,
+            api: Spec | None = None) -> Context:
+    """A Context for `config` and `api` (spec() by default), after GET /v1/models; the
+    caller closes ctx.client."""
     config.validate()
+    api = api if api is not None else spec()
     client = Client(config.base_url, config.api_key, timeout=config.timeout, transport=transport)
     try:
-        return Context(config, client, discover(client, config.model))
+        return Context(config, client, discover(client, config.model, api), api=api)
     except BaseException:
         client.close()
         raise
@@ -95,7 +100,8 @@ def connect(config: RunConfig, transport: httpx.BaseTransport | None = None) -> 
 def run(config: RunConfig, checks: Sequence[Check], *, progress: Progress | None = None,
         transport: httpx.BaseTransport | None = None) -> RunReport:
     """Run `checks` (already selected) in order; raise ConfigError/Unreachable before any check."""
-    report = RunReport(config.base_url, config.model, config.profile, token_ceiling=config.token_ceiling)
+    report = RunReport(config.base_url, config.model, config.profile, token_ceiling=config.token_ceiling,
+                       versions=versions())
     start = time.perf_counter()
     ctx = connect(config, transport)
     with ctx.client:

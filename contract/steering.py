@@ -8,6 +8,7 @@ from __future__ import annotations
 import base64
 import binascii
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -50,6 +51,31 @@ def decode_vector(obj: dict[str, Any], model: ModelInfo, param: str, decoded_bef
         text = SpecText(fill(rule["reasons"][reason], **fields))
         return rule_error(rule, param, param=param, reason=text)
 
+    _check_shape(obj, model, rule, bad)
+    acts = obj["activations"]
+    dtype, original, shape = acts["dtype"], acts["original_dtype"], acts["shape"]
+    # The sizes, from the shape alone, against the cap: nothing is decoded yet.
+    total = decoded_before + _decoded_size(shape, dtype)
+    cap = spec().caps["steering_decoded_bytes"]
+    if total > cap:
+        raise bad("decoded_cap", cap=cap, total=total)
+    layers = obj["layer_indices"]
+    positions = obj.get("position_indices")
+    defaults = spec().defaults("SteeringVector")  # a field left out or null
+    scale = obj.get("scale")
+    scale = defaults["scale"] if scale is None else scale
+    if not math.isfinite(scale):
+        raise bad("scale")
+    values = _decode_values(acts["data"], dtype, shape, bad)
+    norm_match = obj.get("norm_match")
+    return SteeringVector(values, original, tuple(layers), float(scale),
+                          defaults["norm_match"] if norm_match is None else norm_match,
+                          tuple(positions) if positions is not None else None, obj)
+
+
+def _check_shape(obj: dict[str, Any], model: ModelInfo, rule: dict[str, Any],
+                 bad: Callable[..., RuleViolation]) -> None:
+    """Layers, dtype pair, rows, hidden size and positions, before any data is decoded."""
     acts = obj["activations"]
     dtype, original, shape = acts["dtype"], acts["original_dtype"], acts["shape"]
     layers = obj["layer_indices"]
@@ -70,18 +96,19 @@ def decode_vector(obj: dict[str, Any], model: ModelInfo, param: str, decoded_bef
             raise bad("positions_count", got=len(positions), want=shape[1])
     if len(shape) == 3 and shape[1] > model.max_model_len:
         raise bad("positions", got=shape[1], max_model_len=model.max_model_len)
-    # The sizes, from the shape alone, against the cap: nothing is decoded yet.
-    want = math.prod(shape) * np.dtype(dtype).itemsize
-    cap = spec().caps["steering_decoded_bytes"]
-    if decoded_before + want > cap:
-        raise bad("decoded_cap", cap=cap, total=decoded_before + want)
-    defaults = spec().defaults("SteeringVector")  # a field left out or null
-    scale = obj.get("scale")
-    scale = defaults["scale"] if scale is None else scale
-    if not math.isfinite(scale):
-        raise bad("scale")
+
+
+def _decoded_size(shape: list[int], dtype: str) -> int:
+    """The bytes a vector decodes to, from its declared shape and dtype alone."""
+    return math.prod(shape) * np.dtype(dtype).itemsize
+
+
+def _decode_values(data: str, dtype: str, shape: list[int],
+                   bad: Callable[..., RuleViolation]) -> np.ndarray:
+    """base64 -> one zstd frame of exactly the shape's bytes -> finite values."""
+    want = _decoded_size(shape, dtype)
     try:
-        frame = base64.b64decode(acts["data"], validate=True)
+        frame = base64.b64decode(data, validate=True)
     except (binascii.Error, ValueError):
         raise bad("base64") from None
     try:
@@ -107,10 +134,7 @@ def decode_vector(obj: dict[str, Any], model: ModelInfo, param: str, decoded_bef
         finite = bool(np.isfinite(values).all())
     if not finite:
         raise bad("finite")
-    norm_match = obj.get("norm_match")
-    return SteeringVector(values, original, tuple(layers), float(scale),
-                          defaults["norm_match"] if norm_match is None else norm_match,
-                          tuple(positions) if positions is not None else None, obj)
+    return values
 
 
 def encode_tensor(values: np.ndarray, original_dtype: str) -> dict[str, Any]:

@@ -1,7 +1,7 @@
 """`python -m reference_impl --model DIR_OR_ID --served-model-name llama-8b --port P`: the API on real vLLM.
 
 Starts vLLM as a child process on a private port of 127.0.0.1, waits until it
-is ready, and serves the API (the mock's app with the vLLM engine) under
+is ready, and serves the API (api_server's app with the vLLM engine) under
 gunicorn, like the mock; vLLM stops when the API stops (also on SIGTERM).
 With `--upstream URL` it fronts a vLLM that is already running instead.
 Every option also reads REFERENCE_<NAME>.
@@ -17,12 +17,11 @@ import sys
 import tempfile
 from collections.abc import Mapping, Sequence
 from types import FrameType
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from mock_server.serve import gunicorn_options, serve
-
-if TYPE_CHECKING:
-    from mock_server.config import MockConfig
+from api_server.config import ServerConfig, parse_keys
+from api_server.serve import gunicorn_options, serve
+from contract.version import VersionAction
 
 log = logging.getLogger("reference_impl")
 
@@ -33,6 +32,7 @@ def _env(name: str, default: str | None = None) -> str | None:
 
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m reference_impl", description=__doc__.splitlines()[0])
+    p.add_argument("--version", action=VersionAction)
     p.add_argument("--model", default=_env("MODEL"),
                    help="model directory or hub id for vLLM (with --upstream: only read for its config.json)")
     p.add_argument("--served-model-name", default=_env("SERVED_MODEL_NAME"),
@@ -73,15 +73,13 @@ def warm(models: Mapping[str, Any]) -> None:
 
 
 def api_config(keys: str | None = None, budget_tokens: int | None = None,
-               budget_dir: str | None = None) -> MockConfig:
-    """The app's settings for a deployment of the real API: the mock's own test headers
-    (X-Mock-*: faults and latency on request) are off, so no client can force them."""
-    from mock_server.config import MockConfig
-
-    config = MockConfig(
-        keys=tuple(k.strip() for k in keys.split(",") if k.strip()) if keys else None,
+               budget_dir: str | None = None) -> ServerConfig:
+    """The app's settings for a deployment of the real API (no faults or latency to
+    fake: those are the mock's, and its hook is not part of this server)."""
+    config = ServerConfig(
+        keys=parse_keys(keys) if keys else None,
         budget_tokens=int(budget_tokens) if budget_tokens is not None else None,
-        budget_dir=budget_dir, test_headers=False)
+        budget_dir=budget_dir)
     if config.budget_tokens is not None and config.budget_dir is None:
         # Made before the fork, so that every worker spends from the same file.
         config = dataclasses.replace(config, budget_dir=tempfile.mkdtemp(prefix="reference-budget-"))
@@ -99,7 +97,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser().error("--model is required unless --upstream is given")
     # Imported after parsing, so that --help is instant.
     from contract import spec
-    from mock_server.app import create_app
+    from api_server import create_app
     from reference_impl.deployment import deployment_models, pick_upstream, read_model_config, upstream_models
     from reference_impl.engine import VllmEngine
     from reference_impl.launcher import VllmProcess

@@ -157,9 +157,8 @@ def smuggling_server() -> Iterator[str]:
 
 
 def main() -> None:
-    from mock_server.app import create_app
-    from mock_server.config import MockConfig
-    from mock_server.serve import gunicorn_options, serve
+    from api_server.serve import gunicorn_options, serve
+    from mock_server import MockConfig, create_app
 
     p = argparse.ArgumentParser()
     p.add_argument("--port", type=int, required=True)

@@ -11,9 +11,9 @@ import zstandard
 
 from contract import spec, validate_completion
 from contract.tokens import decode
-from mock_server.engine import Activations, ChoiceDelta, Event, Usage
+from api_server.engine import Activations, ChoiceDelta, Event, Usage
 from mock_server.fake_engine import FakeEngine
-from mock_server.responses import Assembler, Meta
+from api_server.responses import Assembler, Meta
 from mock_server.vocab import vocab
 
 MODEL = spec().models[spec().default_model]
@@ -26,13 +26,13 @@ def engine() -> FakeEngine:
 
 def run(engine: FakeEngine, **fields: Any) -> list[Event]:
     req = validate_completion({"model": MODEL.name, "prompt": "The sky is", "max_tokens": 24, **fields})
-    return list(engine.generate(req, req.max_tokens, "req_test"))
+    return list(engine.generate(req, "req_test"))
 
 
 def completion(engine: FakeEngine, **fields: Any) -> dict[str, Any]:
     req = validate_completion({"model": MODEL.name, "prompt": "The sky is", "max_tokens": 24, **fields})
     asm = Assembler(req, Meta("cmpl-test", MODEL.name, created=0))
-    for event in engine.generate(req, req.max_tokens, "req_test"):
+    for event in engine.generate(req, "req_test"):
         asm.feed(event)
     return asm.completion()
 
@@ -186,6 +186,30 @@ def test_end_of_text_now_and_then_unless_ignore_eos_and_never_before_min_tokens(
     assert len(choice["token_ids"]) == 4 and choice["token_ids"][-1] == MODEL.eos_token_ids[0]
     choice = completion(always, seed=1, ignore_eos=True, max_tokens=12)["choices"][0]
     assert choice["finish_reason"] == "length"
+
+
+def test_allowed_token_ids_keep_out_the_end_tokens_they_do_not_name() -> None:
+    """vLLM masks every token that allowed_token_ids leaves out, end tokens included."""
+    always = FakeEngine([MODEL], eos_rate=1.0)
+    allowed = [791, 13180]
+    choice = completion(always, seed=1, max_tokens=5, allowed_token_ids=allowed, return_token_ids=True)["choices"][0]
+    assert (choice["finish_reason"], len(choice["token_ids"])) == ("length", 5)
+    assert set(choice["token_ids"]) <= set(allowed)
+    choice = completion(always, seed=1, max_tokens=5, allowed_token_ids=[*allowed, MODEL.eos_token_ids[0]],
+                        return_token_ids=True)["choices"][0]
+    assert (choice["token_ids"], choice["finish_reason"], choice["stop_reason"]) == (
+        [MODEL.eos_token_ids[0]], "stop", None)
+
+
+def test_a_stop_string_waits_until_more_than_min_tokens_tokens_are_out(engine: FakeEngine) -> None:
+    """As vLLM's detokenizer: a stop string that every token matches fires on token min_tokens + 1."""
+    (token,) = [t for t in validate_completion({"model": MODEL.name, "prompt": "a"}).prompts[0]
+                if t != MODEL.bos_token_id]
+    for min_tokens in (0, 1, 3):
+        choice = completion(engine, prompt="a", allowed_token_ids=[token], stop=["a"], min_tokens=min_tokens,
+                            max_tokens=6, return_token_ids=True)["choices"][0]
+        assert (choice["token_ids"], choice["text"], choice["finish_reason"], choice["stop_reason"]) == (
+            [token] * (min_tokens + 1), "a" * min_tokens, "stop", "a")
 
 
 def test_return_token_ids(engine: FakeEngine) -> None:

@@ -90,7 +90,7 @@ def sdk_class(status: int) -> type:
     return openai.RateLimitError if status == 429 else openai.InternalServerError  # the SDK's own rule
 
 
-@pytest.mark.parametrize("status", spec().raw["x-mock-faults"]["statuses"])
+@pytest.mark.parametrize("status", spec().mock_faults["statuses"])
 def test_forced_statuses(client: OpenAI, status: int) -> None:
     with pytest.raises(sdk_class(status)) as info:
         client.completions.create(model=MODEL, prompt="x", max_tokens=1, extra_headers={STATUS: str(status)})
@@ -108,7 +108,7 @@ def test_a_stream_error_raises_the_sdks_api_error(client: OpenAI) -> None:
         for chunk in stream:
             texts.append(chunk.choices[0].text)
     assert len(texts) == 2
-    assert info.value.code == spec().raw["x-mock-faults"]["stream_error_code"]
+    assert info.value.code == spec().mock_faults["stream_error_code"]
 
 
 def test_async_client(mock_url: str) -> None:

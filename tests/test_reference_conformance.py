@@ -26,8 +26,7 @@ from conformance.reports.junit import finding_text
 from conformance.results import Outcome, RunReport
 from conformance.runner import run
 from contract import ModelInfo, spec
-from mock_server.app import create_app
-from mock_server.config import MockConfig
+from api_server import ServerConfig, create_app
 from reference_impl.engine import VllmEngine
 
 pytest_plugins = ["tests.reference_fixtures"]
@@ -70,7 +69,7 @@ def test_full_profile_passes(reference: Any, tmp_path: Path) -> None:
 
 
 def test_budget_checks_with_a_spent_key(reference: Any, models: dict[str, ModelInfo]) -> None:
-    app = create_app(MockConfig(budget_tokens=0), VllmEngine(reference.vllm_url, SERVED), models)
+    app = create_app(ServerConfig(budget_tokens=0), VllmEngine(reference.vllm_url, SERVED), models)
     config = RunConfig(base_url="http://reference.test", api_key="any", model=SERVED, profile="full",
                        select=("budget:*",), exhausted_key="spent").validate()
     report = run(config, select(REGISTRY, config), transport=httpx.WSGITransport(app=app))

@@ -12,11 +12,9 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
 import pytest
 import yaml
 
@@ -26,9 +24,9 @@ from conformance.registry import select
 from conformance.results import Outcome, RunReport
 from conformance.runner import run
 from contract import spec
-from mock_server.app import create_app
-from mock_server.config import MockConfig
-from tests.conformance_support import free_port, serve
+from mock_server import MockConfig, create_app
+from reference_impl.launcher import free_port, wait_ready
+from tests.conformance_support import serve
 from tests.robust_support import MODES, smuggling_server
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -65,15 +63,11 @@ class Breakable:
         self.proc = subprocess.Popen([sys.executable, "-m", "tests.robust_support", "--port", str(self.port),
                                       "--mode-file", str(self.mode_file)], cwd=ROOT, env=env,
                                      stdout=self.log, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and self.proc.poll() is None:
-            try:
-                if httpx.get(self.url + "/health", timeout=1).status_code == 200:
-                    return
-            except httpx.TransportError:
-                time.sleep(0.1)
-        self.close()
-        raise RuntimeError(f"the breakable mock did not start: {(tmp / 'server.log').read_text()[-2000:]}")
+        try:
+            wait_ready(self.url, self.proc, 60, name="the breakable mock", log=tmp / "server.log", interval=0.1)
+        except RuntimeError:
+            self.close()
+            raise
 
     def mode(self, mode: str | None) -> None:
         self.mode_file.write_text(mode or "")

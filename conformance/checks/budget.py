@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 
+from conformance.checks.common import COMPLETIONS
 from conformance.context import Context
 from conformance.registry import register
 from contract import spec
@@ -26,7 +27,7 @@ def exhausted_key(ctx: Context) -> None:
     if not key:
         ctx.skip("needs a key whose Budget is spent: pass --exhausted-key KEY")
     body = {"model": ctx.config.model, "prompt": [0], "max_tokens": 1}
-    reply = ctx.client.post("/v1/completions", body, auth=f"Bearer {key}")
+    reply = ctx.client.post(COMPLETIONS, body, auth=f"Bearer {key}")
     code = "insufficient_quota"
     ctx.expect_status(reply, spec().error_codes[code]["status"], fatal=True)
     error = reply.data.get("error", {}) if isinstance(reply.data, dict) else {}

@@ -31,7 +31,8 @@ def build(report: RunReport) -> ET.Element:
         "skipped": str(report.count(Outcome.SKIPPED)), "time": f"{report.duration:.3f}"})
     props = ET.SubElement(suite, "properties")
     for name, value in (("base_url", report.base_url), ("model", report.model),
-                        ("tokens", report.tokens), ("token_ceiling", report.token_ceiling)):
+                        ("tokens", report.tokens), ("token_ceiling", report.token_ceiling),
+                        *((f"version:{n}", v) for n, v in report.versions.items())):
         ET.SubElement(props, "property", {"name": name, "value": str(value)})
     for r in report.results:
         case = ET.SubElement(suite, "testcase", {"classname": f"conformance.{r.group}", "name": r.id,

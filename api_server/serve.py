@@ -14,7 +14,7 @@ def gunicorn_options(host: str, port: int, workers: int, threads: int, log_level
     # HTTP that gunicorn cannot parse in the API's error shape.
     return {
         "bind": f"{host}:{port}", "workers": workers, "threads": threads,
-        "worker_class": "mock_server.worker.ApiThreadWorker", "preload_app": True,
+        "worker_class": "api_server.worker.ApiThreadWorker", "preload_app": True,
         "loglevel": log_level, "accesslog": "-" if access_log else None, "keepalive": 5,
         "timeout": 60, "graceful_timeout": 5,
     }
