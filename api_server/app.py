@@ -19,7 +19,7 @@ from flask import Flask, Response, g, request
 from werkzeug.exceptions import HTTPException
 
 from api_server.budget_store import open_budget
-from api_server.completions import create_completion
+from api_server.completions import create_completion, stall_bound
 from api_server.config import ServerConfig
 from api_server.engine import Engine
 from api_server.hooks import Hook
@@ -120,6 +120,8 @@ def _preflight() -> Response | None:
 
 def _add_request_id(response: Response) -> Response:
     response.headers[REQUEST_ID] = g.get("request_id") or new_request_id()
+    if g.get("close_connection"):   # a malformed body (completions.read_body)
+        response.headers["Connection"] = "close"
     if response.status_code == _too_large_status():
         _drain(response)
     return response
@@ -138,12 +140,13 @@ def _drain(response: Response) -> None:
         return
     stream, dropped = request.stream, 0
     try:
-        while dropped <= limit:
-            chunk = stream.read(1 << 16)
-            if not chunk:
-                return
-            dropped += len(chunk)
-    except Exception:   # a broken transfer: nothing more to read
+        with stall_bound(request.environ):   # a client that stops sending is not waited for
+            while dropped <= limit:
+                chunk = stream.read(1 << 16)
+                if not chunk:
+                    return
+                dropped += len(chunk)
+    except Exception:   # a broken transfer or a stall: nothing more to read
         pass
     response.headers["Connection"] = "close"
 

@@ -6,7 +6,9 @@ import dataclasses
 import logging
 import time
 from collections.abc import Callable, Generator, Iterator
+from contextlib import contextmanager
 from itertools import chain
+from typing import Any
 
 from flask import Response, g, request
 
@@ -108,28 +110,59 @@ def _open_stream(run: _Run, headers: dict[str, str]) -> Response:
 def read_body() -> bytes:
     """The body, cut off at the cap. preflight has refused a Content-Length over the
     cap; a chunked body (no Content-Length) is only known to be too large here.
-    With a Content-Length, the first read asks for all of it, and usually gets it."""
+    With a Content-Length, the first read asks for all of it, and usually gets it.
+    A body shorter than its Content-Length, or one that sends nothing for
+    x-caps.body_read_seconds, is malformed HTTP: never executed, and the connection closes."""
     limit = spec().caps["max_body_bytes"]
     req = request._get_current_object()  # type: ignore[attr-defined]  # one proxy look-up
     length: int | None = req.content_length
     stream, body = req.stream, bytearray()
-    while len(body) <= limit:
-        size = READ_SIZE if length is None else max(length - len(body), 1)
-        try:
-            chunk = stream.read(min(size, limit + 1 - len(body)))
-        except Exception:
-            # A broken transfer (bad chunked framing, a body shorter than its
-            # Content-Length). The WSGI server's own exception types stay out of the app.
-            log.info("unreadable request body", exc_info=True)
-            raise InvalidRequest(spec().messages["malformed_http"]) from None
-        if not body and length is not None and len(chunk) == length:
-            return chunk   # the whole body in one read: no copy into `body`
-        if not chunk:
-            return bytes(body)
-        body += chunk
-        if length is not None and len(body) == length:
-            return bytes(body)
+    with stall_bound(req.environ):
+        while len(body) <= limit:
+            size = READ_SIZE if length is None else max(length - len(body), 1)
+            try:
+                chunk = stream.read(min(size, limit + 1 - len(body)))
+            except Exception:
+                # A broken transfer (bad chunked framing, a body shorter than its Content-Length
+                # under werkzeug, a stall past the bound). The WSGI server's own exception types
+                # stay out of the app.
+                log.info("unreadable request body", exc_info=True)
+                raise _malformed() from None
+            if not body and length is not None and len(chunk) == length:
+                return chunk   # the whole body in one read: no copy into `body`
+            if not chunk:
+                if length is not None:   # the client closed before Content-Length (gunicorn reads b"")
+                    raise _malformed()
+                return bytes(body)
+            body += chunk
+            if length is not None and len(body) == length:
+                return bytes(body)
     raise RequestTooLarge.from_template("request_too_large", limit=limit)
+
+
+def _malformed() -> InvalidRequest:
+    g.close_connection = True   # where the next request would start is unknown
+    return InvalidRequest(spec().messages["malformed_http"])
+
+
+@contextmanager
+def stall_bound(environ: dict[str, Any]) -> Iterator[None]:
+    """Each read of the body from the client's socket waits at most x-caps.body_read_seconds
+    (a stalled client would otherwise hold a thread for ever); gunicorn bounds its own body
+    drain the same way. The socket's timeout is restored for the response."""
+    sock = environ.get("gunicorn.socket") or environ.get("werkzeug.socket")
+    if sock is None:
+        yield
+        return
+    prior = sock.gettimeout()
+    sock.settimeout(spec().caps["body_read_seconds"])
+    try:
+        yield
+    finally:
+        try:
+            sock.settimeout(prior)
+        except OSError:   # the client is gone
+            pass
 
 
 INLINE_BATCH = 256   # events per write when the engine runs in the request's thread (Pump's maxsize)

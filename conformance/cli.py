@@ -55,6 +55,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--timeout", type=float, default=120.0, help="seconds per request (default 120)")
     p.add_argument("--schema-examples", type=int, default=25,
                    help="schemathesis examples per operation and phase (default 25)")
+    p.add_argument("--stall-seconds", type=float, default=0.0,
+                   help="run robust:http.stalled_body, waiting this long for the server's body-read "
+                        "timeout (default 0: skipped)")
     p.add_argument("--no-progress", action="store_true", help="no progress display")
     return p
 
@@ -69,6 +72,7 @@ def _config(args: argparse.Namespace) -> RunConfig:
         include=_tags(args.include), skip=_tags(args.skip), select=_tags(args.select),
         wrong_key_expected=args.wrong_key_expected, exhausted_key=args.exhausted_key,
         token_ceiling=args.token_ceiling, timeout=args.timeout, schema_examples=args.schema_examples,
+        stall_seconds=args.stall_seconds,
     ).validate()
 
 

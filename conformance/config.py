@@ -45,6 +45,8 @@ class RunConfig:
     token_ceiling: int = DEFAULT_TOKEN_CEILING
     timeout: float = 120.0
     schema_examples: int = 25           # schemathesis max examples per operation and phase
+    stall_seconds: float = 0.0          # robust:http.stalled_body waits this long for the server's
+                                        # body-read timeout; 0 skips it (the spec's is 30 s)
 
     def validate(self) -> "RunConfig":
         if self.profile not in PROFILES:

@@ -12,6 +12,21 @@ def default_max_tokens(prompt_tokens: int, model: ModelInfo, stream: bool) -> in
     return min(model.max_model_len - prompt_tokens, ceiling)
 
 
+def check_generated_cap(body: dict, prompts: int) -> None:
+    """The generated-token cap, before any prompt is tokenized, when max_tokens is given (then it
+    is the first token cap resolve_max_tokens checks): 2 million one-character prompts would
+    otherwise be tokenized, 300 MiB of token lists, only to be refused here."""
+    max_tokens = body.get("max_tokens")
+    if max_tokens is None:
+        return
+    caps, defaults = spec().caps, spec().defaults("CompletionRequest")
+    n = int(body.get("n", defaults["n"]))
+    total = prompts * n * int(max_tokens)
+    if total > caps["max_generated_tokens"]:
+        raise rule_error(spec().token_rules["generated_tokens_cap"], cap=caps["max_generated_tokens"], n=n,
+                         max_tokens=int(max_tokens), prompts=prompts, total=total)
+
+
 def resolve_max_tokens(body: dict, prompt_tokens: list[int], model: ModelInfo) -> int:
     """The max_tokens Inference runs with, or the first token cap the request breaks."""
     caps, rules, defaults = spec().caps, spec().token_rules, spec().defaults("CompletionRequest")

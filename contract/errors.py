@@ -42,18 +42,35 @@ def new_request_id() -> str:
     return rid["prefix"] + secrets.token_hex(rid["hex_digits"] // 2)
 
 
+class SpecText(str):
+    """Text the core composed from the spec (a steering vector's reason, what a field
+    expects): `fill` quotes it whole. Every other string field is an input value."""
+
+
+def cut(value: str) -> str:
+    """An input value as an error may quote it: at most x-caps.quoted_chars characters,
+    then x-messages.cut_mark. A 1 MB model name must not come back in a 1 MB body."""
+    limit = spec().caps["quoted_chars"]
+    return value if len(value) <= limit else value[:limit] + spec().messages["cut_mark"]
+
+
+def fill(template: str, **fields: Any) -> str:
+    """The one place a message template is filled: string fields are input values, cut."""
+    return template.format(**{k: v if type(v) is not str else cut(v) for k, v in fields.items()})
+
+
 class ApiError(Exception):
     code: ClassVar[str] = "internal_error"
 
     def __init__(self, message: str, param: str | None = None) -> None:
         super().__init__(message)
         self.message = message
-        self.param = param
+        self.param = None if param is None else cut(param)   # a param can name an unknown key
 
     @classmethod
     def from_template(cls, key: str, param: str | None = None, **fields: Any) -> "ApiError":
         """Build the error from the x-messages template named `key`."""
-        return cls(spec().messages[key].format(**fields), param)
+        return cls(fill(spec().messages[key], **fields), param)
 
     @property
     def status(self) -> int:
@@ -201,7 +218,7 @@ def error_class(code: str) -> type[ApiError]:
 def rule_error(rule: dict[str, Any], param: str | None = None, /, **fields: Any) -> RuleViolation:
     """The error for a spec rule (x-rules, x-model-rules, x-token-rules entry)."""
     cls = rule_classes()[rule["code"]]
-    return cls(rule["message"].format(**fields), param or rule.get("param"), rule=rule["id"])
+    return cls(fill(rule["message"], **fields), param or rule.get("param"), rule=rule["id"])
 
 
 def error_for_status(status: int, message: str, param: str | None = None) -> ApiError:

@@ -10,8 +10,8 @@ from dataclasses import dataclass
 from functools import cache
 
 from contract.errors import (
-    ChatRefused, InvalidApiKey, MethodNotAllowed, NotFound, RequestTooLarge,
-    UnsupportedMediaType,
+    ChatRefused, InvalidApiKey, MethodNotAllowed, NotFound, RequestTooLarge, SpecText,
+    UnsupportedMediaType, fill,
 )
 from contract.spec import Route, spec
 
@@ -43,8 +43,9 @@ def match_route(method: str, path: str) -> Route:
     route = methods.get(method.upper())
     if route is None:
         allow = allowed_methods(path)
-        raise MethodNotAllowed(spec().messages["method_not_allowed"].format(
-            method=method.upper(), path=path, allow=", ".join(allow)), allow=allow)
+        raise MethodNotAllowed(fill(spec().messages["method_not_allowed"],
+                                    method=method.upper(), path=path, allow=SpecText(", ".join(allow))),
+                               allow=allow)
     return route
 
 

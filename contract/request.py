@@ -8,10 +8,11 @@ that reorders them). The Budget comes after, in the server, through contract.bud
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 from typing import Any, Iterator, Mapping
 
-from contract.caps import resolve_max_tokens
+from contract.caps import check_generated_cap, resolve_max_tokens
 from contract.errors import ApiError, InvalidJson, ModelNotFound
 from contract.rules import check_model_rules, check_rules, iter_rule_errors
 from contract.schema import request_schema
@@ -51,18 +52,49 @@ class CompletionRequest:
         return self.body.get("output_residual_stream")
 
 
+# A `\uD800`-`\uDFFF` escape, in either case: where a lone surrogate can come from once
+# the text is strict UTF-8. A pair of them is a valid character; the parsed strings tell.
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
+
+
 def parse_json(raw: bytes) -> dict[str, Any]:
-    """Strict JSON: no NaN or Infinity, and the top level must be an object."""
+    """Strict JSON (RFC 8259, I-JSON): UTF-8 text of Unicode scalar values, no NaN or
+    Infinity, and the top level must be an object.
+
+    Every string of the body, keys included, is checked here, once: a lone surrogate
+    would otherwise reach the tokenizer, jsonschema-rs or the error body's encoder."""
     def no_constant(name: str) -> Any:
         raise ValueError(name)
     try:
-        body = json.loads(raw, parse_constant=no_constant)
+        # Strict UTF-8 refuses raw surrogates (ED A0 80), which json.loads(bytes) would
+        # let through (it decodes with surrogatepass); a BOM is ignored, as RFC 8259 allows.
+        body = json.loads(raw.decode("utf-8-sig"), parse_constant=no_constant)
     except (ValueError, RecursionError):
         # UnicodeDecodeError is a ValueError too; the parser's own words stay out of the body.
         raise InvalidJson.from_template("invalid_json") from None
+    if _SURROGATE_ESCAPE.search(raw) and _has_surrogate(body):
+        raise InvalidJson.from_template("invalid_json")
     if not isinstance(body, dict):
         raise InvalidJson.from_template("not_json_object")
     return body
+
+
+def _has_surrogate(value: Any) -> bool:
+    """Whether any string in the parsed value (keys too) holds a lone surrogate."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            try:
+                item.encode("utf-8")
+            except UnicodeEncodeError:
+                return True
+        elif isinstance(item, dict):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return False
 
 
 def _prompts(body: dict[str, Any], model: ModelInfo) -> tuple[list[list[int]], list[str] | None]:
@@ -77,6 +109,11 @@ def _prompts(body: dict[str, Any], model: ModelInfo) -> tuple[list[list[int]], l
     else:
         return list(prompt), None
     return [encode(model, t, add_special) for t in texts], texts
+
+
+def _prompt_count(prompt: Any) -> int:
+    """How many prompts: a string or a list of token ids is one."""
+    return len(prompt) if isinstance(prompt, list) and prompt and isinstance(prompt[0], (str, list)) else 1
 
 
 def _truncate(prompts: list[list[int]], keep: int | None, model: ModelInfo) -> list[list[int]]:
@@ -113,6 +150,7 @@ def validate_completion(body: Any, models: Mapping[str, ModelInfo] | None = None
         raise ModelNotFound.from_template("model_not_found", "model", model=body["model"])
     check_model_rules(body, model)
     steering = decode_vectors(body["apply_steering_vectors"], model) if "apply_steering_vectors" in body else []
+    check_generated_cap(body, _prompt_count(body["prompt"]))
     prompts, texts = _prompts(body, model)
     prompts = _truncate(prompts, body.get("truncate_prompt_tokens"), model)
     max_tokens = resolve_max_tokens(body, [len(p) for p in prompts], model)

@@ -18,7 +18,7 @@ import fastjsonschema
 import jsonschema_rs
 from fastjsonschema import JsonSchemaValueException
 
-from contract.errors import ApiError, InvalidType, MissingField, OutOfRange, UnknownField
+from contract.errors import ApiError, InvalidType, MissingField, OutOfRange, SpecText, UnknownField, fill
 from contract.spec import spec
 
 RANGE_KEYWORDS = frozenset({
@@ -86,13 +86,13 @@ class ObjectSchema:
         messages = spec().messages
         for key in body:
             if key not in self.properties:
-                yield UnknownField(messages["unknown_field"].format(field=key), key)
+                yield UnknownField(fill(messages["unknown_field"], field=key), key)
 
     def _required(self, body: dict[str, Any]) -> Iterator[ApiError]:
         messages = spec().messages
         for key in self.required:
             if key not in body:
-                yield MissingField(messages["missing_field"].format(param=key), key)
+                yield MissingField(fill(messages["missing_field"], param=key), key)
 
     def _typed(self, body: dict[str, Any]) -> Iterator[tuple[str, JsonSchemaValueException | None]]:
         """Each known field of the body with its type error (None when its type holds)."""
@@ -200,18 +200,18 @@ def _map(name: str, schema: dict[str, Any], value: Any, exc: JsonSchemaValueExce
         allowed = (exc.definition or {}).get("properties", {})
         extra = next(k for k in here if k not in allowed)
         field = f"{full}.{extra}"
-        return UnknownField(messages["unknown_field"].format(field=field), field)
+        return UnknownField(fill(messages["unknown_field"], field=field), field)
     if rule == "required":
         missing = next(k for k in exc.rule_definition if k not in here)
         field = f"{full}.{missing}"
-        return MissingField(messages["missing_field"].format(param=field), field)
+        return MissingField(fill(messages["missing_field"], param=field), field)
     if types_only or rule == "type":
-        return InvalidType(messages["invalid_type"].format(
-            param=param, expected=_expected(expected_node, here)), param)
+        return InvalidType(fill(messages["invalid_type"],
+                                param=param, expected=SpecText(_expected(expected_node, here))), param)
     if rule == "anyOf":
         return _map_union(param, exc.definition, here, expected_node["x-expected"])
     template = messages["range"][rule]
-    return OutOfRange(template.format(param=param, value=_show(here), limit=_show(exc.rule_definition)), param)
+    return OutOfRange(fill(template, param=param, value=_show(here), limit=SpecText(_show(exc.rule_definition))), param)
 
 
 def _map_union(param: str, definition: dict[str, Any], value: Any, expected: str) -> ApiError:
@@ -228,9 +228,9 @@ def _map_union(param: str, definition: dict[str, Any], value: Any, expected: str
             here = value
             for part in list(exc.path)[1:]:
                 here = here[int(part) if isinstance(here, list) else part]
-            return OutOfRange(template.format(param=param, value=_show(here),
-                                              limit=_show(exc.rule_definition)), param)
-    return InvalidType(spec().messages["invalid_type"].format(param=param, expected=expected), param)
+            return OutOfRange(fill(template, param=param, value=_show(here),
+                                   limit=SpecText(_show(exc.rule_definition))), param)
+    return InvalidType(fill(spec().messages["invalid_type"], param=param, expected=SpecText(expected)), param)
 
 
 @cache

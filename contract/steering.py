@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import zstandard
 
-from contract.errors import RuleViolation, rule_error
+from contract.errors import RuleViolation, SpecText, fill, rule_error
 from contract.spec import ModelInfo, spec
 
 _BF16_EXPONENT = 0x7F80  # all exponent bits set: inf or NaN
@@ -33,18 +33,32 @@ class SteeringVector:
 
 
 def decode_vectors(vectors: list[dict[str, Any]], model: ModelInfo) -> list[SteeringVector]:
-    return [decode_vector(v, model, f"apply_steering_vectors[{i}]") for i, v in enumerate(vectors)]
+    """Every vector decoded; their decoded bytes in all stay under x-caps.steering_decoded_bytes,
+    checked from the shapes before anything is decompressed."""
+    decoded, out = 0, []
+    for i, v in enumerate(vectors):
+        vector = decode_vector(v, model, f"apply_steering_vectors[{i}]", decoded)
+        decoded += vector.values.nbytes
+        out.append(vector)
+    return out
 
 
-def decode_vector(obj: dict[str, Any], model: ModelInfo, param: str) -> SteeringVector:
+def decode_vector(obj: dict[str, Any], model: ModelInfo, param: str, decoded_before: int = 0) -> SteeringVector:
+    """One vector; `decoded_before` is what the request's earlier vectors decoded to."""
     rule = spec().model_rules["steering_vector"]
 
     def bad(reason: str, **fields: Any) -> RuleViolation:
-        return rule_error(rule, param, param=param, reason=rule["reasons"][reason].format(**fields))
+        text = SpecText(fill(rule["reasons"][reason], **fields))
+        return rule_error(rule, param, param=param, reason=text)
 
     _check_shape(obj, model, rule, bad)
     acts = obj["activations"]
     dtype, original, shape = acts["dtype"], acts["original_dtype"], acts["shape"]
+    # The sizes, from the shape alone, against the cap: nothing is decoded yet.
+    total = decoded_before + _decoded_size(shape, dtype)
+    cap = spec().caps["steering_decoded_bytes"]
+    if total > cap:
+        raise bad("decoded_cap", cap=cap, total=total)
     layers = obj["layer_indices"]
     positions = obj.get("position_indices")
     defaults = spec().defaults("SteeringVector")  # a field left out or null
@@ -80,26 +94,35 @@ def _check_shape(obj: dict[str, Any], model: ModelInfo, rule: dict[str, Any],
             raise bad("positions_2d")
         if len(positions) != shape[1]:
             raise bad("positions_count", got=len(positions), want=shape[1])
+    if len(shape) == 3 and shape[1] > model.max_model_len:
+        raise bad("positions", got=shape[1], max_model_len=model.max_model_len)
+
+
+def _decoded_size(shape: list[int], dtype: str) -> int:
+    """The bytes a vector decodes to, from its declared shape and dtype alone."""
+    return math.prod(shape) * np.dtype(dtype).itemsize
 
 
 def _decode_values(data: str, dtype: str, shape: list[int],
                    bad: Callable[..., RuleViolation]) -> np.ndarray:
     """base64 -> one zstd frame of exactly the shape's bytes -> finite values."""
+    want = _decoded_size(shape, dtype)
     try:
         frame = base64.b64decode(data, validate=True)
     except (binascii.Error, ValueError):
         raise bad("base64") from None
-    want = math.prod(shape) * np.dtype(dtype).itemsize
     try:
-        size = zstandard.frame_content_size(frame)
+        size = zstandard.get_frame_parameters(frame).content_size
     except zstandard.ZstdError:
         raise bad("zstd") from None
-    if size < 0:
+    if size == zstandard.CONTENTSIZE_UNKNOWN:
         raise bad("zstd")
     if size != want:
         raise bad("length", got=size, want=want)
     try:
-        raw = zstandard.ZstdDecompressor().decompress(frame, max_output_size=want)
+        # One-shot into a buffer of the declared size (checked above): a frame that inflates
+        # past it, or short of it, fails here; anything after the one frame is refused.
+        raw = zstandard.ZstdDecompressor().decompress(frame, max_output_size=want, allow_extra_data=False)
     except zstandard.ZstdError:
         raise bad("zstd") from None
     if len(raw) != want:

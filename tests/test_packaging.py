@@ -31,9 +31,7 @@ from packaging.specifiers import SpecifierSet
 from contract import load_spec, spec
 from contract.spec import CHECKOUT_PATH, SPEC_ENV
 from contract.version import DISTRIBUTION, describe, package_version, versions
-from mock_server import create_app
-from mock_server.config import MockConfig
-from tests.conformance_support import free_port, serve
+from tests.conformance_support import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
@@ -178,9 +176,19 @@ def test_the_conformance_extra_is_a_ci_gate_without_flask_or_a_server(gate: Venv
     # The wheel carries the servers' packages, but not what they run on (schemathesis brings
     # werkzeug, which the suite does not import); nothing of them is imported.
     assert not {"flask", "gunicorn"} & set(found["installed"]) and found["imported"] == []
-    # A whole run without Flask installed: against the checkout's mock, served in this process.
-    with serve(create_app(MockConfig())) as url:
-        run_quick_profile(gate, url, tmp_path)
+    # A whole run without Flask installed: against the checkout's mock, from the checkout's
+    # interpreter under gunicorn (werkzeug's development server fails robust:'s HTTP checks).
+    port = free_port()
+    log = (tmp_path / "mock.log").open("w")
+    mock = subprocess.Popen([sys.executable, "-m", "mock_server", "--host", "127.0.0.1", "--port", str(port),
+                             "--workers", "1"], cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        wait_healthy(f"http://127.0.0.1:{port}", mock, tmp_path / "mock.log")
+        run_quick_profile(gate, f"http://127.0.0.1:{port}", tmp_path)
+    finally:
+        mock.terminate()
+        mock.wait(timeout=30)
+        log.close()
 
 
 def test_the_installed_mock_passes_the_installed_suite(wheel: Path, tmp_path: Path) -> None:

@@ -55,14 +55,18 @@ def test_full_profile_passes(reference: Any, tmp_path: Path) -> None:
     # What the tiny model's max_model_len (4,096) cannot hold, the golden cases built on the
     # spec's layers and hidden size, the spent-key check (below, with a spent key), and the
     # checks that need the mock's X-Mock-* headers, which the reference ignores.
+    # robust:http.stalled_body waits for the 30 s body-read timeout: opt-in (--stall-seconds).
     needs_mock_headers = {"stream:error_event", "stream:keepalive"}
+    opt_in = {"budget:exhausted_key", "robust:http.stalled_body"}
     assert all("max_model_len" in reason or "num_layers" in reason
-               for id, reason in skipped.items() if id not in {"budget:exhausted_key", *needs_mock_headers}), skipped
+               for id, reason in skipped.items() if id not in {*opt_in, *needs_mock_headers}), skipped
     assert "stream:error_event" in skipped
     assert "golden:steering.hidden" in skipped and "num_layers 32" in skipped["golden:steering.hidden"]
     passed = {r["id"] for r in results if r["outcome"] == Outcome.PASSED.value}
     assert {"lens:activations_shape", "lens:steering_accepted", "lens:layer_out_of_range"} <= passed, sorted(passed)
     assert {c.id for c in REGISTRY if c.group == "shape"} <= passed, sorted(passed)
+    robust = {c.id for c in REGISTRY if c.group == "robust"} - opt_in
+    assert robust <= passed, sorted(robust - passed)
 
 
 def test_budget_checks_with_a_spent_key(reference: Any, models: dict[str, ModelInfo]) -> None:
