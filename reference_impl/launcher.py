@@ -130,6 +130,18 @@ class VllmProcess:
         self.stop()
 
 
+def stop_process(proc: subprocess.Popen[bytes] | None, timeout: float = 15) -> None:
+    """SIGTERM, then SIGKILL if it has not exited within `timeout` seconds."""
+    if proc is None or proc.poll() is not None:
+        return
+    proc.terminate()
+    try:
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
 def wait_ready(url: str, proc: subprocess.Popen[bytes] | None, timeout: float,
                name: str = "vLLM", log: Path | None = None, any_status: bool = False,
                interval: float = 0.5) -> None:

@@ -17,7 +17,7 @@ from typing import Any
 import httpx
 
 from conformance.sse import parse_text
-from reference_impl.launcher import free_port, wait_ready
+from reference_impl.launcher import free_port, stop_process, wait_ready
 
 ROOT = Path(__file__).resolve().parent.parent
 KEY = "test-key"
@@ -55,13 +55,7 @@ class MockProcess:
         return self._log.read().decode(errors="replace")[-4000:]
 
     def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        stop_process(self.proc)
         self.proc = None
 
     def close(self) -> None:

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from reference_impl.launcher import free_port
+from reference_impl.launcher import free_port, stop_process
 
 START_TIMEOUT_S = 30.0
 
@@ -75,12 +75,6 @@ class RedisServer:
         return (self.dir / "redis.log").read_text(errors="replace")[-3000:]
 
     def close(self) -> None:
-        if self.proc is not None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-            self.proc = None
+        stop_process(self.proc, timeout=10)
+        self.proc = None
         shutil.rmtree(self.dir, ignore_errors=True)

@@ -18,7 +18,6 @@ import subprocess
 import sys
 import time
 import tomllib
-import urllib.request
 import venv
 import xml.etree.ElementTree as ET
 import zipfile
@@ -31,6 +30,7 @@ from packaging.specifiers import SpecifierSet
 from contract import load_spec, spec
 from contract.spec import CHECKOUT_PATH, SPEC_ENV
 from contract.version import DISTRIBUTION, describe, package_version, versions
+from reference_impl.launcher import stop_process, wait_ready
 from tests.conformance_support import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -183,11 +183,10 @@ def test_the_conformance_extra_is_a_ci_gate_without_flask_or_a_server(gate: Venv
     mock = subprocess.Popen([sys.executable, "-m", "mock_server", "--host", "127.0.0.1", "--port", str(port),
                              "--workers", "1"], cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
     try:
-        wait_healthy(f"http://127.0.0.1:{port}", mock, tmp_path / "mock.log")
+        wait_ready(f"http://127.0.0.1:{port}", mock, RUN_TIMEOUT_S, name="acs-mock", log=tmp_path / "mock.log", interval=0.2)
         run_quick_profile(gate, f"http://127.0.0.1:{port}", tmp_path)
     finally:
-        mock.terminate()
-        mock.wait(timeout=30)
+        stop_process(mock, timeout=30)
         log.close()
 
 
@@ -199,26 +198,11 @@ def test_the_installed_mock_passes_the_installed_suite(wheel: Path, tmp_path: Pa
     mock = subprocess.Popen([str(bin_dir / "acs-mock"), "--host", "127.0.0.1", "--port", str(port),
                              "--workers", "1"], cwd=tmp_path, env=env, stdout=log, stderr=subprocess.STDOUT)
     try:
-        wait_healthy(f"http://127.0.0.1:{port}", mock, tmp_path / "mock.log")
+        wait_ready(f"http://127.0.0.1:{port}", mock, RUN_TIMEOUT_S, name="acs-mock", log=tmp_path / "mock.log", interval=0.2)
         run_quick_profile(installed, f"http://127.0.0.1:{port}", tmp_path)
     finally:
-        mock.terminate()
-        mock.wait(timeout=30)
+        stop_process(mock, timeout=30)
         log.close()
-
-
-def wait_healthy(url: str, proc: subprocess.Popen[bytes], log: Path) -> None:
-    deadline = time.monotonic() + RUN_TIMEOUT_S
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            pytest.fail(f"acs-mock exited with {proc.returncode}: {log.read_text()[-4000:]}")
-        try:
-            with urllib.request.urlopen(f"{url}/health", timeout=2) as reply:
-                if reply.status == 200:
-                    return
-        except OSError:
-            time.sleep(0.2)
-    pytest.fail(f"acs-mock not healthy after {RUN_TIMEOUT_S} s: {log.read_text()[-4000:]}")
 
 
 # -- the spec: packaged copy, checkout, override --------------------------------------------

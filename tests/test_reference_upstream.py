@@ -18,7 +18,7 @@ from werkzeug.wrappers import Request, Response
 
 from contract import InferenceUnavailable, spec
 from reference_impl.health import CACHE_S
-from reference_impl.launcher import free_port, wait_ready
+from reference_impl.launcher import free_port, stop_process, wait_ready
 from tests.conformance_support import serve
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -62,21 +62,12 @@ def start(upstream: str, *args: str) -> tuple[subprocess.Popen[bytes], str, Path
     return proc, f"http://127.0.0.1:{port}", log
 
 
-def stop(proc: subprocess.Popen[bytes]) -> None:
-    proc.terminate()
-    try:
-        proc.wait(timeout=30)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
-
-
 def test_without_max_model_len_from_the_router_it_asks_for_the_option(router: tuple[Router, str]) -> None:
     proc, _, log = start(router[1])
     try:
         assert proc.wait(timeout=120) != 0
     finally:
-        stop(proc)
+        stop_process(proc, timeout=30)
     assert "gives no max_model_len: pass --max-model-len" in log.read_text()
 
 
@@ -99,4 +90,4 @@ def test_behind_a_router_it_serves_with_the_options_max_model_len_and_the_router
         assert (health.status_code, body) == (
             status, InferenceUnavailable.from_template("inference_unavailable").body(body["request_id"]))
     finally:
-        stop(proc)
+        stop_process(proc, timeout=30)

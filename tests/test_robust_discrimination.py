@@ -25,7 +25,7 @@ from conformance.results import Outcome, RunReport
 from conformance.runner import run
 from contract import spec
 from mock_server import MockConfig, create_app
-from reference_impl.launcher import free_port, wait_ready
+from reference_impl.launcher import free_port, stop_process, wait_ready
 from tests.conformance_support import serve
 from tests.robust_support import MODES, smuggling_server
 
@@ -73,12 +73,7 @@ class Breakable:
         self.mode_file.write_text(mode or "")
 
     def close(self) -> None:
-        self.proc.terminate()
-        try:
-            self.proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
+        stop_process(self.proc)
         self.log.close()
 
 
