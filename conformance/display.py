@@ -11,6 +11,8 @@ from rich.table import Table
 from conformance.config import RunConfig
 from conformance.registry import Check, token_bound
 from conformance.results import CheckResult, Outcome, RunReport, exit_code
+from conformance.cost import CostModel
+from contract import spec
 
 STYLE = {Outcome.PASSED: "green", Outcome.FAILED: "red", Outcome.SKIPPED: "yellow", Outcome.ERROR: "magenta"}
 
@@ -66,6 +68,8 @@ def print_summary(report: RunReport, console: Console) -> None:
                       highlight=False)
     for error in report.run_errors:
         console.print(f"[magenta]TOOL ERROR[/] {error}", highlight=False)
+    if report.ceiling_skipped:
+        console.print(report.ceiling_note(), style="yellow", markup=False, highlight=False)
     code = exit_code(report)
     verdict = {0: "[green]conformant", 1: "[red]not conformant", 2: "[magenta]incomplete (tool errors)"}[code]
     console.print(f"{verdict}[/]: {len(report.results)} checks in {report.duration:.1f} s; "
@@ -78,8 +82,12 @@ def print_dry_run(checks: Sequence[Check], config: RunConfig, console: Console) 
     table.add_column("check")
     table.add_column("tags")
     table.add_column("tokens ≤", justify="right")
+    table.add_column("if not conforming ≤", justify="right")
+    cost = CostModel(spec().models[config.model].max_model_len)
     for check in checks:
-        table.add_row(check.id, ", ".join(check.all_tags), str(check.token_bound(config)))
+        table.add_row(check.id, ", ".join(check.all_tags), str(check.token_bound(config)),
+                      str(check.worst_case(config, cost)))
     console.print(table)
-    console.print(f"token bound of the selection: {token_bound(checks, config)} "
-                  f"(ceiling {config.token_ceiling})")
+    console.print(f"token bound of the selection: {token_bound(checks, config)}; if the server does not "
+                  f"conform: {token_bound(checks, config, cost)} with the spec's max_model_len "
+                  f"{cost.max_model_len} (ceiling {config.token_ceiling})")

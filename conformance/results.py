@@ -9,9 +9,32 @@ The exit code is computed here and nowhere else.
 """
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from enum import IntEnum, StrEnum
 from typing import Any
+
+# The most of any body (request or response) or value a report quotes, in bytes of
+# UTF-8: a server that writes 27 KB of text for one probe must not fill the reports.
+QUOTE_LIMIT_BYTES = 4096
+
+
+def quote(data: bytes | str, limit: int = QUOTE_LIMIT_BYTES) -> str:
+    """`data` as text, cut at `limit` bytes with its full length stated."""
+    raw = data if isinstance(data, bytes) else data.encode("utf-8", "replace")
+    if len(raw) <= limit:
+        return raw.decode("utf-8", "replace")
+    return f"{raw[:limit].decode('utf-8', 'ignore')}... (cut: {len(raw)} bytes in all)"
+
+
+def bounded(value: Any, limit: int = QUOTE_LIMIT_BYTES) -> Any:
+    """`value` as is when its JSON is within `limit` bytes; else its JSON, quoted and cut."""
+    if value is None or isinstance(value, (bool, int, float)):
+        return value
+    text = value if isinstance(value, str) else json.dumps(value, default=str, ensure_ascii=False)
+    if len(text.encode("utf-8", "replace")) <= limit:
+        return value
+    return quote(text, limit)
 
 
 class Outcome(StrEnum):
@@ -57,6 +80,10 @@ class Finding:
     received: Any = None
     exchange: Exchange | None = None
 
+    def __post_init__(self) -> None:
+        self.message = bounded(self.message)
+        self.expected, self.received = bounded(self.expected), bounded(self.received)
+
     def to_dict(self) -> dict[str, Any]:
         return {"message": self.message, "expected": self.expected, "received": self.received,
                 "exchange": self.exchange.to_dict() if self.exchange else None}
@@ -94,6 +121,17 @@ class RunReport:
     duration: float = 0.0
     server_max_model_len: int | None = None
     run_errors: list[str] = field(default_factory=list)   # the tool's, outside any check
+    token_plan: int = 0                   # the selection's worst case: if the server does not conform
+    ceiling_skipped: list[str] = field(default_factory=list)   # checks skipped for the ceiling
+    ceiling_needed: int | None = None     # a --token-ceiling that would run them too
+
+    def ceiling_note(self) -> str:
+        """One line on the checks the ceiling kept from running, or ''."""
+        if not self.ceiling_skipped:
+            return ""
+        return (f"{len(self.ceiling_skipped)} checks skipped for the token ceiling of "
+                f"{self.token_ceiling} (if the server does not conform they may cost more): "
+                f"{', '.join(self.ceiling_skipped)}; --token-ceiling {self.ceiling_needed} would run them")
 
     def count(self, outcome: Outcome) -> int:
         return sum(1 for r in self.results if r.outcome is outcome)
@@ -112,7 +150,9 @@ class RunReport:
             "server_max_model_len": self.server_max_model_len,
             "summary": {o.value: self.count(o) for o in Outcome} | {
                 "total": len(self.results), "tokens": self.tokens,
-                "token_ceiling": self.token_ceiling, "duration_s": round(self.duration, 3),
+                "token_ceiling": self.token_ceiling, "token_plan": self.token_plan,
+                "skipped_for_ceiling": self.ceiling_skipped, "token_ceiling_needed": self.ceiling_needed,
+                "duration_s": round(self.duration, 3),
                 "exit_code": int(exit_code(self))},
             "results": [r.to_dict() for r in self.results if r.outcome is not Outcome.ERROR],
             "tool_errors": [r.to_dict() for r in self.errors],

@@ -31,8 +31,12 @@ def build(report: RunReport) -> ET.Element:
         "skipped": str(report.count(Outcome.SKIPPED)), "time": f"{report.duration:.3f}"})
     props = ET.SubElement(suite, "properties")
     for name, value in (("base_url", report.base_url), ("model", report.model),
-                        ("tokens", report.tokens), ("token_ceiling", report.token_ceiling)):
+                        ("tokens", report.tokens), ("token_ceiling", report.token_ceiling),
+                        ("token_plan", report.token_plan)):
         ET.SubElement(props, "property", {"name": name, "value": str(value)})
+    if report.ceiling_skipped:
+        ET.SubElement(props, "property", {"name": "skipped_for_ceiling", "value": ",".join(report.ceiling_skipped)})
+        ET.SubElement(props, "property", {"name": "token_ceiling_needed", "value": str(report.ceiling_needed)})
     for r in report.results:
         case = ET.SubElement(suite, "testcase", {"classname": f"conformance.{r.group}", "name": r.id,
                                                  "time": f"{r.duration:.3f}"})
