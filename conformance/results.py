@@ -105,9 +105,17 @@ class CheckResult:
         return self.id.split(":", 1)[0]
 
     def to_dict(self) -> dict[str, Any]:
+        findings = []
+        for i, f in enumerate(self.findings):
+            d = f.to_dict()
+            # several findings about one response quote it once (the reports stay small)
+            first = next(j for j, g in enumerate(self.findings) if g.exchange is f.exchange)
+            if f.exchange is not None and first < i:
+                d["exchange"] = {"same_as_finding": first}
+            findings.append(d)
         return {"id": self.id, "tags": list(self.tags), "doc": self.doc, "outcome": self.outcome.value,
                 "reason": self.reason, "duration_s": round(self.duration, 4), "tokens": self.tokens,
-                "findings": [f.to_dict() for f in self.findings]}
+                "findings": findings}
 
 
 @dataclass
