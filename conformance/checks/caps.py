@@ -37,36 +37,18 @@ def _caps() -> dict[str, int]:
     return spec().caps
 
 
-def _no_stream_worst(extra: int, *, end_tokens: bool) -> Callable[[RunConfig, CostModel], int]:
-    """Worst case of one prompt token and max_tokens = the no-stream cap + `extra`: a server that
-    ignores the cap (and, unless it showed it honours them, the end tokens) writes all of it."""
-    def worst(config: RunConfig, cost: CostModel) -> int:
-        spec_model = spec().models[config.model]
-        body = {"prompt": [PROMPT_ID], "max_tokens": _caps()["max_tokens_without_stream"] + extra}
-        if end_tokens:
-            body["allowed_token_ids"] = list(spec_model.eos_token_ids)
-        return cost.body(body)
-    return worst
-
-
-def _fits_body(ctx: Context, prompt_tokens: int) -> None:
-    # two bytes per id ("0,"): skip rather than send a body the 413 rule would refuse first
-    if 2 * prompt_tokens + 256 > _caps()["max_body_bytes"]:
-        ctx.skip(f"a prompt of {prompt_tokens} token ids does not fit the body cap")
-
-
-def _accepted(ctx: Context, body: dict[str, Any], *, stream: bool = False) -> None:
-    """The request must be accepted; only the first event of a stream is read."""
-    if stream:
-        return first_chunk_accepted(ctx, body)
-    reply = ctx.client.post(COMPLETIONS, body)
-    ctx.expect_status(reply, 200)
+def _no_stream_limit_worst(config: RunConfig, cost: CostModel) -> int:
+    """One prompt token and max_tokens at the no-stream cap, stopped by the end tokens: a server
+    that ignores them (until it has shown it honours them) writes all of it."""
+    eos = list(spec().models[config.model].eos_token_ids)
+    return cost.body({"prompt": [PROMPT_ID], "max_tokens": _caps()["max_tokens_without_stream"],
+                      "allowed_token_ids": eos})
 
 
 # -- max_tokens without stream (deadline_infeasible) ---------------------------
 
 @register("caps:max_tokens.without_stream.limit", tags=("caps",), tokens=1,
-          worst=_no_stream_worst(0, end_tokens=True))
+          worst=_no_stream_limit_worst)
 def without_stream_limit(ctx: Context) -> None:
     """max_tokens at the no-stream cap is accepted (it stops at once: allowed_token_ids = end tokens)."""
     cap = _caps()["max_tokens_without_stream"]
@@ -75,13 +57,16 @@ def without_stream_limit(ctx: Context) -> None:
     _accepted(ctx, _body(ctx, 1, max_tokens=cap, allowed_token_ids=list(ctx.model.eos_token_ids)))
 
 
-@register("caps:max_tokens.without_stream.limit+1", tags=("caps",), worst=_no_stream_worst(1, end_tokens=True))
+@register("caps:max_tokens.without_stream.limit+1", tags=("caps",), worst=1)
 def without_stream_past(ctx: Context) -> None:
-    """One past the no-stream cap: 400 deadline_infeasible."""
+    """One past the no-stream cap: 400 deadline_infeasible, before the context is looked at.
+
+    The prompt fills the context (max_model_len - 1 token ids): x-token-rules checks the
+    no-stream cap first, and a server that wrongly accepts the request has room for one token.
+    """
     cap = _caps()["max_tokens_without_stream"]
-    # the end tokens only: a server that wrongly accepts it (and honours them) writes one token
-    reply = ctx.client.post(COMPLETIONS, _body(ctx, 1, max_tokens=cap + 1,
-                                               allowed_token_ids=list(ctx.model.eos_token_ids)))
+    _fits_body(ctx, ctx.max_model_len)
+    reply = ctx.client.post(COMPLETIONS, _body(ctx, ctx.max_model_len - 1, max_tokens=cap + 1))
     ctx.expect_error(reply, token_rule_body("deadline_infeasible", cap=cap, max_tokens=cap + 1,
                                             minutes=_caps()["wait_seconds"] // 60))
 

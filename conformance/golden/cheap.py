@@ -22,6 +22,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from conformance.cost import CostModel
 from conformance.golden import HERE, Case, load_cases
 from contract import ApiError, spec, validate_completion
 
@@ -86,8 +87,8 @@ def derive(case: Case) -> dict[str, Any] | None:
     missing = {k: v for k, v in CHEAP_FIELDS.items() if k not in body}
     add = next((e for e in (missing, *({k: v} for k, v in missing.items())) if e and alike(e)), {})
     close = False
-    bounded = isinstance({**body, **add}.get("max_tokens"), int) and {**body, **add}["max_tokens"] <= 1
-    if not bounded and case.path == COMPLETIONS:
+    model = spec().models.get(body.get("model")) or spec().models[spec().default_model]
+    if CostModel(model.max_model_len).body({**body, **add}) > 1 and case.path == COMPLETIONS:
         if body.get("stream") is True:
             close = True
         elif "stream" not in body and alike({**add, **STREAM_FIELD}):
