@@ -45,6 +45,20 @@ def _no_stream_limit_worst(config: RunConfig, cost: CostModel) -> int:
                       "allowed_token_ids": eos})
 
 
+def _fits_body(ctx: Context, prompt_tokens: int) -> None:
+    # two bytes per id ("0,"): skip rather than send a body the 413 rule would refuse first
+    if 2 * prompt_tokens + 256 > _caps()["max_body_bytes"]:
+        ctx.skip(f"a prompt of {prompt_tokens} token ids does not fit the body cap")
+
+
+def _accepted(ctx: Context, body: dict[str, Any], *, stream: bool = False) -> None:
+    """The request must be accepted; only the first event of a stream is read."""
+    if stream:
+        return first_chunk_accepted(ctx, body)
+    reply = ctx.client.post(COMPLETIONS, body)
+    ctx.expect_status(reply, 200)
+
+
 # -- max_tokens without stream (deadline_infeasible) ---------------------------
 
 @register("caps:max_tokens.without_stream.limit", tags=("caps",), tokens=1,
