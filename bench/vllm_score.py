@@ -99,14 +99,16 @@ Skipped:
 
 What plain vLLM passes: {passed}.
 
-In short: vLLM answers with its own error shape (`{{"error": {{"message", "type",
-"param", "code"}}}}` with vLLM's messages and codes, no `request_id`, no
-`X-Request-Id`), accepts what the contract refuses (chat, unknown fields, strings
-for numbers, the cross-field rules, the token caps past the no-stream and
-generated limits, bodies over 8 MiB), and has no `num_layers` or `hidden_size`
-in `GET /v1/models`. Its streams are well framed. Every probe that a conforming
-server would refuse asks for one token of one sequence (or is a stream the suite
-closes after its first event), so the whole profile runs within the ceiling.
+In short: vLLM answers in its own shapes (`{{"detail": "Not Found"}}` for an unknown
+route, `{{"error": "Unauthorized"}}` without a key, its own messages and codes
+elsewhere, 400 where the contract says 415), writes no `request_id` or
+`X-Request-Id`, and accepts much that the contract refuses: chat, fields the API
+leaves out (`best_of`, `use_beam_search`), strings and booleans for numbers, the
+cross-field rules, the generated-token cap, bodies over 8 MiB. `GET /v1/models`
+has no `num_layers` or `hidden_size`, and no activations come back. Its streams
+are well framed (the `stream:` checks pass). Every probe that a conforming server
+would refuse asks for one token of one sequence (or is a stream the suite closes
+after its first event), so the whole profile runs within the ceiling.
 """
 
 
