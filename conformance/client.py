@@ -23,8 +23,17 @@ AUTH_DEFAULT = "default"
 AUTH_NONE = "none"
 
 
+# The start of the reason of every check skipped for the token ceiling (reports find them by it).
+OVER_CEILING = "over the token ceiling"
+
+
 class OverCeiling(Exception):
-    """A request was not sent: if the server did not conform, it could pass the token ceiling."""
+    """A request was not sent: if the server did not conform, it could pass the token ceiling.
+    `worst`: the tokens it (or what it stands for) may cost."""
+
+    def __init__(self, message: str, worst: int) -> None:
+        super().__init__(message)
+        self.worst = worst
 
 
 def _shown(data: bytes | str | None) -> str | None:
@@ -202,7 +211,7 @@ class Client:
         if self.ceiling is not None and worst and self.tokens + worst > self.ceiling:
             raise OverCeiling(f"{method} {path} was not sent: it may generate {worst} tokens if the "
                               f"server does not conform; {self.tokens} of the ceiling of "
-                              f"{self.ceiling} are spent")
+                              f"{self.ceiling} are spent", worst)
         return worst
 
     def _count(self, data: Any, worst: int = 0) -> None:

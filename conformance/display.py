@@ -68,7 +68,7 @@ def print_summary(report: RunReport, console: Console) -> None:
                       highlight=False)
     for error in report.run_errors:
         console.print(f"[magenta]TOOL ERROR[/] {error}", highlight=False)
-    if report.ceiling_skipped:
+    if report.ceiling_note():
         console.print(report.ceiling_note(), style="yellow", markup=False, highlight=False)
     code = exit_code(report)
     verdict = {0: "[green]conformant", 1: "[red]not conformant", 2: "[magenta]incomplete (tool errors)"}[code]

@@ -99,6 +99,7 @@ class CheckResult:
     reason: str = ""                  # why it was skipped, or the tool error
     duration: float = 0.0
     tokens: int = 0                   # tokens the deployment generated for this check
+    withheld: int = 0                 # worst case of the requests the ledger did not send
 
     @property
     def group(self) -> str:
@@ -132,14 +133,17 @@ class RunReport:
     token_plan: int = 0                   # the selection's worst case: if the server does not conform
     ceiling_skipped: list[str] = field(default_factory=list)   # checks skipped for the ceiling
     ceiling_needed: int | None = None     # a --token-ceiling that would run them too
+    ceiling_notes: list[str] = field(default_factory=list)    # requests withheld inside checks
 
     def ceiling_note(self) -> str:
-        """One line on the checks the ceiling kept from running, or ''."""
-        if not self.ceiling_skipped:
-            return ""
-        return (f"{len(self.ceiling_skipped)} checks skipped for the token ceiling of "
-                f"{self.token_ceiling} (if the server does not conform they may cost more): "
-                f"{', '.join(self.ceiling_skipped)}; --token-ceiling {self.ceiling_needed} would run them")
+        """What the ceiling kept from running, or ''."""
+        lines = list(self.ceiling_notes)
+        if self.ceiling_skipped:
+            lines.insert(0, f"{len(self.ceiling_skipped)} checks skipped for the token ceiling of "
+                            f"{self.token_ceiling} (if the server does not conform they may cost more): "
+                            f"{', '.join(self.ceiling_skipped)}; --token-ceiling {self.ceiling_needed} "
+                            f"would run them")
+        return "\n".join(lines)
 
     def count(self, outcome: Outcome) -> int:
         return sum(1 for r in self.results if r.outcome is outcome)
@@ -160,6 +164,7 @@ class RunReport:
                 "total": len(self.results), "tokens": self.tokens,
                 "token_ceiling": self.token_ceiling, "token_plan": self.token_plan,
                 "skipped_for_ceiling": self.ceiling_skipped, "token_ceiling_needed": self.ceiling_needed,
+                "ceiling_notes": self.ceiling_notes,
                 "duration_s": round(self.duration, 3),
                 "exit_code": int(exit_code(self))},
             "results": [r.to_dict() for r in self.results if r.outcome is not Outcome.ERROR],

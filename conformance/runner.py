@@ -8,10 +8,10 @@ from collections.abc import Callable, Sequence
 
 import httpx
 
-from conformance.client import Client, OverCeiling
+from conformance.client import OVER_CEILING, Client, OverCeiling
 from conformance.config import ConfigError, RunConfig
 from conformance.cost import CostModel
-from conformance.context import Context, ServerInfo, Skipped, Stop
+from conformance.context import LEDGER_NOTES, Context, ServerInfo, Skipped, Stop
 from conformance.registry import Check, token_bound
 from conformance.results import CheckResult, Outcome, RunReport
 from contract import spec
@@ -57,13 +57,13 @@ def run_check(check: Check, ctx: Context) -> CheckResult:
     ctx.findings = []
     tokens_before = ctx.client.tokens
     start = time.perf_counter()
-    outcome, reason = Outcome.PASSED, ""
+    outcome, reason, withheld = Outcome.PASSED, "", 0
     try:
         check.func(ctx)
     except Skipped as exc:
         outcome, reason = Outcome.SKIPPED, str(exc)
     except OverCeiling as exc:      # the client's ledger refused a request mid-check
-        outcome, reason = Outcome.SKIPPED, f"{OVER_CEILING}: {exc}"
+        outcome, reason, withheld = Outcome.SKIPPED, f"{OVER_CEILING}: {exc}", exc.worst
     except Stop:
         pass
     except Exception as exc:  # the suite's own bug: kept apart from findings
@@ -73,11 +73,7 @@ def run_check(check: Check, ctx: Context) -> CheckResult:
     if ctx.findings and outcome is not Outcome.ERROR:
         outcome = Outcome.FAILED
     return CheckResult(check.id, check.all_tags, check.doc, outcome, list(ctx.findings), reason,
-                       time.perf_counter() - start, ctx.client.tokens - tokens_before)
-
-
-# The start of the reason of every check skipped for the token ceiling (reports find them by it).
-OVER_CEILING = "over the token ceiling"
+                       time.perf_counter() - start, ctx.client.tokens - tokens_before, withheld)
 
 
 def execute(check: Check, ctx: Context, cost: int | None = None) -> CheckResult:
@@ -134,6 +130,20 @@ def plan(checks: Sequence[Check], ctx: Context) -> list[tuple[Check, int]]:
     return out
 
 
+def _still_needed(skipped: Sequence[Check], results: dict[str, CheckResult], ctx: Context) -> int:
+    """Tokens the checks skipped for the ceiling may cost: their plan, or what the ledger
+    withheld from them if more (a spend they share counted once)."""
+    shared: dict[str, int] = {}
+    total = 0
+    for c in skipped:
+        cost = max(c.worst_case(ctx.config, _cost(ctx)), results[c.id].withheld)
+        if c.shares:
+            shared[c.shares] = max(shared.get(c.shares, 0), cost)
+        else:
+            total += cost
+    return total + sum(shared.values())
+
+
 def connect(config: RunConfig, transport: httpx.BaseTransport | None = None) -> Context:
     """A Context for `config`, after GET /v1/models; the caller closes ctx.client."""
     config.validate()
@@ -167,10 +177,11 @@ def run(config: RunConfig, checks: Sequence[Check], *, progress: Progress | None
             if progress:
                 progress(check, result)
         report.tokens = ctx.client.tokens
+        report.ceiling_notes = list(ctx.memo.get(LEDGER_NOTES, []))
     report.results = [results[c.id] for c in checks]
     skipped = [c for c in checks if results[c.id].reason.startswith(OVER_CEILING)]
     report.ceiling_skipped = [c.id for c in skipped]
     if skipped:
-        report.ceiling_needed = report.tokens + token_bound(skipped, config, _cost(ctx))
+        report.ceiling_needed = report.tokens + _still_needed(skipped, results, ctx)
     report.duration = time.perf_counter() - start
     return report

@@ -147,8 +147,9 @@ def test_the_ledger_runs_the_cheap_first_and_names_what_the_ceiling_kept_out() -
     probe = 1                                     # the end-token probe: this server honours them
     assert report.tokens == probe + 1 + 40 <= 100
     assert report.ceiling_skipped == ["a:dear", "c:undeclared"]
-    # the needed ceiling: what was spent and the skipped checks' worst cases (the undeclared one: 0)
-    assert report.ceiling_needed == report.tokens + 120
+    # the needed ceiling: what was spent, the skipped checks' plans, and what the ledger withheld
+    # from the undeclared one (its request without max_tokens)
+    assert report.ceiling_needed == report.tokens + 120 + (SERVED_LEN - 1)
     dear = next(r for r in report.results if r.id == "a:dear")
     assert dear.reason == (f"{OVER_CEILING}: it may generate 120 tokens if the server does not conform; "
                            f"{probe + 41} of the ceiling of 100 are spent (--token-ceiling {probe + 41 + 120} "
@@ -171,6 +172,17 @@ def test_checks_that_cannot_generate_run_whatever_the_ledger_says() -> None:
     assert {r.id for r in report.results if r.outcome is Outcome.PASSED} == {"a:free", "c:free"}
     assert report.tokens == 0 and server.posts == []
     assert report.ceiling_skipped == ["a:dear", "b:cheap", "b:middle", "c:undeclared"]
+
+
+def test_requests_withheld_inside_a_check_are_noted_in_every_report() -> None:
+    from conformance.results import RunReport
+    report = RunReport("http://x", MODEL, "full", token_ceiling=10,
+                       ceiling_notes=["schemathesis (negative data) did not send 4 of 351 requests"])
+    assert report.ceiling_note() == report.ceiling_notes[0]
+    assert report.to_dict()["summary"]["ceiling_notes"] == report.ceiling_notes
+    props = {p.get("name"): p.get("value") for p in build(report).iter("property")}
+    assert props["ceiling_note_0"] == report.ceiling_notes[0]
+    assert report.ceiling_notes[0] in render(report)
 
 
 def test_every_report_names_the_checks_skipped_for_the_ceiling() -> None:

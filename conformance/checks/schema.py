@@ -41,9 +41,9 @@ from schemathesis.checks import CHECKS
 from schemathesis.config import SchemathesisConfig
 from schemathesis.engine import events, from_schema
 
-from conformance.client import Client, OverCeiling
+from conformance.client import OVER_CEILING, Client, OverCeiling
 from conformance.config import RunConfig
-from conformance.context import Context
+from conformance.context import LEDGER_NOTES, Context
 from conformance.expect import event_schemas
 from conformance.registry import REGISTRY, Check
 from conformance.results import Exchange, Finding, quote
@@ -98,7 +98,8 @@ _LEDGERS: list["_Ledger"] = []      # the run in progress; the hooks do nothing 
 
 class _Ledger:
     def __init__(self, client: Client, mode: str) -> None:
-        self.client, self.mode, self.withheld = client, mode, 0
+        self.client, self.mode = client, mode
+        self.sent = self.withheld = self.withheld_worst = 0   # requests that can generate
 
     def before(self, case: Any) -> None:
         method, path = case.operation.method.upper(), case.operation.path
@@ -108,9 +109,11 @@ class _Ledger:
                 case.body.setdefault(name, value)
         content = json.dumps(case.body).encode() if isinstance(case.body, (dict, list)) else None
         try:
-            self.client.reserve(method, path, content)
-        except OverCeiling:
+            if self.client.reserve(method, path, content):
+                self.sent += 1
+        except OverCeiling as exc:
             self.withheld += 1
+            self.withheld_worst += exc.worst
             raise
 
     def after(self, response: Any) -> None:
@@ -285,7 +288,13 @@ def run_schemathesis(ctx: Context) -> dict[str, list[Finding]]:
         try:
             recorders = list(_run(ctx.config, raw, mode, phases))
         finally:
-            ctx.memo[f"schemathesis_withheld_{mode}"] = _LEDGERS.pop().withheld
+            ledger = _LEDGERS.pop()
+            ctx.memo[f"schemathesis_withheld_{mode}"] = (ledger.sent, ledger.withheld, ledger.withheld_worst)
+            if ledger.withheld:
+                ctx.memo.setdefault(LEDGER_NOTES, []).append(
+                    f"schemathesis ({mode} data) did not send {ledger.withheld} of "
+                    f"{ledger.sent + ledger.withheld} requests that can generate: together they may "
+                    f"generate {ledger.withheld_worst} tokens if the server does not conform")
         for recorder in recorders:
             for case_id, nodes in recorder.checks.items():
                 for node in nodes:
@@ -302,6 +311,13 @@ def run_schemathesis(ctx: Context) -> dict[str, list[Finding]]:
 
 def _report(name: str, ctx: Context) -> None:
     found = run_schemathesis(ctx).get(name, [])
+    ledgers = [ctx.memo.get(f"schemathesis_withheld_{mode}", (0, 0, 0)) for mode in ("negative", "positive")]
+    sent, count, worst = (sum(w[i] for w in ledgers) for i in range(3))
+    # nothing that can generate was sent: no verdict (some withheld: the run's notes say so)
+    if count and not sent and not found:
+        raise OverCeiling(f"schemathesis did not send {count} requests that may generate {worst} tokens "
+                          f"in all if the server does not conform; {ctx.client.tokens} of the ceiling of "
+                          f"{ctx.config.token_ceiling} are spent", worst)
     unique: dict[str, Finding] = {}
     for f in found:
         unique.setdefault(f.message, f)

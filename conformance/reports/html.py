@@ -103,7 +103,7 @@ def render(report: RunReport) -> str:
 <p>model <b>{escape(report.model)}</b> (max_model_len {report.server_max_model_len}), profile
 <b>{escape(report.profile)}</b>, {report.duration:.1f} s, {report.tokens} generated tokens
 (ceiling {report.token_ceiling}), exit code {int(exit_code(report))}.</p>
-{f'<p class="skipped">{escape(report.ceiling_note())}</p>' if report.ceiling_skipped else ""}
+{"".join(f'<p class="skipped">{escape(line)}</p>' for line in report.ceiling_note().splitlines())}
 <table>{counts}</table>
 <h2>By group</h2>
 <table><tr><th>group</th>{"".join(f"<th>{o.value}</th>" for o in Outcome)}</tr>{group_rows}</table>

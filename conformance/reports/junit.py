@@ -34,6 +34,8 @@ def build(report: RunReport) -> ET.Element:
                         ("tokens", report.tokens), ("token_ceiling", report.token_ceiling),
                         ("token_plan", report.token_plan)):
         ET.SubElement(props, "property", {"name": name, "value": str(value)})
+    for i, note in enumerate(report.ceiling_notes):
+        ET.SubElement(props, "property", {"name": f"ceiling_note_{i}", "value": note})
     if report.ceiling_skipped:
         ET.SubElement(props, "property", {"name": "skipped_for_ceiling", "value": ",".join(report.ceiling_skipped)})
         ET.SubElement(props, "property", {"name": "token_ceiling_needed", "value": str(report.ceiling_needed)})
