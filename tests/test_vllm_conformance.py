@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import tempfile
 import xml.etree.ElementTree as ET
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,33 +21,15 @@ import pytest
 from conformance.config import DEFAULT_TOKEN_CEILING
 from conformance.results import QUOTE_LIMIT_BYTES, Outcome
 from reference_impl.launcher import VllmProcess
-from tests.reference_fixtures import MODEL_DIR, ROOT, SERVED, missing
 
+pytest_plugins = ["tests.reference_fixtures"]
 pytestmark = pytest.mark.vllm
 
-KEY = "plain-vllm-key"
+ROOT = Path(__file__).resolve().parent.parent
 # The longest string a report may hold: a quote cut at the limit, and the words saying so.
 LONGEST_QUOTE = QUOTE_LIMIT_BYTES + len("... (cut: 1000000000 bytes in all)")
 # The run's own bound (wall clock is not asserted: bench/ measures speed); CI stays bounded.
 RUN_TIMEOUT_S = 540
-
-
-@pytest.fixture(scope="module")
-def plain_vllm() -> Iterator[VllmProcess]:
-    reason = missing()
-    if reason:
-        pytest.skip(reason)
-    with tempfile.TemporaryFile() as log:
-        vllm = VllmProcess(str(MODEL_DIR), SERVED, plain=True, extra_args=["--api-key", KEY], log_file=log)
-        try:
-            vllm.start()
-        except RuntimeError as exc:
-            log.seek(0)
-            raise RuntimeError(f"{exc}\n{log.read()[-6000:].decode(errors='replace')}") from exc
-        try:
-            yield vllm
-        finally:
-            vllm.stop()
 
 
 def strings(node: Any) -> Iterator[str]:
@@ -62,10 +43,15 @@ def strings(node: Any) -> Iterator[str]:
             yield from strings(value)
 
 
+def api_key(vllm: VllmProcess) -> str:
+    """The key plain_vllm (tests/reference_fixtures.py) started vLLM with."""
+    return vllm.extra_args[vllm.extra_args.index("--api-key") + 1]
+
+
 def test_full_profile_against_plain_vllm(plain_vllm: VllmProcess, tmp_path: Path) -> None:
     paths = {ext: tmp_path / f"report.{ext}" for ext in ("json", "xml", "html")}
     done = subprocess.run(
-        [sys.executable, "-m", "conformance", "--base-url", plain_vllm.url, "--api-key", KEY,
+        [sys.executable, "-m", "conformance", "--base-url", plain_vllm.url, "--api-key", api_key(plain_vllm),
          "--profile", "full", "--no-progress", "--json", str(paths["json"]), "--junit", str(paths["xml"]),
          "--html", str(paths["html"])],
         cwd=ROOT, capture_output=True, text=True, timeout=RUN_TIMEOUT_S)
