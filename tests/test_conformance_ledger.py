@@ -27,7 +27,7 @@ from conformance.registry import Check, select, token_bound
 from conformance.reports.html import render
 from conformance.reports.junit import build
 from conformance.results import QUOTE_LIMIT_BYTES, CheckResult, Exchange, Finding, Outcome, quote
-from conformance.runner import OVER_CEILING, run
+from conformance.runner import OVER_CEILING, PROBE_MAX_TOKENS, run
 from contract import spec
 
 MODEL = spec().default_model
@@ -302,3 +302,24 @@ def test_junit_and_html_stay_bounded() -> None:
                        results=[CheckResult("golden:x", (), "", Outcome.FAILED, report_findings)])
     assert len(render(report)) < 4 * QUOTE_LIMIT_BYTES + 8000
     assert len(ET.tostring(build(report))) < 4 * QUOTE_LIMIT_BYTES
+
+
+def test_the_end_tokens_are_trusted_only_when_the_probe_stops_at_once() -> None:
+    body = {"max_tokens": 100, "allowed_token_ids": sorted(EOS)}
+    check = Check("a:cheap_if_honoured", _post(body), doc="d", tokens=1,
+                  worst=lambda config, cost: cost.body({"prompt": [0], **body}))
+
+    class Deaf(LaxServer):       # ignores allowed_token_ids
+        def __call__(self, request: httpx.Request) -> httpx.Response:
+            if request.method == "POST":
+                request_body = json.loads(request.content)
+                request_body.pop("allowed_token_ids", None)
+                request = httpx.Request("POST", request.url, json=request_body)
+            return super().__call__(request)
+
+    config = RunConfig("http://lax.test", "k", profile="full", token_ceiling=50)
+    honours = run(config, [check], transport=httpx.MockTransport(LaxServer()))
+    assert honours.results[0].outcome is Outcome.PASSED and honours.token_plan == 1
+    deaf = run(config, [check], transport=httpx.MockTransport(Deaf()))
+    assert deaf.token_plan == 100 and deaf.ceiling_skipped == ["a:cheap_if_honoured"]
+    assert deaf.tokens == PROBE_MAX_TOKENS          # the probe, written in full
