@@ -108,11 +108,12 @@ def probe_end_tokens(ctx: Context) -> None:
 
 
 def plan(checks: Sequence[Check], ctx: Context) -> list[tuple[Check, int]]:
-    """The run order, each check with its worst-case cost.
+    """The run order, each check with its worst-case cost (a shared spend's, for each
+    check that shares it: the first of them that runs pays it).
 
     Checks that cannot generate come first (the ledger never stops them), then the
     rest by cost, least first, so a ceiling too low for a non-conforming server skips
-    the dearest few. Checks that share one spend stay together and pay it once.
+    the dearest few. Checks that share one spend stay together.
     """
     costs = {c.id: c.worst_case(ctx.config, _cost(ctx)) for c in checks}
     shared: dict[str, int] = {}
@@ -121,13 +122,7 @@ def plan(checks: Sequence[Check], ctx: Context) -> list[tuple[Check, int]]:
             shared[c.shares] = max(shared.get(c.shares, 0), costs[c.id])
     key = {c.id: shared[c.shares] if c.shares else costs[c.id] for c in checks}
     ordered = sorted(checks, key=lambda c: key[c.id])   # stable: ties keep registration order
-    out, paid = [], set()
-    for c in ordered:
-        cost = 0 if c.shares in paid else key[c.id]
-        if c.shares:
-            paid.add(c.shares)
-        out.append((c, cost))
-    return out
+    return [(c, key[c.id]) for c in ordered]
 
 
 def _still_needed(skipped: Sequence[Check], results: dict[str, CheckResult], ctx: Context) -> int:
@@ -170,10 +165,13 @@ def run(config: RunConfig, checks: Sequence[Check], *, progress: Progress | None
         if config.full and any(c.worst_case(config, _cost(ctx)) for c in checks):
             probe_end_tokens(ctx)
         report.token_plan = token_bound(checks, config, _cost(ctx))
+        paid: set[str] = set()      # shared spends already made
         for check, cost in plan(checks, ctx):
             if progress:
                 progress(check, None)
-            result = results[check.id] = execute(check, ctx, cost)
+            result = results[check.id] = execute(check, ctx, 0 if check.shares in paid else cost)
+            if check.shares and not result.reason.startswith(OVER_CEILING):
+                paid.add(check.shares)
             if progress:
                 progress(check, result)
         report.tokens = ctx.client.tokens

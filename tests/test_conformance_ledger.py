@@ -323,3 +323,21 @@ def test_the_end_tokens_are_trusted_only_when_the_probe_stops_at_once() -> None:
     deaf = run(config, [check], transport=httpx.MockTransport(Deaf()))
     assert deaf.token_plan == 100 and deaf.ceiling_skipped == ["a:cheap_if_honoured"]
     assert deaf.tokens == PROBE_MAX_TOKENS          # the probe, written in full
+
+
+def test_a_shared_spend_skipped_for_the_ceiling_is_not_paid_by_the_next_check() -> None:
+    spends: list[str] = []
+
+    def shared_run(ctx: Context) -> None:
+        if "shared" not in ctx.memo:
+            ctx.memo["shared"] = True
+            spends.append("run")
+            ctx.client.post(COMPLETIONS, {"model": MODEL, "prompt": [0], "max_tokens": 60})
+    shared = [Check(f"s:{i}", shared_run, doc="d", tokens=60, shares="one") for i in range(3)]
+    config = RunConfig("http://lax.test", "k", profile="full", token_ceiling=50)
+    report = run(config, shared, transport=httpx.MockTransport(LaxServer()))
+    assert spends == [] and report.ceiling_skipped == ["s:0", "s:1", "s:2"]
+    assert report.ceiling_needed == report.tokens + 60              # the shared spend, once
+    report = run(RunConfig("http://lax.test", "k", profile="full", token_ceiling=100), shared,
+                 transport=httpx.MockTransport(LaxServer()))
+    assert spends == ["run"] and [r.outcome for r in report.results] == [Outcome.PASSED] * 3
