@@ -73,6 +73,12 @@ What a bare vLLM deployment misses, by the first finding of each failed check:
 {reasons}"""
 
 
+def ledger(report: RunReport) -> str:
+    """What the token ledger held back, as a paragraph ('' if nothing)."""
+    note = report.ceiling_note()
+    return f"Held back by the token ledger: {one_line(note)}.\n\n" if note else ""
+
+
 def markdown(report: RunReport, version: str, duration: float) -> str:
     non_golden = "\n".join(f"- `{r.id}`: {one_line(r.findings[0].message)[:140]}"
                             for r in report.failed if r.group != "golden" and r.findings)
@@ -86,7 +92,7 @@ vLLM {version} (`python -m vllm.entrypoints.openai.api_server --model models/tin
 {report.server_max_model_len}) against the full profile, in {duration:.0f} s:
 {table(report)}
 
-Regenerate with `python bench/vllm_score.py` (it starts vLLM from .venv-vllm, about a
+{ledger(report)}Regenerate with `python bench/vllm_score.py` (it starts vLLM from .venv-vllm, about a
 minute on a CPU). `tests/test_vllm_conformance.py` runs the same in CI.
 
 Failed checks outside the golden cases:
