@@ -12,7 +12,6 @@ import argparse
 import json
 import os
 import platform
-import socket
 import statistics
 import subprocess
 import sys
@@ -22,17 +21,11 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-import httpx
+from reference_impl.launcher import free_port, wait_ready
 
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "bench" / "results" / "conformance.md"
 TARGETS = {"quick": 10.0, "full": 90.0}   # seconds, from the issue
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def start_mock(port: int, workers: int) -> subprocess.Popen[bytes]:
@@ -40,15 +33,12 @@ def start_mock(port: int, workers: int) -> subprocess.Popen[bytes]:
     proc = subprocess.Popen([sys.executable, "-m", "mock_server", "--host", "127.0.0.1", "--port", str(port),
                              "--workers", str(workers)], cwd=ROOT, env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200:
-                return proc
-        except httpx.TransportError:
-            time.sleep(0.2)
-    proc.kill()
-    raise SystemExit("the mock did not start")
+    try:
+        wait_ready(f"http://127.0.0.1:{port}", proc, 60, name="the mock", interval=0.2)
+    except RuntimeError as exc:
+        proc.kill()
+        raise SystemExit(str(exc)) from None
+    return proc
 
 
 def run_once(url: str, profile: str) -> dict[str, Any]:

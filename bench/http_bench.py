@@ -30,7 +30,6 @@ import platform
 import shlex
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -41,6 +40,10 @@ from pathlib import Path
 import httpx
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+from reference_impl.launcher import free_port  # noqa: E402
+from reference_impl.launcher import wait_ready as launcher_wait_ready  # noqa: E402
+
 BENCH = ROOT / "bench"
 PRISM_BIN = BENCH / "node_modules" / ".bin" / "prism"
 WRK_SCRIPT = BENCH / "wrk_post.lua"
@@ -117,18 +120,12 @@ class Server:
 # ---------------------------------------------------------------------------
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def mock_worker_class():
     """The worker class python -m mock_server gives gunicorn: gthread's, subclassed
     only to answer unparseable HTTP in the API's shape (no change on the hot path)."""
-    if importlib.util.find_spec("mock_server.worker") is None:
+    if importlib.util.find_spec("api_server.worker") is None:
         return "gthread"
-    return "mock_server.worker.ApiThreadWorker"
+    return "api_server.worker.ApiThreadWorker"
 
 
 def gunicorn_args(args):
@@ -209,17 +206,10 @@ def start(server, logdir):
 
 
 def wait_ready(server, timeout):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if server.proc.poll() is not None:
-            raise ServerFailed(f"exited with status {server.proc.returncode}: {log_tail(server)}")
-        try:
-            if httpx.get(server.url + "/health", timeout=1).status_code == 200:
-                return
-        except httpx.TransportError:
-            pass
-        time.sleep(0.2)
-    raise ServerFailed(f"not ready after {timeout} s: {log_tail(server)}")
+    try:
+        launcher_wait_ready(server.url, server.proc, timeout, name=server.label, interval=0.2)
+    except RuntimeError as exc:
+        raise ServerFailed(f"{exc}: {log_tail(server)}") from None
 
 
 def log_tail(server, chars=400):

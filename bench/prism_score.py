@@ -10,14 +10,11 @@ from __future__ import annotations
 
 import argparse
 import os
-import socket
 import subprocess
 import sys
-import time
 from collections import Counter
 from pathlib import Path
 
-import httpx
 
 ROOT = Path(__file__).resolve().parent.parent
 PRISM = ROOT / "bench" / "node_modules" / ".bin" / "prism"
@@ -29,12 +26,7 @@ from conformance.config import RunConfig  # noqa: E402
 from conformance.registry import select  # noqa: E402
 from conformance.results import Outcome, RunReport, exit_code  # noqa: E402
 from conformance.runner import run  # noqa: E402
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from reference_impl.launcher import free_port, wait_ready  # noqa: E402
 
 
 def start_prism(port: int) -> subprocess.Popen[bytes]:
@@ -44,15 +36,12 @@ def start_prism(port: int) -> subprocess.Popen[bytes]:
     proc = subprocess.Popen([str(PRISM), "mock", str(ROOT / "openapi.yaml"), "-h", "127.0.0.1", "-p", str(port),
                              "-v", "silent"], env={**os.environ, "SCARF_ANALYTICS": "false"},
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        try:
-            httpx.get(f"http://127.0.0.1:{port}/health", timeout=1)
-            return proc
-        except httpx.TransportError:
-            time.sleep(0.3)
-    proc.kill()
-    raise SystemExit("Prism did not start")
+    try:
+        wait_ready(f"http://127.0.0.1:{port}", proc, 60, name="Prism", any_status=True, interval=0.3)
+    except RuntimeError as exc:
+        proc.kill()
+        raise SystemExit(str(exc)) from None
+    return proc
 
 
 def version() -> str:

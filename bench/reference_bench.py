@@ -38,15 +38,16 @@ import httpx
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+from contract import spec  # noqa: E402
 from reference_impl.launcher import default_python, free_port  # noqa: E402
 
 MODEL_DIR = ROOT / "models" / "tiny-llama"
 DEFAULT_OUT = ROOT / "bench" / "results" / "reference.md"
 KEY = "bench-key"
-MODEL = "llama-8b"
+MODEL = spec().default_model
 GOAL_ADDED_MS = 2.0
 GOAL_RATIO = 0.95
-COMPLETIONS = "/v1/completions"
+COMPLETIONS = spec().completions_path
 
 
 class Target:

@@ -17,6 +17,7 @@ from rich.console import Console
 from conformance.config import DEFAULT_TOKEN_CEILING, PROFILES, ConfigError, RunConfig
 from conformance.results import ExitCode, exit_code
 from contract import SpecError, spec
+from contract.version import VersionAction
 
 ENV_BASE_URL = "CONFORMANCE_BASE_URL"
 ENV_API_KEY = "CONFORMANCE_API_KEY"
@@ -29,6 +30,7 @@ def _tags(values: list[str] | None) -> tuple[str, ...]:
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m conformance",
                                 description="Check a deployment of the completions API against openapi.yaml.")
+    p.add_argument("--version", action=VersionAction)
     p.add_argument("--base-url", default=os.environ.get(ENV_BASE_URL),
                    help=f"the deployment's base URL, without /v1 (env {ENV_BASE_URL})")
     p.add_argument("--api-key", default=os.environ.get(ENV_API_KEY),

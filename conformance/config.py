@@ -22,6 +22,10 @@ DEFAULT_TOKEN_CEILING = 2000
 # it cheap (closes a stream after its first chunk, or lets it stop at once).
 CHEAP_TOKENS = 16
 
+# How far a body's `created` may lie outside the suite's clock window of its request:
+# the deployment's clock and the suite's may differ (NTP keeps them far closer than this).
+CLOCK_SLACK_S = 60
+
 
 class ConfigError(Exception):
     """Bad usage or configuration (exit code 2)."""

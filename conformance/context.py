@@ -5,10 +5,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from conformance.client import Client, Reply
-from conformance.config import CHEAP_TOKENS, RunConfig
+from conformance.config import RunConfig
 from conformance.expect import REQUEST_ID_MASK, mask, request_id_re
 from conformance.results import Finding
-from contract import ModelInfo, spec
+from contract import ModelInfo, Spec, spec
 
 
 # ctx.memo key: lines a check leaves for the report about requests the token ledger withheld.
@@ -36,6 +36,7 @@ class Context:
     client: Client
     server: ServerInfo
     memo: dict[str, Any] = field(default_factory=dict)     # shared between checks of one run
+    api: Spec = field(default_factory=spec)                # the spec the deployment is checked against
     findings: list[Finding] = field(default_factory=list)  # of the check now running
 
     # -- facts -------------------------------------------------------------
@@ -49,16 +50,12 @@ class Context:
     @property
     def spec_model(self) -> ModelInfo:
         """The model as openapi.yaml describes it (the numbers the golden cases assume)."""
-        return spec().models[self.config.model]
+        return self.api.models[self.config.model]
 
     @property
     def max_model_len(self) -> int:
         """The deployment's, from GET /v1/models (it is the deployment's to set)."""
         return self.model.max_model_len
-
-    @property
-    def cheap_tokens(self) -> int:
-        return CHEAP_TOKENS
 
     # -- outcomes ----------------------------------------------------------
 

@@ -32,11 +32,13 @@ LENGTH_FIELDS = ("max_tokens", "max_completion_tokens")
 @cache
 def generating_paths() -> frozenset[str]:
     """Paths whose POST takes a JSON body: the only requests that can make a server generate."""
+    api = spec()
     out = set()
-    for path, item in spec().raw["paths"].items():
-        content = (item.get("post", {}).get("requestBody") or {}).get("content", {})
-        if "application/json" in content:
-            out.add(path)
+    for route in api.routes:
+        if route.method == "POST" and route.has_body:
+            content = (api.operation(route.operation_id).get("requestBody") or {}).get("content", {})
+            if "application/json" in content:
+                out.add(route.path)
     return frozenset(out)
 
 

@@ -13,6 +13,7 @@ from conformance.registry import Check, token_bound
 from conformance.results import CheckResult, Outcome, RunReport, exit_code
 from conformance.cost import CostModel
 from contract import spec
+from contract.version import describe, version_line
 
 STYLE = {Outcome.PASSED: "green", Outcome.FAILED: "red", Outcome.SKIPPED: "yellow", Outcome.ERROR: "magenta"}
 
@@ -70,6 +71,7 @@ def print_summary(report: RunReport, console: Console) -> None:
         console.print(f"[magenta]TOOL ERROR[/] {error}", highlight=False)
     if report.ceiling_note():
         console.print(report.ceiling_note(), style="yellow", markup=False, highlight=False)
+    console.print(f"checked with {describe(report.versions)}", highlight=False)
     code = exit_code(report)
     verdict = {0: "[green]conformant", 1: "[red]not conformant", 2: "[magenta]incomplete (tool errors)"}[code]
     console.print(f"{verdict}[/]: {len(report.results)} checks in {report.duration:.1f} s; "
@@ -88,6 +90,7 @@ def print_dry_run(checks: Sequence[Check], config: RunConfig, console: Console) 
         table.add_row(check.id, ", ".join(check.all_tags), str(check.token_bound(config)),
                       str(check.worst_case(config, cost)))
     console.print(table)
+    console.print(f"suite: {version_line()}", highlight=False)
     console.print(f"token bound of the selection: {token_bound(checks, config)}; if the server does not "
                   f"conform: {token_bound(checks, config, cost)} with the spec's max_model_len "
                   f"{cost.max_model_len} (ceiling {config.token_ceiling})")

@@ -5,9 +5,8 @@ import re
 from functools import cache
 from typing import Any
 
+from conformance.golden import REQUEST_ID_MASK
 from contract import spec
-
-REQUEST_ID_MASK = "<request_id>"
 
 
 @cache
@@ -57,6 +56,4 @@ def mask(body: Any) -> Any:
 
 def event_schemas() -> dict[str, dict[str, Any]]:
     """kind -> inlined schema, from x-event-schemas under the stream's 200 response."""
-    op = spec().raw["paths"]["/v1/completions"]["post"]
-    refs = op["responses"]["200"]["content"]["text/event-stream"]["x-event-schemas"]
-    return {kind: spec().schema(ref["$ref"].rsplit("/", 1)[1]) for kind, ref in refs.items()}
+    return spec().event_schemas

@@ -31,3 +31,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         group.addoption(f"--conformance-{name}", dest=f"conformance_{name.replace('-', '_')}", help=help)
     group.addoption("--conformance-wrong-key-expected", action="store_true",
                     dest="conformance_wrong_key_expected", help="an unknown key must get 401")
+
+# Lines conformance.pytest_suite leaves for the end of the run: printed from a session
+# fixture's teardown they would be captured and lost.
+SUMMARY = pytest.StashKey[list[str]]()
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    for line in terminalreporter.config.stash.get(SUMMARY, []):
+        terminalreporter.write_line(line)

@@ -2,16 +2,18 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 
 from conformance.config import DEFAULT_TOKEN_CEILING, RunConfig
 from conformance.context import Context
+from conformance.pytest_plugin import SUMMARY
 from conformance.registry import Check, select
 from conformance.results import Outcome
 from contract import spec
+from contract.version import describe, versions
 
 
 def _option(config: pytest.Config, name: str) -> Any:
@@ -54,19 +56,21 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
 
 @pytest.fixture(scope="session")
-def conformance_context(request: pytest.FixtureRequest) -> Iterator[Context]:
+def conformance_context(request: pytest.FixtureRequest,
+                        record_testsuite_property: Callable[[str, object], None]) -> Iterator[Context]:
     from conformance.runner import connect, probe_end_tokens
     config = run_config(request.config)
     assert config is not None
+    for name, version in versions().items():          # in --junitxml, as the CLI's JUnit has them
+        record_testsuite_property(f"version:{name}", version)
     ctx = connect(config)
     if config.full:   # the ledger trusts the end tokens only once the server honours them
         probe_end_tokens(ctx)
     yield ctx
     ctx.client.close()
-    reporter = request.config.pluginmanager.get_plugin("terminalreporter")
-    if reporter is not None:
-        reporter.write_line(f"conformance: the server generated {ctx.client.tokens} tokens "
-                            f"(ceiling {config.token_ceiling})")
+    request.config.stash.setdefault(SUMMARY, []).append(
+        f"conformance: checked with {describe(versions())}; the server generated "
+        f"{ctx.client.tokens} tokens (ceiling {config.token_ceiling})")
 
 
 def test_conformance(conformance_check: Check, conformance_context: Context) -> None:

@@ -83,9 +83,6 @@ class Registry:
     def __len__(self) -> int:
         return len(self._checks)
 
-    def get(self, id: str) -> Check:
-        return self._checks[id]
-
     def ids(self) -> list[str]:
         return list(self._checks)
 

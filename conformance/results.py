@@ -130,6 +130,8 @@ class RunReport:
     duration: float = 0.0
     server_max_model_len: int | None = None
     run_errors: list[str] = field(default_factory=list)   # the tool's, outside any check
+    # The suite's package version and the contract's (openapi.yaml's info.version) it checked.
+    versions: dict[str, str] = field(default_factory=dict)
     token_plan: int = 0                   # the selection's worst case: if the server does not conform
     ceiling_skipped: list[str] = field(default_factory=list)   # checks skipped for the ceiling
     ceiling_needed: int | None = None     # a --token-ceiling that would run them too
@@ -159,6 +161,7 @@ class RunReport:
     def to_dict(self) -> dict[str, Any]:
         return {
             "base_url": self.base_url, "model": self.model, "profile": self.profile,
+            "versions": self.versions,
             "server_max_model_len": self.server_max_model_len,
             "summary": {o.value: self.count(o) for o in Outcome} | {
                 "total": len(self.results), "tokens": self.tokens,

@@ -14,10 +14,11 @@ from conformance.cost import CostModel
 from conformance.context import LEDGER_NOTES, Context, ServerInfo, Skipped, Stop
 from conformance.registry import Check, token_bound
 from conformance.results import CheckResult, Outcome, RunReport
-from contract import spec
+from contract import Spec, spec
+from contract.version import versions
 
 MODELS_PATH = "/v1/models"
-COMPLETIONS_PATH = "/v1/completions"
+
 PROBE_MAX_TOKENS = 2      # the end-token probe: 1 token if honoured, 2 if not
 
 Progress = Callable[[Check, CheckResult | None], None]   # None: the check is starting
@@ -31,18 +32,19 @@ class Unreachable(ConfigError):
 DEPLOYMENT_NUMBERS = ("max_model_len", "num_layers", "hidden_size")
 
 
-def discover(client: Client, model: str) -> ServerInfo:
+def discover(client: Client, model: str, api: Spec | None = None) -> ServerInfo:
     """GET /v1/models: the deployment's max_model_len, num_layers and hidden_size of each model.
 
     A server that does not list the model (or one of its numbers) gets the
     spec's value here, and the `routes:models` check reports the omission.
     """
+    api = api if api is not None else spec()
     reply = client.request("GET", MODELS_PATH)
     if reply.status is None:
         raise Unreachable(f"cannot reach {client.base_url}: {reply.error}")
-    if reply.status == spec().error_codes["invalid_api_key"]["status"]:
+    if reply.status == api.error_codes["invalid_api_key"]["status"]:
         raise ConfigError(f"the server refused the API key (GET {MODELS_PATH} answered {reply.status})")
-    models = dict(spec().models)
+    models = dict(api.models)
     data = reply.data.get("data") if isinstance(reply.data, dict) else None
     for entry in data if isinstance(data, list) else []:
         if not isinstance(entry, dict) or entry.get("id") not in models:
@@ -99,7 +101,7 @@ def probe_end_tokens(ctx: Context) -> None:
     end = list(ctx.model.eos_token_ids)
     body = {"model": ctx.config.model, "prompt": [0], "max_tokens": PROBE_MAX_TOKENS, "allowed_token_ids": end}
     try:
-        reply = ctx.client.post(COMPLETIONS_PATH, body)
+        reply = ctx.client.post(ctx.api.completions_path, body)
     except OverCeiling:
         return
     usage = reply.data.get("usage") if reply.status == 200 and isinstance(reply.data, dict) else None
@@ -139,12 +141,15 @@ def _still_needed(skipped: Sequence[Check], results: dict[str, CheckResult], ctx
     return total + sum(shared.values())
 
 
-def connect(config: RunConfig, transport: httpx.BaseTransport | None = None) -> Context:
-    """A Context for `config`, after GET /v1/models; the caller closes ctx.client."""
+def connect(config: RunConfig, transport: httpx.BaseTransport | None = None,
+            api: Spec | None = None) -> Context:
+    """A Context for `config` and `api` (spec() by default), after GET /v1/models; the
+    caller closes ctx.client."""
     config.validate()
+    api = api if api is not None else spec()
     client = Client(config.base_url, config.api_key, timeout=config.timeout, transport=transport)
     try:
-        ctx = Context(config, client, discover(client, config.model))
+        ctx = Context(config, client, discover(client, config.model, api), api=api)
         client.ceiling, client.cost = config.token_ceiling, CostModel(ctx.max_model_len)
         return ctx
     except BaseException:
@@ -156,7 +161,8 @@ def run(config: RunConfig, checks: Sequence[Check], *, progress: Progress | None
         transport: httpx.BaseTransport | None = None) -> RunReport:
     """Run `checks` (already selected), least costly first; the report lists them in the
     selection's order. Raise ConfigError/Unreachable before any check."""
-    report = RunReport(config.base_url, config.model, config.profile, token_ceiling=config.token_ceiling)
+    report = RunReport(config.base_url, config.model, config.profile, token_ceiling=config.token_ceiling,
+                       versions=versions())
     start = time.perf_counter()
     ctx = connect(config, transport)
     results: dict[str, CheckResult] = {}

@@ -83,6 +83,11 @@ def parse_lines(lines: list[tuple[float, str]]) -> Parsed:
     return out
 
 
+def parse_text(raw: str) -> Parsed:
+    """A whole text/event-stream body at once (every line at time 0)."""
+    return parse_lines([(0.0, line) for line in raw.split("\n")])
+
+
 def _event(data: str, at: float) -> Event:
     if data == DONE:
         return Event(data, at, DONE, "done")

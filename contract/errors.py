@@ -1,35 +1,37 @@
 """One hierarchy for every error the API returns.
 
-    ApiError
+    ApiError                      (code: internal_error, InternalError's below)
     ├── InvalidRequest            400 invalid_request
     │   ├── UnknownField
     │   ├── MissingField
     │   ├── InvalidType
     │   ├── OutOfRange
-    │   ├── RuleViolation         (x-rules, x-model-rules, size caps)
+    │   ├── RuleViolation         (x-rules, x-model-rules, x-token-rules, size caps)
+    │   │   ├── DeadlineInfeasible        400 deadline_infeasible
+    │   │   └── ContextLengthExceeded     400 context_length_exceeded
     │   └── ChatRefused
-    ├── DeadlineInfeasible        400 deadline_infeasible
-    ├── ContextLengthExceeded     400 context_length_exceeded
     ├── InvalidJson               400 invalid_json
-    ├── InvalidApiKey             401
+    ├── InvalidApiKey             401 invalid_api_key
     ├── NotFound                  404 not_found
     ├── ModelNotFound             404 model_not_found
-    ├── MethodNotAllowed          405 (carries `allow`)
-    ├── RequestTooLarge           413
-    ├── UnsupportedMediaType      415
-    ├── InsufficientQuota         429
-    ├── InternalError             500
-    ├── InferenceUnavailable      503
-    └── DeadlineExceeded          504
+    ├── MethodNotAllowed          405 method_not_allowed (carries `allow`)
+    ├── RequestTooLarge           413 request_too_large
+    ├── UnsupportedMediaType      415 unsupported_media_type
+    ├── InsufficientQuota         429 insufficient_quota
+    ├── InternalError             500 internal_error
+    ├── InferenceUnavailable      503 inference_unavailable
+    └── DeadlineExceeded          504 deadline_exceeded
 
 A class names its code; the status and type of a code are read from the spec
-(x-error-codes). The text of an error is its exact message. `body()` is the one
+(x-error-codes). `error_class` maps a code to its class, from this tree (tests
+check the drawing against it). The text of an error is its exact message. `body()` is the one
 place an error becomes the API's error shape.
 """
 from __future__ import annotations
 
 import secrets
-from typing import Any, ClassVar
+from functools import cache
+from typing import Any, ClassVar, cast
 
 from contract.spec import spec
 
@@ -60,6 +62,11 @@ class ApiError(Exception):
     @property
     def type(self) -> str:
         return spec().error_codes[self.code]["type"]
+
+    @property
+    def headers(self) -> dict[str, str]:
+        """Headers the response carries besides X-Request-Id (x-should-retry, Retry-After)."""
+        return spec().error_headers(self.code)
 
     def body(self, request_id: str) -> dict[str, Any]:
         return {
@@ -160,24 +167,48 @@ class DeadlineExceeded(ApiError):
     code = "deadline_exceeded"
 
 
-# A rule's `code` in the spec picks the class that raises it.
-RULE_CLASSES: dict[str, type[RuleViolation]] = {
-    "invalid_request": RuleViolation,
-    "deadline_infeasible": DeadlineInfeasible,
-    "context_length_exceeded": ContextLengthExceeded,
-}
+def _codes(root: type[ApiError]) -> dict[str, type[ApiError]]:
+    """code -> the most general class under `root` (root included) that has it,
+    walked breadth first: UnknownField shares InvalidRequest's code, and
+    InvalidRequest is the class of that code."""
+    out: dict[str, type[ApiError]] = {}
+    level: list[type[ApiError]] = [root]
+    while level:
+        for cls in level:
+            out.setdefault(cls.code, cls)
+        level = [sub for cls in level for sub in cls.__subclasses__()]
+    return out
+
+
+@cache
+def code_classes() -> dict[str, type[ApiError]]:
+    """The one code -> class table of the API's errors (every code of x-error-codes)."""
+    return _codes(InvalidRequest) | {
+        code: cls for sub in ApiError.__subclasses__() if sub is not InvalidRequest
+        for code, cls in _codes(sub).items()}
+
+
+@cache
+def rule_classes() -> dict[str, type[RuleViolation]]:
+    """A rule's `code` in the spec -> the class that raises it: RuleViolation's subtree."""
+    return cast("dict[str, type[RuleViolation]]", _codes(RuleViolation))
+
+
+def error_class(code: str) -> type[ApiError]:
+    return code_classes()[code]
 
 
 def rule_error(rule: dict[str, Any], param: str | None = None, /, **fields: Any) -> RuleViolation:
     """The error for a spec rule (x-rules, x-model-rules, x-token-rules entry)."""
-    cls = RULE_CLASSES[rule["code"]]
+    cls = rule_classes()[rule["code"]]
     return cls(rule["message"].format(**fields), param or rule.get("param"), rule=rule["id"])
 
 
 def error_for_status(status: int, message: str, param: str | None = None) -> ApiError:
-    """An error of the class whose code has this status (for foreign errors at the edge)."""
-    for cls in (InvalidRequest, InvalidApiKey, NotFound, MethodNotAllowed, RequestTooLarge,
-                UnsupportedMediaType, InsufficientQuota, InferenceUnavailable, DeadlineExceeded):
-        if spec().error_codes[cls.code]["status"] == status:
-            return cls(message, param)
-    return InternalError(spec().messages["internal_error"])
+    """An error of the first code (in x-error-codes) with this status, for foreign errors
+    at the edge; a 500 or a status the API has no code for is internal_error, with the
+    API's own message (a foreign one is not shown)."""
+    code = next((c for c, v in spec().error_codes.items() if v["status"] == status), None)
+    if code is None or code == InternalError.code:
+        return InternalError(spec().messages["internal_error"])
+    return error_class(code)(message, param)

@@ -1,7 +1,7 @@
 """HTTP-level rules without a server: route, auth, body size, media type.
 
-Servers call `preflight` with what they know before reading the body, in the
-spec's order (x-check-order: route, auth, body_size, media_type).
+Servers call `preflight` with what they know before reading the body: the route,
+then auth, body size and media type in the spec's order (x-check-order).
 """
 from __future__ import annotations
 
@@ -13,28 +13,22 @@ from contract.errors import (
     ChatRefused, InvalidApiKey, MethodNotAllowed, NotFound, RequestTooLarge,
     UnsupportedMediaType,
 )
-from contract.spec import spec
+from contract.spec import Route, spec
 
 
 @dataclass(frozen=True)
-class Route:
-    path: str
-    method: str
-    operation_id: str
-    needs_auth: bool
-    has_body: bool
+class Admitted:
+    """What preflight decided: the route, and the caller's key when the route needs one."""
+    route: Route
+    key: str | None
 
 
 @cache
 def routes() -> dict[str, dict[str, Route]]:
     """path -> method -> Route, from the spec's paths."""
-    raw = spec().raw
     out: dict[str, dict[str, Route]] = {}
-    for path, item in raw["paths"].items():
-        for method, op in item.items():
-            needs_auth = op.get("security", raw.get("security")) != []
-            out.setdefault(path, {})[method.upper()] = Route(
-                path, method.upper(), op["operationId"], needs_auth, "requestBody" in op)
+    for route in spec().routes:
+        out.setdefault(route.path, {})[route.method] = route
     return out
 
 
@@ -75,17 +69,31 @@ def check_media_type(content_type: str | None) -> None:
 
 
 def preflight(method: str, path: str, headers: Mapping[str, str],
-              content_length: int | None, keys: Collection[str] | None) -> Route:
-    """Every check that needs no body, in order; returns the matched route.
+              content_length: int | None, keys: Collection[str] | None) -> Admitted:
+    """Every check that needs no body, in order; returns the matched route and the
+    caller's key (auth is decided here, once).
 
     `headers` must be case-insensitive (both WSGI servers give that).
     """
-    route = match_route(method, path)
-    if route.needs_auth:
-        check_auth(headers.get("Authorization"), keys)
-    check_body_size(content_length)  # on every route, a GET with a body included
-    if route.has_body:
-        if route.operation_id == "createChatCompletion":
-            raise ChatRefused.from_template("chat_refused")
-        check_media_type(headers.get("Content-Type"))
-    return route
+    route = match_route(method, path)   # the first stage: the others need the route
+    key = None
+    for stage in _stages():
+        if stage == "auth":
+            if route.needs_auth:
+                key = check_auth(headers.get("Authorization"), keys)
+        elif stage == "body_size":
+            check_body_size(content_length)  # on every route, a GET with a body included
+        elif route.has_body:   # media_type
+            if route.operation_id == "createChatCompletion":
+                raise ChatRefused.from_template("chat_refused")
+            check_media_type(headers.get("Content-Type"))
+    return Admitted(route, key)
+
+
+@cache
+def _stages() -> list[str]:
+    """preflight's stages after the route, in the spec's order (x-check-order)."""
+    return spec().in_check_order(PREFLIGHT_STAGES)
+
+
+PREFLIGHT_STAGES = ("auth", "body_size", "media_type")

@@ -1,8 +1,9 @@
 """validate_completion: a parsed body in, a checked request out, or the first ApiError.
 
-Stages, in the spec's order (x-check-order): unknown field, required, type,
-range, cross-field rules, model, token caps. The Budget comes after, in the
-server, through contract.budget.hold.
+Stages, in the spec's order (x-check-order): unknown field, required, type and
+range (their order read from the spec by schema.py), then cross-field rules,
+model, token caps (each needs what the one before gives; load_spec refuses a spec
+that reorders them). The Budget comes after, in the server, through contract.budget.hold.
 """
 from __future__ import annotations
 

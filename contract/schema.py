@@ -74,24 +74,46 @@ class ObjectSchema:
         return coerce_integers(body, self.schema)
 
     def iter_errors(self, body: dict[str, Any]) -> Iterator[ApiError]:
-        """Every error, stage by stage; within a stage, in body order."""
+        """Every error, stage by stage in the spec's order (x-check-order); within a
+        stage, in body order."""
+        stages = {"unknown_field": self._unknown, "required": self._required,
+                  "type": self._wrong_types, "range": self._out_of_range}
+        for stage in spec().in_check_order(stages):
+            yield from stages[stage](body)
+
+    def _unknown(self, body: dict[str, Any]) -> Iterator[ApiError]:
         messages = spec().messages
         for key in body:
             if key not in self.properties:
                 yield UnknownField(messages["unknown_field"].format(field=key), key)
+
+    def _required(self, body: dict[str, Any]) -> Iterator[ApiError]:
+        messages = spec().messages
         for key in self.required:
             if key not in body:
                 yield MissingField(messages["missing_field"].format(param=key), key)
-        typed_ok = []
+
+    def _typed(self, body: dict[str, Any]) -> Iterator[tuple[str, JsonSchemaValueException | None]]:
+        """Each known field of the body with its type error (None when its type holds)."""
         for key, value in body.items():
             if key not in self.properties:
                 continue
             try:
                 self._types[key](value)
-                typed_ok.append(key)
+                yield key, None
             except JsonSchemaValueException as exc:
-                yield _map(key, self.properties[key], value, exc, types_only=True)
-        for key in typed_ok:
+                yield key, exc
+
+    def _wrong_types(self, body: dict[str, Any]) -> Iterator[ApiError]:
+        for key, exc in self._typed(body):
+            if exc is not None:
+                yield _map(key, self.properties[key], body[key], exc, types_only=True)
+
+    def _out_of_range(self, body: dict[str, Any]) -> Iterator[ApiError]:
+        """Ranges of the fields whose type holds (a range means nothing for another type)."""
+        for key, exc in self._typed(body):
+            if exc is not None:
+                continue
             try:
                 self._ranges[key](body[key])
             except JsonSchemaValueException as exc:

@@ -10,13 +10,16 @@ import copy
 import os
 from dataclasses import dataclass
 from functools import cache, cached_property
+from importlib import resources
+from importlib.resources.abc import Traversable
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 SPEC_ENV = "ACS_OPENAPI"
-DEFAULT_PATH = Path(__file__).resolve().parent.parent / "openapi.yaml"
+# A checkout's (and an editable install's) spec: the top-level file people edit.
+CHECKOUT_PATH = Path(__file__).resolve().parent.parent / "openapi.yaml"
 _REQUIRED_EXTENSIONS = (
     "x-models", "x-caps", "x-error-codes", "x-messages", "x-rules",
     "x-model-rules", "x-token-rules", "x-request-id", "x-check-order",
@@ -25,6 +28,29 @@ _REQUIRED_EXTENSIONS = (
 
 class SpecError(Exception):
     """openapi.yaml is missing, not valid OpenAPI, or lacks what the core reads."""
+
+
+# x-check-order's stages. Where stages are independent (preflight's auth, body_size and
+# media_type; the schema's four) the spec's order runs them. These groups need what the
+# group before them gives (the route, a parsed body, a body that fits the schema, the
+# model, the token counts), so their order is fixed: a spec that reorders across them
+# fails at load instead of being silently ignored.
+CHECK_STAGES: tuple[frozenset[str], ...] = (
+    frozenset({"route"}), frozenset({"auth", "body_size", "media_type"}), frozenset({"json"}),
+    frozenset({"unknown_field", "required", "type", "range"}), frozenset({"cross_field"}),
+    frozenset({"model"}), frozenset({"token_caps"}), frozenset({"budget"}),
+)
+
+
+def _check_order(order: Any) -> str | None:
+    """Why x-check-order cannot be followed, or None."""
+    known = [stage for group in CHECK_STAGES for stage in group]
+    if not isinstance(order, list) or sorted(order) != sorted(known):
+        return f"x-check-order must list each of {sorted(known)} once"
+    groups = [next(i for i, g in enumerate(CHECK_STAGES) if stage in g) for stage in order]
+    if groups != sorted(groups):
+        return "x-check-order reorders stages that depend on each other (contract/spec.py CHECK_STAGES)"
+    return None
 
 
 @dataclass(frozen=True)
@@ -46,10 +72,24 @@ class ModelInfo:
         return spec().caps["capture_elements"] // self.hidden_size
 
 
+@dataclass(frozen=True)
+class Route:
+    path: str
+    method: str            # upper case
+    operation_id: str
+    needs_auth: bool
+    has_body: bool
+
+
 @dataclass(frozen=True, eq=False)
 class Spec:
-    path: Path
+    path: Traversable
     raw: dict[str, Any]
+
+    @cached_property
+    def version(self) -> str:
+        """info.version: the contract's version, which every report records."""
+        return str(self.raw["info"]["version"])
 
     @cached_property
     def caps(self) -> dict[str, int]:
@@ -63,6 +103,15 @@ class Spec:
     def error_codes(self) -> dict[str, dict[str, Any]]:
         return self.raw["x-error-codes"]
 
+    def special_tokens(self, model: str) -> dict[int, str]:
+        """A model's special tokens (x-models `special_tokens`): id -> its text."""
+        return {int(k): v for k, v in self.raw["x-models"][model].get("special_tokens", {}).items()}
+
+    def error_headers(self, code: str) -> dict[str, str]:
+        """The headers an error code carries (x-error-codes `headers`), each with its value:
+        the const of its schema in components/headers."""
+        return _error_headers(self, code)
+
     @cached_property
     def rules(self) -> list[dict[str, Any]]:
         return self.raw["x-rules"]
@@ -74,6 +123,15 @@ class Spec:
     @cached_property
     def model_rules(self) -> dict[str, dict[str, Any]]:
         return {r["id"]: r for r in self.raw["x-model-rules"]}
+
+    @cached_property
+    def check_order(self) -> tuple[str, ...]:
+        """x-check-order: when a request breaks several rules, the first stage reports."""
+        return tuple(self.raw["x-check-order"])
+
+    def in_check_order(self, stages: Any) -> list[str]:
+        """`stages` (names of x-check-order) in the spec's order."""
+        return [stage for stage in self.check_order if stage in stages]
 
     @cached_property
     def request_id(self) -> dict[str, Any]:
@@ -97,6 +155,69 @@ class Spec:
     def default_model(self) -> str:
         return next(iter(self.raw["x-models"]))
 
+    @cached_property
+    def routes(self) -> tuple[Route, ...]:
+        """Every operation of the spec's paths, in the spec's order."""
+        out = []
+        for path, item in self.raw["paths"].items():
+            for method, op in item.items():
+                needs_auth = op.get("security", self.raw.get("security")) != []
+                out.append(Route(path, method.upper(), op["operationId"], needs_auth, "requestBody" in op))
+        return tuple(out)
+
+    def route(self, operation_id: str) -> Route:
+        """The route of an operation (createCompletion: POST /v1/completions)."""
+        return next(r for r in self.routes if r.operation_id == operation_id)
+
+    @cached_property
+    def completions_path(self) -> str:
+        """POST's path of createCompletion: /v1/completions."""
+        return self.route("createCompletion").path
+
+    def operation(self, operation_id: str) -> dict[str, Any]:
+        """An operation's raw OpenAPI object."""
+        r = self.route(operation_id)
+        return self.raw["paths"][r.path][r.method.lower()]
+
+    @cached_property
+    def event_schemas(self) -> dict[str, dict[str, Any]]:
+        """kind -> inlined schema, from x-event-schemas under the stream's 200 response."""
+        op = self.operation("createCompletion")
+        refs = op["responses"]["200"]["content"]["text/event-stream"]["x-event-schemas"]
+        return {kind: self.schema(ref["$ref"].rsplit("/", 1)[1]) for kind, ref in refs.items()}
+
+    @cached_property
+    def response_headers(self) -> dict[str, Any]:
+        """components/headers: the headers a server sends (X-Request-Id, ...)."""
+        return self.raw["components"]["headers"]
+
+    @cached_property
+    def mock_headers(self) -> dict[str, str]:
+        """x-mock-headers: the mock's own test headers, name -> description ({} without)."""
+        return self.raw.get("x-mock-headers", {})
+
+    @cached_property
+    def mock_faults(self) -> dict[str, Any]:
+        """x-mock-faults: the statuses and messages of the mock's faults ({} without)."""
+        return self.raw.get("x-mock-faults", {})
+
+    @cached_property
+    def greedy_below(self) -> float:
+        """vLLM samples greedily below this temperature; the spec's greedy_n rule names it."""
+        rule = next(r for r in self.rules if r["id"] == "greedy_n")
+        return float(rule["when"]["properties"]["temperature"]["exclusiveMaximum"])
+
+    @cached_property
+    def wire_dtypes(self) -> dict[str, tuple[str, str]]:
+        """A model's dtype -> (the dtype its tensors travel in, their original_dtype), from
+        the steering_vector rule's dtype_pairs: bfloat16 travels as int16, torch.bfloat16."""
+        pairs = self.model_rules["steering_vector"]["dtype_pairs"].items()
+        return {original.rpartition(".")[2]: (wire, original) for wire, original in pairs}
+
+    def rule(self, table: str, rule_id: str) -> dict[str, Any]:
+        """One rule of x-rules, x-model-rules or x-token-rules by its id."""
+        return next(r for r in self.raw[table] if r["id"] == rule_id)
+
     def defaults(self, name: str) -> dict[str, Any]:
         """A component schema's x-default values: what a field left out or null means."""
         return _defaults(self, name)
@@ -104,6 +225,12 @@ class Spec:
     def schema(self, name: str) -> dict[str, Any]:
         """A component schema with every local $ref inlined (our schemas do not recurse)."""
         return _inline(self.raw["components"]["schemas"][name], self.raw)
+
+
+@cache
+def _error_headers(s: Spec, code: str) -> dict[str, str]:
+    declared = s.response_headers
+    return {name: str(declared[name]["schema"]["const"]) for name in s.error_codes[code].get("headers", ())}
 
 
 @cache
@@ -126,12 +253,20 @@ def _inline(node: Any, root: dict[str, Any]) -> Any:
     return node
 
 
+def default_path() -> Traversable:
+    """The installed package's copy (a wheel carries one: setup.py), else the checkout's file."""
+    packaged = resources.files("contract") / "openapi.yaml"
+    return packaged if packaged.is_file() else CHECKOUT_PATH
+
+
 def load_spec(path: str | os.PathLike[str] | None = None) -> Spec:
-    """Read and check a spec file; raise SpecError with the reason if it is unusable."""
+    """Read and check a spec file (default: $ACS_OPENAPI, else default_path());
+    raise SpecError with the reason if it is unusable."""
     from openapi_spec_validator import validate
     from openapi_spec_validator.validation.exceptions import OpenAPIValidationError
 
-    p = Path(path or os.environ.get(SPEC_ENV) or DEFAULT_PATH)
+    given = path or os.environ.get(SPEC_ENV)
+    p = Path(given) if given else default_path()
     try:
         raw = yaml.safe_load(p.read_text(encoding="utf-8"))
     except (OSError, yaml.YAMLError) as exc:
@@ -145,6 +280,15 @@ def load_spec(path: str | os.PathLike[str] | None = None) -> Spec:
     missing = [k for k in _REQUIRED_EXTENSIONS if k not in raw]
     if missing:
         raise SpecError(f"{p} lacks the extensions {', '.join(missing)}")
+    declared = raw.get("components", {}).get("headers", {})
+    for code, entry in raw["x-error-codes"].items():
+        for name in entry.get("headers", ()):
+            if "const" not in declared.get(name, {}).get("schema", {}):
+                raise SpecError(f"{p}: x-error-codes.{code} names the header {name}, which "
+                                f"components/headers does not declare with a const value")
+    problem = _check_order(raw["x-check-order"])
+    if problem:
+        raise SpecError(f"{p}: {problem}")
     return Spec(path=p, raw=raw)
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import base64
 import binascii
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -41,6 +42,26 @@ def decode_vector(obj: dict[str, Any], model: ModelInfo, param: str) -> Steering
     def bad(reason: str, **fields: Any) -> RuleViolation:
         return rule_error(rule, param, param=param, reason=rule["reasons"][reason].format(**fields))
 
+    _check_shape(obj, model, rule, bad)
+    acts = obj["activations"]
+    dtype, original, shape = acts["dtype"], acts["original_dtype"], acts["shape"]
+    layers = obj["layer_indices"]
+    positions = obj.get("position_indices")
+    defaults = spec().defaults("SteeringVector")  # a field left out or null
+    scale = obj.get("scale")
+    scale = defaults["scale"] if scale is None else scale
+    if not math.isfinite(scale):
+        raise bad("scale")
+    values = _decode_values(acts["data"], dtype, shape, bad)
+    norm_match = obj.get("norm_match")
+    return SteeringVector(values, original, tuple(layers), float(scale),
+                          defaults["norm_match"] if norm_match is None else norm_match,
+                          tuple(positions) if positions is not None else None, obj)
+
+
+def _check_shape(obj: dict[str, Any], model: ModelInfo, rule: dict[str, Any],
+                 bad: Callable[..., RuleViolation]) -> None:
+    """Layers, dtype pair, rows, hidden size and positions, before any data is decoded."""
     acts = obj["activations"]
     dtype, original, shape = acts["dtype"], acts["original_dtype"], acts["shape"]
     layers = obj["layer_indices"]
@@ -59,13 +80,13 @@ def decode_vector(obj: dict[str, Any], model: ModelInfo, param: str) -> Steering
             raise bad("positions_2d")
         if len(positions) != shape[1]:
             raise bad("positions_count", got=len(positions), want=shape[1])
-    defaults = spec().defaults("SteeringVector")  # a field left out or null
-    scale = obj.get("scale")
-    scale = defaults["scale"] if scale is None else scale
-    if not math.isfinite(scale):
-        raise bad("scale")
+
+
+def _decode_values(data: str, dtype: str, shape: list[int],
+                   bad: Callable[..., RuleViolation]) -> np.ndarray:
+    """base64 -> one zstd frame of exactly the shape's bytes -> finite values."""
     try:
-        frame = base64.b64decode(acts["data"], validate=True)
+        frame = base64.b64decode(data, validate=True)
     except (binascii.Error, ValueError):
         raise bad("base64") from None
     want = math.prod(shape) * np.dtype(dtype).itemsize
@@ -90,10 +111,7 @@ def decode_vector(obj: dict[str, Any], model: ModelInfo, param: str) -> Steering
         finite = bool(np.isfinite(values).all())
     if not finite:
         raise bad("finite")
-    norm_match = obj.get("norm_match")
-    return SteeringVector(values, original, tuple(layers), float(scale),
-                          defaults["norm_match"] if norm_match is None else norm_match,
-                          tuple(positions) if positions is not None else None, obj)
+    return values
 
 
 def encode_tensor(values: np.ndarray, original_dtype: str) -> dict[str, Any]:

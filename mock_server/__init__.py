@@ -1,7 +1,5 @@
-"""The mock server: the whole API over the core, with a deterministic fake engine."""
-from mock_server.app import create_app
+"""The mock server: the API server (api_server/) with a deterministic fake engine."""
 from mock_server.config import MockConfig
-from mock_server.engine import Activations, ChoiceDelta, Engine, Event, LogprobsDelta, Usage
+from mock_server.server import create_app
 
-__all__ = ["Activations", "ChoiceDelta", "Engine", "Event", "LogprobsDelta", "MockConfig",
-           "Usage", "create_app"]
+__all__ = ["MockConfig", "create_app"]

@@ -13,16 +13,16 @@ import hashlib
 
 import numpy as np
 
-from contract import ModelInfo, encode_tensor
+from contract import ModelInfo, encode_tensor, spec
 
 ROWS_PER_LAYER = 16
 
-# The model's dtype -> (storage dtype on the wire, original_dtype); bf16 travels as int16.
-_WIRE = {
-    "bfloat16": (np.int16, "torch.bfloat16"),
-    "float16": (np.float16, "torch.float16"),
-    "float32": (np.float32, "torch.float32"),
-}
+
+def _wire(model: ModelInfo) -> tuple[np.dtype, str]:
+    """(storage dtype on the wire, original_dtype) of the model's dtype (the spec's
+    EncodedTensor); bf16 travels as int16."""
+    storage, original = spec().wire_dtypes[model.dtype]
+    return np.dtype(storage), original
 
 
 def _bf16_bits(values: np.ndarray) -> np.ndarray:
@@ -51,8 +51,8 @@ def _build_table(model: ModelInfo) -> np.ndarray:
     rng = np.random.Generator(np.random.PCG64(seed))
     values = rng.standard_normal((model.num_layers, ROWS_PER_LAYER, model.hidden_size), dtype=np.float32)
     values *= (0.05 + 0.02 * np.arange(model.num_layers, dtype=np.float32))[:, None, None]
-    storage, _ = _WIRE[model.dtype]
-    return _bf16_bits(values) if storage is np.int16 else values.astype(storage)
+    storage, _ = _wire(model)
+    return _bf16_bits(values) if storage == np.int16 else values.astype(storage)
 
 
 def warm(model: ModelInfo) -> None:
@@ -70,4 +70,4 @@ def capture(model: ModelInfo, layers: list[int], token_ids: list[int]) -> dict:
     rows = (tokens[None, :] * 2654435761 + positions[None, :] * 40503
             + layer_ids[:, None] * 97) % ROWS_PER_LAYER
     values = table[layer_ids[:, None], rows]
-    return encode_tensor(values, _WIRE[model.dtype][1])
+    return encode_tensor(values, _wire(model)[1])

@@ -13,16 +13,17 @@ import hashlib
 import json
 import os
 import random
-from collections.abc import Iterable, Iterator
-from functools import cache
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
 from itertools import accumulate
 from typing import Any
 
 import numpy as np
 
-from contract import CompletionRequest, ModelInfo, spec
+from api_server.engine import Activations, ChoiceDelta, Event, LogprobsDelta, Usage
+from contract import CompletionRequest, ModelInfo, Spec, spec
+from contract.tokens import decode
 from mock_server.activations import capture, warm
-from mock_server.engine import Activations, ChoiceDelta, Event, LogprobsDelta, Usage
 from mock_server.logprobs import Ranked, prompt_logprob, rank_positions, row_width, top_logprobs
 from mock_server.sampler import Choice, Settings, sample_choice
 from mock_server.vocab import Vocab, vocab
@@ -57,15 +58,8 @@ def _steering_digest(req: CompletionRequest) -> list[str]:
     return out
 
 
-@cache
-def _greedy_below() -> float:
-    """vLLM samples greedily below this temperature; the spec's greedy_n rule names it."""
-    rule = next(r for r in spec().rules if r["id"] == "greedy_n")
-    return float(rule["when"]["properties"]["temperature"]["exclusiveMaximum"])
-
-
-def _is_greedy(req: CompletionRequest) -> bool:
-    return req.option("temperature") < _greedy_below() or req.option("top_k") == 1
+def _is_greedy(req: CompletionRequest, greedy_below: float) -> bool:
+    return req.option("temperature") < greedy_below or req.option("top_k") == 1
 
 
 class FakeEngine:
@@ -73,25 +67,27 @@ class FakeEngine:
 
     never_waits = True
 
-    def __init__(self, models: Iterable[ModelInfo] = (), eos_rate: float = 1 / 64) -> None:
+    def __init__(self, models: Iterable[ModelInfo] = (), eos_rate: float = 1 / 64,
+                 api: Spec | None = None) -> None:
         self.eos_rate = eos_rate
+        self.greedy_below = (api if api is not None else spec()).greedy_below
         for model in models:   # build the tables at start, not in the first request
             vocab(model)
             warm(model)
 
-    def generate(self, req: CompletionRequest, max_tokens: int, request_id: str) -> Iterator[Event]:
+    def generate(self, req: CompletionRequest, request_id: str) -> Iterator[Event]:
         body, model = req.body, req.model
         voc = vocab(model)
         skip = req.option("skip_special_tokens")
         settings = Settings(
-            max_tokens=max_tokens, min_tokens=req.option("min_tokens"),
+            max_tokens=req.max_tokens, min_tokens=req.option("min_tokens"),
             eos_token_id=None if req.option("ignore_eos") else model.eos_token_ids[0],
             stop_token_ids=tuple(body.get("stop_token_ids", ())),
             stop=(body["stop"],) if isinstance(body.get("stop"), str) else tuple(body.get("stop", ())),
             include_stop_str_in_output=req.option("include_stop_str_in_output"),
             skip_special_tokens=skip, allowed_token_ids=tuple(body.get("allowed_token_ids", ())),
             bad_words=frozenset(w.strip() for w in body.get("bad_words", ())), eos_rate=self.eos_rate)
-        greedy = _is_greedy(req)
+        greedy = _is_greedy(req, self.greedy_below)
         common = [model.name, {k: body[k] for k in SAMPLING_FIELDS if k in body}, _steering_digest(req),
                   None if greedy else body.get("seed", os.urandom(16).hex())]
         n = req.n
@@ -129,76 +125,98 @@ class FakeEngine:
             yield Activations(layers, capture(model, layers, req.prompts[0] + generated[:-1]))
 
 
-def _choice_deltas(req: CompletionRequest, voc: Vocab, index: int, prompt: list[int],
-                   prompt_text: str | None, choice: Choice, key: list[Any],
-                   greedy: bool, whole: bool = False) -> Iterator[ChoiceDelta]:
-    """The choice's deltas: one per token, or with `whole` one holding every token."""
+@dataclass
+class _Echo:
+    """What the prompt adds to a choice's first delta: the echoed text and its
+    logprobs' rows, and the fields vLLM sends once (prompt ids, prompt_logprobs)."""
+    on: bool                      # the request asked for echo
+    text: str
+    texts: list[str]
+    ranked: list[Ranked]
+    extra: dict[str, Any]
+
+
+def _echo(req: CompletionRequest, voc: Vocab, prompt: list[int], prompt_text: str | None) -> _Echo:
     body = req.body
-    skip = req.option("skip_special_tokens")
     k = body.get("logprobs")
     echo = bool(body.get("echo"))
-    ids = choice.token_ids
-    if not ids:
-        return
-    prompt_ranked: list[Ranked] = []
+    ranked: list[Ranked] = []
     if (echo and k is not None) or "prompt_logprobs" in body:
         # A prompt's logprobs depend on the prompt alone, so echo and prompt_logprobs agree.
         width = max(k or 0, body.get("prompt_logprobs", 0))
         rows = _rng("prompt", req.model.name, prompt).random((len(prompt), row_width()))
-        prompt_ranked = rank_positions(rows, prompt, width, greedy=False, pool=voc.words)
-    table = voc.texts_for(skip)
-    echo_texts = [table[t] for t in prompt] if echo else []
-    echo_text = "" if not echo else (prompt_text if prompt_text is not None else "".join(echo_texts))
-    offsets = list(accumulate((len(t) for t in choice.token_texts), initial=0))
-    logprobs: LogprobsDelta | None = None
-    tops: list[dict[str, float] | None] = []
-    gen_ranked: list[Ranked] = []
-    if k is not None:
-        rows = _rng("logprobs", key).random((len(ids), row_width()))
-        gen_ranked = rank_positions(rows, ids, k, greedy, voc.words)
-        tops = [top_logprobs(r, voc, skip) for r in gen_ranked]
-    # What the first delta adds: the echoed prompt, its logprobs, the prompt's ids.
+        ranked = rank_positions(rows, prompt, width, greedy=False, pool=voc.words)
+    texts = [voc.texts[t] for t in prompt] if echo else []
+    # A string prompt is echoed as sent; token ids as vLLM decodes them (special tokens kept).
+    text = "" if not echo else (prompt_text if prompt_text is not None else decode(req.model, prompt))
     extra: dict[str, Any] = {}
     if body.get("return_token_ids"):
         extra["prompt_token_ids"] = list(prompt)
     if "prompt_logprobs" in body:
         top = body["prompt_logprobs"]
-        extra["prompt_logprobs"] = [None] + [
-            prompt_logprob(_trim(r, top), voc, skip) for r in prompt_ranked[1:]]
-    base = len(echo_text)
+        extra["prompt_logprobs"] = [None] + [prompt_logprob(_trim(r, top), voc) for r in ranked[1:]]
+    return _Echo(echo, text, texts, ranked, extra)
+
+
+def _choice_deltas(req: CompletionRequest, voc: Vocab, index: int, prompt: list[int],
+                   prompt_text: str | None, choice: Choice, key: list[Any],
+                   greedy: bool, whole: bool = False) -> Iterator[ChoiceDelta]:
+    """The choice's deltas: one per token, or with `whole` one holding every token."""
+    k = req.body.get("logprobs")
+    ids = choice.token_ids
+    if not ids:
+        return
+    head = _echo(req, voc, prompt, prompt_text)
+    # Logprobs write each token as its own text, special tokens included, and text_offset
+    # is the running sum of those texts' lengths, the echoed prompt's first (as vLLM 0.32
+    # writes them); the choice's text leaves special tokens out when skip_special_tokens says so.
+    gen: LogprobsDelta | None = None
+    if k is not None:
+        rows = _rng("logprobs", key).random((len(ids), row_width()))
+        ranked = rank_positions(rows, ids, k, greedy, voc.words)
+        tokens = [voc.texts[t] for t in ids]
+        offsets = list(accumulate(map(len, tokens), initial=sum(map(len, head.texts))))
+        gen = LogprobsDelta(tokens, [r.logprob for r in ranked],
+                            [top_logprobs(r, voc) for r in ranked], offsets[:-1])
 
     def first_logprobs(lp: LogprobsDelta) -> LogprobsDelta:
-        return _with_echo(lp, echo_texts, prompt_ranked[:len(prompt)], k, voc, skip) if echo else lp  # type: ignore[arg-type]
+        return _with_echo(lp, head.texts, head.ranked[:len(prompt)], k, voc) if head.on else lp  # type: ignore[arg-type]
 
     if whole:
-        if k is not None:
-            logprobs = first_logprobs(LogprobsDelta(
-                list(choice.token_texts), [r.logprob for r in gen_ranked], tops,
-                [base + o for o in offsets[:-1]]))
-        yield ChoiceDelta(index, echo_text + choice.text, list(ids), logprobs,
-                          choice.finish_reason, choice.stop_reason, **extra)
+        logprobs = first_logprobs(gen) if gen is not None else None
+        yield ChoiceDelta(index, head.text + choice.text, list(ids), logprobs,
+                          choice.finish_reason, choice.stop_reason, **head.extra)
         return
+    yield from _token_deltas(index, choice, head, gen, first_logprobs)
+
+
+def _token_deltas(index: int, choice: Choice, head: _Echo, gen: LogprobsDelta | None,
+                  first_logprobs: Callable[[LogprobsDelta], LogprobsDelta]) -> Iterator[ChoiceDelta]:
+    """One delta per token; the first carries the echo, the last the finish reason."""
+    ids = choice.token_ids
+    logprobs: LogprobsDelta | None = None
+    cuts = list(accumulate((len(t) for t in choice.token_texts), initial=0))   # where each token's text starts
     full = choice.text
     size = len(full)
     last = len(ids) - 1
     for i, token in enumerate(ids):
-        start = offsets[i] if offsets[i] < size else size
+        start = cuts[i] if cuts[i] < size else size
         if i < last:
-            end = offsets[i + 1] if offsets[i + 1] < size else size
+            end = cuts[i + 1] if cuts[i + 1] < size else size
             text = full[start:end]
         else:
             text = full[start:]
-        if k is not None:
-            logprobs = LogprobsDelta([choice.token_texts[i]], [gen_ranked[i].logprob],
-                                     [tops[i]], [base + offsets[i]])
+        if gen is not None:
+            logprobs = LogprobsDelta(gen.tokens[i:i + 1], gen.token_logprobs[i:i + 1],
+                                     gen.top_logprobs[i:i + 1], gen.text_offset[i:i + 1])
         if i == 0:
-            if echo:
-                text = echo_text + text
+            if head.on:
+                text = head.text + text
                 if logprobs is not None:
                     logprobs = first_logprobs(logprobs)
             yield ChoiceDelta(index, text, [token], logprobs,
                               choice.finish_reason if i == last else None,
-                              choice.stop_reason if i == last else None, **extra)
+                              choice.stop_reason if i == last else None, **head.extra)
         elif i < last:
             yield ChoiceDelta(index, text, [token], logprobs)
         else:
@@ -211,11 +229,11 @@ def _trim(r: Ranked, k: int) -> Ranked:
 
 
 def _with_echo(lp: LogprobsDelta, texts: list[str], ranked: list[Ranked], k: int,
-               voc: Vocab, skip: bool) -> LogprobsDelta:
+               voc: Vocab) -> LogprobsDelta:
     """The prompt's tokens first; the first has no logprob (nothing comes before it)."""
     offsets = list(accumulate((len(t) for t in texts), initial=0))[:-1]
     return LogprobsDelta(
         texts + lp.tokens,
         [None] + [r.logprob for r in ranked[1:]] + lp.token_logprobs,
-        [None] + [top_logprobs(_trim(r, k), voc, skip) for r in ranked[1:]] + lp.top_logprobs,
+        [None] + [top_logprobs(_trim(r, k), voc) for r in ranked[1:]] + lp.top_logprobs,
         offsets + lp.text_offset)

@@ -84,17 +84,22 @@ def _distinct(pool: np.ndarray, picks: np.ndarray, count: int, exclude: int) -> 
     return chosen
 
 
-def top_logprobs(r: Ranked, vocab: Vocab, skip_special: bool) -> dict[str, float]:
+# A token in logprobs is written as its own text whatever skip_special_tokens says: vLLM's
+# serving layer decodes each logprob token by id, so <|end_of_text|> appears as itself
+# (api-decisions.md, "Response details as vLLM writes them").
+
+def top_logprobs(r: Ranked, vocab: Vocab) -> dict[str, float]:
     """OpenAI's top_logprobs entry: text -> logprob, best first, holding the actual token."""
-    entries = [(r.rank, vocab.text(r.token_id, skip_special), r.logprob)]
-    entries += [(rank, vocab.text(a, skip_special), lp) for a, lp, rank in r.alternatives]
+    texts = vocab.texts
+    entries = [(r.rank, texts[r.token_id], r.logprob)]
+    entries += [(rank, texts[a], lp) for a, lp, rank in r.alternatives]
     return {text: lp for _, text, lp in sorted(entries)}
 
 
-def prompt_logprob(r: Ranked, vocab: Vocab, skip_special: bool) -> dict[str, dict[str, Any]]:
+def prompt_logprob(r: Ranked, vocab: Vocab) -> dict[str, dict[str, Any]]:
     """vLLM's prompt_logprobs entry: the actual token first, then the alternatives by rank."""
-    out = {str(r.token_id): {"logprob": r.logprob, "rank": r.rank,
-                             "decoded_token": vocab.text(r.token_id, skip_special)}}
+    texts = vocab.texts
+    out = {str(r.token_id): {"logprob": r.logprob, "rank": r.rank, "decoded_token": texts[r.token_id]}}
     for a, lp, rank in r.alternatives:
-        out[str(a)] = {"logprob": lp, "rank": rank, "decoded_token": vocab.text(a, skip_special)}
+        out[str(a)] = {"logprob": lp, "rank": rank, "decoded_token": texts[a]}
     return out

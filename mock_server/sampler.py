@@ -104,6 +104,9 @@ def sample_choice(vocab: Vocab, draw: Callable[[], float], s: Settings) -> Choic
     pools = _pools(vocab, s)
     table = vocab.texts_for(s.skip_special_tokens)
     ends = ([s.eos_token_id] if s.eos_token_id is not None else []) + list(s.stop_token_ids)
+    # The end tokens the model may draw: with allowed_token_ids, only those it allows (vLLM
+    # masks every other token, end tokens included). Any end token still ends the choice.
+    drawn = [t for t in ends if t in s.allowed_token_ids] if s.allowed_token_ids else ends
     ids: list[int] = []
     texts: list[str] = []
     text = ""
@@ -112,8 +115,8 @@ def sample_choice(vocab: Vocab, draw: Callable[[], float], s: Settings) -> Choic
     for step in range(s.max_tokens):
         u_token, u_end, u_which = draw(), draw(), draw()
         may_end = step >= min_tokens
-        if ends and may_end and u_end < eos_rate:
-            token = ends[min(int(u_which * len(ends)), len(ends) - 1)]
+        if drawn and may_end and u_end < eos_rate:
+            token = drawn[min(int(u_which * len(drawn)), len(drawn) - 1)]
         else:
             token = _next_word(vocab, pools, prev, u_token)
         if ends and may_end and token in ends:
@@ -129,7 +132,9 @@ def sample_choice(vocab: Vocab, draw: Callable[[], float], s: Settings) -> Choic
             continue   # the text is joined at the end
         since = len(text)
         text += texts[-1]
-        if step + 1 >= min_tokens:
+        # As vLLM's detokenizer: stop strings count only once more than min_tokens tokens
+        # are out (the stopping token comes after min_tokens, as the end tokens do).
+        if step + 1 > min_tokens:
             found = _find_stop(text, s.stop, since)
             if found is not None:
                 at, stop = found

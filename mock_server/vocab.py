@@ -30,14 +30,9 @@ class Vocab:
     comma: int
     newline: int
 
-    def text(self, token_id: int, skip_special: bool = True) -> str:
-        """A token's text; a special token is empty when special tokens are skipped."""
-        if skip_special and token_id in self.special:
-            return ""
-        return self.texts[token_id]
-
     def texts_for(self, skip_special: bool) -> tuple[str, ...]:
-        """Every token's text as `text` gives it: index it instead of calling `text` per token."""
+        """Every token's text as the choice's text writes it: a special token is empty when
+        special tokens are skipped (logprobs write it whole: `texts`)."""
         return self._skipped if skip_special else self.texts
 
     @cached_property

@@ -1,7 +1,7 @@
 """`python -m reference_impl --model DIR_OR_ID --served-model-name llama-8b --port P`: the API on real vLLM.
 
 Starts vLLM as a child process on a private port of 127.0.0.1, waits until it
-is ready, and serves the API (the mock's app with the vLLM engine) under
+is ready, and serves the API (api_server's app with the vLLM engine) under
 gunicorn, like the mock; vLLM stops when the API stops (also on SIGTERM).
 With `--upstream URL` it fronts a vLLM that is already running instead.
 Every option also reads REFERENCE_<NAME>.
@@ -17,12 +17,11 @@ import sys
 import tempfile
 from collections.abc import Mapping, Sequence
 from types import FrameType
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from mock_server.serve import gunicorn_options, serve
-
-if TYPE_CHECKING:
-    from mock_server.config import MockConfig
+from api_server.config import ServerConfig, parse_keys
+from api_server.serve import gunicorn_options, serve
+from contract.version import VersionAction
 
 log = logging.getLogger("reference_impl")
 
@@ -33,6 +32,7 @@ def _env(name: str, default: str | None = None) -> str | None:
 
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m reference_impl", description=__doc__.splitlines()[0])
+    p.add_argument("--version", action=VersionAction)
     p.add_argument("--model", default=_env("MODEL"),
                    help="model directory or hub id for vLLM (with --upstream: only read for its config.json)")
     p.add_argument("--served-model-name", default=_env("SERVED_MODEL_NAME"),
@@ -47,13 +47,18 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--budget-tokens", type=int, default=_env("BUDGET_TOKENS"),
                    help="tokens per key (default: unlimited)")
     p.add_argument("--budget-dir", default=_env("BUDGET_DIR"), help="directory of the Budget file")
-    p.add_argument("--max-model-len", type=int, default=_env("MAX_MODEL_LEN"), help="vLLM's --max-model-len")
+    p.add_argument("--budget-url", default=_env("BUDGET_URL"),
+                   help="redis://host:port/db: the Budget in Redis, shared by replicas (default: the SQLite file)")
+    p.add_argument("--max-model-len", type=int, default=_env("MAX_MODEL_LEN"),
+                   help="vLLM's --max-model-len (with --upstream: used when its /v1/models does not say it)")
     p.add_argument("--vllm-python", default=_env("VLLM_PYTHON"),
                    help="the interpreter with vLLM (default: .venv-vllm/bin/python if present)")
     p.add_argument("--vllm-port", type=int, default=_env("VLLM_PORT"), help="vLLM's port (default: a free one)")
     p.add_argument("--vllm-arg", action="append", default=[], metavar="ARG",
                    help="one more argument for vLLM (repeat; e.g. --vllm-arg=--tensor-parallel-size=2)")
     p.add_argument("--vllm-log", default=_env("VLLM_LOG"), help="write vLLM's output to this file")
+    p.add_argument("--graceful-timeout", type=int, default=int(_env("GRACEFUL_TIMEOUT", "5") or 5),
+                   help="on SIGTERM, seconds that requests in flight get to finish")
     p.add_argument("--startup-timeout", type=float, default=float(_env("STARTUP_TIMEOUT", "300") or 300))
     p.add_argument("--log-level", default=_env("LOG_LEVEL", "warning"))
     p.add_argument("--access-log", action="store_true", help="log every request to stderr")
@@ -73,16 +78,14 @@ def warm(models: Mapping[str, Any]) -> None:
 
 
 def api_config(keys: str | None = None, budget_tokens: int | None = None,
-               budget_dir: str | None = None) -> MockConfig:
-    """The app's settings for a deployment of the real API: the mock's own test headers
-    (X-Mock-*: faults and latency on request) are off, so no client can force them."""
-    from mock_server.config import MockConfig
-
-    config = MockConfig(
-        keys=tuple(k.strip() for k in keys.split(",") if k.strip()) if keys else None,
+               budget_dir: str | None = None, budget_url: str | None = None) -> ServerConfig:
+    """The app's settings for a deployment of the real API (no faults or latency to
+    fake: those are the mock's, and its hook is not part of this server)."""
+    config = ServerConfig(
+        keys=parse_keys(keys) if keys else None,
         budget_tokens=int(budget_tokens) if budget_tokens is not None else None,
-        budget_dir=budget_dir, test_headers=False)
-    if config.budget_tokens is not None and config.budget_dir is None:
+        budget_dir=budget_dir, budget_url=budget_url or None)
+    if config.budget_tokens is not None and config.budget_dir is None and not config.budget_url:
         # Made before the fork, so that every worker spends from the same file.
         config = dataclasses.replace(config, budget_dir=tempfile.mkdtemp(prefix="reference-budget-"))
     return config
@@ -99,10 +102,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser().error("--model is required unless --upstream is given")
     # Imported after parsing, so that --help is instant.
     from contract import spec
-    from mock_server.app import create_app
-    from reference_impl.deployment import deployment_models, pick_upstream, read_model_config, upstream_models
+    from api_server import create_app
+    from reference_impl.deployment import (
+        DeploymentError, deployment_models, pick_upstream, read_model_config, upstream_models,
+    )
     from reference_impl.engine import VllmEngine
-    from reference_impl.launcher import VllmProcess
+    from reference_impl.launcher import VllmProcess, wait_ready
 
     served = args.served_model_name or spec().default_model
     signal.signal(signal.SIGTERM, _stop_on_sigterm)   # gunicorn installs its own once it runs
@@ -110,15 +115,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     log_file = open(args.vllm_log, "ab") if args.vllm_log else None
     try:
         if args.upstream:
-            url = args.upstream
+            url = args.upstream.rstrip("/")
+            wait_ready(url, None, args.startup_timeout, f"the upstream {url}")   # it may start after us
         else:
             vllm = VllmProcess(args.model, served, python=args.vllm_python, port=args.vllm_port,
                                max_model_len=args.max_model_len, extra_args=args.vllm_arg,
                                log_file=log_file).start(args.startup_timeout)
             url = vllm.url
         entry = pick_upstream(upstream_models(url), served)
-        models = deployment_models(served, entry["max_model_len"], read_model_config(args.model or entry.get("root")))
-        config = api_config(args.keys, args.budget_tokens, args.budget_dir)
+        # vLLM's /v1/models says max_model_len; a router's (production-stack's) does not.
+        max_model_len = entry.get("max_model_len") or args.max_model_len
+        if not max_model_len:
+            raise DeploymentError(f"{url}/v1/models gives no max_model_len: pass --max-model-len")
+        models = deployment_models(served, max_model_len, read_model_config(args.model or entry.get("root")))
+        config = api_config(args.keys, args.budget_tokens, args.budget_dir, args.budget_url)
         app = create_app(config, VllmEngine(url, entry["id"]), models)
         warm(models)
         info = models[served]
@@ -126,7 +136,7 @@ def main(argv: Sequence[str] | None = None) -> int:
               f"{entry['id']} at {url} ({info.num_layers} layers, hidden {info.hidden_size}, "
               f"max_model_len {info.max_model_len})", file=sys.stderr, flush=True)
         serve(app, gunicorn_options(args.host, args.port, args.workers, args.threads, args.log_level,
-                                    args.access_log))
+                                    args.access_log, args.graceful_timeout))
         return 0
     finally:
         if vllm is not None:

@@ -1,4 +1,4 @@
-"""The engine protocol (mock_server/engine.py) over vLLM's OpenAI server, by HTTP.
+"""The engine protocol (api_server/engine.py) over vLLM's OpenAI server, by HTTP.
 
 Why HTTP to a vLLM server, not vLLM's async engine in this process:
 - The API layer stays in the project's own interpreter (Flask under gunicorn,
@@ -35,14 +35,15 @@ from collections.abc import Iterator
 
 import httpx
 
-from contract import CompletionRequest, spec
-from mock_server.engine import Event
+from api_server.engine import Event
+from api_server.responses import REQUEST_ID
+from contract import CompletionRequest, Spec, spec
 from reference_impl.errors import UpstreamError, from_vllm, translated
 from reference_impl.events import Decoder, sse_data
+from reference_impl.health import UpstreamHealth
 from reference_impl.upstream import upstream_body
 
-COMPLETIONS = "/v1/completions"
-REQUEST_ID = "X-Request-Id"
+COMPLETIONS = "/v1/completions"   # vLLM's OpenAI route (not ours: the upstream's)
 CONNECT_TIMEOUT_S = 5.0
 
 
@@ -50,16 +51,22 @@ class VllmEngine:
     """Engine protocol over vLLM at `base_url`, which serves the model as `model`."""
 
     def __init__(self, base_url: str, model: str, *, wait_seconds: float | None = None,
-                 transport: httpx.BaseTransport | None = None) -> None:
+                 transport: httpx.BaseTransport | None = None, api: Spec | None = None) -> None:
         self.base_url = base_url.rstrip("/")
         self.model = model
         # The API's wait for Inference: the longest vLLM may stay silent (without stream,
         # vLLM says nothing before it is done, so that is the whole request's time).
-        self.wait_seconds = float(wait_seconds if wait_seconds is not None else spec().caps["wait_seconds"])
+        api = api if api is not None else spec()
+        self.wait_seconds = float(wait_seconds if wait_seconds is not None else api.caps["wait_seconds"])
         self._transport = transport
         self._lock = threading.Lock()
         self._client: httpx.Client | None = None
         self._pid = 0
+        self.health = UpstreamHealth(self.base_url, transport=transport)
+
+    def ready(self) -> bool:
+        """The upstream's readiness (its GET /health, cached briefly): the API's /health."""
+        return self.health.ready()
 
     def client(self) -> httpx.Client:
         """One connection pool per process: gunicorn forks the workers after the app is built."""
@@ -78,8 +85,8 @@ class VllmEngine:
                 self._client.close()
             self._client = None
 
-    def generate(self, req: CompletionRequest, max_tokens: int, request_id: str) -> Iterator[Event]:
-        body = upstream_body(req, max_tokens, self.model)
+    def generate(self, req: CompletionRequest, request_id: str) -> Iterator[Event]:
+        body = upstream_body(req, self.model)
         # vLLM names its request cmpl-{X-Request-Id}-{prompt}; vllm-lens finds a request's
         # steering and capture by that prefix, so the id is always the API's own.
         headers = {REQUEST_ID: request_id}

@@ -13,7 +13,7 @@ from typing import Any
 
 from contract import CompletionRequest, spec
 from contract.tokens import decode
-from mock_server.engine import Activations, ChoiceDelta, Event, LogprobsDelta, Usage
+from api_server.engine import Activations, ChoiceDelta, Event, LogprobsDelta, Usage
 from reference_impl.errors import UpstreamError, error_status, from_vllm
 
 DATA = b"data: "

@@ -43,6 +43,8 @@ def default_python() -> str:
 
 
 def free_port(host: str = "127.0.0.1") -> int:
+    """A port nothing listens on now (the one helper for every server the tests and
+    benchmarks start)."""
     with socket.socket() as s:
         s.bind((host, 0))
         return int(s.getsockname()[1])
@@ -139,9 +141,10 @@ class VllmProcess:
 
 
 def wait_ready(url: str, proc: subprocess.Popen[bytes] | None, timeout: float,
-               name: str = "vLLM", log: Path | None = None) -> None:
-    """Until GET /health answers 200; RuntimeError (with the log's tail) if the
-    process exits or the time runs out."""
+               name: str = "vLLM", log: Path | None = None, any_status: bool = False,
+               interval: float = 0.5) -> None:
+    """Until GET /health answers 200 (with any_status, anything: Prism has no /health);
+    RuntimeError (with the log's tail) if the process exits or the time runs out."""
     def fail(why: str) -> RuntimeError:
         tail = f":\n{log.read_text(errors='replace')[-6000:]}" if log is not None else ""
         return RuntimeError(f"{name} {why}{tail}")
@@ -151,9 +154,9 @@ def wait_ready(url: str, proc: subprocess.Popen[bytes] | None, timeout: float,
         if proc is not None and proc.poll() is not None:
             raise fail(f"exited with status {proc.returncode} before it was ready")
         try:
-            if httpx.get(url + "/health", timeout=2).status_code == 200:
+            if httpx.get(url + "/health", timeout=2).status_code == 200 or any_status:
                 return
         except httpx.TransportError:
             pass
-        time.sleep(0.5)
+        time.sleep(interval)
     raise fail(f"was not ready within {timeout:.0f} s")

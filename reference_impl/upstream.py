@@ -40,19 +40,14 @@ def vector_defaults() -> dict[str, Any]:
     return spec().defaults("SteeringVector")
 
 
-def streams_upstream(req: CompletionRequest) -> bool:
-    """vLLM streams when the client's request streams (see engine.py for why)."""
-    return req.stream
-
-
-def upstream_body(req: CompletionRequest, max_tokens: int, model: str) -> dict[str, Any]:
-    """The JSON body for vLLM's POST /v1/completions."""
+def upstream_body(req: CompletionRequest, model: str) -> dict[str, Any]:
+    """The JSON body for vLLM's POST /v1/completions (req.max_tokens is the Hold's)."""
     body = dict(request_defaults())
     body.update((k, v) for k, v in req.body.items() if k not in NOT_COPIED)
     body["model"] = model
     body["prompt"] = req.prompts[0] if len(req.prompts) == 1 else req.prompts
-    body["max_tokens"] = max_tokens
-    body["stream"] = streams_upstream(req)
+    body["max_tokens"] = req.max_tokens
+    body["stream"] = req.stream   # vLLM streams when the client's request streams (engine.py says why)
     if body["stream"]:
         body["stream_options"] = {"include_usage": True}   # the Budget settles on it
     # Always: the Budget counts generated tokens as they pass, and echo's text is ours

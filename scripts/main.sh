@@ -5,7 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
-PORT=${MOCK_PORT:-$(.venv/bin/python -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')}
+PORT=${MOCK_PORT:-$(.venv/bin/python -c 'from reference_impl.launcher import free_port; print(free_port())')}
 mkdir -p reports
 .venv/bin/python -m mock_server --host 127.0.0.1 --port "$PORT" > reports/mock.log 2>&1 &
 MOCK=$!

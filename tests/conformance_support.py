@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import io
 import json
-import socket
+import secrets
 import threading
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
@@ -18,15 +18,10 @@ from typing import Any
 from werkzeug.serving import make_server
 
 from contract import spec
+from reference_impl.launcher import free_port
 
 Environ = dict[str, Any]
 StartResponse = Callable[..., Any]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @contextmanager
@@ -72,11 +67,36 @@ def _forget_seed(body: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in body.items() if k != "seed"}
 
 
+# The next three change only what the API accepts: the fault is in how a valid request
+# runs, not in its validation.
+
+def _keep_stop_string(body: dict[str, Any]) -> dict[str, Any]:
+    if body.get("stop") and body.get("include_stop_str_in_output") in (None, False):
+        return {**body, "include_stop_str_in_output": True}
+    return body
+
+
+def _drop_stop_string(body: dict[str, Any]) -> dict[str, Any]:
+    if body.get("stop") and body.get("include_stop_str_in_output") is True:
+        return {**body, "include_stop_str_in_output": False}
+    return body
+
+
+def _ignore_min_tokens(body: dict[str, Any]) -> dict[str, Any]:
+    value, most = body.get("min_tokens"), body.get("max_tokens")
+    if type(value) is int and type(most) is int and 0 < value <= most:
+        return {k: v for k, v in body.items() if k != "min_tokens"}
+    return body
+
+
 REQUEST_MODES: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
     "unknown_field_accepted": _accept_unknown_field,
     "cap_off_by_one": _cap_off_by_one,
     "wrong_type_accepted": _accept_wrong_type,
     "seed_not_reproducing": _forget_seed,
+    "stop_string_kept": _keep_stop_string,
+    "stop_string_dropped": _drop_stop_string,
+    "min_tokens_ignored": _ignore_min_tokens,
 }
 
 
@@ -141,8 +161,116 @@ def _wrong_usage(payload: Any) -> Any:
     return payload
 
 
+def _blank_special_tokens(payload: Any) -> Any:
+    """The mock before special tokens were written as text: "" for each in logprobs and in
+    the echoed text, and text_offset summing the blanked tokens (a proxy that blanks them)."""
+    if not isinstance(payload, dict):
+        return payload
+    texts = set(spec().special_tokens(spec().default_model).values())
+    for choice in payload.get("choices") or []:
+        for text in texts:
+            choice["text"] = (choice.get("text") or "").replace(text, "")
+        lp = choice.get("logprobs")
+        if isinstance(lp, dict):
+            lp["tokens"] = ["" if t in texts else t for t in lp["tokens"]]
+            lp["top_logprobs"] = [None if top is None else {("" if k in texts else k): v for k, v in top.items()}
+                                  for top in lp["top_logprobs"]]
+            start = lp["text_offset"][0] if lp["text_offset"] else 0
+            lp["text_offset"] = [start + sum(map(len, lp["tokens"][:i])) for i in range(len(lp["tokens"]))]
+    return payload
+
+
+# Success-body rewrites: (a Completion or a stream's JSON event, its position in the
+# stream or None, the number of choices in the body or stream) -> the same, with one
+# meaning broken and every schema still met.
+
+def _each_choice(payload: dict[str, Any], change: Callable[[dict[str, Any]], None]) -> dict[str, Any]:
+    for choice in payload.get("choices") or []:
+        change(choice)
+    return payload
+
+
+def _other_model(payload: dict[str, Any], at: int | None, count: int) -> dict[str, Any]:
+    """The model's Hugging Face id, not the name the caller used."""
+    return {**payload, "model": spec().models[payload["model"]].hf_id} if payload.get("model") in spec().models \
+        else payload
+
+
+def _stop_for_length(payload: dict[str, Any], at: int | None, count: int) -> dict[str, Any]:
+    def change(c: dict[str, Any]) -> None:
+        if c.get("finish_reason") == "length":
+            c["finish_reason"] = "stop"
+    return _each_choice(payload, change)
+
+
+def _fresh_ids(payload: dict[str, Any], at: int | None, count: int) -> dict[str, Any]:
+    """An id of the right shape, but new for every body and chunk (tied to nothing)."""
+    rid = spec().request_id
+    return {**payload, "id": rid["completion_prefix"] + secrets.token_hex(rid["hex_digits"] // 2)}
+
+
+def _wrong_created(payload: dict[str, Any], at: int | None, count: int) -> dict[str, Any]:
+    """A day early without stream; in a stream, one second later at every chunk."""
+    return {**payload, "created": payload["created"] - 86400 if at is None else payload["created"] + at}
+
+
+def _lose_stop_reason(payload: dict[str, Any], at: int | None, count: int) -> dict[str, Any]:
+    def change(c: dict[str, Any]) -> None:
+        c["stop_reason"] = None
+    return _each_choice(payload, change)
+
+
+def _eos_as_stop_reason(payload: dict[str, Any], at: int | None, count: int) -> dict[str, Any]:
+    """An end of sequence reported with the end token's id as if it were a stop_token_ids id."""
+    eos = spec().models[spec().default_model].eos_token_ids[0]
+
+    def change(c: dict[str, Any]) -> None:
+        if c.get("finish_reason") == "stop" and c.get("stop_reason") is None:
+            c["stop_reason"] = eos
+    return _each_choice(payload, change)
+
+
+def _choices_n_first(payload: dict[str, Any], at: int | None, count: int) -> dict[str, Any]:
+    """Indexes that run over n first, then prompts: for two prompts x n = 2, 1 and 2 trade places."""
+    swap = {1: 2, 2: 1}
+
+    def change(c: dict[str, Any]) -> None:
+        c["index"] = swap.get(c["index"], c["index"])
+    if count != 4:
+        return payload
+    payload = _each_choice(payload, change)
+    if at is None:
+        payload["choices"].sort(key=lambda c: c["index"])
+    return payload
+
+
+def _token_ids_short(payload: dict[str, Any], at: int | None, count: int) -> dict[str, Any]:
+    """The last token id of each choice left out (without stream) or its last chunk's (in a stream)."""
+    def change(c: dict[str, Any]) -> None:
+        if isinstance(c.get("token_ids"), list) and (at is None or c.get("finish_reason") is not None):
+            c["token_ids"] = c["token_ids"][:-1]
+    return _each_choice(payload, change)
+
+
+SUCCESS_MODES: dict[str, Callable[[dict[str, Any], int | None, int], dict[str, Any]]] = {
+    "other_model": _other_model,
+    "stop_for_length": _stop_for_length,
+    "fresh_ids": _fresh_ids,
+    "wrong_created": _wrong_created,
+    "stop_reason_lost": _lose_stop_reason,
+    "eos_as_stop_reason": _eos_as_stop_reason,
+    "choices_n_first": _choices_n_first,
+    "token_ids_short": _token_ids_short,
+}
+
+
+def _is_success(payload: Any) -> bool:
+    return isinstance(payload, dict) and "choices" in payload and "error" not in payload
+
+
 MODES = (*REQUEST_MODES, "wrong_status", "wrong_code", "missing_param", "changed_message",
-         "no_request_id", *STREAM_MODES, "wrong_usage", "missing_x_request_id")
+         "no_request_id", *STREAM_MODES, "wrong_usage", "missing_x_request_id", "special_tokens_blanked",
+         *SUCCESS_MODES)
 
 
 class Breaker:
@@ -180,8 +308,9 @@ class Breaker:
             body = json.loads(raw)
         except ValueError:
             body = None
-        if isinstance(body, dict):
-            raw = json.dumps(rewrite(body)).encode()
+        changed = rewrite(body) if isinstance(body, dict) else body
+        if changed != body:   # left as sent otherwise (an 8 MiB body stays at its size)
+            raw = json.dumps(changed).encode()
         environ["wsgi.input"] = io.BytesIO(raw)
         environ["CONTENT_LENGTH"] = str(len(raw))
 
@@ -199,6 +328,10 @@ class Breaker:
                 code, data = _error_rewrite(code, data, mode)
             elif mode == "wrong_usage":
                 data = _wrong_usage(data)
+            elif mode == "special_tokens_blanked":
+                data = _blank_special_tokens(data)
+            elif mode in SUCCESS_MODES and _is_success(data):
+                data = SUCCESS_MODES[mode](data, None, len(data["choices"]))
             body = json.dumps(data).encode()
         headers = [(k, v) for k, v in headers if k.lower() != "content-length"]
         headers.append(("Content-Length", str(len(body))))
@@ -212,4 +345,9 @@ class Breaker:
             events = STREAM_MODES[mode](events)
         elif mode == "wrong_usage":
             events = [e if e == "[DONE]" else json.dumps(_wrong_usage(json.loads(e))) for e in events]
+        elif mode in SUCCESS_MODES:
+            payloads = [None if e == "[DONE]" else json.loads(e) for e in events]
+            count = len({c.get("index") for p in payloads if _is_success(p) for c in p["choices"]})
+            events = [json.dumps(SUCCESS_MODES[mode](p, at, count)) if _is_success(p) else e
+                      for at, (e, p) in enumerate(zip(events, payloads, strict=True))]
         return "".join(f"data: {e}\n\n" for e in events).encode()

@@ -7,16 +7,17 @@ from __future__ import annotations
 import http.client
 import json
 import os
-import socket
 import subprocess
 import sys
 import tempfile
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import httpx
+
+from conformance.sse import parse_text
+from reference_impl.launcher import free_port, wait_ready
 
 ROOT = Path(__file__).resolve().parent.parent
 KEY = "test-key"
@@ -24,12 +25,6 @@ AUTH = {"Authorization": f"Bearer {KEY}"}
 # Short, so keepalive tests stay short; SSE clients skip comment lines anyway.
 KEEPALIVE_S = 0.2
 START_TIMEOUT_S = 60.0
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class MockProcess:
@@ -48,18 +43,12 @@ class MockProcess:
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "mock_server", "--host", "127.0.0.1", "--port", str(self.port),
              *self.args], cwd=ROOT, env=env, stdout=self._log, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"mock server exited: {self.log()}")
-            try:
-                if httpx.get(self.url + "/health", timeout=1).status_code == 200:
-                    return self
-            except httpx.TransportError:
-                pass
-            time.sleep(0.1)
-        self.stop()
-        raise RuntimeError(f"mock server did not start: {self.log()}")
+        try:
+            wait_ready(self.url, self.proc, START_TIMEOUT_S, name="mock server", interval=0.1)
+        except RuntimeError as exc:
+            self.stop()
+            raise RuntimeError(f"{exc}: {self.log()}") from None
+        return self
 
     def log(self) -> str:
         self._log.seek(0)
@@ -126,18 +115,15 @@ class Stream:
 
 
 def parse_sse(raw: str) -> Stream:
-    events: list[Any] = []
-    comments: list[str] = []
-    for block in raw.split("\n\n"):
-        for line in block.split("\n"):
-            if line.startswith(":"):
-                comments.append(line[1:].strip())
-            elif line.startswith("data: "):
-                data = line[len("data: "):]
-                events.append(data if data == "[DONE]" else json.loads(data))
-            elif line:
-                raise AssertionError(f"not an SSE line: {line!r}")
-    return Stream(events, comments)
+    """The body through the suite's strict parser (conformance/sse.py); bad framing or
+    a payload that is not JSON fails the test."""
+    parsed = parse_text(raw)
+    if parsed.framing_errors:
+        raise AssertionError(f"bad SSE framing: {parsed.framing_errors}")
+    bad = [e.data for e in parsed.events if e.kind == "invalid"]
+    if bad:
+        raise AssertionError(f"events that are not JSON: {bad}")
+    return Stream([e.payload for e in parsed.events], [c[1:].strip() for _, c in parsed.comments])
 
 
 def completion_body(**fields: Any) -> dict[str, Any]:

@@ -25,8 +25,7 @@ import httpx
 import pytest
 
 from contract import ModelInfo
-from mock_server.app import create_app
-from mock_server.config import MockConfig
+from api_server import ServerConfig, create_app
 from reference_impl.__main__ import api_config
 from reference_impl.deployment import deployment_models, read_model_config, upstream_models
 from reference_impl.engine import VllmEngine
@@ -186,7 +185,7 @@ def reference_client(reference: Reference, models: dict[str, ModelInfo]) -> Iter
     in this process (a VllmEngine on the session's vLLM); streams are read lazily."""
     opened: list[httpx.Client | VllmEngine] = []
 
-    def make(config: MockConfig | None = None, transport: httpx.BaseTransport | None = None) -> httpx.Client:
+    def make(config: ServerConfig | None = None, transport: httpx.BaseTransport | None = None) -> httpx.Client:
         engine = VllmEngine(reference.vllm_url, SERVED, transport=transport)
         app = create_app(config or api_config(KEY), engine, models)
         c = httpx.Client(transport=httpx.WSGITransport(app=app), base_url="http://api.test", headers=AUTH,

@@ -14,7 +14,8 @@ import pytest
 from rich.console import Console
 
 from conformance.cli import main
-from mock_server.app import create_app
+from contract.version import describe, versions
+from mock_server import create_app
 from mock_server.config import MockConfig
 from tests.conformance_support import Breaker, free_port, serve
 
@@ -158,11 +159,16 @@ def _pytest(url: str, *args: str) -> subprocess.CompletedProcess[str]:
         cwd=ROOT, capture_output=True, text=True, timeout=300)
 
 
-def test_pytest_embedding_passes_and_fails_like_the_cli(mock: tuple[Breaker, str]) -> None:
+def test_pytest_embedding_passes_and_fails_like_the_cli(mock: tuple[Breaker, str], tmp_path: Path) -> None:
     app, url = mock
-    ok = _pytest(url, "--conformance-select", "routes:*,headers:*")
+    ok = _pytest(url, "--conformance-select", "routes:*,headers:*", f"--junitxml={tmp_path / 'j.xml'}")
     assert ok.returncode == 0, ok.stdout[-2000:]
     assert "8 passed" in ok.stdout
+    # Which code and which contract: in the terminal and in pytest's JUnit, as in the CLI's reports.
+    assert f"conformance: checked with {describe(versions())};" in ok.stdout
+    props = ET.parse(tmp_path / "j.xml").getroot().find("testsuite/properties")
+    assert props is not None and {p.get("name"): p.get("value") for p in props} == {
+        f"version:{name}": version for name, version in versions().items()}
     app.mode = "missing_x_request_id"
     try:
         bad = _pytest(url, "--conformance-select", "headers:*")
@@ -211,7 +217,7 @@ def test_the_suite_uses_the_deployments_dimensions_from_models() -> None:
 
 def test_checks_that_need_the_mocks_headers_skip_where_they_are_ignored() -> None:
     """stream:error_event and stream:keepalive slow or break the stream with X-Mock-* headers;
-    a server that ignores them (the reference's settings) gets them skipped, not failed."""
+    a server that ignores them (api_server without the mock's hook, as the reference) gets them skipped, not failed."""
     from conformance.checks import REGISTRY
     from conformance.config import RunConfig
     from conformance.registry import select
@@ -219,7 +225,10 @@ def test_checks_that_need_the_mocks_headers_skip_where_they_are_ignored() -> Non
     from conformance.runner import run
     from contract import spec
 
-    app = create_app(MockConfig(test_headers=False))
+    import api_server
+    from mock_server.fake_engine import FakeEngine
+
+    app = api_server.create_app(api_server.ServerConfig(), FakeEngine(spec().models.values()))
     config = RunConfig(base_url="http://plain.test", api_key=KEY, profile="full",
                        select=("stream:error_event", "stream:keepalive")).validate()
     report = run(config, select(REGISTRY, config), transport=httpx.WSGITransport(app=app))

@@ -13,9 +13,9 @@ import pytest
 from conformance.checks import REGISTRY
 from conformance.config import RunConfig
 from conformance.registry import select, token_bound
-from conformance.results import Outcome, RunReport
+from conformance.results import Outcome, RunReport, exit_code
 from conformance.runner import run
-from mock_server.app import create_app
+from mock_server import create_app
 from mock_server.config import MockConfig
 from tests.conformance_support import MODES, Breaker, serve
 
@@ -67,14 +67,43 @@ CAUGHT_BY: dict[str, tuple[tuple[str, ...], set[str]]] = {
     "missing_x_request_id": (("headers:*", "golden:http.not_found", "schema:response_headers_conformance"),
                              {"headers:x_request_id.success", "headers:x_request_id.error",
                               "golden:http.not_found", "schema:response_headers_conformance"}),
+    # the mock before issue 11: special tokens blanked in logprobs and in the echoed text
+    "special_tokens_blanked": (("shape:*",), {"shape:bos_echo", "shape:tokens_join_text"}),
 }
 
 
+# mode -> the only checks that fail: a success body that lies about one meaning, every
+# schema still met. Each semantics: check fails for its own reason, and nothing else does
+# (but a shape: check that reads the same field).
+EXACTLY: dict[str, set[str]] = {
+    "other_model": {"semantics:model", "semantics:stream.model"},
+    "stop_for_length": {"semantics:finish_reason.length", "semantics:stream.finish_reason.length"},
+    "fresh_ids": {"semantics:id", "semantics:stream.id"},
+    "wrong_created": {"semantics:created", "semantics:stream.created"},
+    "stop_reason_lost": {"semantics:stop_string", "semantics:stream.stop_string",
+                         "semantics:stop_string.included", "semantics:stream.stop_string.included",
+                         "semantics:stop_token_id", "semantics:stream.stop_token_id"},
+    "eos_as_stop_reason": {"semantics:finish_reason.eos", "semantics:stream.finish_reason.eos"},
+    "choices_n_first": {"semantics:choices", "semantics:stream.choices"},
+    # shape:token_ids too: it holds token_ids to one id per logprobs entry
+    "token_ids_short": {"semantics:usage_token_ids", "semantics:stream.usage_token_ids", "shape:token_ids"},
+    "stop_string_kept": {"semantics:stop_string", "semantics:stream.stop_string"},
+    "stop_string_dropped": {"semantics:stop_string.included", "semantics:stream.stop_string.included"},
+    "min_tokens_ignored": {"semantics:min_tokens", "semantics:stream.min_tokens"},
+}
+# The deployments of issue 14, which the suite called conformant: judged by the whole full
+# profile. The other modes skip schemathesis (it reads no meaning) to keep the test short.
+WHOLE_PROFILE = {"other_model", "stop_for_length"}
+
+
 def test_every_mode_has_its_catchers() -> None:
-    assert set(CAUGHT_BY) == set(MODES)
-    for _, must_fail in CAUGHT_BY.values():
-        ids = set(REGISTRY.ids())
+    assert set(CAUGHT_BY) | set(EXACTLY) == set(MODES) and not set(CAUGHT_BY) & set(EXACTLY)
+    ids = set(REGISTRY.ids())
+    for must_fail in [m for _, m in CAUGHT_BY.values()] + list(EXACTLY.values()):
         assert must_fail <= ids, must_fail - ids
+    semantics = {i for i in ids if i.startswith("semantics:")}
+    caught = {i for i in set().union(*EXACTLY.values()) if i.startswith("semantics:")}
+    assert semantics == caught, "a semantics: check without its broken mock"
 
 
 @pytest.mark.parametrize("mode", list(CAUGHT_BY))
@@ -90,6 +119,22 @@ def test_a_broken_deployment_is_caught_by_the_named_checks(mode: str, breaker: t
     finally:
         app.mode = None
     assert must_fail <= failed_ids(broken), {r.id: [f.message for f in r.findings] for r in broken.results}
+
+
+@pytest.mark.parametrize("mode", list(EXACTLY))
+def test_a_broken_meaning_fails_its_own_checks_and_nothing_else(mode: str, breaker: tuple[Breaker, str]) -> None:
+    app, url = breaker
+    # stream:keepalive times a stream, which the Breaker holds back whole; it passes unbroken
+    # (the last test), and schemathesis runs in full for the issue's two deployments only
+    patterns = tuple(c.id for c in REGISTRY if c.id != "stream:keepalive"
+                     and (mode in WHOLE_PROFILE or c.group != "schema"))
+    app.mode = mode
+    try:
+        report = run_suite(url, *patterns)
+    finally:
+        app.mode = None
+    assert failed_ids(report) == EXACTLY[mode], {r.id: [f.message for f in r.findings] for r in report.failed}
+    assert exit_code(report) == 1
 
 
 def test_the_full_profile_passes_against_the_mock(breaker: tuple[Breaker, str]) -> None:

@@ -2,16 +2,19 @@
 from __future__ import annotations
 
 import ast
+import copy
 import json
+import re
 from pathlib import Path
 
 import numpy as np
 import pytest
+import yaml
 from openapi_spec_validator import validate
 
 import contract
 from contract import (
-    InsufficientQuota, SpecError, encode_tensor, hold, load_spec, spec, validate_completion,
+    InsufficientQuota, Spec, SpecError, encode_tensor, hold, load_spec, spec, validate_completion,
 )
 from contract.schema import request_schema
 from contract.tokens import encode
@@ -173,7 +176,90 @@ def test_null_inside_a_steering_vector_means_left_out() -> None:
 def test_the_body_cap_holds_on_every_route() -> None:
     from contract.http import preflight
     over = spec().caps["max_body_bytes"] + 1
-    for path, methods in spec().raw["paths"].items():
-        for method in methods:
-            with pytest.raises(contract.RequestTooLarge):
-                preflight(method.upper(), path, {"Authorization": "Bearer k"}, over, keys=None)
+    for route in spec().routes:
+        with pytest.raises(contract.RequestTooLarge):
+            preflight(route.method, route.path, {"Authorization": "Bearer k"}, over, keys=None)
+
+
+def test_the_error_tree_drawn_in_errors_py_is_the_class_tree() -> None:
+    """Each class in the drawing sits under its base class, with its code where one is drawn."""
+    from contract import errors
+
+    parents: list[str] = []
+    drawn = 0
+    for line in (errors.__doc__ or "").splitlines():
+        match = re.match(r"^ {4}((?:[│ ] {3})*)(?:[├└]── )?([A-Z]\w+)\s*(?:(\d{3}) (\w+))?", line)
+        if not match or not hasattr(errors, match.group(2)):
+            continue
+        depth = len(match.group(1)) // 4 + (1 if "──" in line else 0)
+        name = match.group(2)
+        cls = getattr(errors, name)
+        del parents[depth:]
+        if parents:
+            assert cls.__bases__[0].__name__ == parents[-1], name
+        if match.group(4):
+            assert (cls.code, cls(name).status) == (match.group(4), int(match.group(3))), name
+        parents.append(name)
+        drawn += 1
+    assert drawn == len([c for c in vars(errors).values()
+                         if isinstance(c, type) and issubclass(c, errors.ApiError)])
+
+
+def test_one_code_to_class_table_covers_every_code_of_the_spec() -> None:
+    from contract.errors import code_classes, rule_classes
+
+    assert set(code_classes()) == set(spec().error_codes)
+    assert all(cls.code == code for code, cls in code_classes().items())
+    assert set(rule_classes()) == {r["code"] for r in [*spec().rules, *spec().model_rules.values(),
+                                                       *spec().token_rules.values()]}
+
+
+def test_x_check_order_orders_the_independent_stages(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Swap auth and body_size in the spec's list: a keyless oversized body gets 413, not 401."""
+    import contract.http
+    from contract.http import preflight
+
+    path, over = spec().completions_path, spec().caps["max_body_bytes"] + 1
+    with pytest.raises(contract.InvalidApiKey):
+        preflight("POST", path, {}, over, keys=None)
+    raw = copy.deepcopy(spec().raw)
+    order = raw["x-check-order"]
+    i, j = order.index("auth"), order.index("body_size")
+    order[i], order[j] = order[j], order[i]
+    swapped = Spec(spec().path, raw)
+    monkeypatch.setattr(contract.http, "spec", lambda: swapped)
+    contract.http._stages.cache_clear()
+    try:
+        with pytest.raises(contract.RequestTooLarge):
+            preflight("POST", path, {}, over, keys=None)
+    finally:
+        contract.http._stages.cache_clear()
+
+
+def test_a_spec_that_reorders_dependent_stages_fails_at_load(tmp_path: Path) -> None:
+    raw = copy.deepcopy(spec().raw)
+    order = raw["x-check-order"]
+    i, j = order.index("model"), order.index("token_caps")
+    order[i], order[j] = order[j], order[i]
+    bad = tmp_path / "openapi.yaml"
+    bad.write_text(yaml.safe_dump(raw, sort_keys=False))
+    with pytest.raises(SpecError, match="reorders stages that depend on each other"):
+        load_spec(bad)
+    raw["x-check-order"] = [s for s in order if s != "budget"]
+    bad.write_text(yaml.safe_dump(raw, sort_keys=False))
+    with pytest.raises(SpecError, match="must list each of"):
+        load_spec(bad)
+
+
+def test_x_check_order_orders_the_schema_stages(monkeypatch: pytest.MonkeyPatch) -> None:
+    import contract.schema
+
+    body = {"model": MODEL, "prompt": "x", "bogus": 1, "max_tokens": "many"}
+    assert isinstance(next(request_schema().iter_errors(body)), contract.UnknownField)
+    raw = copy.deepcopy(spec().raw)
+    order = raw["x-check-order"]
+    i, j = order.index("unknown_field"), order.index("type")
+    order[i], order[j] = order[j], order[i]
+    swapped = Spec(spec().path, raw)
+    monkeypatch.setattr(contract.schema, "spec", lambda: swapped)
+    assert isinstance(next(request_schema().iter_errors(body)), contract.InvalidType)

@@ -13,15 +13,17 @@ import pytest
 from flask import Flask
 from flask.testing import FlaskClient
 
+import api_server
+from api_server import ServerConfig
+from api_server.responses import KEEPALIVE
+from conformance.checks.common import schema_errors
 from contract import (
     ApiError, CompletionRequest, InferenceUnavailable, InternalError, hold, spec,
     validate_completion,
 )
-from conformance.checks.common import schema_errors
 from mock_server import MockConfig, create_app
-from mock_server.faults import STATUS, STREAM_ERROR_AFTER, TPOT_MS, TTFT_MS
 from mock_server.fake_engine import FakeEngine
-from mock_server.responses import KEEPALIVE
+from mock_server.faults import STATUS, STREAM_ERROR_AFTER, TPOT_MS, TTFT_MS
 from tests.mock_helpers import AUTH, completion_body, parse_sse
 
 RID = re.compile(rf"{spec().request_id['prefix']}[0-9a-f]{{{spec().request_id['hex_digits']}}}")
@@ -72,9 +74,9 @@ def test_models_lists_every_model_with_its_numbers(client: FlaskClient) -> None:
     r = client.get("/v1/models", headers=AUTH)
     body = r.get_json()
     assert body["object"] == "list"
-    assert [(m["id"], m["object"], m["max_model_len"], m["num_layers"], m["hidden_size"])
+    assert [(m["id"], m["object"], m["root"], m["max_model_len"], m["num_layers"], m["hidden_size"])
             for m in body["data"]] == [
-        (name, "model", m.max_model_len, m.num_layers, m.hidden_size) for name, m in spec().models.items()]
+        (name, "model", m.hf_id, m.max_model_len, m.num_layers, m.hidden_size) for name, m in spec().models.items()]
     assert not schema_errors(body, spec().schema("ModelList"))
     assert RID.fullmatch(r.headers["X-Request-Id"])
 
@@ -152,8 +154,8 @@ class BrokenEngine:
     def __init__(self, error: Exception, after: int = 0) -> None:
         self.error, self.after = error, after
 
-    def generate(self, req: CompletionRequest, max_tokens: int, request_id: str) -> Iterator[Any]:
-        yield from list(FakeEngine().generate(req, max_tokens, request_id))[:self.after]
+    def generate(self, req: CompletionRequest, request_id: str) -> Iterator[Any]:
+        yield from list(FakeEngine().generate(req, request_id))[:self.after]
         raise self.error
 
 
@@ -177,7 +179,7 @@ def test_a_stream_that_fails_at_once_settles_its_hold(tmp_path: Any) -> None:
                      engine=BrokenEngine(InferenceUnavailable.from_template("inference_unavailable")))
     r = app.test_client().post("/v1/completions", json=body, headers=AUTH)
     assert_error(r, InferenceUnavailable.from_template("inference_unavailable"))
-    assert app.extensions["mock"].budget.remaining(AUTH["Authorization"].split()[1]) == 1000 - prompt_tokens
+    assert app.state.budget.remaining(AUTH["Authorization"].split()[1]) == 1000 - prompt_tokens
 
 
 class GatedEngine:
@@ -186,10 +188,10 @@ class GatedEngine:
     def __init__(self) -> None:
         self.go = threading.Event()
 
-    def generate(self, req: CompletionRequest, max_tokens: int, request_id: str) -> Iterator[Any]:
+    def generate(self, req: CompletionRequest, request_id: str) -> Iterator[Any]:
         if not self.go.wait(60):
             raise RuntimeError("the test never let the engine go")
-        yield from FakeEngine().generate(req, max_tokens, request_id)
+        yield from FakeEngine().generate(req, request_id)
 
 
 def test_a_slow_first_token_still_gets_its_keepalive_first() -> None:
@@ -226,8 +228,8 @@ class BrokenFakeEngine(FakeEngine):
         super().__init__()
         self.error, self.after = error, after
 
-    def generate(self, req: CompletionRequest, max_tokens: int, request_id: str) -> Iterator[Any]:
-        yield from list(super().generate(req, max_tokens, request_id))[:self.after]
+    def generate(self, req: CompletionRequest, request_id: str) -> Iterator[Any]:
+        yield from list(super().generate(req, request_id))[:self.after]
         raise self.error
 
 
@@ -248,12 +250,15 @@ def test_the_in_thread_engine_fails_mid_stream_with_an_error_event() -> None:
 
 
 # -- faults ---------------------------------------------------------------------------
-@pytest.mark.parametrize("status", spec().raw["x-mock-faults"]["statuses"])
+@pytest.mark.parametrize("status", spec().mock_faults["statuses"])
 def test_x_mock_status_forces_the_status_with_its_code(client: FlaskClient, status: int) -> None:
     r = client.post("/v1/completions", json=completion_body(), headers={**AUTH, STATUS: str(status)})
     code = next(c for c, v in spec().error_codes.items() if v["status"] == status)
     body = assert_code(r, code)
     assert r.status_code == status and body["error"]["param"] is None
+    # x-should-retry on 429, Retry-After on 503 (x-error-codes), with the spec's values.
+    assert {name: r.headers.get(name) for name in spec().error_headers(code)} == spec().error_headers(code)
+    assert bool(spec().error_headers(code)) == (code in ("insufficient_quota", "inference_unavailable"))
 
 
 def test_x_mock_status_comes_after_validation(client: FlaskClient) -> None:
@@ -266,7 +271,7 @@ def test_x_mock_status_comes_after_validation(client: FlaskClient) -> None:
                                                    (STREAM_ERROR_AFTER, "1.5", "count")])
 def test_a_bad_mock_header_is_400_with_the_specs_message(client: FlaskClient, header: str, value: str,
                                                          expected: str) -> None:
-    faults = spec().raw["x-mock-faults"]
+    faults = spec().mock_faults
     want = faults["invalid_header"].format(header=header, expected=faults["expected"][expected].format(
         statuses=", ".join(map(str, faults["statuses"]))))
     r = client.post("/v1/completions", json=completion_body(), headers={**AUTH, header: value})
@@ -282,10 +287,11 @@ def test_x_mock_stream_error_after(client: FlaskClient) -> None:
     assert stream.events[-2:] == [InferenceUnavailable.from_template("inference_unavailable").body(rid), "[DONE]"]
 
 
-def test_with_test_headers_off_the_mock_headers_are_ignored_entirely() -> None:
-    """A server of the real API (reference_impl) reads none of them: no forced status, no
-    error event, and not even a bad value is refused (it is never read)."""
-    client = create_app(MockConfig(test_headers=False)).test_client()
+def test_without_the_mocks_hook_the_mock_headers_are_ignored_entirely() -> None:
+    """A server of the real API (api_server without a hook, as reference_impl builds it)
+    reads none of them: no forced status, no error event, and not even a bad value is
+    refused (it is never read)."""
+    client = api_server.create_app(ServerConfig(), FakeEngine(spec().models.values())).test_client()
     mock_headers = {STATUS: "503", STREAM_ERROR_AFTER: "0", TTFT_MS: "-1", TPOT_MS: "nan"}
     body = completion_body(max_tokens=3, ignore_eos=True, seed=7)
     plain = client.post("/v1/completions", json=body, headers=AUTH)
@@ -300,11 +306,11 @@ def test_with_test_headers_off_the_mock_headers_are_ignored_entirely() -> None:
 def test_configured_fault_rates() -> None:
     client = create_app(MockConfig(fault_rate=1.0)).test_client()
     statuses = {client.post("/v1/completions", json=completion_body(), headers=AUTH).status_code for _ in range(100)}
-    assert statuses == set(spec().raw["x-mock-faults"]["statuses"])
+    assert statuses == set(spec().mock_faults["statuses"])
     client = create_app(MockConfig(stream_error_rate=1.0)).test_client()
     r = client.post("/v1/completions", json=completion_body(stream=True, ignore_eos=True), headers=AUTH)
     events = parse_sse(r.get_data(as_text=True)).events
-    assert events[-2]["error"]["code"] == spec().raw["x-mock-faults"]["stream_error_code"]
+    assert events[-2]["error"]["code"] == spec().mock_faults["stream_error_code"]
 
 
 # -- the Budget's headers -------------------------------------------------------------
@@ -319,6 +325,7 @@ def test_clamped_max_tokens_header_and_429(tmp_path: Any) -> None:
     assert r.get_json()["usage"]["completion_tokens"] == held.max_tokens
     r = client.post("/v1/completions", json=body, headers=AUTH)
     assert_error(r, error_of(lambda: hold(req.prompt_token_counts, req.n, req.max_tokens, 0)))
+    assert r.headers["x-should-retry"] == "false"   # the Budget is spent: a retry cannot help
     other = client.post("/v1/completions", json=body, headers={"Authorization": "Bearer other"})
     assert other.status_code == 200   # each key has its own Budget
 

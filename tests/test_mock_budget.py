@@ -12,7 +12,7 @@ import httpx
 import pytest
 
 from contract import ApiError, hold, spec, validate_completion
-from mock_server.budget import BudgetStore
+from api_server.budget import BudgetStore
 from tests.mock_helpers import KEY, MockProcess, completion_body, parse_sse
 
 BODY = completion_body(max_tokens=40)

@@ -9,8 +9,9 @@ import pytest
 from contract import spec
 from mock_server.__main__ import config_from, parser
 from mock_server.config import MockConfig
-from mock_server.engine import ChoiceDelta, Usage
-from mock_server.pacing import Pump, paced
+from api_server.engine import ChoiceDelta, Usage
+from api_server.pacing import Pump
+from mock_server.latency import paced
 
 MODEL = spec().default_model
 
@@ -22,24 +23,13 @@ def test_defaults_come_from_the_spec() -> None:
         None, None, 0, 0, 0)
 
 
-def test_from_env_and_back() -> None:
+def test_from_env() -> None:
     env = {"MOCK_KEYS": "a, b", "MOCK_BUDGET_TOKENS": "1000", "MOCK_TTFT_MS": "12.5",
            "MOCK_MAX_MODEL_LEN": f"{MODEL}=4096", "MOCK_KEEPALIVE_SECONDS": "0.5", "OTHER": "x"}
     config = MockConfig.from_env(env)
     assert (config.keys, config.budget_tokens, config.ttft_ms, config.max_model_len, config.keepalive_seconds) == (
         ("a", "b"), 1000, 12.5, {MODEL: 4096}, 0.5)
-    assert MockConfig.from_env(config.to_env()) == config
 
-
-def test_test_headers_default_on_and_env_turns_them_off() -> None:
-    assert MockConfig().test_headers is True
-    assert MockConfig.from_env({"MOCK_TEST_HEADERS": "0"}).test_headers is False
-    assert MockConfig.from_env({"MOCK_TEST_HEADERS": "on"}).test_headers is True
-    off = MockConfig(test_headers=False)
-    assert MockConfig.from_env(off.to_env()) == off
-    assert config_from(parser().parse_args(["--no-test-headers"])).test_headers is False
-    with pytest.raises(ValueError, match="MOCK_TEST_HEADERS"):
-        MockConfig.from_env({"MOCK_TEST_HEADERS": "maybe"})
 
 
 def test_one_max_model_len_for_every_model() -> None:

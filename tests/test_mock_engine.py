@@ -11,9 +11,9 @@ import zstandard
 
 from contract import spec, validate_completion
 from contract.tokens import decode
-from mock_server.engine import Activations, ChoiceDelta, Event, Usage
+from api_server.engine import Activations, ChoiceDelta, Event, Usage
 from mock_server.fake_engine import FakeEngine
-from mock_server.responses import Assembler, Meta
+from api_server.responses import Assembler, Meta
 from mock_server.vocab import vocab
 
 MODEL = spec().models[spec().default_model]
@@ -26,13 +26,13 @@ def engine() -> FakeEngine:
 
 def run(engine: FakeEngine, **fields: Any) -> list[Event]:
     req = validate_completion({"model": MODEL.name, "prompt": "The sky is", "max_tokens": 24, **fields})
-    return list(engine.generate(req, req.max_tokens, "req_test"))
+    return list(engine.generate(req, "req_test"))
 
 
 def completion(engine: FakeEngine, **fields: Any) -> dict[str, Any]:
     req = validate_completion({"model": MODEL.name, "prompt": "The sky is", "max_tokens": 24, **fields})
     asm = Assembler(req, Meta("cmpl-test", MODEL.name, created=0))
-    for event in engine.generate(req, req.max_tokens, "req_test"):
+    for event in engine.generate(req, "req_test"):
         asm.feed(event)
     return asm.completion()
 
@@ -115,10 +115,12 @@ def test_echo_puts_the_prompt_first_with_a_null_first_logprob(engine: FakeEngine
     assert choice["text"].startswith("The sky is blue")
     lp = choice["logprobs"]
     prompt_ids = validate_completion({"model": MODEL.name, "prompt": "The sky is blue"}).prompts[0]
-    assert lp["tokens"][:len(prompt_ids)] == [vocab(MODEL).text(t) for t in prompt_ids]
+    # Special tokens are written as their text, as vLLM writes them; the text leaves BOS out.
+    assert lp["tokens"][:len(prompt_ids)] == [vocab(MODEL).texts[t] for t in prompt_ids]
+    assert lp["tokens"][0] == "<|begin_of_text|>" and lp["text_offset"][:2] == [0, len("<|begin_of_text|>")]
     assert lp["token_logprobs"][0] is None and lp["top_logprobs"][0] is None
     check_logprobs(choice, 2)
-    assert "".join(lp["tokens"]) == choice["text"]
+    assert "".join(lp["tokens"][1:]) == choice["text"]
 
 
 def test_prompt_logprobs_in_vllms_format(engine: FakeEngine) -> None:
@@ -182,10 +184,42 @@ def test_end_of_text_now_and_then_unless_ignore_eos_and_never_before_min_tokens(
     choice = completion(always, seed=1, return_token_ids=True)["choices"][0]
     assert (choice["token_ids"], choice["text"], choice["finish_reason"], choice["stop_reason"]) == (
         [MODEL.eos_token_ids[0]], "", "stop", None)
+    # written as its text in logprobs, whatever skip_special_tokens says; text_offset counts it
+    eos = spec().special_tokens(MODEL.name)[MODEL.eos_token_ids[0]]
+    for skip in (True, False):
+        lp = completion(always, seed=1, ignore_eos=True, max_tokens=2, allowed_token_ids=[MODEL.eos_token_ids[0]],
+                        logprobs=1, skip_special_tokens=skip)["choices"][0]
+        assert (lp["logprobs"]["tokens"], lp["logprobs"]["text_offset"], lp["text"]) == (
+            [eos, eos], [0, len(eos)], "" if skip else eos * 2)
+        assert all(eos in top for top in lp["logprobs"]["top_logprobs"])
     choice = completion(always, seed=1, return_token_ids=True, min_tokens=3)["choices"][0]
     assert len(choice["token_ids"]) == 4 and choice["token_ids"][-1] == MODEL.eos_token_ids[0]
     choice = completion(always, seed=1, ignore_eos=True, max_tokens=12)["choices"][0]
     assert choice["finish_reason"] == "length"
+
+
+def test_allowed_token_ids_keep_out_the_end_tokens_they_do_not_name() -> None:
+    """vLLM masks every token that allowed_token_ids leaves out, end tokens included."""
+    always = FakeEngine([MODEL], eos_rate=1.0)
+    allowed = [791, 13180]
+    choice = completion(always, seed=1, max_tokens=5, allowed_token_ids=allowed, return_token_ids=True)["choices"][0]
+    assert (choice["finish_reason"], len(choice["token_ids"])) == ("length", 5)
+    assert set(choice["token_ids"]) <= set(allowed)
+    choice = completion(always, seed=1, max_tokens=5, allowed_token_ids=[*allowed, MODEL.eos_token_ids[0]],
+                        return_token_ids=True)["choices"][0]
+    assert (choice["token_ids"], choice["finish_reason"], choice["stop_reason"]) == (
+        [MODEL.eos_token_ids[0]], "stop", None)
+
+
+def test_a_stop_string_waits_until_more_than_min_tokens_tokens_are_out(engine: FakeEngine) -> None:
+    """As vLLM's detokenizer: a stop string that every token matches fires on token min_tokens + 1."""
+    (token,) = [t for t in validate_completion({"model": MODEL.name, "prompt": "a"}).prompts[0]
+                if t != MODEL.bos_token_id]
+    for min_tokens in (0, 1, 3):
+        choice = completion(engine, prompt="a", allowed_token_ids=[token], stop=["a"], min_tokens=min_tokens,
+                            max_tokens=6, return_token_ids=True)["choices"][0]
+        assert (choice["token_ids"], choice["text"], choice["finish_reason"], choice["stop_reason"]) == (
+            [token] * (min_tokens + 1), "a" * min_tokens, "stop", "a")
 
 
 def test_return_token_ids(engine: FakeEngine) -> None:
@@ -272,3 +306,9 @@ def test_every_choice_ends_once_and_last(engine: FakeEngine) -> None:
     for index in range(4):
         mine = [d for d in deltas if d.index == index]
         assert [d.finish_reason is not None for d in mine] == [False] * (len(mine) - 1) + [True]
+
+
+def test_the_specs_special_tokens_are_the_tokenizers() -> None:
+    special = spec().special_tokens(MODEL.name)
+    assert set(special) == {MODEL.bos_token_id, *MODEL.eos_token_ids}
+    assert {i: vocab(MODEL).texts[i] for i in special} == special

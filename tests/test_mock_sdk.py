@@ -5,11 +5,13 @@ import asyncio
 from collections.abc import Iterator
 from typing import Any
 
+import httpx
 import openai
 import pytest
 from openai import AsyncOpenAI, OpenAI
 
 from contract import ApiError, spec, validate_completion
+from mock_server import MockConfig, create_app
 from mock_server.faults import STATUS, STREAM_ERROR_AFTER
 from tests.mock_helpers import KEY
 
@@ -90,7 +92,7 @@ def sdk_class(status: int) -> type:
     return openai.RateLimitError if status == 429 else openai.InternalServerError  # the SDK's own rule
 
 
-@pytest.mark.parametrize("status", spec().raw["x-mock-faults"]["statuses"])
+@pytest.mark.parametrize("status", spec().mock_faults["statuses"])
 def test_forced_statuses(client: OpenAI, status: int) -> None:
     with pytest.raises(sdk_class(status)) as info:
         client.completions.create(model=MODEL, prompt="x", max_tokens=1, extra_headers={STATUS: str(status)})
@@ -108,7 +110,7 @@ def test_a_stream_error_raises_the_sdks_api_error(client: OpenAI) -> None:
         for chunk in stream:
             texts.append(chunk.choices[0].text)
     assert len(texts) == 2
-    assert info.value.code == spec().raw["x-mock-faults"]["stream_error_code"]
+    assert info.value.code == spec().mock_faults["stream_error_code"]
 
 
 def test_async_client(mock_url: str) -> None:
@@ -127,3 +129,36 @@ def test_async_client(mock_url: str) -> None:
             return [r.choices[0].text for r in results], text, status
     texts, streamed, status = asyncio.run(main())
     assert streamed == texts[0] and status == quota
+
+
+# -- retries: a spent Budget is not worth retrying ----------------------------------------------
+
+def _attempts_on_a_spent_budget(tmp_path: Any, app_wrapper: Any = None) -> tuple[int, openai.APIStatusError]:
+    """Requests the SDK, with its default retry settings, sends for one call that the Budget
+    cannot hold (the mock in process, through a real httpx transport)."""
+    app = create_app(MockConfig(budget_tokens=1, budget_dir=str(tmp_path)))
+    sent: list[httpx.Request] = []
+    transport = httpx.WSGITransport(app=app_wrapper(app) if app_wrapper else app)
+    with httpx.Client(transport=transport, event_hooks={"request": [sent.append]}) as http:
+        with OpenAI(base_url="http://mock.test/v1", api_key=KEY, http_client=http) as c:
+            with pytest.raises(openai.RateLimitError) as info:
+                c.completions.create(model=MODEL, prompt="The sky is", max_tokens=4)
+    return len(sent), info.value
+
+
+def test_the_sdk_does_not_retry_insufficient_quota(tmp_path: Any) -> None:
+    attempts, error = _attempts_on_a_spent_budget(tmp_path)
+    assert (attempts, error.code) == (1, "insufficient_quota")
+    assert error.response.headers["x-should-retry"] == spec().error_headers("insufficient_quota")["x-should-retry"]
+
+
+def test_without_x_should_retry_the_sdk_would_retry_it(tmp_path: Any) -> None:
+    """The header is what stops the SDK: without it, the same 429 is sent 1 + max_retries times."""
+    def strip(app: Any) -> Any:
+        def wsgi(environ: Any, start_response: Any) -> Any:
+            def start(status: str, headers: list[tuple[str, str]], *exc: Any) -> Any:
+                return start_response(status, [h for h in headers if h[0].lower() != "x-should-retry"], *exc)
+            return app(environ, start)
+        return wsgi
+    attempts, error = _attempts_on_a_spent_budget(tmp_path, strip)
+    assert (attempts, error.code) == (1 + openai.DEFAULT_MAX_RETRIES, "insufficient_quota")

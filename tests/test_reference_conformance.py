@@ -26,8 +26,7 @@ from conformance.reports.junit import finding_text
 from conformance.results import Outcome, RunReport
 from conformance.runner import run
 from contract import ModelInfo, spec
-from mock_server.app import create_app
-from mock_server.config import MockConfig
+from api_server import ServerConfig, create_app
 from reference_impl.engine import VllmEngine
 
 pytest_plugins = ["tests.reference_fixtures"]
@@ -63,10 +62,11 @@ def test_full_profile_passes(reference: Any, tmp_path: Path) -> None:
     assert "golden:steering.hidden" in skipped and "num_layers 32" in skipped["golden:steering.hidden"]
     passed = {r["id"] for r in results if r["outcome"] == Outcome.PASSED.value}
     assert {"lens:activations_shape", "lens:steering_accepted", "lens:layer_out_of_range"} <= passed, sorted(passed)
+    assert {c.id for c in REGISTRY if c.group == "shape"} <= passed, sorted(passed)
 
 
 def test_budget_checks_with_a_spent_key(reference: Any, models: dict[str, ModelInfo]) -> None:
-    app = create_app(MockConfig(budget_tokens=0), VllmEngine(reference.vllm_url, SERVED), models)
+    app = create_app(ServerConfig(budget_tokens=0), VllmEngine(reference.vllm_url, SERVED), models)
     config = RunConfig(base_url="http://reference.test", api_key="any", model=SERVED, profile="full",
                        select=("budget:*",), exhausted_key="spent").validate()
     report = run(config, select(REGISTRY, config), transport=httpx.WSGITransport(app=app))

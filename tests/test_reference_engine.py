@@ -5,6 +5,7 @@ vLLM is replaced by httpx.MockTransport handlers that answer as vLLM 0.32 does
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import threading
 from collections.abc import Callable, Iterator
@@ -14,13 +15,13 @@ import httpx
 import numpy as np
 import pytest
 
+from api_server import ServerConfig, create_app
 from contract import InferenceUnavailable, encode_tensor, spec, validate_completion
-from mock_server.app import create_app
-from mock_server.config import MockConfig
 from reference_impl.__main__ import api_config
 from reference_impl.deployment import DeploymentError, deployment_models
 from reference_impl.engine import VllmEngine
 from reference_impl.upstream import upstream_body
+from tests.mock_helpers import parse_sse
 
 KEY = "k"
 AUTH = {"Authorization": f"Bearer {KEY}"}
@@ -95,13 +96,12 @@ def streamed(body: bytes, status: int = 200) -> Callable[[httpx.Request], httpx.
 def api(answer: Callable[[httpx.Request], httpx.Response] | Upstream, **config: Any) -> httpx.Client:
     engine = VllmEngine("http://vllm.test", MODEL, transport=httpx.MockTransport(answer),
                         wait_seconds=config.pop("wait_seconds", None))
-    app = create_app(MockConfig(keys=(KEY,), **config), engine)
+    app = create_app(ServerConfig(keys=(KEY,), **config), engine)
     return httpx.Client(transport=httpx.WSGITransport(app=app), base_url="http://api.test", headers=AUTH)
 
 
 def events(text: str) -> list[Any]:
-    return [json.loads(line[6:]) if line != "data: [DONE]" else "[DONE]"
-            for line in text.split("\n") if line.startswith("data: ")]
+    return parse_sse(text).events
 
 
 BODY = {"model": MODEL, "prompt": "The sky is", "max_tokens": 2}
@@ -111,7 +111,7 @@ BODY = {"model": MODEL, "prompt": "The sky is", "max_tokens": 2}
 
 def test_explicit_max_tokens_and_every_spec_default() -> None:
     req = validate_completion({"model": MODEL, "prompt": "The sky is", "stream": True})
-    body = upstream_body(req, 7, "served")
+    body = upstream_body(dataclasses.replace(req, max_tokens=7), "served")
     props = spec().schema("CompletionRequest")["properties"]
     defaults = {k: p["x-default"] for k, p in props.items() if "x-default" in p}
     assert body["max_tokens"] == 7 and body["model"] == "served"
@@ -122,7 +122,7 @@ def test_explicit_max_tokens_and_every_spec_default() -> None:
     assert body["stream"] is True and body["stream_options"] == {"include_usage": True}
     assert body["return_token_ids"] is True
     assert "add_special_tokens" not in body and "vllm_xargs" not in body
-    plain = upstream_body(validate_completion({"model": MODEL, "prompt": "x", "max_tokens": 1}), 1, MODEL)
+    plain = upstream_body(validate_completion({"model": MODEL, "prompt": "x", "max_tokens": 1}), MODEL)
     assert plain["stream"] is False and "stream_options" not in plain   # one request, one answer
 
 
@@ -133,7 +133,7 @@ def test_only_spec_fields_and_vllm_xargs_go_to_vllm() -> None:
     req = validate_completion({"model": MODEL, "prompt": [[1, 2], [3]], "n": 2, "max_tokens": 3,
                                "temperature": 0.5, "priority": "-3", "user": "u" * 100,
                                "truncate_prompt_tokens": 1, "prompt_logprobs": 2})
-    body = upstream_body(req, 3, MODEL)
+    body = upstream_body(req, MODEL)
     allowed = set(spec().schema("CompletionRequest")["properties"]) | {"vllm_xargs"}
     assert set(body) <= allowed
     assert body["prompt"] == [[2], [3]] and body["priority"] == -3 and "user" not in body
@@ -141,7 +141,7 @@ def test_only_spec_fields_and_vllm_xargs_go_to_vllm() -> None:
     assert "truncate_prompt_tokens" not in body                      # applied by the core already
     lens = validate_completion({"model": MODEL, "prompt": "x", "max_tokens": 1,
                                 "output_residual_stream": [3, 1], "apply_steering_vectors": [vector]})
-    xargs = upstream_body(lens, 1, MODEL)["vllm_xargs"]
+    xargs = upstream_body(lens, MODEL)["vllm_xargs"]
     assert xargs["output_residual_stream"] == [3, 1]
     (sent,) = json.loads(xargs["apply_steering_vectors"])     # vllm-lens reads a JSON string
     assert sent["scale"] == 1 and sent["norm_match"] is False and "position_indices" not in sent
@@ -229,10 +229,9 @@ def test_a_stream_that_vllm_cuts_off_ends_with_a_503_event() -> None:
     assert got[1]["error"]["code"] == "inference_unavailable" and got[2] == "[DONE]"
 
 
-def test_the_reference_ignores_the_mocks_test_headers() -> None:
-    """reference_impl's settings turn the X-Mock-* headers off: no client can force a fault."""
+def test_the_reference_ignores_the_mocks_headers() -> None:
+    """reference_impl's app has no fault hook: the X-Mock-* headers mean nothing there."""
     config = api_config(KEY)
-    assert config.test_headers is False
     engine = VllmEngine("http://vllm.test", MODEL, transport=httpx.MockTransport(streamed(SKY)))
     app = create_app(config, engine)
     with httpx.Client(transport=httpx.WSGITransport(app=app), base_url="http://api.test", headers=AUTH) as c:
@@ -251,6 +250,8 @@ def test_vllm_down_is_503() -> None:
         stream = c.post("/v1/completions", json={**BODY, "stream": True})
     # before the first event, a stream's failure is the HTTP error, with its status
     assert (stream.status_code, stream.json()["error"]["code"]) == (503, "inference_unavailable")
+    # Retry-After, with the spec's value (x-error-codes, components/headers)
+    assert stream.headers["Retry-After"] == spec().error_headers("inference_unavailable")["Retry-After"]
 
 
 def test_vllm_on_a_closed_port_is_503_with_the_apis_body_stream_or_not() -> None:
@@ -351,7 +352,7 @@ def test_requests_are_checked_against_the_deployments_model() -> None:
                                              "vocab_size": spec().models[MODEL].vocab_size})
     upstream = Upstream(streamed(SKY))
     engine = VllmEngine("http://vllm.test", MODEL, transport=httpx.MockTransport(upstream))
-    app = create_app(MockConfig(keys=(KEY,)), engine, models)
+    app = create_app(ServerConfig(keys=(KEY,)), engine, models)
     with httpx.Client(transport=httpx.WSGITransport(app=app), base_url="http://api.test", headers=AUTH) as c:
         error = c.post("/v1/completions", json={**BODY, "output_residual_stream": [4]}).json()["error"]
         listed = c.get("/v1/models").json()["data"]

@@ -24,7 +24,8 @@ import pytest
 
 from conformance.golden import Case, load_cases, padded_body
 from contract import ModelInfo, spec
-from mock_server.app import create_app
+import api_server
+import mock_server
 from mock_server.config import MockConfig
 from reference_impl.engine import VllmEngine
 
@@ -48,8 +49,8 @@ def same_model(reference: Any, models: dict[str, ModelInfo]) -> Iterator[Pair]:
     """(mock, reference), both serving the deployment's model."""
     config = MockConfig(keys=(reference.key,))
     engine = VllmEngine(reference.vllm_url, SERVED)
-    mock = _client(create_app(config, None, models))
-    ref = _client(create_app(config, engine, models))
+    mock = _client(mock_server.create_app(config, None, models))
+    ref = _client(api_server.create_app(config, engine, models))
     yield mock, ref
     mock.close()
     ref.close()
@@ -59,7 +60,7 @@ def same_model(reference: Any, models: dict[str, ModelInfo]) -> Iterator[Pair]:
 @pytest.fixture(scope="module")
 def spec_mock(reference: Any, same_model: Pair) -> Iterator[Pair]:
     """(mock as shipped, with the spec's llama-8b; the same reference)."""
-    mock = _client(create_app(MockConfig(keys=(reference.key,))))
+    mock = _client(mock_server.create_app(MockConfig(keys=(reference.key,))))
     yield mock, same_model[1]
     mock.close()
 

@@ -18,15 +18,15 @@ import pytest
 import zstandard
 
 from contract import ModelInfo, encode_tensor, spec
-from mock_server.budget import BudgetStore
-from mock_server.config import MockConfig
+from api_server.budget import BudgetStore
+from api_server import ServerConfig
 
 pytest_plugins = ["tests.reference_fixtures"]
 pytestmark = pytest.mark.vllm
 
 Reference = Any      # tests.reference_fixtures.Reference (not imported: it is a pytest plugin)
 Client = Callable[..., httpx.Client]
-COMPLETIONS = "/v1/completions"
+COMPLETIONS = spec().completions_path
 SERVED = spec().default_model
 SKY = {"model": SERVED, "prompt": "The sky is", "temperature": 0}   # 4 tokens with BOS
 
@@ -156,7 +156,7 @@ def test_priority_in_a_string_runs(reference: Reference) -> None:
 # -- the Budget, and a client that goes away ----------------------------------------------------
 
 def test_the_hold_settles_on_vllms_usage(reference: Reference, reference_client: Client, tmp_path: Any) -> None:
-    config = MockConfig(keys=(reference.key,), budget_tokens=1000, budget_dir=str(tmp_path))
+    config = ServerConfig(keys=(reference.key,), budget_tokens=1000, budget_dir=str(tmp_path))
     with reference_client(config) as c:
         full = c.post(COMPLETIONS, json={**SKY, "max_tokens": 5, "ignore_eos": True}).json()["usage"]
         # held 4 + 50, stopped after one token (only the end token is allowed)
@@ -167,7 +167,7 @@ def test_the_hold_settles_on_vllms_usage(reference: Reference, reference_client:
 
 def test_a_clamped_max_tokens_is_what_vllm_runs(reference: Reference, reference_client: Client,
                                                 tmp_path: Any) -> None:
-    config = MockConfig(keys=(reference.key,), budget_tokens=12, budget_dir=str(tmp_path))
+    config = ServerConfig(keys=(reference.key,), budget_tokens=12, budget_dir=str(tmp_path))
     with reference_client(config) as c:
         r = c.post(COMPLETIONS, json={**SKY, "max_tokens": 20, "ignore_eos": True})
     assert r.headers["X-Acs-Max-Tokens-Clamped"] == "8" and r.json()["usage"]["completion_tokens"] == 8

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 
+from conformance.checks.common import COMPLETIONS
 from conformance.context import Context
 from conformance.registry import register
 from contract import spec
@@ -21,12 +22,13 @@ def template_regex(template: str) -> re.Pattern[str]:
 
 @register("budget:exhausted_key", tags=("budget",), worst=1)
 def exhausted_key(ctx: Context) -> None:
-    """A key whose Budget cannot hold one token: 429 insufficient_quota in the error shape."""
+    """A key whose Budget cannot hold one token: 429 insufficient_quota in the error shape,
+    with `x-should-retry: false`."""
     key = ctx.config.exhausted_key
     if not key:
         ctx.skip("needs a key whose Budget is spent: pass --exhausted-key KEY")
     body = {"model": ctx.config.model, "prompt": [0], "max_tokens": 1, "n": 1}
-    reply = ctx.client.post("/v1/completions", body, auth=f"Bearer {key}")
+    reply = ctx.client.post(COMPLETIONS, body, auth=f"Bearer {key}")
     code = "insufficient_quota"
     ctx.expect_status(reply, spec().error_codes[code]["status"], fatal=True)
     error = reply.data.get("error", {}) if isinstance(reply.data, dict) else {}
@@ -36,3 +38,6 @@ def exhausted_key(ctx: Context) -> None:
     ctx.expect(bool(pattern.fullmatch(str(error.get("message")))), "the message does not follow its template",
                expected=spec().messages[code], received=error.get("message"), reply=reply)
     ctx.expect_request_id(reply, in_body=True)
+    # x-should-retry: false, so that SDKs do not retry a spent Budget (x-error-codes headers)
+    for name, value in spec().error_headers(code).items():
+        ctx.equal(f"the {name} header", value, reply.headers.get(name), reply)

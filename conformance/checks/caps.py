@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from conformance.checks.common import first_chunk_accepted
+from conformance.checks.common import COMPLETIONS, first_chunk_accepted
 from conformance.config import CHEAP_TOKENS, RunConfig
 from conformance.context import Context
 from conformance.cost import CostModel
@@ -26,7 +26,6 @@ from contract import spec
 # Token id 0 is in every vocabulary and is short in JSON, so a max_model_len
 # prompt stays far below the body cap.
 PROMPT_ID = 0
-COMPLETIONS = "/v1/completions"
 
 
 def _body(ctx: Context, prompt_tokens: int, **fields: Any) -> dict[str, Any]:

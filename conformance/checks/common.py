@@ -9,8 +9,9 @@ import jsonschema
 
 from conformance.client import AUTH_DEFAULT, StreamReply
 from conformance.context import Context
+from contract import spec
 
-COMPLETIONS = "/v1/completions"
+COMPLETIONS = spec().completions_path
 SCHEMA_ERRORS_SHOWN = 5
 
 

@@ -15,13 +15,12 @@ from typing import Any
 
 import zstandard
 
-from conformance.checks.common import open_stream, schema_errors
+from conformance.checks.common import COMPLETIONS, open_stream, schema_errors
 from conformance.context import Context
 from conformance.expect import steering_body
 from conformance.registry import register
 from contract import spec
 
-COMPLETIONS = "/v1/completions"
 PROMPT = [0, 1, 2, 3, 4]
 MAX_TOKENS = 2
 

@@ -3,11 +3,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from conformance.checks.common import open_stream
+from conformance.checks.common import COMPLETIONS, open_stream
 from conformance.context import Context
 from conformance.registry import register
 
-COMPLETIONS = "/v1/completions"
 PROMPT = [0, 1, 2]
 MAX_TOKENS, LOGPROBS = 4, 2
 

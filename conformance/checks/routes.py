@@ -3,18 +3,18 @@ from __future__ import annotations
 
 import secrets
 
+from conformance.checks.common import COMPLETIONS
 from conformance.context import Context
 from conformance.expect import error_body, message
 from conformance.registry import register
 from contract import spec
 
-COMPLETIONS = "/v1/completions"
 MODELS = "/v1/models"
 UNKNOWN_PATH = "/v1/conformance-unknown-route"
 
 
 def _allowed(path: str) -> list[str]:
-    return sorted(m.upper() for m in spec().raw["paths"][path])
+    return sorted(r.method for r in spec().routes if r.path == path)
 
 
 def _unused_method(path: str) -> str:
@@ -42,7 +42,7 @@ def unknown_route(ctx: Context) -> None:
 @register("routes:unknown_method", tags=("routes", "http"))
 def unknown_method(ctx: Context) -> None:
     """A wrong method on each known route: 405 method_not_allowed, with Allow listing the spec's methods."""
-    for path in spec().raw["paths"]:
+    for path in dict.fromkeys(r.path for r in spec().routes):
         method, allow = _unused_method(path), _allowed(path)
         reply = ctx.client.request(method, path)
         ctx.expect_error(reply, error_body("method_not_allowed", message(
@@ -70,8 +70,7 @@ def models(ctx: Context) -> None:
 @register("routes:health", tags=("routes",))
 def health(ctx: Context) -> None:
     """The readiness route answers 200 without a key (security: [] in the spec)."""
-    path = next(p for p, item in spec().raw["paths"].items()
-                if item.get("get", {}).get("security") == [])
+    path = next(r.path for r in spec().routes if r.method == "GET" and not r.needs_auth)
     reply = ctx.client.request("GET", path, auth=None)
     ctx.expect_status(reply, 200)
     ctx.expect_request_id(reply, in_body=False)

@@ -8,14 +8,13 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from conformance.checks.common import open_stream, schema_errors
+from conformance.checks.common import COMPLETIONS, open_stream, schema_errors
 from conformance.client import Reply, StreamReply
 from conformance.context import Context
 from conformance.expect import event_schemas
 from conformance.registry import register
 from contract import spec
 
-COMPLETIONS = "/v1/completions"
 PROMPTS = [[0, 1, 2], [3, 4]]       # two token-id prompts of known lengths
 N, MAX_TOKENS = 2, 3
 ORDER = re.compile(r"(content )+(usage )?(activations )?done ")
@@ -145,7 +144,7 @@ def usage_arithmetic(ctx: Context) -> None:
 @register("stream:error_event", tags=("streaming",), tokens=12)
 def error_event(ctx: Context) -> None:
     """An error after the stream started is one ErrorBody event, then [DONE] (mock: X-Mock-Stream-Error-After)."""
-    header = next(h for h in spec().raw.get("x-mock-headers", {}) if h.endswith("Stream-Error-After"))
+    header = next(h for h in spec().mock_headers if h.endswith("Stream-Error-After"))
     reply = open_stream(ctx, many_choices_body(ctx), headers={header: "1"})
     order = kinds(reply)
     if "error" not in order:
@@ -157,7 +156,7 @@ def error_event(ctx: Context) -> None:
 
 def _slow_header() -> tuple[str, str]:
     """The mock's time-to-first-token header, set past one keepalive interval."""
-    name = next(h for h in spec().raw.get("x-mock-headers", {}) if h.endswith("Ttft-Ms"))
+    name = next(h for h in spec().mock_headers if h.endswith("Ttft-Ms"))
     return name, str(int((spec().caps["keepalive_seconds"] + 1.5) * 1000))
 
 

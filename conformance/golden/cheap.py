@@ -27,7 +27,7 @@ from conformance.golden import HERE, Case, load_cases
 from contract import ApiError, spec, validate_completion
 
 OUT = HERE / "cheap_requests.json"
-COMPLETIONS = "/v1/completions"
+COMPLETIONS = spec().completions_path
 CHEAP_FIELDS = {"max_tokens": 1, "n": 1}
 STREAM_FIELD = {"stream": True}
 # Statuses decided by the body's bytes, which must stay as they are.

@@ -44,7 +44,10 @@ def _show(value: Any) -> str:
     return json.dumps(value)
 
 
-class Writer:
+class _Cases:
+    """What every family of cases shares: the spec, its default model, a minimal body,
+    and expected error bodies built from the spec's templates."""
+
     def __init__(self, s: Spec) -> None:
         self.s = s
         self.model = s.models[s.default_model]
@@ -54,10 +57,16 @@ class Writer:
         return _error(code, message, param, self.s)
 
     def rule(self, rid: str, table: str = "x-rules", **fields: Any) -> dict[str, Any]:
-        rule = next(r for r in self.s.raw[table] if r["id"] == rid)
+        rule = self.s.rule(table, rid)
         return _error(rule["code"], rule["message"].format(**fields), rule.get("param"), self.s)
 
-    # --- fields: unknown, missing, wrong type, ranges ----------------------------------
+    def _model_msg(self, rid: str, **fields: Any) -> str:
+        return self.s.model_rules[rid]["message"].format(**fields)
+
+
+class FieldCases(_Cases):
+    """fields.yaml: unknown, missing, wrong type, ranges."""
+
     def fields(self) -> Iterator[dict[str, Any]]:
         m = self.s.messages
         req = self.s.schema("CompletionRequest")
@@ -160,12 +169,14 @@ class Writer:
         mt = body["max_tokens"] if isinstance(body["max_tokens"], int) else 1
         return body, n * prompts * mt
 
-    # --- cross-field rules --------------------------------------------------------------
+
+class RuleCases(_Cases):
+    """rules.yaml: the cross-field rules (x-rules) and an unknown model."""
+
     def rules(self) -> Iterator[dict[str, Any]]:
         b = {"model": self.model.name, "prompt": PROMPT}
         t = ["validation"]
-        greedy = next(r for r in self.s.rules if r["id"] == "greedy_n")
-        threshold = greedy["when"]["properties"]["temperature"]["exclusiveMaximum"]
+        threshold = self.s.greedy_below
         examples = {
             "max_tokens_required": [("n", {**b, "n": 2}), ("prompts", {**b, "prompt": [PROMPT, PROMPT]}),
                                     ("token_prompts", {**b, "prompt": [[791], [791]]})],
@@ -194,7 +205,10 @@ class Writer:
                     _error("model_not_found", self.s.messages["model_not_found"].format(model="no-such-model"),
                            "model", self.s))
 
-    # --- caps that need the tokenizer, and the model's limits ---------------------------
+
+class CapCases(_Cases):
+    """caps.yaml: caps that need the tokenizer, and the model's limits."""
+
     def caps(self) -> Iterator[dict[str, Any]]:
         c, m, t = self.s.caps, self.model, ["caps"]
         b = {"model": m.name, "prompt": PROMPT}
@@ -223,6 +237,15 @@ class Writer:
                      "max_tokens": wait + 1}, 400,
                     self.rule("deadline_infeasible", "x-token-rules", cap=wait, max_tokens=wait + 1,
                               minutes=c["wait_seconds"] // 60))
+        # One tags list for the family: the YAML writes it once and refers to it after.
+        yield from self._context(b, t)
+        yield from self._capture(b)
+        yield from self._model_limits(b)
+        yield from self._body(b, t)
+
+    def _context(self, b: dict[str, Any], t: list[str]) -> Iterator[dict[str, Any]]:
+        """max_model_len against the prompt and max_tokens, and min_tokens."""
+        m, wait = self.model, self.s.caps["max_tokens_without_stream"]
         fit = m.max_model_len - wait
         yield _case("caps.context.at", "prompt + max_tokens = max_model_len", t,
                     {**b, "prompt": {"$token_ids": {"count": fit, "id": 791}}, "max_tokens": wait}, 200,
@@ -243,9 +266,10 @@ class Writer:
         yield _case("caps.min_tokens.past", "min_tokens = max_tokens + 1", t,
                     {**b, "max_tokens": 2, "min_tokens": 3}, 400,
                     self.rule("min_tokens_above_max_tokens", "x-token-rules", min_tokens=3, max_tokens=2))
-        yield from self._capture(b)
-        yield from self._model_limits(b)
-        size = c["max_body_bytes"]
+
+    def _body(self, b: dict[str, Any], t: list[str]) -> Iterator[dict[str, Any]]:
+        """The body size cap (every route)."""
+        size = self.s.caps["max_body_bytes"]
         small = {**b, "max_tokens": 1}
         yield _case("caps.body.at", "a body of exactly the cap", t + ["http"], small, 200,
                     generates=1, body_bytes=size)
@@ -294,19 +318,33 @@ class Writer:
                            param="output_residual_stream", num_layers=m.num_layers),
                            "output_residual_stream", self.s))
 
-    def _model_msg(self, rid: str, **fields: Any) -> str:
-        return self.s.model_rules[rid]["message"].format(**fields)
 
-    # --- steering vectors ----------------------------------------------------------------
+class LensCases(_Cases):
+    """lens.yaml: steering vectors."""
+
     def lens(self) -> Iterator[dict[str, Any]]:
         m, t = self.model, ["lens", "steering", "validation"]
         rule = self.s.model_rules["steering_vector"]
         b = {"model": m.name, "prompt": PROMPT, "max_tokens": 1}
         pairs = rule["dtype_pairs"]
         hidden = m.hidden_size
+        for dtype, original in pairs.items():
+            good = _vector(np.zeros((2, hidden), dtype=dtype), original, [0, m.num_layers - 1], scale=2.0)
+            yield _case(f"steering.ok.{dtype}", "a valid vector", t, {**b, "apply_steering_vectors": [good]},
+                        200, generates=1)
+        yield _case("steering.ok.positions", "a 3-D vector with positions", t,
+                    {**b, "apply_steering_vectors": [_vector(np.zeros((1, 2, hidden), dtype=np.float16),
+                                                             pairs["float16"], [1], position_indices=[0, 3])]},
+                    200, generates=1)
+        yield from self._bad_vectors(b, t)   # the same tags list: the YAML refers to it
 
-        def vec(values: np.ndarray, original: str, layers: list[int], **extra: Any) -> dict[str, Any]:
-            return {"activations": encode_tensor(values, original), "layer_indices": layers, **extra}
+    def _bad_vectors(self, b: dict[str, Any], t: list[str]) -> Iterator[dict[str, Any]]:
+        """One case per reason the steering_vector rule gives."""
+        m = self.model
+        rule = self.s.model_rules["steering_vector"]
+        pairs = rule["dtype_pairs"]
+        hidden = m.hidden_size
+        vec = _vector
 
         def bad(label: str, vector: dict[str, Any], reason: str, **fields: Any) -> dict[str, Any]:
             param = "apply_steering_vectors[0]"
@@ -316,14 +354,6 @@ class Writer:
                          _error(rule["code"], message, param, self.s))
 
         f32 = np.zeros((1, hidden), dtype=np.float32)
-        for dtype, original in pairs.items():
-            good = vec(np.zeros((2, hidden), dtype=dtype), original, [0, m.num_layers - 1], scale=2.0)
-            yield _case(f"steering.ok.{dtype}", "a valid vector", t, {**b, "apply_steering_vectors": [good]},
-                        200, generates=1)
-        yield _case("steering.ok.positions", "a 3-D vector with positions", t,
-                    {**b, "apply_steering_vectors": [vec(np.zeros((1, 2, hidden), dtype=np.float16),
-                                                         pairs["float16"], [1], position_indices=[0, 3])]},
-                    200, generates=1)
         yield bad("hidden", vec(np.zeros((1, hidden - 1), dtype=np.float32), pairs["float32"], [0]),
                   "hidden", got=hidden - 1, hidden_size=hidden)
         yield bad("rows", vec(np.zeros((2, hidden), dtype=np.float32), pairs["float32"], [0]),
@@ -350,7 +380,10 @@ class Writer:
         yield bad("positions_count", vec(np.zeros((1, 2, hidden), dtype=np.float32), pairs["float32"], [0],
                                          position_indices=[0]), "positions_count", got=1, want=2)
 
-    # --- HTTP-level rules ----------------------------------------------------------------
+
+class HttpCases(_Cases):
+    """http.yaml: route, auth, media type, JSON."""
+
     def http(self) -> Iterator[dict[str, Any]]:
         msg, t = self.s.messages, ["http", "validation"]
         body = self.base
@@ -382,6 +415,11 @@ class Writer:
         yield _case("http.chat.empty_body", "chat is refused whatever the body", t, None, 400,
                     _error("invalid_request", msg["chat_refused"], None, self.s),
                     path="/v1/chat/completions", raw_body="{}")
+
+
+def _vector(values: np.ndarray, original: str, layers: list[int], **extra: Any) -> dict[str, Any]:
+    """A steering vector in the wire encoding."""
+    return {"activations": encode_tensor(values, original), "layer_indices": layers, **extra}
 
 
 def _num(x: float) -> float | int:
@@ -421,14 +459,52 @@ def _item_example(prop: dict[str, Any]) -> Any:
 
 
 def generate(s: Spec | None = None) -> dict[str, list[dict[str, Any]]]:
-    w = Writer(s or spec())
-    return {"fields.yaml": list(w.fields()), "rules.yaml": list(w.rules()), "caps.yaml": list(w.caps()),
-            "lens.yaml": list(w.lens()), "http.yaml": list(w.http())}
+    s = s or spec()
+    return {"fields.yaml": list(FieldCases(s).fields()), "rules.yaml": list(RuleCases(s).rules()),
+            "caps.yaml": list(CapCases(s).caps()), "lens.yaml": list(LensCases(s).lens()),
+            "http.yaml": list(HttpCases(s).http())}
 
 
 def render(cases: list[dict[str, Any]]) -> str:
+    """One case, one block a reviewer can scan: its fields one a line, and a request's
+    body, headers and tags (and an expected error) each on one line."""
     head = "# Generated from openapi.yaml by `python -m conformance.golden`; do not edit.\n"
-    return head + yaml.safe_dump({"cases": cases}, sort_keys=False, width=120, allow_unicode=True)
+    return head + yaml.dump({"cases": [_scannable(c) for c in cases]}, Dumper=_Dumper, sort_keys=False,
+                            width=1 << 16, allow_unicode=True)
+
+
+class _Flow(dict):   # type: ignore[type-arg]
+    """A mapping written on one line."""
+
+
+class _FlowList(list):   # type: ignore[type-arg]
+    """A list written on one line."""
+
+
+class _Dumper(yaml.SafeDumper):
+    def ignore_aliases(self, data: Any) -> bool:
+        return True   # no &id001 / *id001: every case reads on its own
+
+
+_Dumper.add_representer(_Flow, lambda d, v: d.represent_mapping("tag:yaml.org,2002:map", v, flow_style=True))
+_Dumper.add_representer(_FlowList, lambda d, v: d.represent_sequence("tag:yaml.org,2002:seq", v, flow_style=True))
+
+
+def _scannable(case: dict[str, Any]) -> dict[str, Any]:
+    """The case with its leaves' containers marked for one line each: tags, the request's
+    body and headers, and the parts of an expected body (its error object)."""
+    def flow(value: Any) -> Any:
+        if isinstance(value, dict):
+            return _Flow(value)
+        return _FlowList(value) if isinstance(value, list) else value
+
+    out = {k: _FlowList(v) if k == "tags" else v for k, v in case.items()}
+    out["request"] = {k: flow(v) for k, v in case["request"].items()}
+    expect = dict(case["expect"])
+    if isinstance(expect.get("body"), dict):
+        expect["body"] = {k: flow(v) for k, v in expect["body"].items()}
+    out["expect"] = expect
+    return out
 
 
 def write(directory: Path = HERE) -> list[Path]:

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from conformance.results import CheckResult, Finding, Outcome, RunReport
+from contract.version import describe
 
 CSS = """
 body{font:14px/1.45 system-ui,sans-serif;margin:2em;color:#222;max-width:1400px}
@@ -104,6 +105,7 @@ def render(report: RunReport) -> str:
 <b>{escape(report.profile)}</b>, {report.duration:.1f} s, {report.tokens} generated tokens
 (ceiling {report.token_ceiling}), exit code {int(exit_code(report))}.</p>
 {"".join(f'<p class="skipped">{escape(line)}</p>' for line in report.ceiling_note().splitlines())}
+<p>checked with {escape(describe(report.versions))}.</p>
 <table>{counts}</table>
 <h2>By group</h2>
 <table><tr><th>group</th>{"".join(f"<th>{o.value}</th>" for o in Outcome)}</tr>{group_rows}</table>

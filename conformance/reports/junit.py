@@ -32,7 +32,8 @@ def build(report: RunReport) -> ET.Element:
     props = ET.SubElement(suite, "properties")
     for name, value in (("base_url", report.base_url), ("model", report.model),
                         ("tokens", report.tokens), ("token_ceiling", report.token_ceiling),
-                        ("token_plan", report.token_plan)):
+                        ("token_plan", report.token_plan),
+                        *((f"version:{n}", v) for n, v in report.versions.items())):
         ET.SubElement(props, "property", {"name": name, "value": str(value)})
     for i, note in enumerate(report.ceiling_notes):
         ET.SubElement(props, "property", {"name": f"ceiling_note_{i}", "value": note})

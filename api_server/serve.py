@@ -8,15 +8,16 @@ from gunicorn.app.base import BaseApplication
 
 
 def gunicorn_options(host: str, port: int, workers: int, threads: int, log_level: str = "warning",
-                     access_log: bool = False) -> dict[str, Any]:
+                     access_log: bool = False, graceful_timeout: int = 5) -> dict[str, Any]:
     # gthread: a thread per open stream. The app is loaded before the fork, so the
     # spec, tokenizer and compiled validators are built once. ApiThreadWorker answers
-    # HTTP that gunicorn cannot parse in the API's error shape.
+    # HTTP that gunicorn cannot parse in the API's error shape. On SIGTERM, requests in
+    # flight get graceful_timeout seconds to finish.
     return {
         "bind": f"{host}:{port}", "workers": workers, "threads": threads,
-        "worker_class": "mock_server.worker.ApiThreadWorker", "preload_app": True,
+        "worker_class": "api_server.worker.ApiThreadWorker", "preload_app": True,
         "loglevel": log_level, "accesslog": "-" if access_log else None, "keepalive": 5,
-        "timeout": 60, "graceful_timeout": 5,
+        "timeout": 60, "graceful_timeout": graceful_timeout,
     }
 
 

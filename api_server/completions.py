@@ -2,72 +2,91 @@
 the engine, serialise (a Completion, or a stream of chunks)."""
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from collections.abc import Callable, Generator, Iterator
 from itertools import chain
 
-from flask import Response, current_app, g, request
+from flask import Response, g, request
 
-from contract import ApiError, InternalError, InvalidRequest, RequestTooLarge, parse_json, spec, validate_completion
-from contract.http import check_auth
-from mock_server import faults
-from mock_server.engine import ChoiceDelta, Event
-from mock_server.pacing import Pump, paced
-from mock_server.responses import CLAMPED, DONE, JSON, KEEPALIVE, Assembler, Meta, completion_id, dumps, sse
+from api_server.engine import ChoiceDelta, Event
+from api_server.hooks import PLAIN, Plan
+from api_server.pacing import Pump
+from api_server.responses import CLAMPED, DONE, JSON, KEEPALIVE, Assembler, Meta, completion_id, dumps, sse
+from api_server.state import State, state
+from contract import (
+    ApiError, CompletionRequest, Hold, InternalError, InvalidRequest, RequestTooLarge, parse_json, spec,
+    validate_completion,
+)
 
-log = logging.getLogger("mock_server")
+log = logging.getLogger("api_server")
 
 READ_SIZE = 1 << 16
 
 
 def create_completion() -> Response:
-    s = current_app.extensions["mock"]
+    s = state()
     rid: str = g.request_id
-    http_headers = request.headers   # one look-up through the context-local proxy
+    key: str = g.api_key   # preflight's: this route needs a key
     req = validate_completion(parse_json(read_body()), models=s.models)
-    key = check_auth(http_headers.get("Authorization"), s.config.keys)
-    plan = faults.plan(http_headers, s.config, s.rng, req.max_tokens)
-    if plan.forced_status is not None:
-        raise faults.forced_error(plan.forced_status, req)
+    plan = s.hook.plan(request.headers, req) if s.hook is not None else PLAIN
+    if plan.error is not None:
+        raise plan.error
     held = s.budget.reserve(key, req)
+    if held.max_tokens != req.max_tokens:   # the Budget clamped it: what runs is the Hold's
+        req = dataclasses.replace(req, max_tokens=held.max_tokens)
+    run = _Run(s, req, rid, key, held, plan)
     headers = {CLAMPED: str(held.max_tokens)} if held.clamped else {}
-    asm = Assembler(req, Meta(completion_id(rid), req.body["model"]))
+    return _open_stream(run, headers) if req.stream else _complete(run, headers)
 
-    def events(sleep: Callable[[float], object]) -> Iterator[Event]:
-        return paced(s.engine.generate(req, held.max_tokens, rid), plan.ttft_s, plan.tpot_s, sleep)
 
-    settled = False
+class _Run:
+    """One admitted request: its engine events, what they add up to, and its Hold."""
 
-    def settle() -> None:
-        nonlocal settled
-        if not settled:   # once, whether the stream ended, failed or was never read
-            settled = True
-            s.budget.settle(key, held, asm.used)
+    def __init__(self, s: State, req: CompletionRequest, rid: str, key: str, held: Hold,
+                 plan: Plan) -> None:
+        self.s, self.req, self.rid, self.key, self.held, self.plan = s, req, rid, key, held, plan
+        self.asm = Assembler(req, Meta(completion_id(rid), req.body["model"]))
+        self._settled = False
 
-    if not req.stream:
-        try:
-            for event in events(time.sleep):
-                asm.feed(event)
-        finally:
-            settle()
-        return Response(dumps(asm.completion()), content_type=JSON, headers=headers)
-    # The engine starts now, in the pump's thread, and this thread waits for its first
-    # batch for at most one keepalive interval before answering. So an engine that fails
-    # before its first event (vLLM down: 503 inference_unavailable) gets an HTTP error with
-    # its status, not a 200 stream with an error event; and a slow first token (the mock's
-    # simulated TTFT, or a real one) still gets `: keepalive` on time: the wait ends after
-    # one interval with an empty batch, which the stream sends as its first keepalive, as
-    # it always did (a WSGI server sends the headers with the first body write anyway).
-    # An error after the first event, or after that first interval, is an error event.
+    def events(self, sleep: Callable[[float], object]) -> Iterator[Event]:
+        generated = self.s.engine.generate(self.req, self.rid)
+        return generated if self.plan.pace is None else self.plan.pace(generated, sleep)
+
+    def settle(self) -> None:
+        if not self._settled:   # once, whether the stream ended, failed or was never read
+            self._settled = True
+            self.s.budget.settle(self.key, self.held, self.asm.used)
+
+
+def _complete(run: _Run, headers: dict[str, str]) -> Response:
+    try:
+        for event in run.events(time.sleep):
+            run.asm.feed(event)
+    finally:
+        run.settle()
+    return Response(dumps(run.asm.completion()), content_type=JSON, headers=headers)
+
+
+def _open_stream(run: _Run, headers: dict[str, str]) -> Response:
+    """The engine starts now, in the pump's thread, and this thread waits for its first
+    batch for at most one keepalive interval before answering. So an engine that fails
+    before its first event (vLLM down: 503 inference_unavailable) gets an HTTP error with
+    its status, not a 200 stream with an error event; and a slow first token (the mock's
+    simulated TTFT, or a real one) still gets `: keepalive` on time: the wait ends after
+    one interval with an empty batch, which the stream sends as its first keepalive, as
+    it always did (a WSGI server sends the headers with the first body write anyway).
+    An error after the first event, or after that first interval, is an error event."""
+    s = run.s
     pump: Pump[Event] | None = None
-    if getattr(s.engine, "never_waits", False) and not plan.ttft_s and not plan.tpot_s:
+    if getattr(s.engine, "never_waits", False) and run.plan.pace is None:
         # The engine never waits, and no latency is simulated: no keepalive can
         # fall due, so the engine runs in this thread (a thread per stream and a
         # hand-off per batch cost more than the rest of a short stream).
-        batches = _inline_batches(s.engine.generate(req, held.max_tokens, rid))
+        batches = _inline_batches(s.engine.generate(run.req, run.rid))
     else:
-        pump = Pump(events, s.config.keepalive_seconds)
+        pump = Pump(run.events, s.config.keepalive_seconds)
         batches = pump.batches()
     first: list[Event] | None
     try:
@@ -75,14 +94,14 @@ def create_completion() -> Response:
     except StopIteration:   # the engine ended without an event: [DONE] alone
         first = None
     except BaseException:
-        settle()
+        run.settle()
         raise
-    body = _stream(asm, first, batches, settle, plan.stream_error_after, rid)
+    body = _stream(run.asm, first, batches, run.settle, run.plan, run.rid)
     response = Response(body, mimetype="text/event-stream",
                         headers={**headers, "Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
     if pump is not None:
         response.call_on_close(pump.cancelled.set)   # the body may never be read: stop the engine
-    response.call_on_close(settle)
+    response.call_on_close(run.settle)
     return response
 
 
@@ -140,11 +159,12 @@ def _inline_batches(events: Iterator[Event]) -> Generator[list[Event], None, Non
 
 
 def _stream(asm: Assembler, first: list[Event] | None, batches: Generator[list[Event], None, None],
-            settle: Callable[[], None], error_after: int | None, rid: str) -> Iterator[bytes]:
+            settle: Callable[[], None], plan: Plan, rid: str) -> Iterator[bytes]:
     """The SSE body: `first` (the batch the route already read; None when there was
     none), then the rest of `batches`. Events that are ready together leave in one write; a keepalive comment
     fills each quiet interval; an error after the start is an error event."""
     sent = 0
+    error_after = plan.stream_error_after
     out: list[bytes] = []
     try:
         for batch in chain([] if first is None else [first], batches):
@@ -153,8 +173,8 @@ def _stream(asm: Assembler, first: list[Event] | None, batches: Generator[list[E
                 continue
             for event in batch:
                 if isinstance(event, ChoiceDelta):
-                    if error_after is not None and sent >= error_after:
-                        raise faults.stream_error()
+                    if error_after is not None and sent >= error_after and plan.stream_error is not None:
+                        raise plan.stream_error
                     sent += 1
                 asm.feed(event)
                 chunk = asm.chunk(event)

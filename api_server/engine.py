@@ -73,9 +73,8 @@ class Engine(Protocol):
     # block (vLLM) leave it False and get a pump thread that sends keepalives.
     never_waits: bool = False
 
-    def generate(self, req: CompletionRequest, max_tokens: int,
-                 request_id: str) -> Iterator[Event]:
-        """Run `req` with `max_tokens` (the Hold's, maybe clamped): deltas, then Usage,
+    def generate(self, req: CompletionRequest, request_id: str) -> Iterator[Event]:
+        """Run `req` (its max_tokens the Hold's, maybe clamped): deltas, then Usage,
         then Activations when captured. May raise contract.ApiError (e.g. 503): raised
         before the first event, the client gets it as an HTTP error with its status (a
         stream too, unless the first event takes longer than a keepalive interval); after

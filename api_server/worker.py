@@ -14,7 +14,7 @@ from gunicorn.http.errors import InvalidResponseHeader, InvalidResponseHeaderNam
 from gunicorn.workers.gthread import ThreadWorker
 
 from contract import ApiError, InternalError, InvalidRequest, new_request_id, spec
-from mock_server.responses import dumps
+from api_server.responses import dumps
 
 REASONS = {400: "Bad Request", 500: "Internal Server Error"}
 

@@ -11,50 +11,32 @@ from __future__ import annotations
 import dataclasses
 import functools
 import logging
-import random
-import tempfile
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from typing import Any, cast
 
-from flask import Flask, Response, current_app, g, request
+from flask import Flask, Response, g, request
 from werkzeug.exceptions import HTTPException
 
+from api_server.budget_store import open_budget
+from api_server.completions import create_completion
+from api_server.config import ServerConfig
+from api_server.engine import Engine
+from api_server.hooks import Hook
+from api_server.responses import CLAMPED, JSON, REQUEST_ID, dumps
+from api_server.state import State, state
 from contract import (
-    ApiError, ChatRefused, InternalError, InvalidRequest, ModelInfo, NotFound, RequestTooLarge,
-    new_request_id, spec,
+    ApiError, ChatRefused, InferenceUnavailable, InternalError, InvalidRequest, ModelInfo, NotFound,
+    RequestTooLarge, Spec, new_request_id, spec,
 )
 from contract.http import match_route, preflight
-from mock_server import faults
-from mock_server.budget import BudgetStore, Unlimited
-from mock_server.completions import create_completion
-from mock_server.config import MockConfig
-from mock_server.engine import Engine
-from mock_server.fake_engine import FakeEngine
-from mock_server.responses import CLAMPED, JSON, REQUEST_ID, dumps
 
-log = logging.getLogger("mock_server")
+log = logging.getLogger("api_server")
 
 
-@dataclass(frozen=True)
-class State:
-    """What the routes need; kept in app.extensions["mock"]."""
-    config: MockConfig
-    models: Mapping[str, ModelInfo]
-    engine: Engine
-    budget: BudgetStore | Unlimited
-    rng: random.Random
-    started: int
-
-
-def state() -> State:
-    return current_app.extensions["mock"]
-
-
-def _models(config: MockConfig, served: Mapping[str, ModelInfo] | None) -> dict[str, ModelInfo]:
+def served_models(s: Spec, config: ServerConfig, served: Mapping[str, ModelInfo] | None) -> dict[str, ModelInfo]:
     """The served models (the spec's by default), with the deployment's max_model_len."""
-    models = dict(spec().models if served is None else served)
+    models = dict(s.models if served is None else served)
     unknown = set(config.max_model_len) - set(models)
     if unknown:
         raise ValueError(f"max_model_len for unknown models: {sorted(unknown)}")
@@ -63,42 +45,37 @@ def _models(config: MockConfig, served: Mapping[str, ModelInfo] | None) -> dict[
     return models
 
 
-def _budget(config: MockConfig) -> BudgetStore | Unlimited:
-    if config.budget_tokens is None:
-        return Unlimited()
-    return BudgetStore(config.budget_dir or tempfile.mkdtemp(prefix="mock-budget-"), config.budget_tokens)
-
-
 class _App(Flask):
-    """Flask, without its per-call coroutine check.
+    """Flask, without its per-call coroutine check, and with the routes' State.
 
     Flask asks `inspect.iscoroutinefunction` of every hook, view and error handler on
     every request (`ensure_sync`); every function here is a plain `def`, so that
     check is pure per-request cost."""
 
+    state: State
+
     def ensure_sync(self, func: Callable[..., Any]) -> Callable[..., Any]:
         return func
 
 
-def create_app(config: MockConfig | None = None, engine: Engine | None = None,
-               models: Mapping[str, ModelInfo] | None = None) -> Flask:
-    """The mock, or with another engine (and the models it serves) any server of this API.
+def create_app(config: ServerConfig, engine: Engine, models: Mapping[str, ModelInfo] | None = None,
+               hook: Hook | None = None, api: Spec | None = None) -> Flask:
+    """A server of this API over `engine` (the mock's fake one, or vLLM).
 
     `models` replaces the spec's models (a deployment whose model differs from the
     spec's, say): GET /v1/models and validation use them; config.max_model_len
-    still applies on top."""
-    config = config if config is not None else MockConfig.from_env()
-    faults.check_spec()
-    headers = spec().raw["components"]["headers"]
+    still applies on top. `hook` adds what the API itself does not do (the mock's
+    faults and latency); a server of the real API passes none. `api` is the spec
+    (spec() by default)."""
+    api = api if api is not None else spec()
+    headers = api.response_headers
     if REQUEST_ID not in headers or CLAMPED not in headers:
         raise RuntimeError("openapi.yaml lacks the response headers the server sends")
-    models = _models(config, models)
+    models = served_models(api, config, models)
     app = _App(__name__)
     # No MAX_CONTENT_LENGTH: werkzeug's would refuse a chunked body of exactly the cap;
     # completions.read_body cuts a chunked body off at the cap itself.
-    app.extensions["mock"] = State(
-        config, models, engine if engine is not None else FakeEngine(models.values(), config.eos_rate),
-        _budget(config), random.Random(), int(time.time()))
+    app.state = State(api, config, models, engine, open_budget(config), hook, int(time.time()))
     app.before_request(_preflight)
     app.after_request(_add_request_id)
     app.register_error_handler(ApiError, _api_error)
@@ -107,10 +84,9 @@ def create_app(config: MockConfig | None = None, engine: Engine | None = None,
     views = {"createCompletion": create_completion, "createChatCompletion": _chat,
              "listModels": _list_models, "health": _health}
     # The routes are the spec's paths; an operation without a view is a startup error.
-    for path, item in spec().raw["paths"].items():
-        for method, op in item.items():
-            app.add_url_rule(path, op["operationId"], _answering_api_errors(views[op["operationId"]]),
-                             methods=[method.upper()])
+    for route in api.routes:
+        app.add_url_rule(route.path, route.operation_id, _answering_api_errors(views[route.operation_id]),
+                         methods=[route.method])
     return app
 
 
@@ -135,8 +111,8 @@ def _preflight() -> Response | None:
     req = request._get_current_object()  # type: ignore[attr-defined]
     try:
         # werkzeug's Headers is the case-insensitive mapping preflight wants, though not a Mapping subclass.
-        preflight(req.method, req.path, cast(Mapping[str, str], req.headers),
-                  req.content_length, state().config.keys)
+        g.api_key = preflight(req.method, req.path, cast(Mapping[str, str], req.headers),
+                              req.content_length, state().config.keys).key
     except ApiError as error:   # answered here, as the view's are (_answering_api_errors says why)
         return _error_response(error)
     return None
@@ -149,15 +125,14 @@ def _add_request_id(response: Response) -> Response:
     return response
 
 
-@functools.cache
 def _too_large_status() -> int:
-    return spec().error_codes[RequestTooLarge.code]["status"]
+    return state().spec.error_codes[RequestTooLarge.code]["status"]
 
 
 def _drain(response: Response) -> None:
     """Read and drop the rest of a refused body, so that a client still sending it
     reads our 413 instead of a reset connection; past twice the cap, just close."""
-    limit = 2 * spec().caps["max_body_bytes"]
+    limit = 2 * state().spec.caps["max_body_bytes"]
     if request.content_length is not None and request.content_length > limit:
         response.headers["Connection"] = "close"
         return
@@ -177,7 +152,7 @@ def _error_response(error: ApiError) -> Response:
     rid = g.get("request_id")
     if rid is None:
         rid = g.request_id = new_request_id()
-    response = Response(dumps(error.body(rid)), status=error.status, content_type=JSON)
+    response = Response(dumps(error.body(rid)), status=error.status, content_type=JSON, headers=error.headers)
     allow = getattr(error, "allow", None)
     if allow:
         response.headers["Allow"] = ", ".join(allow)
@@ -190,11 +165,12 @@ def _api_error(error: ApiError) -> Response:
 
 def _http_error(error: HTTPException) -> Response:
     """werkzeug's own errors, as the API's: they should only come from the body read."""
-    limit = spec().caps["max_body_bytes"]
+    api = state().spec
+    limit = api.caps["max_body_bytes"]
     if error.code == 413:
         return _error_response(RequestTooLarge.from_template("request_too_large", limit=limit))
     if error.code == 400:   # werkzeug's ClientDisconnected: the body ended before Content-Length
-        return _error_response(InvalidRequest(spec().messages["malformed_http"]))
+        return _error_response(InvalidRequest(api.messages["malformed_http"]))
     if error.code == 404:
         return _error_response(NotFound.from_template("not_found", method=request.method, path=request.path))
     if error.code == 405:
@@ -217,13 +193,17 @@ def _json(obj: Any, status: int = 200) -> Response:
 
 
 def _health() -> Response:
+    # An engine with an upstream (the reference's vLLM) is ready when that upstream is.
+    ready = getattr(state().engine, "ready", None)
+    if ready is not None and not ready():
+        raise InferenceUnavailable.from_template("inference_unavailable")
     return _json({"status": "ok"})
 
 
 def _list_models() -> Response:
     s = state()
     return _json({"object": "list", "data": [
-        {"id": name, "object": "model", "created": s.started, "owned_by": "vllm",
+        {"id": name, "object": "model", "created": s.started, "owned_by": "vllm", "root": m.hf_id,
          "max_model_len": m.max_model_len, "num_layers": m.num_layers, "hidden_size": m.hidden_size}
         for name, m in s.models.items()]})
 

@@ -10,8 +10,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from contract import CompletionRequest
-from mock_server.engine import Activations, ChoiceDelta, Event, LogprobsDelta, Usage
+from contract import CompletionRequest, spec
+from api_server.engine import Activations, ChoiceDelta, Event, LogprobsDelta, Usage
 
 # Response headers the server sends (components/headers in openapi.yaml; app.py checks at start).
 REQUEST_ID = "X-Request-Id"
@@ -51,8 +51,9 @@ class Meta:
 
 
 def completion_id(request_id: str) -> str:
-    """vLLM's `cmpl-` ids, tied to the request id so logs can be joined."""
-    return "cmpl-" + request_id.partition("_")[2]
+    """vLLM's `cmpl-` ids, tied to the request id so logs can be joined (x-request-id)."""
+    rid = spec().request_id
+    return rid["completion_prefix"] + request_id.removeprefix(rid["prefix"])
 
 
 def _logprobs(lp: LogprobsDelta | None) -> dict[str, Any] | None:

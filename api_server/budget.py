@@ -13,6 +13,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from contract import CompletionRequest, Hold, hold
+from api_server.budget_store import key_id
 
 FILE_NAME = "budget.sqlite3"
 LOCK_TIMEOUT_S = 60.0   # how long a request waits for another one's transaction
@@ -49,6 +50,7 @@ class BudgetStore:
             db.close()
 
     def _remaining(self, db: sqlite3.Connection, key: str) -> int:
+        key = key_id(key)   # the file keeps the key's hash, never the key
         row = db.execute("SELECT remaining FROM budget WHERE key = ?", (key,)).fetchone()
         if row is None:
             db.execute("INSERT INTO budget (key, remaining) VALUES (?, ?)", (key, self.initial))
@@ -63,14 +65,14 @@ class BudgetStore:
         """The Hold for `req`, taken from the key's Budget (maybe clamped), or 429."""
         with self._transaction() as db:
             held = hold(req.prompt_token_counts, req.n, req.max_tokens, self._remaining(db, key))
-            db.execute("UPDATE budget SET remaining = remaining - ? WHERE key = ?", (held.amount, key))
+            db.execute("UPDATE budget SET remaining = remaining - ? WHERE key = ?", (held.amount, key_id(key)))
         return held
 
     def settle(self, key: str, held: Hold, used: int) -> None:
         """Give back what the Hold reserved beyond the tokens actually used."""
         with self._transaction() as db:
             db.execute("UPDATE budget SET remaining = remaining + ? WHERE key = ?",
-                       (held.amount - used, key))
+                       (held.amount - used, key_id(key)))
 
 
 class Unlimited:

@@ -1,0 +1,34 @@
+"""What the routes need, held by the app (`app.state`), looked up once per request."""
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from flask import current_app
+
+from api_server.budget_store import Budget
+from api_server.config import ServerConfig
+from api_server.engine import Engine
+from api_server.hooks import Hook
+from contract import ModelInfo, Spec
+
+if TYPE_CHECKING:
+    from flask import Flask
+
+
+@dataclass(frozen=True)
+class State:
+    spec: Spec
+    config: ServerConfig
+    models: Mapping[str, ModelInfo]
+    engine: Engine
+    budget: Budget
+    hook: Hook | None
+    started: int
+
+
+def state() -> State:
+    """The State of the app serving this request."""
+    app: Flask = current_app._get_current_object()  # type: ignore[attr-defined]
+    return app.state  # type: ignore[attr-defined, no-any-return]

@@ -1,0 +1,25 @@
+"""The mock's app: the API server (api_server/) over the fake engine, with the mock's
+faults and simulated latency as its hook."""
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from flask import Flask
+
+from api_server import Engine, served_models
+from api_server import create_app as create_api_app
+from contract import ModelInfo, Spec, spec
+from mock_server.config import MockConfig
+from mock_server.fake_engine import FakeEngine
+from mock_server.faults import Faults
+
+
+def create_app(config: MockConfig | None = None, engine: Engine | None = None,
+               models: Mapping[str, ModelInfo] | None = None, api: Spec | None = None) -> Flask:
+    """The mock (MockConfig.from_env() when no config is given); `engine` replaces the
+    fake one, `models` the spec's models (config.max_model_len still applies on top)."""
+    config = config if config is not None else MockConfig.from_env()
+    api = api if api is not None else spec()
+    if engine is None:
+        engine = FakeEngine(served_models(api, config, models).values(), config.eos_rate, api)
+    return create_api_app(config, engine, models, Faults(config, api), api)

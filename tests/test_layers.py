@@ -1,0 +1,105 @@
+"""Who may import whom (ARCHITECTURE.md), asserted from every module's imports (ast).
+
+Each row of ARCHITECTURE.md's table is one entry of LAYERS; the standard library
+and the layer's own package are always allowed. Imports inside functions count.
+"""
+from __future__ import annotations
+
+import ast
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+STDLIB = set(sys.stdlib_module_names) | {"__future__"}
+
+# layer -> the top-level modules it may import (besides the standard library and itself)
+LAYERS: dict[str, set[str]] = {
+    "contract": {"yaml", "openapi_spec_validator", "fastjsonschema", "jsonschema_rs", "quicktok",
+                 "zstandard", "numpy"},
+    "api_server": {"contract", "flask", "werkzeug", "gunicorn", "redis"},
+    "mock_server": {"contract", "api_server", "flask", "numpy"},
+    "reference_impl": {"contract", "api_server", "httpx"},
+    "conformance": {"contract", "httpx", "schemathesis", "rich", "jsonschema", "zstandard", "yaml",
+                    "pytest"},
+}
+# Single modules with more than their layer (each said in ARCHITECTURE.md).
+EXTRA: dict[str, set[str]] = {
+    "reference_impl/vllm_server.py": {"vllm", "vllm_lens"},   # runs in vLLM's own interpreter
+    "conformance/golden/generate.py": {"numpy"},               # writes steering vectors' wire form
+}
+# conformance reads the spec through contract, never the core's validators.
+CONFORMANCE_CONTRACT_NAMES = {"spec", "Spec", "ModelInfo", "SpecError"}
+CONFORMANCE_CONTRACT_MODULES = {"contract.spec", "contract.version"}   # the versions reports record
+GENERATOR_CONTRACT_MODULES = {"contract.spec", "contract.steering"}   # encode_tensor
+# golden/cheap.py (offline, like generate.py) asks the core which refusals stay the same when cheap
+GENERATOR_CONTRACT_NAMES = {"conformance/golden/cheap.py": {"ApiError", "validate_completion"}}
+PYTEST_MODULES = {"conformance/pytest_plugin.py", "conformance/pytest_suite.py"}
+
+
+def imports(path: Path) -> Iterator[tuple[str, list[str]]]:
+    """(module, the names imported from it) for every absolute import in the file."""
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                yield alias.name, []
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            yield node.module, [a.name for a in node.names]
+
+
+def modules(layer: str) -> list[Path]:
+    return sorted((ROOT / layer).rglob("*.py"))
+
+
+@pytest.mark.parametrize("layer", sorted(LAYERS))
+def test_each_layer_imports_only_what_its_row_allows(layer: str) -> None:
+    assert modules(layer), layer
+    wrong = []
+    for path in modules(layer):
+        rel = path.relative_to(ROOT).as_posix()
+        allowed = LAYERS[layer] | EXTRA.get(rel, set()) | STDLIB | {layer}
+        for module, _ in imports(path):
+            if module.split(".")[0] not in allowed:
+                wrong.append(f"{rel}: {module}")
+    assert wrong == []
+
+
+def test_the_reference_never_imports_the_mock() -> None:
+    """No fault, no simulated latency in a deployment of the real API: the code is not there."""
+    found = [f"{p.relative_to(ROOT)}: {m}" for p in modules("reference_impl")
+             for m, _ in imports(p) if m.split(".")[0] == "mock_server"]
+    assert found == []
+
+
+def test_the_api_server_knows_no_engine() -> None:
+    """api_server serves both engines: it imports neither."""
+    found = [f"{p.relative_to(ROOT)}: {m}" for p in modules("api_server")
+             for m, _ in imports(p) if m.split(".")[0] in ("mock_server", "reference_impl")]
+    assert found == []
+
+
+def test_conformance_reads_only_spec_data_from_contract() -> None:
+    wrong = []
+    for path in modules("conformance"):
+        rel = path.relative_to(ROOT).as_posix()
+        submodules = GENERATOR_CONTRACT_MODULES if rel == "conformance/golden/generate.py" \
+            else CONFORMANCE_CONTRACT_MODULES
+        for module, names in imports(path):
+            allowed = CONFORMANCE_CONTRACT_NAMES | GENERATOR_CONTRACT_NAMES.get(rel, set())
+            if module == "contract" and not set(names) <= allowed:
+                wrong.append(f"{rel}: from contract import {names}")
+            elif module.startswith("contract.") and module not in submodules:
+                wrong.append(f"{rel}: {module}")
+            elif module.split(".")[0] == "pytest" and rel not in PYTEST_MODULES:
+                wrong.append(f"{rel}: pytest outside the plugin")
+    assert wrong == []
+
+
+def test_the_core_imports_no_web_framework_http_client_or_vllm() -> None:
+    banned = {"flask", "werkzeug", "gunicorn", "httpx", "requests", "vllm", "vllm_lens", "torch",
+              "api_server", "mock_server", "reference_impl", "conformance"}
+    found = [f"{p.relative_to(ROOT)}: {m}" for p in modules("contract")
+             for m, _ in imports(p) if m.split(".")[0] in banned]
+    assert found == []

@@ -1,0 +1,71 @@
+"""The reference's GET /health reports its upstream's readiness (vLLM, vLLM's data-parallel
+server or a router for vLLM), asked with a short timeout and cached, so probes stay cheap."""
+from __future__ import annotations
+
+import httpx
+import pytest
+
+from contract import InferenceUnavailable, spec
+from api_server import ServerConfig, create_app
+from reference_impl.engine import VllmEngine
+from reference_impl.health import CACHE_S, HEALTH_PATH, UpstreamHealth
+
+UPSTREAM = "http://upstream.test"
+
+
+class Upstream:
+    """A fake upstream's /health: `status` (or `error`, raised), and every path asked."""
+
+    def __init__(self) -> None:
+        self.status, self.error, self.asked = 200, None, []
+        self.transport = httpx.MockTransport(self.handle)
+
+    def handle(self, request: httpx.Request) -> httpx.Response:
+        self.asked.append(request.url.path)
+        if self.error is not None:
+            raise self.error
+        return httpx.Response(self.status)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_one_answer_stands_for_cache_seconds() -> None:
+    upstream, clock = Upstream(), Clock()
+    health = UpstreamHealth(UPSTREAM, transport=upstream.transport, clock=clock)
+    assert [health.ready(), health.ready()] == [True, True]
+    assert upstream.asked == [HEALTH_PATH]                # the second probe was answered from the cache
+    upstream.status = 503
+    clock.now += CACHE_S / 2
+    assert health.ready() is True and len(upstream.asked) == 1
+    clock.now += CACHE_S / 2
+    assert health.ready() is False and len(upstream.asked) == 2
+
+
+@pytest.mark.parametrize("error", [httpx.ConnectError("refused"), httpx.ReadTimeout("slow")],
+                         ids=["unreachable", "too-slow"])
+def test_an_upstream_that_does_not_answer_is_not_ready(error: Exception) -> None:
+    upstream = Upstream()
+    upstream.error = error
+    assert UpstreamHealth(UPSTREAM, transport=upstream.transport).ready() is False
+
+
+def test_the_apis_health_follows_the_upstream() -> None:
+    upstream = Upstream()
+    app = create_app(ServerConfig(), VllmEngine(UPSTREAM, "m", transport=upstream.transport))
+    client = app.test_client()
+    ok = client.get("/health")
+    assert (ok.status_code, ok.get_json()) == (200, {"status": "ok"})
+    app.state.engine.health.cache_seconds = 0    # ask again on every probe
+    upstream.status = 503
+    down = client.get("/health")
+    body = down.get_json()
+    expected = InferenceUnavailable.from_template("inference_unavailable").body(body["request_id"])
+    assert (down.status_code, body) == (spec().error_codes["inference_unavailable"]["status"], expected)
+    assert down.headers["X-Request-Id"] == body["request_id"]
+    assert upstream.asked == [HEALTH_PATH, HEALTH_PATH]
