@@ -86,8 +86,9 @@ What Prism passes: {", ".join(f"`{i}`" for i in passed)}.
 In short (checked by hand with curl): Prism validates a request body against the
 JSON Schema, so a wrong type gets a 400 in the API's error shape, but filled
 with the schema's placeholders (`"message": "string"`, `"code": "string"`,
-`"request_id": "string"`, `X-Request-Id: string`); it knows none of the
-cross-field rules, token caps or the 8 MiB body limit (those requests get 200);
+`"request_id": "string"`, `X-Request-Id: string`); it knows the cross-field
+rules and the caps' bounds the schema states (a 400, with placeholders), but none
+of the token arithmetic or the 8 MiB body limit (those requests get 200);
 it answers `stream: true` with one JSON Completion instead of text/event-stream;
 and it never answers a body that is not JSON. schemathesis alone (the `schema:`
 checks) fails it on only a few checks: that is why the golden, caps and stream

@@ -1,4 +1,5 @@
 """python -m conformance --base-url URL --api-key KEY [options]; see conformance/README.md.
+`python -m conformance diff ... --other-url URL2 [--other-key KEY2]`: conformance.diff.
 
 Exit codes (computed in conformance.results.exit_code): 0 conformant, 1 at
 least one check failed, 2 usage or configuration error, unreachable server,
@@ -80,6 +81,10 @@ def main(argv: Sequence[str] | None = None, *, transport: httpx.BaseTransport | 
     from conformance.reports import write_html, write_json, write_junit
     from conformance.runner import run
 
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["diff"]:
+        from conformance.diff import main as diff_main
+        return diff_main(argv[1:], console=console, transports=(transport, transport))
     console = console or Console()
     err = Console(stderr=True)
     try:

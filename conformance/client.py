@@ -10,7 +10,7 @@ import json
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 import httpx
 
@@ -74,6 +74,8 @@ class Client:
         # conform) would take `tokens` past `ceiling` is not sent (OverCeiling).
         self.ceiling: int | None = None
         self.cost: CostModel | None = None
+        # Called with (method, path, request body, reply) after every answer (spec coverage).
+        self.observers: list[Callable[[str, str, bytes | None, Reply], None]] = []
 
     def close(self) -> None:
         self._http.close()
@@ -135,6 +137,7 @@ class Client:
         exchange.response_body = _shown(resp.content)
         if resp.status_code == 200:
             self._count(reply.data if reply.is_json else None, worst)
+        self._observe(method, path, content, reply)
         return reply
 
     def post(self, path: str, body: Any, **kw: Any) -> Reply:
@@ -170,6 +173,7 @@ class Client:
                     exchange.response_body = _shown(resp.content)
                     if resp.status_code == 200:
                         self._count(reply.data if reply.is_json else None, worst)
+                    self._observe("POST", path, content, reply)
                     return reply
                 events = 0
                 for line in resp.iter_lines():
@@ -188,7 +192,16 @@ class Client:
         reply.content = "\n".join(line for _, line in lines).encode()
         exchange.response_body = _shown(reply.content)
         self._count_stream(reply.parsed)
+        self._observe("POST", path, content, reply)
         return reply
+
+    def observe(self, method: str, path: str, content: bytes | None, reply: Reply) -> None:
+        """An answer got through another client (schemathesis's), for the observers."""
+        self._observe(method, path, content, reply)
+
+    def _observe(self, method: str, path: str, content: bytes | None, reply: Reply) -> None:
+        for observer in self.observers:
+            observer(method, path, content, reply)
 
     # -- token accounting --------------------------------------------------
 

@@ -72,6 +72,9 @@ def print_summary(report: RunReport, console: Console) -> None:
     if report.ceiling_note():
         console.print(report.ceiling_note(), style="yellow", markup=False, highlight=False)
     console.print(f"checked with {describe(report.versions)}", highlight=False)
+    if report.coverage:
+        from conformance.coverage import summary_line
+        console.print(summary_line(report.coverage), highlight=False)
     code = exit_code(report)
     verdict = {0: "[green]conformant", 1: "[red]not conformant", 2: "[magenta]incomplete (tool errors)"}[code]
     console.print(f"{verdict}[/]: {len(report.results)} checks in {report.duration:.1f} s; "

@@ -132,6 +132,7 @@ class RunReport:
     run_errors: list[str] = field(default_factory=list)   # the tool's, outside any check
     # The suite's package version and the contract's (openapi.yaml's info.version) it checked.
     versions: dict[str, str] = field(default_factory=dict)
+    coverage: dict[str, Any] | None = None                # conformance.coverage's summary
     token_plan: int = 0                   # the selection's worst case: if the server does not conform
     ceiling_skipped: list[str] = field(default_factory=list)   # checks skipped for the ceiling
     ceiling_needed: int | None = None     # a --token-ceiling that would run them too
@@ -173,6 +174,7 @@ class RunReport:
             "results": [r.to_dict() for r in self.results if r.outcome is not Outcome.ERROR],
             "tool_errors": [r.to_dict() for r in self.errors],
             "run_errors": self.run_errors,
+            "coverage": self.coverage,
         }
 
 

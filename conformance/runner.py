@@ -8,7 +8,8 @@ from collections.abc import Callable, Sequence
 
 import httpx
 
-from conformance.client import OVER_CEILING, Client, OverCeiling
+from conformance.client import OVER_CEILING, Client, OverCeiling, Reply
+from conformance.coverage import Coverage
 from conformance.config import ConfigError, RunConfig
 from conformance.cost import CostModel
 from conformance.context import LEDGER_NOTES, Context, ServerInfo, Skipped, Stop
@@ -22,6 +23,8 @@ MODELS_PATH = "/v1/models"
 PROBE_MAX_TOKENS = 2      # the end-token probe: 1 token if honoured, 2 if not
 
 Progress = Callable[[Check, CheckResult | None], None]   # None: the check is starting
+# Called with (check id, method, path, request body, reply) for every answer of the run.
+Observer = Callable[[str, str, str, bytes | None, Reply], None]
 
 
 class Unreachable(ConfigError):
@@ -158,7 +161,7 @@ def connect(config: RunConfig, transport: httpx.BaseTransport | None = None,
 
 
 def run(config: RunConfig, checks: Sequence[Check], *, progress: Progress | None = None,
-        transport: httpx.BaseTransport | None = None) -> RunReport:
+        transport: httpx.BaseTransport | None = None, observers: Sequence[Observer] = ()) -> RunReport:
     """Run `checks` (already selected), least costly first; the report lists them in the
     selection's order. Raise ConfigError/Unreachable before any check."""
     report = RunReport(config.base_url, config.model, config.profile, token_ceiling=config.token_ceiling,
@@ -166,6 +169,12 @@ def run(config: RunConfig, checks: Sequence[Check], *, progress: Progress | None
     start = time.perf_counter()
     ctx = connect(config, transport)
     results: dict[str, CheckResult] = {}
+    coverage = Coverage(exhausted_key=bool(config.exhausted_key), api=ctx.api)
+    ctx.client.observers.append(coverage.observe_reply)
+    current = [""]                     # the id of the check running now
+    for observer in observers:
+        ctx.client.observers.append(lambda method, path, body, reply, observer=observer:
+                                    observer(current[0], method, path, body, reply))
     with ctx.client:
         report.server_max_model_len = ctx.max_model_len
         if config.full and any(c.worst_case(config, _cost(ctx)) for c in checks):
@@ -175,6 +184,7 @@ def run(config: RunConfig, checks: Sequence[Check], *, progress: Progress | None
         for check, cost in plan(checks, ctx):
             if progress:
                 progress(check, None)
+            current[0] = check.id
             result = results[check.id] = execute(check, ctx, 0 if check.shares in paid else cost)
             if check.shares and not result.reason.startswith(OVER_CEILING):
                 paid.add(check.shares)
@@ -182,6 +192,7 @@ def run(config: RunConfig, checks: Sequence[Check], *, progress: Progress | None
                 progress(check, result)
         report.tokens = ctx.client.tokens
         report.ceiling_notes = list(ctx.memo.get(LEDGER_NOTES, []))
+        report.coverage = coverage.summary()
     report.results = [results[c.id] for c in checks]
     skipped = [c for c in checks if results[c.id].reason.startswith(OVER_CEILING)]
     report.ceiling_skipped = [c.id for c in skipped]

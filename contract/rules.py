@@ -1,5 +1,8 @@
 """Cross-field rules (x-rules) and model rules (x-model-rules).
 
+An x-rule's JSON Schema is its entry of CompletionRequest's allOf (Spec.rules gives
+it as `when`, what a breaking body matches: `not` the entry).
+
 Each x-rule is a JSON Schema that a *breaking* body matches. jsonschema-rs's
 `is_valid` answers that without raising, which keeps the common case (no rule
 broken) under a microsecond; fastjsonschema would raise inside every anyOf.

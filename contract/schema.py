@@ -58,7 +58,8 @@ class ObjectSchema:
         self.schema = schema
         self.properties: dict[str, dict[str, Any]] = schema["properties"]
         self.required: list[str] = schema.get("required", [])
-        self._whole = jsonschema_rs.validator_for(schema)
+        # Field by field only: the cross-field rules (allOf) are rules.py's stage, after ranges.
+        self._whole = jsonschema_rs.validator_for({k: v for k, v in schema.items() if k != "allOf"})
         self._types = {k: compile_schema(strip_ranges(s)) for k, s in self.properties.items()}
         self._ranges = {k: compile_schema(s) for k, s in self.properties.items()}
 

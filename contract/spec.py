@@ -114,7 +114,11 @@ class Spec:
 
     @cached_property
     def rules(self) -> list[dict[str, Any]]:
-        return self.raw["x-rules"]
+        """x-rules, each with `schema` (its entry in CompletionRequest's allOf, which a
+        body must match) and `when` (the JSON Schema a body breaking it matches)."""
+        entries = rule_schemas(self.raw)
+        return [{**r, "schema": entries[r["id"]], "when": {"not": entries[r["id"]]}}
+                for r in self.raw["x-rules"]]
 
     @cached_property
     def token_rules(self) -> dict[str, dict[str, Any]]:
@@ -204,8 +208,8 @@ class Spec:
     @cached_property
     def greedy_below(self) -> float:
         """vLLM samples greedily below this temperature; the spec's greedy_n rule names it."""
-        rule = next(r for r in self.rules if r["id"] == "greedy_n")
-        return float(rule["when"]["properties"]["temperature"]["exclusiveMaximum"])
+        rule = self.rule("x-rules", "greedy_n")
+        return float(rule["schema"]["then"]["properties"]["temperature"]["minimum"])
 
     @cached_property
     def wire_dtypes(self) -> dict[str, tuple[str, str]]:
@@ -215,16 +219,33 @@ class Spec:
         return {original.rpartition(".")[2]: (wire, original) for wire, original in pairs}
 
     def rule(self, table: str, rule_id: str) -> dict[str, Any]:
-        """One rule of x-rules, x-model-rules or x-token-rules by its id."""
-        return next(r for r in self.raw[table] if r["id"] == rule_id)
+        """One rule of x-rules (as `rules` gives it, with schema and when), x-model-rules
+        or x-token-rules by its id."""
+        rows = self.rules if table == "x-rules" else self.raw[table]
+        return next(r for r in rows if r["id"] == rule_id)
 
     def defaults(self, name: str) -> dict[str, Any]:
         """A component schema's x-default values: what a field left out or null means."""
         return _defaults(self, name)
 
+    def resolve(self, node: Any) -> Any:
+        """Any part of the spec with every local $ref inlined."""
+        return _inline(node, self.raw)
+
     def schema(self, name: str) -> dict[str, Any]:
         """A component schema with every local $ref inlined (our schemas do not recurse)."""
         return _inline(self.raw["components"]["schemas"][name], self.raw)
+
+
+RULE_KEY = "x-rule"
+REQUEST_SCHEMA = "CompletionRequest"
+
+
+def rule_schemas(raw: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """x-rule id -> its entry of the request schema's allOf (x- keys removed)."""
+    entries = raw["components"]["schemas"][REQUEST_SCHEMA].get("allOf", [])
+    return {e[RULE_KEY]: {k: v for k, v in e.items() if not k.startswith("x-")}
+            for e in entries if RULE_KEY in e}
 
 
 @cache
@@ -286,6 +307,10 @@ def load_spec(path: str | os.PathLike[str] | None = None) -> Spec:
             if "const" not in declared.get(name, {}).get("schema", {}):
                 raise SpecError(f"{p}: x-error-codes.{code} names the header {name}, which "
                                 f"components/headers does not declare with a const value")
+    ids, entries = [r["id"] for r in raw["x-rules"]], rule_schemas(raw)
+    if set(ids) != set(entries):
+        raise SpecError(f"{p}: x-rules {sorted(set(ids) - set(entries))} have no entry in "
+                        f"{REQUEST_SCHEMA}'s allOf, and {sorted(set(entries) - set(ids))} no x-rules entry")
     problem = _check_order(raw["x-check-order"])
     if problem:
         raise SpecError(f"{p}: {problem}")

@@ -7,6 +7,7 @@ import json
 import re
 from pathlib import Path
 
+import jsonschema
 import numpy as np
 import pytest
 import yaml
@@ -36,6 +37,24 @@ def test_a_broken_spec_fails_fast_with_a_clear_error(tmp_path: Path) -> None:
     bare.write_text("openapi: 3.1.0\ninfo: {title: x, version: '1'}\npaths: {}\n")
     with pytest.raises(SpecError, match="lacks the extensions x-models"):
         load_spec(bare)
+
+
+def test_an_x_rule_without_its_schema_entry_fails_fast(tmp_path: Path) -> None:
+    raw = copy.deepcopy(spec().raw)
+    entries = raw["components"]["schemas"]["CompletionRequest"]["allOf"]
+    dropped = entries.pop(0)["x-rule"]
+    broken = tmp_path / "openapi.yaml"
+    broken.write_text(yaml.safe_dump(raw))
+    with pytest.raises(SpecError, match=f"x-rules \\['{dropped}'\\] have no entry"):
+        load_spec(broken)
+
+
+def test_each_rule_breaks_exactly_when_its_schema_entry_fails() -> None:
+    body = {"model": MODEL, "prompt": "x", "stream_options": {}}
+    broken = [r["id"] for r in spec().rules
+              if not jsonschema.Draft202012Validator(r["schema"]).is_valid(body)]
+    assert broken == ["stream_options_without_stream"]
+    assert [e.rule for e in contract.iter_errors(body)] == broken
 
 
 def test_llama3_tokenizer_counts_like_vllm() -> None:

@@ -7,17 +7,14 @@ a text/event-stream validated against x-event-schemas):
 - negative: the spec as is, negative data only. Nothing it sends is valid,
   so nothing should be generated: it runs in the quick profile too.
 - positive (full profile only): the spec with CompletionRequest narrowed to
-  requests that are cheap and that the cross-field rules (x-rules,
-  x-model-rules, x-token-rules) accept, rules JSON Schema cannot say. Without
-  the narrowing, schemathesis would send valid-by-schema bodies that the
-  contract refuses (n = 2 without max_tokens) and call the refusal a bug, and
-  it would ask for 15,600 tokens at a time.
+  cheap requests that the rules JSON Schema cannot say (x-token-rules'
+  products and token counts, steering tensors) accept. The cross-field rules
+  and the model's ranges are in the schema itself, so plain schemathesis
+  knows them too; without the narrowing it would ask for 15,600 tokens at a time.
 
-Both runs read the text/event-stream `schema` as OpenAPI 3.2 and schemathesis
-do: as describing each SSE event (an object whose `data` is a string), not the
-JSON inside `data` as openapi.yaml means it. So the copies given to
-schemathesis describe the event envelope there, and `stream_event_conformance`
-validates each payload against x-event-schemas.
+openapi.yaml's text/event-stream `schema` is one SSE event's envelope (as
+OpenAPI 3.2 and schemathesis read it); `stream_event_conformance` validates
+each event's payload against x-event-schemas.
 
 Both go through the suite's token ledger (hooks `before_call`/`after_call`): a
 negative body for a generating route gets `max_tokens: 1` and `n: 1` where it
@@ -34,14 +31,16 @@ import copy
 import json
 from collections.abc import Iterator
 from typing import Any
+from urllib.parse import urlsplit
 
+import httpx
 import schemathesis
 import schemathesis.specs.openapi.checks  # noqa: F401  (registers the OpenAPI checks)
 from schemathesis.checks import CHECKS
 from schemathesis.config import SchemathesisConfig
 from schemathesis.engine import events, from_schema
 
-from conformance.client import OVER_CEILING, Client, OverCeiling
+from conformance.client import OVER_CEILING, Client, OverCeiling, Reply, StreamReply
 from conformance.config import RunConfig
 from conformance.context import LEDGER_NOTES, Context
 from conformance.expect import event_schemas
@@ -138,49 +137,26 @@ def check_names() -> list[str]:
 
 # -- the narrowed spec for positive data --------------------------------------
 
-def _rule_fields() -> set[str]:
-    """Fields that x-rules compare with other fields."""
-    names: set[str] = set()
-
-    def walk(node: Any) -> None:
-        if isinstance(node, dict):
-            names.update(node.get("required", []))
-            names.update(node.get("properties", {}))
-            for value in node.values():
-                walk(value)
-        elif isinstance(node, list):
-            for value in node:
-                walk(value)
-    for rule in spec().rules:
-        walk(rule["when"])
-    return names
-
-
-SSE_EVENT = {"type": "object", "required": ["data"], "properties": {"data": {"type": "string"}}}
+# Fields whose rules JSON Schema cannot say at all: a steering vector's data must
+# be a real tensor of the model's shape (x-model-rules steering_vector).
+BEYOND_SCHEMA = ("apply_steering_vectors",)
 
 
 def schemathesis_spec() -> dict[str, Any]:
-    """openapi.yaml with each text/event-stream schema read as one SSE event's envelope."""
-    raw = copy.deepcopy(spec().raw)
-    for item in raw["paths"].values():
-        for op in item.values():
-            for response in op.get("responses", {}).values():
-                media = response.get("content", {}).get("text/event-stream")
-                if media is not None:
-                    media["schema"] = SSE_EVENT
-    return raw
+    """openapi.yaml as schemathesis reads it (its own copy, for the runs to change)."""
+    return copy.deepcopy(spec().raw)
 
 
 def narrowed_spec(model: str) -> dict[str, Any]:
     """openapi.yaml with CompletionRequest limited to cheap requests every rule accepts.
 
-    One prompt, n = 1, a required small max_tokens, token ids inside the
-    vocabulary, min_tokens at most 1; the fields of cross-field rules that the
-    narrowing does not pin (stream_options, prompt_logprobs, the vllm-lens
-    fields) are left out: the golden cases and the stream and lens checks cover them.
+    The cross-field rules are in the schema itself (its allOf), and so are the
+    model's and the caps' ranges; what is left to narrow is what JSON Schema
+    cannot say (products of fields, token counts, tensors) and the cost: one
+    prompt, n = 1, a required small max_tokens, min_tokens at most 1, no
+    steering vectors (the lens checks cover them).
     """
     raw = schemathesis_spec()
-    info = spec().models[model]
     # An operation without a 2xx response (the chat refusal) has no positive data.
     raw["paths"] = {path: {m: op for m, op in item.items()
                            if any(str(code).startswith("2") for code in op["responses"])}
@@ -188,20 +164,15 @@ def narrowed_spec(model: str) -> dict[str, Any]:
     raw["paths"] = {path: item for path, item in raw["paths"].items() if item}
     req = raw["components"]["schemas"]["CompletionRequest"]
     props = req["properties"]
-    pinned = {"model", "prompt", "max_tokens", "n", "temperature", "stream"}
-    for name in _rule_fields() - pinned:
+    for name in BEYOND_SCHEMA:
         props.pop(name, None)
-    ids = {"type": "integer", "minimum": 0, "maximum": info.vocab_size - 1}
     props["model"] = {"type": "string", "enum": [model]}
     props["prompt"] = {"anyOf": [{"type": "string", "minLength": 1, "maxLength": 64},
                                  {"type": "array", "minItems": 1, "maxItems": POSITIVE_PROMPT_ITEMS,
-                                  "items": ids}]}
+                                  "items": {"type": "integer", "minimum": 0}}]}
     props["max_tokens"] = {"type": "integer", "minimum": 1, "maximum": POSITIVE_MAX_TOKENS}
     props["n"] = {"type": ["integer", "null"], "minimum": 1, "maximum": 1}
     props["min_tokens"] = {"type": ["integer", "null"], "minimum": 0, "maximum": 1}
-    props["top_k"] = {**props["top_k"], "maximum": info.vocab_size}
-    for name in ("stop_token_ids", "allowed_token_ids"):
-        props[name] = {**props[name], "items": ids}
     req["required"] = sorted({*req["required"], "max_tokens"})
     return raw
 
@@ -281,6 +252,29 @@ def _never_accepted(raw: dict[str, Any]) -> set[str]:
             if not any(str(code).startswith("2") for code in op.get("responses", {}))}
 
 
+def _observe(ctx: Context, interaction: Any) -> None:
+    """schemathesis's answers go to the client's observers too (spec coverage, diff)."""
+    exchange = _exchange(interaction)
+    resp = getattr(interaction, "response", None)
+    if exchange is None or resp is None:
+        return
+    headers = httpx.Headers(exchange.response_headers)
+    text = resp.content.decode("utf-8", "replace")
+    reply: Reply
+    if "text/event-stream" in headers.get("content-type", ""):
+        lines = [(0.0, line) for line in text.splitlines()]
+        reply = StreamReply(exchange, resp.status_code, headers, resp.content, lines=lines,
+                            parsed=parse_lines(lines))
+    else:
+        reply = Reply(exchange, resp.status_code, headers, resp.content)
+        try:
+            reply.data, reply.is_json = json.loads(text), True
+        except ValueError:
+            pass
+    ctx.client.observe(interaction.request.method, urlsplit(interaction.request.uri).path,
+                       interaction.request.body, reply)
+
+
 def run_schemathesis(ctx: Context) -> dict[str, list[Finding]]:
     """Both runs, once per suite run; check name -> findings."""
     if "schemathesis" in ctx.memo:
@@ -305,6 +299,8 @@ def run_schemathesis(ctx: Context) -> dict[str, list[Finding]]:
                     f"{ledger.sent + ledger.withheld} requests that can generate: together they may "
                     f"generate {ledger.withheld_worst} tokens if the server does not conform")
         for recorder in recorders:
+            for interaction in recorder.interactions.values():
+                _observe(ctx, interaction)    # tokens: counted by the ledger's after_call hook
             for case_id, nodes in recorder.checks.items():
                 for node in nodes:
                     if node.failure_info is None:

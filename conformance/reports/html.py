@@ -84,6 +84,17 @@ def _result(r: CheckResult) -> str:
     return f'<details class="{r.outcome.value}"{is_open}>{head}{"".join(body)}</details>'
 
 
+def _coverage(coverage: dict[str, Any] | None) -> str:
+    """Spec coverage: each category's share, and what was not covered."""
+    if not coverage:
+        return ""
+    rows = "".join(
+        f"<tr><td>{escape(cat)}</td><td>{c['covered']}/{c['total']}</td><td>{c['percent']:g}%</td>"
+        f"<td>{escape(', '.join(c['not_covered'])) or '&mdash;'}</td></tr>" for cat, c in coverage.items())
+    return ("<h2>Spec coverage</h2><table><tr><th>category</th><th>covered</th><th>%</th>"
+            f"<th>not covered</th></tr>{rows}</table>")
+
+
 def render(report: RunReport) -> str:
     from conformance.results import exit_code
     counts = "".join(f'<tr><td class="{o.value}">{o.value}</td><td>{report.count(o)}</td></tr>'
@@ -109,6 +120,7 @@ def render(report: RunReport) -> str:
 <table>{counts}</table>
 <h2>By group</h2>
 <table><tr><th>group</th>{"".join(f"<th>{o.value}</th>" for o in Outcome)}</tr>{group_rows}</table>
+{_coverage(report.coverage)}
 <h2>Checks</h2>
 {"".join(_result(r) for r in results)}
 </body></html>

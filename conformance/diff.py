@@ -1,0 +1,325 @@
+"""`python -m conformance diff`: the same checks against two deployments, and every
+request whose answer differs.
+
+Both runs go through the ordinary runner; an observer records each answer under
+its request (check id, method, path, the request's headers with the key masked,
+its body, and how many times that same request came before in the check), so
+the two runs pair request by request. An answer is compared as a summary:
+status, error code, param and message (request ids and timestamps masked), the
+set of response header names (transport headers left out), and the body's
+shape (keys, types, array lengths; never sampled text). Exit codes: 0 nothing
+differs, 1 something does, 2 usage, configuration or an unreachable server.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import hashlib
+import json
+import re
+import threading
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from functools import cache
+from html import escape
+from pathlib import Path
+from typing import Any
+
+import httpx
+from rich.console import Console
+from rich.table import Table
+
+from conformance.client import Reply, StreamReply
+from conformance.config import ConfigError, RunConfig
+from conformance.results import ExitCode
+from contract import SpecError, spec
+
+SUMMARY_FIELDS = ("status", "code", "param", "message", "headers", "shape")
+# Headers of the transport, not of the API: servers differ in them legitimately.
+TRANSPORT_HEADERS = frozenset({"date", "server", "connection", "keep-alive", "transfer-encoding",
+                               "content-length", "vary"})
+VOLATILE_REQUEST_HEADERS = frozenset({"content-length", "user-agent"})
+_MASKS = (
+    (re.compile(r"req_[0-9a-f]{32}"), "req_*"),
+    (re.compile(r"cmpl-[0-9a-f]+"), "cmpl-*"),
+    (re.compile(r"\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(?:\.\d+)?(?:Z|[+-]\d{2}:?\d{2})?"), "<time>"),
+)
+EVENT_KINDS_SHOWN = 40
+
+
+def mask(text: Any) -> Any:
+    if not isinstance(text, str):
+        return text
+    for pattern, repl in _MASKS:
+        text = pattern.sub(repl, text)
+    return text
+
+
+def _json_type(value: Any) -> str:
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int):
+        return "integer"
+    if isinstance(value, float):
+        return "number"
+    return "null" if value is None else "string"
+
+
+def _types(schema: dict[str, Any]) -> list[str]:
+    t = schema.get("type", [])
+    return t if isinstance(t, list) else [t]
+
+
+def _branch(schema: dict[str, Any], value: Any) -> dict[str, Any]:
+    """The part of the response schema that describes `value` (an anyOf's object or array branch)."""
+    kind = "object" if isinstance(value, dict) else "array" if isinstance(value, list) else None
+    for branch in schema.get("anyOf", []):
+        if kind in _types(branch):
+            return branch
+    return schema
+
+
+def shape(value: Any, schema: dict[str, Any] | None = None) -> Any:
+    """Keys, types and array lengths of a JSON value; never sampled text.
+
+    With the response schema: a map (additionalProperties, no properties, like
+    top_logprobs, whose keys are sampled tokens) is its size and value shapes,
+    and a scalar whose field allows several types (stop_reason: a sampled stop
+    or null) is shown as all of them.
+    """
+    schema = _branch(schema or {}, value)
+    if isinstance(value, dict):
+        if "properties" not in schema and isinstance(schema.get("additionalProperties"), dict):
+            values = sorted({json.dumps(shape(v, schema["additionalProperties"])) for v in value.values()})
+            return {"map": len(value), "values": [json.loads(v) for v in values]}
+        props = schema.get("properties", {})
+        return {k: shape(v, props.get(k)) for k, v in sorted(value.items())}
+    if isinstance(value, list):
+        items = sorted({json.dumps(shape(v, schema.get("items")), sort_keys=True) for v in value})
+        return {"array": len(value), "items": [json.loads(i) for i in items]}
+    kind, declared = _json_type(value), _types(schema)
+    if len(declared) > 1 and (kind in declared or (kind == "integer" and "number" in declared)):
+        return "/".join(sorted(declared))
+    return kind
+
+
+@cache
+def _response_schema(method: str, path: str, status: int) -> dict[str, Any] | None:
+    route = next((r for r in spec().routes if r.path == path and r.method == method.upper()), None)
+    op = spec().operation(route.operation_id) if route else None
+    response = (op or {}).get("responses", {}).get(str(status))
+    if response is None:
+        return None
+    schema = spec().resolve(response).get("content", {}).get("application/json", {}).get("schema")
+    return schema if isinstance(schema, dict) else None
+
+
+@cache
+def _event_schemas() -> dict[str, dict[str, Any]]:
+    from conformance.expect import event_schemas
+    return event_schemas()
+
+
+def _runs(kinds: list[str]) -> list[str]:
+    """Event kinds in order, each run once: ["content", "usage", "done"]. How many
+    content chunks arrive is sampled (an end-of-text token ends a stream early)."""
+    out: list[str] = []
+    for kind in kinds:
+        if not out or out[-1] != kind:
+            out.append(kind)
+    return out[:EVENT_KINDS_SHOWN]
+
+
+def summarise(method: str, path: str, reply: Reply) -> dict[str, Any]:
+    """What of an answer is compared."""
+    error = reply.data.get("error") if isinstance(reply.data, dict) else None
+    error = error if isinstance(error, dict) else {}
+    if isinstance(reply, StreamReply) and reply.parsed.events:
+        body_shape: Any = {"events": _runs([e.kind for e in reply.parsed.events]),
+                           "payloads": sorted({json.dumps({e.kind: shape(e.payload, _event_schemas().get(e.kind))},
+                                                          sort_keys=True) for e in reply.parsed.events})}
+    elif reply.is_json:
+        body_shape = shape(reply.data, _response_schema(method, path, reply.status or 0))
+    else:
+        body_shape = {"bytes": "empty" if not reply.content else "not JSON"}
+    return {
+        "status": reply.status if reply.error is None else f"no answer ({reply.error.split(':')[0]})",
+        "code": error.get("code"), "param": error.get("param"), "message": mask(error.get("message")),
+        "headers": sorted(k.lower() for k in reply.headers if k.lower() not in TRANSPORT_HEADERS),
+        "shape": body_shape,
+    }
+
+
+@dataclass
+class Recorder:
+    """The answers of one run, by request."""
+    answers: dict[tuple[Any, ...], dict[str, Any]] = field(default_factory=dict)
+    requests: dict[tuple[Any, ...], dict[str, Any]] = field(default_factory=dict)
+    _seen: Counter[tuple[Any, ...]] = field(default_factory=Counter)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def __call__(self, check: str, method: str, path: str, body: bytes | None, reply: Reply) -> None:
+        headers = sorted((k.lower(), v) for k, v in reply.exchange.request_headers.items()
+                         if k.lower() not in VOLATILE_REQUEST_HEADERS
+                         and not k.lower().startswith("x-schemathesis"))  # its per-case id
+        raw = body.encode() if isinstance(body, str) else body or b""
+        base = (check, method.upper(), path, json.dumps(headers), hashlib.sha256(raw).hexdigest())
+        summary = summarise(method, path, reply)
+        with self._lock:          # a check may send from several threads
+            key = (*base, self._seen[base])
+            self._seen[base] += 1
+            self.answers[key] = summary
+            self.requests[key] = {"check": check, "method": method.upper(), "path": path,
+                                  "headers": dict(headers), "body": raw[:2000].decode("utf-8", "replace")}
+
+
+@dataclass
+class DiffReport:
+    a_url: str
+    b_url: str
+    paired: int = 0
+    differing: list[dict[str, Any]] = field(default_factory=list)
+    only_a: list[dict[str, Any]] = field(default_factory=list)
+    only_b: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def exit_code(self) -> ExitCode:
+        return ExitCode.FAILED if self.differing or self.only_a or self.only_b else ExitCode.CONFORMANT
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"a": self.a_url, "b": self.b_url, "paired_requests": self.paired,
+                "differing": self.differing, "only_a": self.only_a, "only_b": self.only_b,
+                "exit_code": int(self.exit_code)}
+
+
+def compare(a: Recorder, b: Recorder, a_url: str, b_url: str) -> DiffReport:
+    report = DiffReport(a_url, b_url)
+    for key, answer in a.answers.items():
+        if key not in b.answers:
+            report.only_a.append({"request": a.requests[key], "answer": answer})
+            continue
+        report.paired += 1
+        other = b.answers[key]
+        fields = [f for f in SUMMARY_FIELDS if answer[f] != other[f]]
+        if fields:
+            report.differing.append({"request": a.requests[key], "fields": fields, "a": answer, "b": other})
+    report.only_b = [{"request": b.requests[k], "answer": v} for k, v in b.answers.items() if k not in a.answers]
+    return report
+
+
+def run_diff(a: RunConfig, b: RunConfig, checks: Sequence[Any], *,
+             transports: tuple[httpx.BaseTransport | None, httpx.BaseTransport | None] = (None, None)
+             ) -> DiffReport:
+    """The same checks against both deployments, one after the other."""
+    from conformance.runner import run
+    recorders = Recorder(), Recorder()
+    for config, recorder, transport in zip((a, b), recorders, transports):
+        run(config, checks, transport=transport, observers=[recorder])
+    return compare(*recorders, a.base_url, b.base_url)
+
+
+# -- output ----------------------------------------------------------------------------
+
+def _short(value: Any, width: int = 60) -> str:
+    text = value if isinstance(value, str) else json.dumps(value, sort_keys=True)
+    return text if len(text) <= width else text[:width - 3] + "..."
+
+
+def where_differs(a: Any, b: Any, path: str = "") -> tuple[str, Any, Any]:
+    """The first place two shapes differ: (path, the part of a, the part of b)."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        for key in sorted(set(a) | set(b)):
+            if a.get(key, "<absent>") != b.get(key, "<absent>"):
+                return where_differs(a.get(key, "<absent>"), b.get(key, "<absent>"), f"{path}.{key}")
+    return path.lstrip(".") or "(whole)", a, b
+
+
+def print_diff(report: DiffReport, console: Console) -> None:
+    table = Table(title=f"Answers that differ: A {report.a_url} / B {report.b_url}")
+    for column in ("check", "request", "field", "A", "B"):
+        table.add_column(column, overflow="fold")
+    for d in report.differing:
+        req = d["request"]
+        for f in d["fields"]:
+            a, b = d["a"][f], d["b"][f]
+            if f == "shape":        # the place they differ, not the whole shapes
+                where, a, b = where_differs(a, b)
+                f = f"shape: {where}"
+            table.add_row(req["check"], f"{req['method']} {req['path']} {_short(req['body'], 40)}", f,
+                          _short(a), _short(b))
+    if report.differing:
+        console.print(table)
+    for side, items in (("A", report.only_a), ("B", report.only_b)):
+        for item in items:
+            req = item["request"]
+            console.print(f"only in {side}: {req['check']} {req['method']} {req['path']} {_short(req['body'], 60)}",
+                          highlight=False, markup=False)
+    console.print(f"{len(report.differing)} of {report.paired} paired requests differ; "
+                  f"{len(report.only_a)} only in A, {len(report.only_b)} only in B; "
+                  f"exit code {int(report.exit_code)}", highlight=False)
+
+
+def _pre(value: Any) -> str:
+    return f"<pre>{escape(json.dumps(value, indent=2, sort_keys=True))}</pre>"
+
+
+def render_html(report: DiffReport) -> str:
+    rows = "".join(
+        f"<tr><td>{escape(d['request']['check'])}<br><code>{escape(d['request']['method'])} "
+        f"{escape(d['request']['path'])}</code>{_pre(d['request']['body'])}</td>"
+        f"<td>{escape(', '.join(d['fields']))}</td><td>{_pre(d['a'])}</td><td>{_pre(d['b'])}</td></tr>"
+        for d in report.differing)
+    only = "".join(f"<li>only in {side}: {escape(i['request']['check'])} <code>{escape(i['request']['method'])} "
+                   f"{escape(i['request']['path'])}</code></li>"
+                   for side, items in (("A", report.only_a), ("B", report.only_b)) for i in items)
+    return f"""<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8"><title>Diff: {escape(report.a_url)} / {escape(report.b_url)}</title>
+<style>body{{font-family:sans-serif}} table{{border-collapse:collapse;width:100%}}
+td,th{{border:1px solid #ccc;vertical-align:top;padding:4px}} pre{{white-space:pre-wrap;margin:0}}</style>
+</head><body>
+<h1>{len(report.differing)} of {report.paired} requests answered differently</h1>
+<p>A: <b>{escape(report.a_url)}</b>, B: <b>{escape(report.b_url)}</b>; exit code {int(report.exit_code)}.</p>
+<table><tr><th>request</th><th>differs in</th><th>A</th><th>B</th></tr>{rows}</table>
+<ul>{only}</ul>
+</body></html>
+"""
+
+
+# -- command line ----------------------------------------------------------------------
+
+def parser() -> argparse.ArgumentParser:
+    from conformance.cli import parser as run_parser
+    p = run_parser()
+    p.prog = "python -m conformance diff"
+    p.description = "Run the same checks against two deployments and report every answer that differs."
+    p.add_argument("--other-url", required=True, help="deployment B's base URL (A is --base-url)")
+    p.add_argument("--other-key", help="deployment B's API key (default: --api-key)")
+    return p
+
+
+def main(argv: Sequence[str], *, console: Console | None = None,
+         transports: tuple[httpx.BaseTransport | None, httpx.BaseTransport | None] = (None, None)) -> int:
+    from conformance.checks import REGISTRY
+    from conformance.cli import _config
+    from conformance.registry import select
+
+    console = console or Console()
+    err = Console(stderr=True)
+    try:
+        args = parser().parse_args(argv)
+    except SystemExit as exc:
+        return int(exc.code or 0)
+    try:
+        a = _config(args)
+        b = dataclasses.replace(a, base_url=args.other_url, api_key=args.other_key or a.api_key).validate()
+        report = run_diff(a, b, select(REGISTRY, a), transports=transports)
+    except (ConfigError, SpecError) as exc:
+        err.print(f"[magenta]error:[/] {exc}", highlight=False)
+        return int(ExitCode.USAGE)
+    if args.json:
+        Path(args.json).write_text(json.dumps(report.to_dict(), indent=2, default=str), encoding="utf-8")
+    if args.html:
+        Path(args.html).write_text(render_html(report), encoding="utf-8")
+    print_diff(report, console)
+    return int(report.exit_code)

@@ -1,0 +1,94 @@
+"""`python -m conformance diff` between the mock and the mock broken in a known way
+(the Breaker of tests/conformance_support.py): exactly the answers the break
+touches are reported, in exactly the field it changes."""
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+
+from conformance.cli import main
+from conformance.diff import mask, shape, where_differs
+from mock_server import create_app
+from mock_server.config import MockConfig
+from tests.conformance_support import Breaker, serve
+
+KEY = "diff-test-key"
+SELECT = ["-k", "golden:*", "-k", "routes:*", "-k", "stream:event_order", "-k", "stream:usage_arithmetic"]
+
+
+@pytest.fixture(scope="module")
+def servers() -> Iterator[tuple[str, Breaker, str]]:
+    # No end-of-text token: how many tokens an unseeded request gets is then the
+    # same on both sides (the length of per-token arrays is part of the shape).
+    config = MockConfig(eos_rate=0.0)
+    broken = Breaker(create_app(config))
+    with serve(create_app(config)) as a, serve(broken) as b:
+        yield a, broken, b
+
+
+def _diff(a: str, b: str, tmp_path: Path, select: list[str] = SELECT) -> tuple[int, dict, str, str]:
+    console = Console(record=True, width=200)
+    out_json, out_html = tmp_path / "diff.json", tmp_path / "diff.html"
+    code = main(["diff", "--base-url", a, "--api-key", KEY, "--other-url", b, "--profile", "full",
+                 "--no-progress", *select, "--json", str(out_json), "--html", str(out_html)], console=console)
+    return code, json.loads(out_json.read_text()), out_html.read_text(), console.export_text()
+
+
+def test_identical_deployments_differ_in_nothing(servers: tuple[str, Breaker, str], tmp_path: Path) -> None:
+    a, broken, b = servers
+    broken.mode = None
+    # schemathesis's requests too: they pair although each carries its own case id.
+    code, report, _, text = _diff(a, b, tmp_path, [*SELECT, "-k", "schema:not_a_server_error"])
+    assert (code, report["differing"], report["only_a"], report["only_b"]) == (0, [], [], [])
+    assert report["paired_requests"] > 100
+    assert f"0 of {report['paired_requests']} paired requests differ" in text
+
+
+@pytest.mark.parametrize(("mode", "field", "touched"), [
+    ("wrong_code", "code", lambda ans: ans["code"] == "deadline_infeasible"),
+    ("changed_message", "message", lambda ans: (ans["message"] or "").startswith("Invalid type")),
+    ("missing_x_request_id", "headers", lambda ans: True),
+])
+def test_exactly_the_broken_answers_are_reported(servers: tuple[str, Breaker, str], tmp_path: Path,
+                                                 mode: str, field: str, touched) -> None:
+    a, broken, b = servers
+    broken.mode = mode
+    try:
+        code, report, html, text = _diff(a, b, tmp_path)
+    finally:
+        broken.mode = None
+    assert code == 1
+    assert (report["only_a"], report["only_b"]) == ([], [])
+    differing = report["differing"]
+    assert differing and {tuple(d["fields"]) for d in differing} == {(field,)}
+    assert all(touched(d["a"]) for d in differing)
+    if field == "headers":
+        assert all(set(d["a"]["headers"]) - set(d["b"]["headers"]) == {"x-request-id"} for d in differing)
+        assert len(differing) == report["paired_requests"]
+    else:
+        assert all(d["a"][field] != d["b"][field] for d in differing)
+    assert f"{len(differing)} of {report['paired_requests']} paired requests differ" in text
+    assert html.count("<tr>") == len(differing) + 1
+
+
+def test_masking_and_shapes() -> None:
+    assert mask("see req_" + "a" * 32 + " at 2026-11-30T20:33:17Z") == "see req_* at <time>"
+    assert shape({"b": [1, 2.5, "x"], "a": None, "c": True}) == {
+        "a": "null", "b": {"array": 3, "items": ["integer", "number", "string"]}, "c": "boolean"}
+    assert where_differs({"x": {"events": ["content", "error", "done"]}, "y": 1},
+                         {"x": {"events": ["content", "done"]}, "y": 1}) == (
+        "x.events", ["content", "error", "done"], ["content", "done"])
+
+
+def test_an_unreachable_deployment_is_exit_code_2(servers: tuple[str, Breaker, str]) -> None:
+    from tests.mock_helpers import free_port
+    a, _, _ = servers
+    dead = f"http://127.0.0.1:{free_port()}"
+    console = Console(record=True, width=200)
+    assert main(["diff", "--base-url", dead, "--api-key", KEY, "--other-url", a, "-k", "routes:*",
+                 "--no-progress"], console=console) == 2
+    assert main(["diff", "--base-url", a, "--api-key", KEY], console=console) == 2   # no --other-url
