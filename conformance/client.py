@@ -14,22 +14,30 @@ from typing import Any, Callable
 
 import httpx
 
-from conformance.results import Exchange
+from conformance.config import CHEAP_TOKENS
+from conformance.cost import CostModel
+from conformance.results import Exchange, quote
 from conformance.sse import Parsed, parse_lines
 
-BODY_SHOWN = 4000          # characters of a body kept for reports
 AUTH_DEFAULT = "default"
 AUTH_NONE = "none"
 
 
+# The start of the reason of every check skipped for the token ceiling (reports find them by it).
+OVER_CEILING = "over the token ceiling"
+
+
+class OverCeiling(Exception):
+    """A request was not sent: if the server did not conform, it could pass the token ceiling.
+    `worst`: the tokens it (or what it stands for) may cost."""
+
+    def __init__(self, message: str, worst: int) -> None:
+        super().__init__(message)
+        self.worst = worst
+
+
 def _shown(data: bytes | str | None) -> str | None:
-    if data is None:
-        return None
-    text = data.decode("utf-8", "replace") if isinstance(data, bytes) else data
-    size = len(data)
-    if len(text) > BODY_SHOWN:
-        return f"{text[:BODY_SHOWN]}... ({size} bytes in all)"
-    return text
+    return None if data is None else quote(data)
 
 
 @dataclass
@@ -62,6 +70,10 @@ class Client:
         self._http = httpx.Client(base_url=self.base_url, timeout=timeout, transport=transport)
         self._lock = threading.Lock()
         self.tokens = 0              # generated tokens, from the server's usage
+        # The ledger: with both set, a request whose worst case (the server does not
+        # conform) would take `tokens` past `ceiling` is not sent (OverCeiling).
+        self.ceiling: int | None = None
+        self.cost: CostModel | None = None
         # Called with (method, path, request body, reply) after every answer (spec coverage).
         self.observers: list[Callable[[str, str, bytes | None, Reply], None]] = []
 
@@ -107,6 +119,7 @@ class Client:
         """Send one request; `body` is JSON-encoded, `content` is sent as is."""
         if body is not None:
             content = self.encode(body)
+        worst = self.reserve(method, path, content)
         hdrs = self._headers(auth, headers, content is not None)
         exchange = self._exchange(method, path, hdrs, content)
         try:
@@ -122,8 +135,8 @@ class Client:
         exchange.status = resp.status_code
         exchange.response_headers = dict(resp.headers)
         exchange.response_body = _shown(resp.content)
-        if resp.status_code == 200 and reply.is_json:
-            self._count(reply.data)
+        if resp.status_code == 200:
+            self._count(reply.data if reply.is_json else None, worst)
         self._observe(method, path, content, reply)
         return reply
 
@@ -140,6 +153,7 @@ class Client:
         the cheap way to see a large request accepted without paying for it.
         """
         content = self.encode(body)
+        worst = self.reserve("POST", path, content, stop_after_events)
         hdrs = self._headers(auth, headers, True)
         exchange = self._exchange("POST", path, hdrs, content)
         start = time.monotonic()
@@ -157,6 +171,8 @@ class Client:
                     except ValueError:
                         pass
                     exchange.response_body = _shown(resp.content)
+                    if resp.status_code == 200:
+                        self._count(reply.data if reply.is_json else None, worst)
                     self._observe("POST", path, content, reply)
                     return reply
                 events = 0
@@ -193,10 +209,31 @@ class Client:
         with self._lock:
             self.tokens += n
 
-    def _count(self, data: Any) -> None:
+    def worst_case(self, method: str, path: str, content: bytes | None,
+                   stop_after_events: int | None = None) -> int:
+        """What this request may cost if the server does not conform (0 before connect)."""
+        if self.cost is None or content is None:
+            return 0
+        # a stream the suite closes early costs what arrives before it hangs up
+        return self.cost.request(method, path, content, stop_after_events, CHEAP_TOKENS)
+
+    def reserve(self, method: str, path: str, content: bytes | None,
+                stop_after_events: int | None = None) -> int:
+        """The request's worst case, or OverCeiling if it could take the count past the ceiling."""
+        worst = self.worst_case(method, path, content, stop_after_events)
+        if self.ceiling is not None and worst and self.tokens + worst > self.ceiling:
+            raise OverCeiling(f"{method} {path} was not sent: it may generate {worst} tokens if the "
+                              f"server does not conform; {self.tokens} of the ceiling of "
+                              f"{self.ceiling} are spent", worst)
+        return worst
+
+    def _count(self, data: Any, worst: int = 0) -> None:
+        """The usage's completion_tokens; a 200 without them counts its worst case."""
         usage = data.get("usage") if isinstance(data, dict) else None
         if isinstance(usage, dict) and isinstance(usage.get("completion_tokens"), int):
             self._add(usage["completion_tokens"])
+        else:
+            self._add(worst)
 
     def _count_stream(self, parsed: Parsed) -> None:
         """The usage chunk's count; without one (or closed early), the content chunks seen."""

@@ -11,6 +11,10 @@ from conformance.results import Finding
 from contract import ModelInfo, Spec, spec
 
 
+# ctx.memo key: lines a check leaves for the report about requests the token ledger withheld.
+LEDGER_NOTES = "ledger_notes"
+
+
 class Skipped(Exception):
     """The check does not apply here; its text is the reason."""
 

@@ -11,6 +11,8 @@ from rich.table import Table
 from conformance.config import RunConfig
 from conformance.registry import Check, token_bound
 from conformance.results import CheckResult, Outcome, RunReport, exit_code
+from conformance.cost import CostModel
+from contract import spec
 from contract.version import describe, version_line
 
 STYLE = {Outcome.PASSED: "green", Outcome.FAILED: "red", Outcome.SKIPPED: "yellow", Outcome.ERROR: "magenta"}
@@ -67,6 +69,8 @@ def print_summary(report: RunReport, console: Console) -> None:
                       highlight=False)
     for error in report.run_errors:
         console.print(f"[magenta]TOOL ERROR[/] {error}", highlight=False)
+    if report.ceiling_note():
+        console.print(report.ceiling_note(), style="yellow", markup=False, highlight=False)
     console.print(f"checked with {describe(report.versions)}", highlight=False)
     if report.coverage:
         from conformance.coverage import summary_line
@@ -83,9 +87,13 @@ def print_dry_run(checks: Sequence[Check], config: RunConfig, console: Console) 
     table.add_column("check")
     table.add_column("tags")
     table.add_column("tokens ≤", justify="right")
+    table.add_column("if not conforming ≤", justify="right")
+    cost = CostModel(spec().models[config.model].max_model_len)
     for check in checks:
-        table.add_row(check.id, ", ".join(check.all_tags), str(check.token_bound(config)))
+        table.add_row(check.id, ", ".join(check.all_tags), str(check.token_bound(config)),
+                      str(check.worst_case(config, cost)))
     console.print(table)
     console.print(f"suite: {version_line()}", highlight=False)
-    console.print(f"token bound of the selection: {token_bound(checks, config)} "
-                  f"(ceiling {config.token_ceiling})")
+    console.print(f"token bound of the selection: {token_bound(checks, config)}; if the server does not "
+                  f"conform: {token_bound(checks, config, cost)} with the spec's max_model_len "
+                  f"{cost.max_model_len} (ceiling {config.token_ceiling})")

@@ -58,12 +58,14 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 @pytest.fixture(scope="session")
 def conformance_context(request: pytest.FixtureRequest,
                         record_testsuite_property: Callable[[str, object], None]) -> Iterator[Context]:
-    from conformance.runner import connect
+    from conformance.runner import connect, probe_end_tokens
     config = run_config(request.config)
     assert config is not None
     for name, version in versions().items():          # in --junitxml, as the CLI's JUnit has them
         record_testsuite_property(f"version:{name}", version)
     ctx = connect(config)
+    if config.full:   # the ledger trusts the end tokens only once the server honours them
+        probe_end_tokens(ctx)
     yield ctx
     ctx.client.close()
     request.config.stash.setdefault(SUMMARY, []).append(

@@ -15,9 +15,13 @@ from typing import TYPE_CHECKING, Union
 if TYPE_CHECKING:
     from conformance.config import RunConfig
     from conformance.context import Context
+    from conformance.cost import CostModel
 
 CheckFunction = Callable[["Context"], None]
 TokenBound = Union[int, Callable[["RunConfig"], int]]
+# What a check may cost if the server does NOT conform (accepts what it should refuse,
+# ignores a cap), given what the ledger knows of the deployment (its max_model_len).
+WorstCase = Union[int, Callable[["RunConfig", "CostModel"], int], None]
 
 
 @dataclass(frozen=True)
@@ -28,9 +32,18 @@ class Check:
     doc: str = ""
     tokens: TokenBound = 0      # upper bound of tokens it makes the server generate; 0: none
     shares: str = ""            # checks with the same key share one spend (one stream, one run)
+    worst: WorstCase = None     # tokens if the server does not conform; None: the same as `tokens`
 
     def token_bound(self, config: "RunConfig") -> int:
+        """Tokens a conforming server generates for it (the quick profile keeps those at 0)."""
         return self.tokens(config) if callable(self.tokens) else self.tokens
+
+    def worst_case(self, config: "RunConfig", cost: "CostModel") -> int:
+        """Tokens it may cost against a server that does not conform: what the ledger plans with."""
+        if self.worst is None:
+            return self.token_bound(config)
+        worst = self.worst(config, cost) if callable(self.worst) else self.worst
+        return max(worst, self.token_bound(config))
 
     @property
     def group(self) -> str:
@@ -55,10 +68,12 @@ class Registry:
         return check
 
     def register(self, id: str, *, tags: Iterable[str] = (), tokens: TokenBound = 0,
-                 shares: str = "", doc: str = "") -> Callable[[CheckFunction], CheckFunction]:
+                 shares: str = "", doc: str = "", worst: WorstCase = None
+                 ) -> Callable[[CheckFunction], CheckFunction]:
         """Decorator: the function's docstring is the check's description."""
         def wrap(func: CheckFunction) -> CheckFunction:
-            self.add(Check(id, func, tuple(tags), doc or (func.__doc__ or "").strip(), tokens, shares))
+            self.add(Check(id, func, tuple(tags), doc or (func.__doc__ or "").strip(), tokens, shares,
+                           worst))
             return func
         return wrap
 
@@ -96,15 +111,17 @@ def select(checks: Iterable[Check], config: "RunConfig") -> list[Check]:
     return chosen
 
 
-def token_bound(checks: Iterable[Check], config: "RunConfig") -> int:
-    """Upper bound of the tokens a selection makes the server generate (shared spends once)."""
+def token_bound(checks: Iterable[Check], config: "RunConfig", cost: "CostModel | None" = None) -> int:
+    """Upper bound of the tokens a selection makes the server generate (shared spends once):
+    a conforming server's, or, given the ledger's cost model, one that does not conform."""
     shared: dict[str, int] = {}
     total = 0
     for check in checks:
+        spend = check.token_bound(config) if cost is None else check.worst_case(config, cost)
         if check.shares:
-            shared[check.shares] = max(shared.get(check.shares, 0), check.token_bound(config))
+            shared[check.shares] = max(shared.get(check.shares, 0), spend)
         else:
-            total += check.token_bound(config)
+            total += spend
     return total + sum(shared.values())
 
 

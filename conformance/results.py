@@ -9,9 +9,32 @@ The exit code is computed here and nowhere else.
 """
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from enum import IntEnum, StrEnum
 from typing import Any
+
+# The most of any body (request or response) or value a report quotes, in bytes of
+# UTF-8: a server that writes 27 KB of text for one probe must not fill the reports.
+QUOTE_LIMIT_BYTES = 4096
+
+
+def quote(data: bytes | str, limit: int = QUOTE_LIMIT_BYTES) -> str:
+    """`data` as text, cut at `limit` bytes with its full length stated."""
+    raw = data if isinstance(data, bytes) else data.encode("utf-8", "replace")
+    if len(raw) <= limit:
+        return raw.decode("utf-8", "replace")
+    return f"{raw[:limit].decode('utf-8', 'ignore')}... (cut: {len(raw)} bytes in all)"
+
+
+def bounded(value: Any, limit: int = QUOTE_LIMIT_BYTES) -> Any:
+    """`value` as is when its JSON is within `limit` bytes; else its JSON, quoted and cut."""
+    if value is None or isinstance(value, (bool, int, float)):
+        return value
+    text = value if isinstance(value, str) else json.dumps(value, default=str, ensure_ascii=False)
+    if len(text.encode("utf-8", "replace")) <= limit:
+        return value
+    return quote(text, limit)
 
 
 class Outcome(StrEnum):
@@ -57,6 +80,10 @@ class Finding:
     received: Any = None
     exchange: Exchange | None = None
 
+    def __post_init__(self) -> None:
+        self.message = bounded(self.message)
+        self.expected, self.received = bounded(self.expected), bounded(self.received)
+
     def to_dict(self) -> dict[str, Any]:
         return {"message": self.message, "expected": self.expected, "received": self.received,
                 "exchange": self.exchange.to_dict() if self.exchange else None}
@@ -72,15 +99,24 @@ class CheckResult:
     reason: str = ""                  # why it was skipped, or the tool error
     duration: float = 0.0
     tokens: int = 0                   # tokens the deployment generated for this check
+    withheld: int = 0                 # worst case of the requests the ledger did not send
 
     @property
     def group(self) -> str:
         return self.id.split(":", 1)[0]
 
     def to_dict(self) -> dict[str, Any]:
+        findings = []
+        for i, f in enumerate(self.findings):
+            d = f.to_dict()
+            # several findings about one response quote it once (the reports stay small)
+            first = next(j for j, g in enumerate(self.findings) if g.exchange is f.exchange)
+            if f.exchange is not None and first < i:
+                d["exchange"] = {"same_as_finding": first}
+            findings.append(d)
         return {"id": self.id, "tags": list(self.tags), "doc": self.doc, "outcome": self.outcome.value,
                 "reason": self.reason, "duration_s": round(self.duration, 4), "tokens": self.tokens,
-                "findings": [f.to_dict() for f in self.findings]}
+                "findings": findings}
 
 
 @dataclass
@@ -97,6 +133,20 @@ class RunReport:
     # The suite's package version and the contract's (openapi.yaml's info.version) it checked.
     versions: dict[str, str] = field(default_factory=dict)
     coverage: dict[str, Any] | None = None                # conformance.coverage's summary
+    token_plan: int = 0                   # the selection's worst case: if the server does not conform
+    ceiling_skipped: list[str] = field(default_factory=list)   # checks skipped for the ceiling
+    ceiling_needed: int | None = None     # a --token-ceiling that would run them too
+    ceiling_notes: list[str] = field(default_factory=list)    # requests withheld inside checks
+
+    def ceiling_note(self) -> str:
+        """What the ceiling kept from running, or ''."""
+        lines = list(self.ceiling_notes)
+        if self.ceiling_skipped:
+            lines.insert(0, f"{len(self.ceiling_skipped)} checks skipped for the token ceiling of "
+                            f"{self.token_ceiling} (if the server does not conform they may cost more): "
+                            f"{', '.join(self.ceiling_skipped)}; --token-ceiling {self.ceiling_needed} "
+                            f"would run them")
+        return "\n".join(lines)
 
     def count(self, outcome: Outcome) -> int:
         return sum(1 for r in self.results if r.outcome is outcome)
@@ -116,7 +166,10 @@ class RunReport:
             "server_max_model_len": self.server_max_model_len,
             "summary": {o.value: self.count(o) for o in Outcome} | {
                 "total": len(self.results), "tokens": self.tokens,
-                "token_ceiling": self.token_ceiling, "duration_s": round(self.duration, 3),
+                "token_ceiling": self.token_ceiling, "token_plan": self.token_plan,
+                "skipped_for_ceiling": self.ceiling_skipped, "token_ceiling_needed": self.ceiling_needed,
+                "ceiling_notes": self.ceiling_notes,
+                "duration_s": round(self.duration, 3),
                 "exit_code": int(exit_code(self))},
             "results": [r.to_dict() for r in self.results if r.outcome is not Outcome.ERROR],
             "tool_errors": [r.to_dict() for r in self.errors],

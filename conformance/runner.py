@@ -8,16 +8,19 @@ from collections.abc import Callable, Sequence
 
 import httpx
 
-from conformance.client import Client, Reply
+from conformance.client import OVER_CEILING, Client, OverCeiling, Reply
 from conformance.coverage import Coverage
 from conformance.config import ConfigError, RunConfig
-from conformance.context import Context, ServerInfo, Skipped, Stop
-from conformance.registry import Check
+from conformance.cost import CostModel
+from conformance.context import LEDGER_NOTES, Context, ServerInfo, Skipped, Stop
+from conformance.registry import Check, token_bound
 from conformance.results import CheckResult, Outcome, RunReport
 from contract import Spec, spec
 from contract.version import versions
 
 MODELS_PATH = "/v1/models"
+
+PROBE_MAX_TOKENS = 2      # the end-token probe: 1 token if honoured, 2 if not
 
 Progress = Callable[[Check, CheckResult | None], None]   # None: the check is starting
 # Called with (check id, method, path, request body, reply) for every answer of the run.
@@ -59,11 +62,13 @@ def run_check(check: Check, ctx: Context) -> CheckResult:
     ctx.findings = []
     tokens_before = ctx.client.tokens
     start = time.perf_counter()
-    outcome, reason = Outcome.PASSED, ""
+    outcome, reason, withheld = Outcome.PASSED, "", 0
     try:
         check.func(ctx)
     except Skipped as exc:
         outcome, reason = Outcome.SKIPPED, str(exc)
+    except OverCeiling as exc:      # the client's ledger refused a request mid-check
+        outcome, reason, withheld = Outcome.SKIPPED, f"{OVER_CEILING}: {exc}", exc.worst
     except Stop:
         pass
     except Exception as exc:  # the suite's own bug: kept apart from findings
@@ -73,17 +78,70 @@ def run_check(check: Check, ctx: Context) -> CheckResult:
     if ctx.findings and outcome is not Outcome.ERROR:
         outcome = Outcome.FAILED
     return CheckResult(check.id, check.all_tags, check.doc, outcome, list(ctx.findings), reason,
-                       time.perf_counter() - start, ctx.client.tokens - tokens_before)
+                       time.perf_counter() - start, ctx.client.tokens - tokens_before, withheld)
 
 
-def execute(check: Check, ctx: Context) -> CheckResult:
-    """One check, unless its token bound would pass the ceiling (then skipped, with the reason)."""
-    bound = check.token_bound(ctx.config)
-    if ctx.client.tokens + bound > ctx.config.token_ceiling:
+def execute(check: Check, ctx: Context, cost: int | None = None) -> CheckResult:
+    """One check, unless its worst case (`cost`: the server does not conform) would pass the
+    ceiling; then it is skipped, with the reason and the ceiling that would let it run."""
+    cost = check.worst_case(ctx.config, _cost(ctx)) if cost is None else cost
+    spent = ctx.client.tokens
+    if cost and spent + cost > ctx.config.token_ceiling:
         return CheckResult(check.id, check.all_tags, check.doc, Outcome.SKIPPED,
-                           reason=f"it may generate {bound} tokens; {ctx.client.tokens} of the "
-                                  f"ceiling of {ctx.config.token_ceiling} are spent")
+                           reason=f"{OVER_CEILING}: it may generate {cost} tokens if the server does "
+                                  f"not conform; {spent} of the ceiling of {ctx.config.token_ceiling} "
+                                  f"are spent (--token-ceiling {spent + cost} would run it)")
     return run_check(check, ctx)
+
+
+def _cost(ctx: Context) -> CostModel:
+    return ctx.client.cost or CostModel(ctx.max_model_len)
+
+
+def probe_end_tokens(ctx: Context) -> None:
+    """Full profile: does the server stop at once when only the model's end tokens are allowed?
+    If it does, the ledger trusts the requests that rely on it (cheap acceptance at a cap)."""
+    end = list(ctx.model.eos_token_ids)
+    body = {"model": ctx.config.model, "prompt": [0], "max_tokens": PROBE_MAX_TOKENS, "allowed_token_ids": end}
+    try:
+        reply = ctx.client.post(ctx.api.completions_path, body)
+    except OverCeiling:
+        return
+    usage = reply.data.get("usage") if reply.status == 200 and isinstance(reply.data, dict) else None
+    if isinstance(usage, dict) and usage.get("completion_tokens") == 1:
+        ctx.client.cost = dataclasses.replace(_cost(ctx), end_tokens=frozenset(end))
+
+
+def plan(checks: Sequence[Check], ctx: Context) -> list[tuple[Check, int]]:
+    """The run order, each check with its worst-case cost (a shared spend's, for each
+    check that shares it: the first of them that runs pays it).
+
+    Checks that cannot generate come first (the ledger never stops them), then the
+    rest by cost, least first, so a ceiling too low for a non-conforming server skips
+    the dearest few. Checks that share one spend stay together.
+    """
+    costs = {c.id: c.worst_case(ctx.config, _cost(ctx)) for c in checks}
+    shared: dict[str, int] = {}
+    for c in checks:
+        if c.shares:
+            shared[c.shares] = max(shared.get(c.shares, 0), costs[c.id])
+    key = {c.id: shared[c.shares] if c.shares else costs[c.id] for c in checks}
+    ordered = sorted(checks, key=lambda c: key[c.id])   # stable: ties keep registration order
+    return [(c, key[c.id]) for c in ordered]
+
+
+def _still_needed(skipped: Sequence[Check], results: dict[str, CheckResult], ctx: Context) -> int:
+    """Tokens the checks skipped for the ceiling may cost: their plan, or what the ledger
+    withheld from them if more (a spend they share counted once)."""
+    shared: dict[str, int] = {}
+    total = 0
+    for c in skipped:
+        cost = max(c.worst_case(ctx.config, _cost(ctx)), results[c.id].withheld)
+        if c.shares:
+            shared[c.shares] = max(shared.get(c.shares, 0), cost)
+        else:
+            total += cost
+    return total + sum(shared.values())
 
 
 def connect(config: RunConfig, transport: httpx.BaseTransport | None = None,
@@ -94,7 +152,9 @@ def connect(config: RunConfig, transport: httpx.BaseTransport | None = None,
     api = api if api is not None else spec()
     client = Client(config.base_url, config.api_key, timeout=config.timeout, transport=transport)
     try:
-        return Context(config, client, discover(client, config.model, api), api=api)
+        ctx = Context(config, client, discover(client, config.model, api), api=api)
+        client.ceiling, client.cost = config.token_ceiling, CostModel(ctx.max_model_len)
+        return ctx
     except BaseException:
         client.close()
         raise
@@ -102,11 +162,13 @@ def connect(config: RunConfig, transport: httpx.BaseTransport | None = None,
 
 def run(config: RunConfig, checks: Sequence[Check], *, progress: Progress | None = None,
         transport: httpx.BaseTransport | None = None, observers: Sequence[Observer] = ()) -> RunReport:
-    """Run `checks` (already selected) in order; raise ConfigError/Unreachable before any check."""
+    """Run `checks` (already selected), least costly first; the report lists them in the
+    selection's order. Raise ConfigError/Unreachable before any check."""
     report = RunReport(config.base_url, config.model, config.profile, token_ceiling=config.token_ceiling,
                        versions=versions())
     start = time.perf_counter()
     ctx = connect(config, transport)
+    results: dict[str, CheckResult] = {}
     coverage = Coverage(exhausted_key=bool(config.exhausted_key), api=ctx.api)
     ctx.client.observers.append(coverage.observe_reply)
     current = [""]                     # the id of the check running now
@@ -115,15 +177,26 @@ def run(config: RunConfig, checks: Sequence[Check], *, progress: Progress | None
                                     observer(current[0], method, path, body, reply))
     with ctx.client:
         report.server_max_model_len = ctx.max_model_len
-        for check in checks:
+        if config.full and any(c.worst_case(config, _cost(ctx)) for c in checks):
+            probe_end_tokens(ctx)
+        report.token_plan = token_bound(checks, config, _cost(ctx))
+        paid: set[str] = set()      # shared spends already made
+        for check, cost in plan(checks, ctx):
             if progress:
                 progress(check, None)
             current[0] = check.id
-            result = execute(check, ctx)
-            report.results.append(result)
+            result = results[check.id] = execute(check, ctx, 0 if check.shares in paid else cost)
+            if check.shares and not result.reason.startswith(OVER_CEILING):
+                paid.add(check.shares)
             if progress:
                 progress(check, result)
         report.tokens = ctx.client.tokens
+        report.ceiling_notes = list(ctx.memo.get(LEDGER_NOTES, []))
         report.coverage = coverage.summary()
+    report.results = [results[c.id] for c in checks]
+    skipped = [c for c in checks if results[c.id].reason.startswith(OVER_CEILING)]
+    report.ceiling_skipped = [c.id for c in skipped]
+    if skipped:
+        report.ceiling_needed = report.tokens + _still_needed(skipped, results, ctx)
     report.duration = time.perf_counter() - start
     return report

@@ -2,7 +2,10 @@
 
 vLLM runs in its own interpreter (REFERENCE_VLLM_PYTHON, else .venv-vllm/bin/python
 when it exists, else this one) as `python -m reference_impl.vllm_server`, which
-is vLLM's OpenAI server plus activations in completion streams.
+is vLLM's OpenAI server plus activations in completion streams. With `plain=True`
+it is vLLM's own OpenAI server with its defaults (`python -m
+vllm.entrypoints.openai.api_server`), as a team would deploy it on day one: the
+conformance suite's second foil (conformance/VLLM_SCORE.md).
 """
 from __future__ import annotations
 
@@ -25,6 +28,8 @@ log = logging.getLogger("reference_impl")
 
 ROOT = Path(__file__).resolve().parent.parent
 PYTHON_ENV = "REFERENCE_VLLM_PYTHON"
+SERVER_MODULE = "reference_impl.vllm_server"
+PLAIN_SERVER_MODULE = "vllm.entrypoints.openai.api_server"
 READY_TIMEOUT_S = 300.0
 STOP_TIMEOUT_S = 20.0
 
@@ -60,7 +65,8 @@ class VllmProcess:
 
     def __init__(self, model: str, served_name: str, *, python: str | None = None,
                  port: int | None = None, max_model_len: int | None = None,
-                 extra_args: Sequence[str] = (), log_file: IO[Any] | None = None) -> None:
+                 extra_args: Sequence[str] = (), log_file: IO[Any] | None = None,
+                 plain: bool = False) -> None:
         self.model, self.served_name = model, served_name
         self.python = python or default_python()
         self.port = port or free_port()
@@ -68,20 +74,22 @@ class VllmProcess:
         self.max_model_len = max_model_len
         self.extra_args = list(extra_args)
         self.log_file = log_file
+        self.plain = plain
         self.proc: subprocess.Popen[bytes] | None = None
         self._owner = 0   # the process that started vLLM; gunicorn's forked workers are not it
 
     def command(self) -> list[str]:
         model_info = spec().models.get(self.served_name)
-        cmd = [self.python, "-m", "reference_impl.vllm_server", "--model", self.model,
+        cmd = [self.python, "-m", PLAIN_SERVER_MODULE if self.plain else SERVER_MODULE, "--model", self.model,
                "--served-model-name", self.served_name, "--host", "127.0.0.1", "--port", str(self.port),
-               # vLLM's defaults, never the model's generation_config.json (completions.md)
-               "--generation-config", "vllm",
-               # the API takes `priority`; vLLM refuses it unless it schedules by priority
-               "--scheduling-policy", "priority",
                "--disable-uvicorn-access-log"]
-        if model_info is not None:   # activations come in the model's dtype, as the spec says
-            cmd += ["--dtype", model_info.dtype]
+        if not self.plain:
+            # vLLM's defaults, never the model's generation_config.json (completions.md)
+            cmd += ["--generation-config", "vllm",
+                    # the API takes `priority`; vLLM refuses it unless it schedules by priority
+                    "--scheduling-policy", "priority"]
+            if model_info is not None:   # activations come in the model's dtype, as the spec says
+                cmd += ["--dtype", model_info.dtype]
         if self.max_model_len:
             cmd += ["--max-model-len", str(self.max_model_len)]
         return cmd + self.extra_args
@@ -89,9 +97,11 @@ class VllmProcess:
     def environment(self) -> dict[str, str]:
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+        env.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")   # GiB, CPU builds only
+        if self.plain:
+            return env
         # vLLM refuses more than 1,024 prompts by default; the API's caps decide instead.
         env.setdefault("VLLM_MAX_COMPLETION_PROMPTS", str(spec().caps["max_generated_tokens"]))
-        env.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")   # GiB, CPU builds only
         return env
 
     def start(self, timeout: float = READY_TIMEOUT_S) -> "VllmProcess":

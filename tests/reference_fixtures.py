@@ -29,7 +29,7 @@ from api_server import ServerConfig, create_app
 from reference_impl.__main__ import api_config
 from reference_impl.deployment import deployment_models, read_model_config, upstream_models
 from reference_impl.engine import VllmEngine
-from reference_impl.launcher import READY_TIMEOUT_S, default_python, free_port, wait_ready
+from reference_impl.launcher import READY_TIMEOUT_S, VllmProcess, default_python, free_port, wait_ready
 
 ROOT = Path(__file__).resolve().parent.parent
 MODEL_DIR = ROOT / "models" / "tiny-llama"
@@ -125,6 +125,30 @@ def reference() -> Iterator[Reference]:
     while not all(_gone(pid) for pid in vllm) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert vllm and all(_gone(pid) for pid in vllm), f"vLLM outlived the API: {ref.log()}"
+
+
+PLAIN_KEY = "plain-vllm-key"
+
+
+@pytest.fixture(scope="module")
+def plain_vllm() -> Iterator[VllmProcess]:
+    """Plain vLLM (`python -m vllm.entrypoints.openai.api_server`, its defaults, --api-key
+    PLAIN_KEY) serving the tiny model as llama-8b, no API layer in front: the suite's foil.
+    Module-scoped: it stops when its tests are done, so it never runs long beside `reference`."""
+    reason = missing()
+    if reason:
+        pytest.skip(reason)
+    with tempfile.TemporaryFile() as log:
+        vllm = VllmProcess(str(MODEL_DIR), SERVED, plain=True, extra_args=["--api-key", PLAIN_KEY], log_file=log)
+        try:
+            vllm.start()
+        except RuntimeError as exc:
+            log.seek(0)
+            raise RuntimeError(f"{exc}\n{log.read()[-6000:].decode(errors='replace')}") from exc
+        try:
+            yield vllm
+        finally:
+            vllm.stop()
 
 
 @pytest.fixture(scope="session")

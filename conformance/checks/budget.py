@@ -20,14 +20,14 @@ def template_regex(template: str) -> re.Pattern[str]:
     return re.compile(".+?".join(re.escape(p) for p in parts))
 
 
-@register("budget:exhausted_key", tags=("budget",))
+@register("budget:exhausted_key", tags=("budget",), worst=1)
 def exhausted_key(ctx: Context) -> None:
     """A key whose Budget cannot hold one token: 429 insufficient_quota in the error shape,
     with `x-should-retry: false`."""
     key = ctx.config.exhausted_key
     if not key:
         ctx.skip("needs a key whose Budget is spent: pass --exhausted-key KEY")
-    body = {"model": ctx.config.model, "prompt": [0], "max_tokens": 1}
+    body = {"model": ctx.config.model, "prompt": [0], "max_tokens": 1, "n": 1}
     reply = ctx.client.post(COMPLETIONS, body, auth=f"Bearer {key}")
     code = "insufficient_quota"
     ctx.expect_status(reply, spec().error_codes[code]["status"], fatal=True)

@@ -11,11 +11,13 @@ closed after its first chunk). One past the limit nothing is generated.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from conformance.checks.common import COMPLETIONS, first_chunk_accepted
-from conformance.config import CHEAP_TOKENS
+from conformance.config import CHEAP_TOKENS, RunConfig
 from conformance.context import Context
+from conformance.cost import CostModel
 from conformance.expect import error_body, message, token_rule_body
 from conformance.golden import padded_body
 from conformance.registry import register
@@ -34,6 +36,14 @@ def _caps() -> dict[str, int]:
     return spec().caps
 
 
+def _no_stream_limit_worst(config: RunConfig, cost: CostModel) -> int:
+    """One prompt token and max_tokens at the no-stream cap, stopped by the end tokens: a server
+    that ignores them (until it has shown it honours them) writes all of it."""
+    eos = list(spec().models[config.model].eos_token_ids)
+    return cost.body({"prompt": [PROMPT_ID], "max_tokens": _caps()["max_tokens_without_stream"],
+                      "allowed_token_ids": eos})
+
+
 def _fits_body(ctx: Context, prompt_tokens: int) -> None:
     # two bytes per id ("0,"): skip rather than send a body the 413 rule would refuse first
     if 2 * prompt_tokens + 256 > _caps()["max_body_bytes"]:
@@ -50,7 +60,8 @@ def _accepted(ctx: Context, body: dict[str, Any], *, stream: bool = False) -> No
 
 # -- max_tokens without stream (deadline_infeasible) ---------------------------
 
-@register("caps:max_tokens.without_stream.limit", tags=("caps",), tokens=1)
+@register("caps:max_tokens.without_stream.limit", tags=("caps",), tokens=1,
+          worst=_no_stream_limit_worst)
 def without_stream_limit(ctx: Context) -> None:
     """max_tokens at the no-stream cap is accepted (it stops at once: allowed_token_ids = end tokens)."""
     cap = _caps()["max_tokens_without_stream"]
@@ -59,11 +70,16 @@ def without_stream_limit(ctx: Context) -> None:
     _accepted(ctx, _body(ctx, 1, max_tokens=cap, allowed_token_ids=list(ctx.model.eos_token_ids)))
 
 
-@register("caps:max_tokens.without_stream.limit+1", tags=("caps",))
+@register("caps:max_tokens.without_stream.limit+1", tags=("caps",), worst=1)
 def without_stream_past(ctx: Context) -> None:
-    """One past the no-stream cap: 400 deadline_infeasible."""
+    """One past the no-stream cap: 400 deadline_infeasible, before the context is looked at.
+
+    The prompt fills the context (max_model_len - 1 token ids): x-token-rules checks the
+    no-stream cap first, and a server that wrongly accepts the request has room for one token.
+    """
     cap = _caps()["max_tokens_without_stream"]
-    reply = ctx.client.post(COMPLETIONS, _body(ctx, 1, max_tokens=cap + 1))
+    _fits_body(ctx, ctx.max_model_len)
+    reply = ctx.client.post(COMPLETIONS, _body(ctx, ctx.max_model_len - 1, max_tokens=cap + 1))
     ctx.expect_error(reply, token_rule_body("deadline_infeasible", cap=cap, max_tokens=cap + 1,
                                             minutes=_caps()["wait_seconds"] // 60))
 
@@ -88,12 +104,14 @@ def generated_limit(ctx: Context) -> None:
     _accepted(ctx, _body(ctx, 1, n=n, max_tokens=max_tokens), stream=True)
 
 
-@register("caps:generated_tokens.limit+1", tags=("caps",))
+@register("caps:generated_tokens.limit+1", tags=("caps", "streaming"), worst=CHEAP_TOKENS)
 def generated_past(ctx: Context) -> None:
     """max_tokens one past the generated-token cap's split: 400 invalid_request, param max_tokens."""
     n, max_tokens = _split(ctx)
     cap = _caps()["max_generated_tokens"]
-    reply = ctx.client.post(COMPLETIONS, _body(ctx, 1, n=n, max_tokens=max_tokens + 1, stream=True))
+    # a stream, closed after its first event should a server wrongly accept it
+    reply = ctx.client.stream(COMPLETIONS, _body(ctx, 1, n=n, max_tokens=max_tokens + 1, stream=True),
+                              stop_after_events=1)
     ctx.expect_error(reply, token_rule_body("generated_tokens_cap", cap=cap, n=n, max_tokens=max_tokens + 1,
                                             prompts=1, total=n * (max_tokens + 1)))
 
@@ -107,7 +125,7 @@ def context_limit(ctx: Context) -> None:
     _accepted(ctx, _body(ctx, ctx.max_model_len - 1, max_tokens=1))
 
 
-@register("caps:context.limit+1", tags=("caps",))
+@register("caps:context.limit+1", tags=("caps",), worst=1)
 def context_past(ctx: Context) -> None:
     """A prompt of max_model_len token ids and max_tokens 1: 400 context_length_exceeded."""
     length = ctx.max_model_len
@@ -145,7 +163,7 @@ def capture_limit(ctx: Context) -> None:
     _accepted(ctx, _body(ctx, cap, max_tokens=1, output_residual_stream=[0]), stream=True)
 
 
-@register("caps:capture.limit+1", tags=("caps", "activations"))
+@register("caps:capture.limit+1", tags=("caps", "activations"), worst=1)
 def capture_past(ctx: Context) -> None:
     """One Layer x (capture cap + 1) positions: 400 invalid_request, param output_residual_stream."""
     cap = ctx.model.capture_cap
@@ -165,7 +183,7 @@ def body_limit(ctx: Context) -> None:
     ctx.expect_status(reply, 200)
 
 
-@register("caps:body.limit+1", tags=("caps", "http"))
+@register("caps:body.limit+1", tags=("caps", "http"), worst=1)
 def body_past(ctx: Context) -> None:
     """One byte more: 413 request_too_large."""
     limit = _caps()["max_body_bytes"]
@@ -173,10 +191,10 @@ def body_past(ctx: Context) -> None:
     ctx.expect_error(reply, error_body("request_too_large", message("request_too_large", limit=limit)))
 
 
-@register("caps:body.limit+1.chat", tags=("caps", "http"))
+@register("caps:body.limit+1.chat", tags=("caps", "http"), worst=1)
 def body_past_chat(ctx: Context) -> None:
     """The body cap holds on every route: 413 on POST /v1/chat/completions too (size comes first)."""
     limit = _caps()["max_body_bytes"]
-    body = {"model": ctx.config.model, "messages": [{"role": "user", "content": "hi"}]}
+    body = {"model": ctx.config.model, "max_tokens": 1, "n": 1, "messages": [{"role": "user", "content": "hi"}]}
     reply = ctx.client.request("POST", "/v1/chat/completions", content=padded_body(body, limit + 1))
     ctx.expect_error(reply, error_body("request_too_large", message("request_too_large", limit=limit)))

@@ -8,18 +8,31 @@ CHEAP_TOKENS is made cheap: a stream is closed after its first event, and a
 request without stream is sent with allowed_token_ids set to the model's end
 tokens, so that it stops after one token (the rules it tests do not look at
 allowed_token_ids).
+
+A case that expects a refusal is sent with `max_tokens: 1` and `n: 1` added
+where its body has neither, or, when it needs `max_tokens` missing or large, as
+a stream closed after its first event (or with the end tokens as its only
+allowed_token_ids), as conformance/golden/cheap_requests.json says (written
+offline by conformance.golden.cheap, where the contract refuses each changed
+request exactly as the original one): a server that wrongly accepts it writes
+one token, or one event. Every case is counted at its worst case
+(conformance.cost) by the ledger.
 """
 from __future__ import annotations
 
+import hashlib
 import json
-from functools import partial
+from functools import cache, partial
+from typing import Any
 
 from conformance.checks.common import first_chunk_accepted
 from conformance.client import AUTH_DEFAULT
 from conformance.config import CHEAP_TOKENS
 from conformance.context import Context
-from conformance.golden import Case, load_cases
+from conformance.cost import CostModel, generating_paths
+from conformance.golden import HERE, Case, load_cases
 from conformance.registry import REGISTRY, Check
+from contract import spec
 
 # Golden tags that name a feature a user may include or skip (see README).
 LENS_FIELDS = {"output_residual_stream": "activations", "apply_steering_vectors": "steering",
@@ -50,6 +63,51 @@ def depends_on_dimensions(case: Case) -> bool:
     return bool(DIMENSION_TAGS & set(case.tags)) or case.id.startswith(DIMENSION_IDS)
 
 
+CHEAP_TABLE = HERE / "cheap_requests.json"   # written by python -m conformance.golden.cheap
+
+
+@cache
+def _cheap_table() -> dict[str, Any]:
+    return json.loads(CHEAP_TABLE.read_text(encoding="utf-8")) if CHEAP_TABLE.exists() else {}
+
+
+def refusal_request(case: Case) -> tuple[dict[str, Any] | None, bool]:
+    """(the body to send for a refused case made cheap, or None to send its bytes as they are;
+    whether to send it as a stream closed after its first event)."""
+    entry = _cheap_table().get(case.id)
+    if entry is None or entry["body_sha256"] != hashlib.sha256(case.body or b"").hexdigest()[:16]:
+        return None, False
+    return {**json.loads(case.body or b"{}"), **entry["add"]}, entry["close_after_first_event"]
+
+
+def refusal_body(case: Case) -> bytes | None:
+    """The bytes a refused case is sent with, when not its own."""
+    body, _ = refusal_request(case)
+    return None if body is None else json.dumps(body).encode()
+
+
+def _accepted_body(case: Case, model_eos: list[int]) -> tuple[dict[str, Any], bool]:
+    """(the body an accepted case is sent with, whether its stream is closed after one event)."""
+    body = json.loads(case.body or b"{}")
+    if case.generates > CHEAP_TOKENS and body.get("stream") is True:
+        return body, True
+    if case.generates > CHEAP_TOKENS and not {"allowed_token_ids", "min_tokens", "ignore_eos"} & set(body):
+        body["allowed_token_ids"] = model_eos
+    return body, False
+
+
+def worst_case(case: Case, cost: CostModel, model: str) -> int:
+    """What the case may cost if the server does not conform."""
+    if case.method != "POST" or case.path not in generating_paths():
+        return 0
+    if case.expect_status == 200:
+        body, closed_early = _accepted_body(case, list(spec().models[model].eos_token_ids))
+        return min(cost.body(body), CHEAP_TOKENS) if closed_early else cost.body(body)
+    body, closed_early = refusal_request(case)
+    worst = cost.body(case.body or b"" if body is None else body)
+    return min(worst, CHEAP_TOKENS) if closed_early else worst
+
+
 def run_case(case: Case, ctx: Context) -> None:
     assumed, served = ctx.spec_model, ctx.model
     if "caps" in case.tags and served.max_model_len != assumed.max_model_len:
@@ -63,8 +121,12 @@ def run_case(case: Case, ctx: Context) -> None:
     auth = AUTH_DEFAULT if case.auth == "default" else case.auth
     if case.expect_status == 200:
         return _accepted(case, ctx, auth)
-    reply = ctx.client.request(case.method, case.path, content=case.body,
-                               headers=case.headers, auth=auth)
+    body, closed_early = refusal_request(case)
+    if closed_early:
+        reply = ctx.client.stream(case.path, body, headers=case.headers, auth=auth, stop_after_events=1)
+    else:
+        reply = ctx.client.request(case.method, case.path, content=refusal_body(case) or case.body,
+                                   headers=case.headers, auth=auth)
     ctx.expect_response(reply, case.expect_status, case.expect_body)
 
 
@@ -81,12 +143,17 @@ def _accepted(case: Case, ctx: Context, auth: str) -> None:
     ctx.expect_request_id(reply, in_body=False)
 
 
+def _case_worst(case: Case, config: Any, cost: CostModel) -> int:
+    return worst_case(case, cost, config.model)
+
+
 def register_golden(cases: list[Case] | None = None) -> list[Check]:
     out = []
     for case in cases if cases is not None else load_cases():
         tags = tuple(dict.fromkeys(("golden", *case.tags, *_feature_tags(case))))
         out.append(REGISTRY.add(Check(f"golden:{case.id}", partial(run_case, case), tags,
-                                      case.doc, _token_bound(case))))
+                                      case.doc, _token_bound(case),
+                                      worst=partial(_case_worst, case))))
     return out
 
 

@@ -121,7 +121,7 @@ def steering_accepted(ctx: Context) -> None:
     ctx.expect_status(reply, 200)
 
 
-@register("lens:bad_vector.second", tags=("steering",))
+@register("lens:bad_vector.second", tags=("steering",), worst=MAX_TOKENS)
 def bad_second_vector(ctx: Context) -> None:
     """A wrong hidden size in the second vector: 400 naming apply_steering_vectors[1]."""
     hidden = ctx.model.hidden_size
@@ -133,7 +133,7 @@ def bad_second_vector(ctx: Context) -> None:
     ctx.expect_error(reply, steering_body("hidden", param, got=hidden - 1, hidden_size=hidden))
 
 
-@register("lens:layer_out_of_range", tags=("activations",))
+@register("lens:layer_out_of_range", tags=("activations",), worst=MAX_TOKENS)
 def layer_out_of_range(ctx: Context) -> None:
     """output_residual_stream naming the layer count itself: 400 (x-model-rules layer_in_range)."""
     rule = spec().model_rules["layer_in_range"]

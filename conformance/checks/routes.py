@@ -21,8 +21,13 @@ def _unused_method(path: str) -> str:
     return next(m for m in ("DELETE", "PUT", "PATCH", "GET", "POST") if m not in _allowed(path))
 
 
+# A request that expects a refusal still asks for one token of one sequence: a server
+# that wrongly accepts it writes one token, not its max_model_len.
+REFUSED_WORST = 1
+
+
 def _minimal(ctx: Context) -> dict:
-    return {"model": ctx.config.model, "prompt": [0], "max_tokens": 1}
+    return {"model": ctx.config.model, "prompt": [0], "max_tokens": 1, "n": 1}
 
 
 # -- routes --------------------------------------------------------------------
@@ -71,11 +76,11 @@ def health(ctx: Context) -> None:
     ctx.expect_request_id(reply, in_body=False)
 
 
-@register("routes:chat_refused", tags=("routes",))
+@register("routes:chat_refused", tags=("routes",), worst=REFUSED_WORST)
 def chat_refused(ctx: Context) -> None:
     """POST /v1/chat/completions: 400 with the documentation's message, param null."""
-    reply = ctx.client.post("/v1/chat/completions",
-                            {"model": ctx.config.model, "messages": [{"role": "user", "content": "hi"}]})
+    reply = ctx.client.post("/v1/chat/completions", {"model": ctx.config.model, "max_tokens": 1, "n": 1,
+                                                     "messages": [{"role": "user", "content": "hi"}]})
     ctx.expect_error(reply, error_body("invalid_request", message("chat_refused")))
 
 
@@ -89,13 +94,13 @@ def _expect_401(ctx: Context, auth: str | None, path: str = COMPLETIONS) -> None
     ctx.expect_error(reply, error_body("invalid_api_key", message("invalid_api_key")))
 
 
-@register("auth:missing_key", tags=("auth",))
+@register("auth:missing_key", tags=("auth",), worst=REFUSED_WORST)
 def missing_key(ctx: Context) -> None:
     """No Authorization header: 401 invalid_api_key."""
     _expect_401(ctx, None)
 
 
-@register("auth:malformed_key", tags=("auth",))
+@register("auth:malformed_key", tags=("auth",), worst=REFUSED_WORST)
 def malformed_key(ctx: Context) -> None:
     """An Authorization header that is not `Bearer KEY`: 401 invalid_api_key."""
     _expect_401(ctx, f"Token {ctx.client.api_key}")
@@ -107,7 +112,7 @@ def missing_key_models(ctx: Context) -> None:
     _expect_401(ctx, None, MODELS)
 
 
-@register("auth:wrong_key", tags=("auth",))
+@register("auth:wrong_key", tags=("auth",), worst=REFUSED_WORST)
 def wrong_key(ctx: Context) -> None:
     """An unknown Bearer key: 401 (only where the deployment has keys configured: --wrong-key-expected)."""
     if not ctx.config.wrong_key_expected:

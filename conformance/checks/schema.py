@@ -16,6 +16,12 @@ openapi.yaml's text/event-stream `schema` is one SSE event's envelope (as
 OpenAPI 3.2 and schemathesis read it); `stream_event_conformance` validates
 each event's payload against x-event-schemas.
 
+Both go through the suite's token ledger (hooks `before_call`/`after_call`): a
+negative body for a generating route gets `max_tokens: 1` and `n: 1` where it
+has neither (absent, they are valid, so the body stays as negative as it was),
+each response's tokens are counted as they come, and a request whose worst case
+would pass the ceiling is not sent.
+
 `ignored_auth` expects unknown keys to be refused, so it is on only with
 --wrong-key-expected (a server without configured keys accepts any key).
 """
@@ -34,12 +40,12 @@ from schemathesis.checks import CHECKS
 from schemathesis.config import SchemathesisConfig
 from schemathesis.engine import events, from_schema
 
-from conformance.client import Reply, StreamReply
+from conformance.client import OVER_CEILING, Client, OverCeiling, Reply, StreamReply
 from conformance.config import RunConfig
-from conformance.context import Context
+from conformance.context import LEDGER_NOTES, Context
 from conformance.expect import event_schemas
 from conformance.registry import REGISTRY, Check
-from conformance.results import Exchange, Finding
+from conformance.results import Exchange, Finding, quote
 from conformance.sse import parse_lines
 from contract import spec
 
@@ -79,6 +85,50 @@ def stream_event_conformance(ctx: Any, response: Any, case: Any) -> bool | None:
     if problems:
         raise AssertionError("Stream event does not match its schema\n\n" + "\n".join(problems[:5]))
     return True
+
+
+# -- the token ledger, through schemathesis's (global) hooks -------------------------
+
+# Added to a negative body that has neither; absent, both are valid, so adding them
+# keeps the body as negative as it was, and a server that accepts it writes one token.
+NEGATIVE_CHEAP_FIELDS = {"max_tokens": 1, "n": 1}
+_LEDGERS: list["_Ledger"] = []      # the run in progress; the hooks do nothing without one
+
+
+class _Ledger:
+    def __init__(self, client: Client, mode: str) -> None:
+        self.client, self.mode = client, mode
+        self.sent = self.withheld = self.withheld_worst = 0   # requests that can generate
+
+    def before(self, case: Any) -> None:
+        method, path = case.operation.method.upper(), case.operation.path
+        if self.mode == "negative" and isinstance(case.body, dict) and self.client.cost is not None \
+                and self.client.cost.request(method, path, case.body):
+            for name, value in NEGATIVE_CHEAP_FIELDS.items():
+                case.body.setdefault(name, value)
+        content = json.dumps(case.body).encode() if isinstance(case.body, (dict, list)) else None
+        try:
+            if self.client.reserve(method, path, content):
+                self.sent += 1
+        except OverCeiling as exc:
+            self.withheld += 1
+            self.withheld_worst += exc.worst
+            raise
+
+    def after(self, response: Any) -> None:
+        self.client.add_tokens(_response_tokens(response))
+
+
+@schemathesis.hook
+def before_call(ctx: Any, case: Any, **kwargs: Any) -> None:
+    if _LEDGERS:
+        _LEDGERS[-1].before(case)
+
+
+@schemathesis.hook
+def after_call(ctx: Any, case: Any, response: Any) -> None:
+    if _LEDGERS:
+        _LEDGERS[-1].after(response)
 
 
 def check_names() -> list[str]:
@@ -169,18 +219,17 @@ def _exchange(interaction: Any) -> Exchange | None:
     headers = {k: (v[0] if isinstance(v, list) else v) for k, v in req.headers.items()}
     if "Authorization" in headers:
         headers["Authorization"] = "Bearer ***"
-    body = req.body.decode("utf-8", "replace")[:2000] if req.body else None
+    body = quote(req.body) if req.body else None
     ex = Exchange(req.method, req.uri, headers, body)
     if resp is not None:
         ex.status = resp.status_code
         ex.response_headers = {k: (v[0] if isinstance(v, list) else v) for k, v in resp.headers.items()}
-        ex.response_body = resp.content.decode("utf-8", "replace")[:2000]
+        ex.response_body = quote(resp.content)
     return ex
 
 
-def _tokens(interaction: Any) -> int:
+def _response_tokens(resp: Any) -> int:
     """Generated tokens in one response: usage, or the content events of a stream."""
-    resp = getattr(interaction, "response", None)
     if resp is None or resp.status_code != 200:
         return 0
     text = resp.content.decode("utf-8", "replace")
@@ -238,10 +287,20 @@ def run_schemathesis(ctx: Context) -> dict[str, list[Finding]]:
     ctx.memo["schemathesis"] = findings
     refused = _never_accepted(schemathesis_spec())
     for mode, raw, phases in runs:
-        for recorder in _run(ctx.config, raw, mode, phases):
+        _LEDGERS.append(_Ledger(ctx.client, mode))
+        try:
+            recorders = list(_run(ctx.config, raw, mode, phases))
+        finally:
+            ledger = _LEDGERS.pop()
+            ctx.memo[f"schemathesis_withheld_{mode}"] = (ledger.sent, ledger.withheld, ledger.withheld_worst)
+            if ledger.withheld:
+                ctx.memo.setdefault(LEDGER_NOTES, []).append(
+                    f"schemathesis ({mode} data) did not send {ledger.withheld} of "
+                    f"{ledger.sent + ledger.withheld} requests that can generate: together they may "
+                    f"generate {ledger.withheld_worst} tokens if the server does not conform")
+        for recorder in recorders:
             for interaction in recorder.interactions.values():
-                ctx.client.add_tokens(_tokens(interaction))
-                _observe(ctx, interaction)
+                _observe(ctx, interaction)    # tokens: counted by the ledger's after_call hook
             for case_id, nodes in recorder.checks.items():
                 for node in nodes:
                     if node.failure_info is None:
@@ -259,6 +318,13 @@ def run_schemathesis(ctx: Context) -> dict[str, list[Finding]]:
 
 def _report(name: str, ctx: Context) -> None:
     found = run_schemathesis(ctx).get(name, [])
+    ledgers = [ctx.memo.get(f"schemathesis_withheld_{mode}", (0, 0, 0)) for mode in ("negative", "positive")]
+    sent, count, worst = (sum(w[i] for w in ledgers) for i in range(3))
+    # nothing that can generate was sent: no verdict (some withheld: the run's notes say so)
+    if count and not sent and not found:
+        raise OverCeiling(f"schemathesis did not send {count} requests that may generate {worst} tokens "
+                          f"in all if the server does not conform; {ctx.client.tokens} of the ceiling of "
+                          f"{ctx.config.token_ceiling} are spent", worst)
     unique: dict[str, Finding] = {}
     for f in found:
         unique.setdefault(f.message, f)

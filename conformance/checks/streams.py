@@ -207,7 +207,7 @@ def seeded_body(ctx: Context) -> dict[str, Any]:
             "seed": 1234, "n": 2}
 
 
-@register("stream:text_equals_non_stream", tags=("streaming", "determinism"), tokens=32)
+@register("stream:text_equals_non_stream", tags=("streaming", "determinism"), tokens=32, worst=2 * 32)
 def text_equals(ctx: Context) -> None:
     """The streamed text of each choice equals the text of the same seeded request without stream.
 
@@ -223,7 +223,7 @@ def text_equals(ctx: Context) -> None:
     ctx.equal("the streamed texts", texts(plain), texts(streamed), streamed)
 
 
-@register("determinism:seed", tags=("determinism",), tokens=24)
+@register("determinism:seed", tags=("determinism",), tokens=24, worst=3 * 16)
 def seed_reproduces(ctx: Context) -> None:
     """The same request with the same seed gets the same text (two of three tries agree)."""
     replies = []

@@ -230,8 +230,11 @@ class CapCases(_Cases):
                               prompts=1, total=cap + 1))
         yield _case("caps.without_stream.at", "max_tokens at the no-stream limit", t,
                     {**b, "max_tokens": wait}, 200, generates=wait)
-        yield _case("caps.without_stream.past", "max_tokens one past the no-stream limit", t,
-                    {**b, "max_tokens": wait + 1}, 400,
+        # the prompt fills the context: the no-stream cap comes first (x-token-rules' order),
+        # and a server that wrongly accepts the request has room for one token only
+        yield _case("caps.without_stream.past", "max_tokens one past the no-stream limit, checked before the context", t,
+                    {**b, "prompt": {"$token_ids": {"count": m.max_model_len - 1, "id": 791}},
+                     "max_tokens": wait + 1}, 400,
                     self.rule("deadline_infeasible", "x-token-rules", cap=wait, max_tokens=wait + 1,
                               minutes=c["wait_seconds"] // 60))
         # One tags list for the family: the YAML writes it once and refers to it after.

@@ -42,10 +42,11 @@ def _pre(label: str, value: Any) -> str:
     return f'<div><div class="label">{escape(label)}</div><pre>{escape(_pretty(value))}</pre></div>'
 
 
-def _finding(f: Finding) -> str:
+def _finding(f: Finding, repeated: bool = False) -> str:
+    """One finding; `repeated`: its exchange was shown with an earlier finding of the check."""
     out = [f'<div class="finding"><b>{escape(f.message)}</b>']
     ex = f.exchange
-    if ex is not None:
+    if ex is not None and not repeated:
         req = f"{ex.method} {ex.url}\n" + "\n".join(f"{k}: {v}" for k, v in ex.request_headers.items())
         if ex.request_body:
             req += "\n\n" + _pretty(ex.request_body)
@@ -56,7 +57,7 @@ def _finding(f: Finding) -> str:
     elif ex is not None and ex.error:
         received = {"no response": ex.error}
     out.append('<div class="side">' + _pre("expected", f.expected) + _pre("received", received) + "</div>")
-    if ex is not None and ex.status is not None and f.received is not None:
+    if ex is not None and ex.status is not None and f.received is not None and not repeated:
         out.append(_pre(f"whole response ({ex.status})", _maybe_json(ex.response_body)))
     out.append("</div>")
     return "".join(out)
@@ -77,7 +78,8 @@ def _result(r: CheckResult) -> str:
     body = [f'<p class="doc">{escape(r.doc)}</p>'] if r.doc else []
     if r.reason:
         body.append(_pre("reason" if r.outcome is Outcome.SKIPPED else "tool error", r.reason))
-    body += [_finding(f) for f in r.findings]
+    body += [_finding(f, any(g.exchange is f.exchange for g in r.findings[:i]))
+             for i, f in enumerate(r.findings)]
     is_open = " open" if r.outcome in (Outcome.FAILED, Outcome.ERROR) else ""
     return f'<details class="{r.outcome.value}"{is_open}>{head}{"".join(body)}</details>'
 
@@ -113,6 +115,7 @@ def render(report: RunReport) -> str:
 <p>model <b>{escape(report.model)}</b> (max_model_len {report.server_max_model_len}), profile
 <b>{escape(report.profile)}</b>, {report.duration:.1f} s, {report.tokens} generated tokens
 (ceiling {report.token_ceiling}), exit code {int(exit_code(report))}.</p>
+{"".join(f'<p class="skipped">{escape(line)}</p>' for line in report.ceiling_note().splitlines())}
 <p>checked with {escape(describe(report.versions))}.</p>
 <table>{counts}</table>
 <h2>By group</h2>

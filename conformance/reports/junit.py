@@ -32,8 +32,14 @@ def build(report: RunReport) -> ET.Element:
     props = ET.SubElement(suite, "properties")
     for name, value in (("base_url", report.base_url), ("model", report.model),
                         ("tokens", report.tokens), ("token_ceiling", report.token_ceiling),
+                        ("token_plan", report.token_plan),
                         *((f"version:{n}", v) for n, v in report.versions.items())):
         ET.SubElement(props, "property", {"name": name, "value": str(value)})
+    for i, note in enumerate(report.ceiling_notes):
+        ET.SubElement(props, "property", {"name": f"ceiling_note_{i}", "value": note})
+    if report.ceiling_skipped:
+        ET.SubElement(props, "property", {"name": "skipped_for_ceiling", "value": ",".join(report.ceiling_skipped)})
+        ET.SubElement(props, "property", {"name": "token_ceiling_needed", "value": str(report.ceiling_needed)})
     for r in report.results:
         case = ET.SubElement(suite, "testcase", {"classname": f"conformance.{r.group}", "name": r.id,
                                                  "time": f"{r.duration:.3f}"})

@@ -1,0 +1,122 @@
+"""Which refused golden cases can be sent cheaply, written once to cheap_requests.json.
+
+A case that expects a refusal costs nothing against a conforming server, but a
+server that wrongly accepts it generates for it: up to its max_model_len per
+sequence when the case leaves `max_tokens` out. So the suite sends such a case
+with `max_tokens: 1` and `n: 1` added where its body has neither, or, when it
+needs `max_tokens` missing or large, as a stream it closes after the first event
+(`stream: true` added, if absent), or with `allowed_token_ids` set to the end
+tokens; each only where the contract refuses the changed request exactly as the
+original one (same code, param and message).
+
+The contract decides that here, offline, so the suite (conformance/checks) never
+runs the core's validators against the servers it judges; `python -m
+conformance.golden.cheap` rewrites the file and a test checks it is fresh. A
+case missing from the file (or whose body changed since) is sent as it is and
+counted at its worst case.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+
+from conformance.cost import CostModel
+from conformance.golden import HERE, Case, load_cases
+from contract import ApiError, spec, validate_completion
+
+OUT = HERE / "cheap_requests.json"
+COMPLETIONS = spec().completions_path
+CHEAP_FIELDS = {"max_tokens": 1, "n": 1}
+STREAM_FIELD = {"stream": True}
+# Statuses decided by the body's bytes, which must stay as they are.
+SIZE_STATUSES = {413}
+NOT_COMPARABLE = ("not comparable",)
+
+
+def body_digest(body: bytes | None) -> str:
+    return hashlib.sha256(body or b"").hexdigest()[:16]
+
+
+def json_object(case: Case) -> dict[str, Any] | None:
+    """The body as a JSON object, when re-encoding it gives back the same bytes."""
+    try:
+        body = json.loads(case.body or b"")
+    except ValueError:
+        return None
+    return body if isinstance(body, dict) and json.dumps(body).encode() == case.body else None
+
+
+def verdict(body: dict[str, Any]) -> tuple[Any, ...] | None:
+    """The contract's refusal of a completion body (code, param, message), or None."""
+    try:
+        validate_completion(body)
+    except ApiError as exc:
+        return exc.code, exc.param, exc.message
+    except Exception:   # noqa: BLE001 (anything else cannot be compared: keep the case as it is)
+        return NOT_COMPARABLE
+    return None
+
+
+def _generating(path: str) -> bool:
+    content = (spec().raw["paths"].get(path, {}).get("post", {}).get("requestBody") or {}).get("content", {})
+    return "application/json" in content
+
+
+def _end_tokens(body: dict[str, Any]) -> dict[str, Any]:
+    model = spec().models.get(body.get("model")) or spec().models[spec().default_model]
+    return {"allowed_token_ids": list(model.eos_token_ids)}
+
+
+def derive(case: Case) -> dict[str, Any] | None:
+    """{"add": fields, "close_after_first_event": bool} for a refused case, or None."""
+    body = json_object(case)
+    if (case.expect_status == 200 or case.expect_status in SIZE_STATUSES or body is None
+            or case.method != "POST" or not _generating(case.path)):
+        return None
+    # the chat route is refused whatever the body; a body the contract accepts is refused
+    # before it is read (key, media type): either way added fields change nothing
+    original = verdict(body) if case.path == COMPLETIONS else None
+    if original == NOT_COMPARABLE:
+        return None
+
+    def alike(extra: dict[str, Any]) -> bool:
+        return original is None or verdict({**body, **extra}) == original
+
+    missing = {k: v for k, v in CHEAP_FIELDS.items() if k not in body}
+    add = next((e for e in (missing, *({k: v} for k, v in missing.items())) if e and alike(e)), {})
+    close = False
+    model = spec().models.get(body.get("model")) or spec().models[spec().default_model]
+    if CostModel(model.max_model_len).body({**body, **add}) > 1 and case.path == COMPLETIONS:
+        if body.get("stream") is True:
+            close = True
+        elif "stream" not in body and alike({**add, **STREAM_FIELD}):
+            add, close = {**add, **STREAM_FIELD}, True
+        elif "allowed_token_ids" not in body and alike({**add, **_end_tokens(body)}):
+            add = {**add, **_end_tokens(body)}
+    if not add and not close:
+        return None
+    return {"body_sha256": body_digest(case.body), "add": add, "close_after_first_event": close}
+
+
+def table(cases: list[Case] | None = None) -> dict[str, Any]:
+    out = {}
+    for case in cases if cases is not None else load_cases():
+        entry = derive(case)
+        if entry is not None:
+            out[case.id] = entry
+    return out
+
+
+def render(cases: list[Case] | None = None) -> str:
+    return json.dumps(table(cases), indent=1, sort_keys=True) + "\n"
+
+
+def write(path: Path = OUT) -> Path:
+    path.write_text(render(), encoding="utf-8")
+    return path
+
+
+if __name__ == "__main__":
+    print(write())

@@ -1,0 +1,343 @@
+"""The token ledger: worst-case costs, the run order, checks skipped for the ceiling, bounded quotes.
+
+A fake server (httpx.MockTransport) that conforms to nothing: it accepts every
+request and generates what the request allows, up to its max_model_len.
+"""
+from __future__ import annotations
+
+import json
+import xml.etree.ElementTree as ET
+from typing import Any
+
+import httpx
+import pytest
+from rich.console import Console
+
+from conformance.checks import REGISTRY
+from conformance.checks.golden import refusal_request, worst_case as golden_worst
+from conformance.checks.schema import _Ledger
+from conformance.client import Client, OverCeiling
+from conformance.config import CHEAP_TOKENS, DEFAULT_TOKEN_CEILING, RunConfig
+from conformance.context import Context
+from conformance.cost import CostModel, generating_paths, worst_case
+from conformance.display import print_summary
+from conformance.golden import load_cases
+from conformance.golden.cheap import OUT as CHEAP_FILE, render as render_cheap
+from conformance.registry import Check, select, token_bound
+from conformance.reports.html import render
+from conformance.reports.junit import build
+from conformance.results import QUOTE_LIMIT_BYTES, CheckResult, Exchange, Finding, Outcome, quote
+from conformance.runner import OVER_CEILING, PROBE_MAX_TOKENS, run
+from contract import spec
+
+MODEL = spec().default_model
+EOS = frozenset(spec().models[MODEL].eos_token_ids)
+COMPLETIONS = "/v1/completions"
+SERVED_LEN = 300          # the fake deployment's max_model_len (GET /v1/models)
+
+
+# -- the worst case of one request ------------------------------------------------------------
+
+@pytest.mark.parametrize("body, worst", [
+    ({"prompt": [0], "max_tokens": 1, "n": 1}, 1),
+    ({"prompt": ["a", "b", "c"], "n": 2, "max_tokens": 4}, 3 * 2 * 4),
+    ({"prompt": [[0, 1], [2]], "max_tokens": 5}, 2 * 5),
+    ({"prompt": [0] * 10}, SERVED_LEN - 10),                 # no max_tokens: the whole context
+    ({"prompt": "hi"}, SERVED_LEN),
+    ({"prompt": [0], "max_tokens": "4"}, 4),                 # what a lax server reads
+    ({"prompt": [0], "max_tokens": 4.0, "n": "2"}, 8),
+    ({"prompt": [0], "max_tokens": 1.5}, SERVED_LEN - 1),    # unreadable: the server's default
+    ({"prompt": [0], "max_tokens": 10 ** 9}, SERVED_LEN - 1),
+    ({"prompt": [0], "max_tokens": 3, "n": 2, "best_of": 5}, 15),
+    ({"prompt": [0], "max_tokens": 50, "allowed_token_ids": sorted(EOS)}, 50),   # not yet trusted
+    ({"messages": [{"role": "user", "content": "hi"}]}, SERVED_LEN),
+    ([1, 2], 0),
+])
+def test_worst_case_of_a_body(body: Any, worst: int) -> None:
+    assert worst_case(body, SERVED_LEN) == worst
+    assert worst_case(json.dumps(body).encode(), SERVED_LEN) == worst
+
+
+def test_end_tokens_shorten_only_once_the_server_showed_it_honours_them() -> None:
+    body = {"prompt": [0], "max_tokens": 50, "n": 2, "allowed_token_ids": sorted(EOS)}
+    assert CostModel(SERVED_LEN).body(body) == 100
+    assert CostModel(SERVED_LEN, EOS).body(body) == 2
+    assert CostModel(SERVED_LEN, EOS).body({**body, "ignore_eos": True}) == 100
+    assert CostModel(SERVED_LEN, EOS).body({**body, "allowed_token_ids": [*EOS, 5]}) == 100
+
+
+def test_only_posts_with_a_json_body_can_generate() -> None:
+    cost = CostModel(SERVED_LEN)
+    assert COMPLETIONS in generating_paths()
+    assert cost.request("GET", COMPLETIONS, b'{"prompt": "x"}') == 0
+    assert cost.request("POST", "/v1/models", b'{"prompt": "x"}') == 0
+    assert cost.request("POST", COMPLETIONS, b"not json") == 0
+    assert cost.request("POST", COMPLETIONS, b'{"prompt": "x"}') == SERVED_LEN
+    assert cost.request("POST", COMPLETIONS, b'{"prompt": "x"}', stop_after_events=1,
+                        early_close=CHEAP_TOKENS) == CHEAP_TOKENS
+
+
+# -- a server that conforms to nothing -------------------------------------------------------
+
+def generated(body: dict[str, Any]) -> int:
+    """What the fake server writes: everything the request allows (one token if only end tokens)."""
+    per = body.get("max_tokens") or SERVED_LEN - 1
+    if body.get("allowed_token_ids") and set(body["allowed_token_ids"]) <= EOS:
+        per = 1
+    prompts = body.get("prompt")
+    count = len(prompts) if isinstance(prompts, list) and prompts and isinstance(prompts[0], list) else 1
+    return count * int(body.get("n") or 1) * per
+
+
+class LaxServer:
+    def __init__(self) -> None:
+        self.posts: list[dict[str, Any]] = []
+
+    def __call__(self, request: httpx.Request) -> httpx.Response:
+        if request.method == "GET":
+            return httpx.Response(200, json={"data": [{"id": MODEL, "max_model_len": SERVED_LEN}]})
+        body = json.loads(request.content)
+        self.posts.append(body)
+        return httpx.Response(200, json={"choices": [], "usage": {"completion_tokens": generated(body)}})
+
+
+def _post(body: dict[str, Any]) -> Any:
+    def func(ctx: Context) -> None:
+        ctx.client.post(COMPLETIONS, {"model": MODEL, "prompt": [0], **body})
+    return func
+
+
+def _get(ctx: Context) -> None:
+    ctx.client.request("GET", "/v1/models")
+
+
+def checks() -> list[Check]:
+    return [
+        Check("a:dear", _post({"max_tokens": 120}), doc="d", tokens=1, worst=120),
+        Check("a:free", _get, doc="d"),
+        Check("b:cheap", _post({"max_tokens": 1, "n": 1}), doc="d", worst=1),
+        Check("b:middle", _post({"max_tokens": 40}), doc="d", tokens=1,
+              worst=lambda config, cost: cost.body({"prompt": [0], "max_tokens": 40})),
+        Check("c:free", _get, doc="d"),
+        # declares nothing but sends a request without max_tokens: the client's ledger stops it
+        Check("c:undeclared", _post({}), doc="d"),
+    ]
+
+
+def _run(ceiling: int, order: list[str]) -> tuple[Any, LaxServer]:
+    server = LaxServer()
+
+    def progress(check: Check, result: CheckResult | None) -> None:
+        if result is None:
+            order.append(check.id)
+    config = RunConfig("http://lax.test", "k", profile="full", token_ceiling=ceiling)
+    return run(config, checks(), progress=progress, transport=httpx.MockTransport(server)), server
+
+
+def test_the_ledger_runs_the_cheap_first_and_names_what_the_ceiling_kept_out() -> None:
+    order: list[str] = []
+    report, server = _run(100, order)
+    # checks that cannot generate first, then by worst case; undeclared (0) ones are free to start
+    assert order == ["a:free", "c:free", "c:undeclared", "b:cheap", "b:middle", "a:dear"]
+    assert [r.id for r in report.results] == [c.id for c in checks()]     # the report keeps its order
+    outcomes = {r.id: r.outcome for r in report.results}
+    assert outcomes == {"a:dear": Outcome.SKIPPED, "a:free": Outcome.PASSED, "b:cheap": Outcome.PASSED,
+                        "b:middle": Outcome.PASSED, "c:free": Outcome.PASSED,
+                        "c:undeclared": Outcome.SKIPPED}
+    probe = 1                                     # the end-token probe: this server honours them
+    assert report.tokens == probe + 1 + 40 <= 100
+    assert report.ceiling_skipped == ["a:dear", "c:undeclared"]
+    # the needed ceiling: what was spent, the skipped checks' plans, and what the ledger withheld
+    # from the undeclared one (its request without max_tokens)
+    assert report.ceiling_needed == report.tokens + 120 + (SERVED_LEN - 1)
+    dear = next(r for r in report.results if r.id == "a:dear")
+    assert dear.reason == (f"{OVER_CEILING}: it may generate 120 tokens if the server does not conform; "
+                           f"{probe + 41} of the ceiling of 100 are spent (--token-ceiling {probe + 41 + 120} "
+                           f"would run it)")
+    undeclared = next(r for r in report.results if r.id == "c:undeclared")
+    assert undeclared.reason.startswith(f"{OVER_CEILING}: POST {COMPLETIONS} was not sent: it may generate "
+                                        f"{SERVED_LEN - 1} tokens")
+    assert all("max_tokens" in p for p in server.posts)   # the request without one never went out
+
+
+def test_a_ceiling_that_holds_everything_skips_nothing() -> None:
+    report, _ = _run(1000, [])
+    assert report.ceiling_skipped == [] and report.ceiling_needed is None
+    assert report.count(Outcome.SKIPPED) == 0
+    assert report.tokens == 1 + 120 + 1 + 40 + (SERVED_LEN - 1)
+
+
+def test_checks_that_cannot_generate_run_whatever_the_ledger_says() -> None:
+    report, server = _run(0, [])
+    assert {r.id for r in report.results if r.outcome is Outcome.PASSED} == {"a:free", "c:free"}
+    assert report.tokens == 0 and server.posts == []
+    assert report.ceiling_skipped == ["a:dear", "b:cheap", "b:middle", "c:undeclared"]
+
+
+def test_requests_withheld_inside_a_check_are_noted_in_every_report() -> None:
+    from conformance.results import RunReport
+    report = RunReport("http://x", MODEL, "full", token_ceiling=10,
+                       ceiling_notes=["schemathesis (negative data) did not send 4 of 351 requests"])
+    assert report.ceiling_note() == report.ceiling_notes[0]
+    assert report.to_dict()["summary"]["ceiling_notes"] == report.ceiling_notes
+    props = {p.get("name"): p.get("value") for p in build(report).iter("property")}
+    assert props["ceiling_note_0"] == report.ceiling_notes[0]
+    assert report.ceiling_notes[0] in render(report)
+
+
+def test_every_report_names_the_checks_skipped_for_the_ceiling() -> None:
+    report, _ = _run(100, [])
+    note = report.ceiling_note()
+    assert "a:dear, c:undeclared" in note and f"--token-ceiling {report.ceiling_needed}" in note
+    summary = report.to_dict()["summary"]
+    assert summary["skipped_for_ceiling"] == ["a:dear", "c:undeclared"]
+    assert summary["token_ceiling_needed"] == report.ceiling_needed
+    props = {p.get("name"): p.get("value") for p in build(report).iter("property")}
+    assert props["skipped_for_ceiling"] == "a:dear,c:undeclared"
+    assert props["token_ceiling_needed"] == str(report.ceiling_needed)
+    assert note.replace(">", "&gt;") in render(report)
+    console = Console(record=True, width=400)
+    print_summary(report, console)
+    assert note in console.export_text()
+
+
+# -- the suite's own checks against such a server -----------------------------------------------
+
+def test_the_full_profile_plans_within_the_ceiling_for_a_server_that_does_not_conform() -> None:
+    config = RunConfig("http://x", "k", profile="full")
+    selected = select(REGISTRY, config)
+    served = CostModel(spec().models[MODEL].max_model_len, EOS)
+    assert token_bound(selected, config, served) <= DEFAULT_TOKEN_CEILING
+    # every check that expects a refusal asks for little, however the server answers
+    refused = [c for c in load_cases() if c.expect_status != 200]
+    dear = {c.id: golden_worst(c, served, MODEL) for c in refused if golden_worst(c, served, MODEL) > CHEAP_TOKENS}
+    assert dear == {}
+
+
+def test_the_cheap_golden_requests_are_fresh() -> None:
+    """python -m conformance.golden.cheap rewrites the file."""
+    assert CHEAP_FILE.read_text(encoding="utf-8") == render_cheap()
+
+
+def test_a_refused_golden_case_keeps_its_body_and_gains_only_the_cheap_fields() -> None:
+    changed = 0
+    for case in load_cases():
+        body, _ = refusal_request(case)
+        if body is None:
+            continue
+        changed += 1
+        original = json.loads(case.body or b"{}")
+        assert {k: body[k] for k in original} == original, case.id
+        assert set(body) - set(original) <= {"max_tokens", "n", "stream", "allowed_token_ids"}, case.id
+    assert changed
+
+
+# -- schemathesis through the ledger -------------------------------------------------------------
+
+class _Op:
+    method, path = "post", COMPLETIONS
+
+
+class _Case:
+    operation = _Op()
+
+    def __init__(self, body: Any) -> None:
+        self.body = body
+
+
+def test_negative_schemathesis_bodies_get_the_cheap_fields_and_the_ceiling_holds() -> None:
+    with Client("http://x", "k", transport=httpx.MockTransport(LaxServer())) as client:
+        client.ceiling, client.cost = 10, CostModel(SERVED_LEN)
+        ledger = _Ledger(client, "negative")
+        case = _Case({"model": MODEL, "prompt": 7})
+        ledger.before(case)
+        assert case.body == {"model": MODEL, "prompt": 7, "max_tokens": 1, "n": 1}
+        client.ceiling = 1000
+        kept = _Case({"model": MODEL, "prompt": [0], "max_tokens": "x", "n": 3})
+        ledger.before(kept)          # its own fields stay: they may be what makes it negative
+        assert kept.body == {"model": MODEL, "prompt": [0], "max_tokens": "x", "n": 3}
+        client.tokens = 1000
+        with pytest.raises(OverCeiling):
+            ledger.before(_Case({"model": MODEL, "prompt": 7}))
+        assert ledger.withheld == 1
+        positive = _Ledger(client, "positive")
+        body = {"model": MODEL, "prompt": [0]}
+        with pytest.raises(OverCeiling):
+            positive.before(_Case(body))
+        assert body == {"model": MODEL, "prompt": [0]}
+
+
+# -- bounded quotes ---------------------------------------------------------------------------------
+
+def test_quotes_are_cut_with_their_full_length_stated() -> None:
+    assert quote("short") == "short"
+    text = "é" * QUOTE_LIMIT_BYTES         # 2 bytes each
+    cut = quote(text)
+    assert cut.endswith(f"... (cut: {2 * QUOTE_LIMIT_BYTES} bytes in all)")
+    assert len(cut.split("... (cut:")[0].encode()) <= QUOTE_LIMIT_BYTES
+
+
+def test_a_finding_quotes_a_few_kb_of_a_huge_response() -> None:
+    huge = "x" * (30 * QUOTE_LIMIT_BYTES)
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, json={"text": huge})
+    with Client("http://x", "k", transport=httpx.MockTransport(handler)) as client:
+        reply = client.post("/v1/chat/completions", {"messages": []})
+    finding = Finding("status 200", expected=400, received={"status": 200, "body": reply.data},
+                      exchange=reply.exchange)
+    result = CheckResult("routes:x", (), "", Outcome.FAILED, [finding, Finding("again", exchange=reply.exchange)])
+    out = json.dumps(result.to_dict())
+    assert len(out) < 3 * QUOTE_LIMIT_BYTES
+    assert f"bytes in all)" in result.to_dict()["findings"][0]["received"]
+    assert result.to_dict()["findings"][1]["exchange"] == {"same_as_finding": 0}
+    assert len(reply.exchange.response_body or "") < QUOTE_LIMIT_BYTES + 64
+
+
+def test_junit_and_html_stay_bounded() -> None:
+    ex = Exchange("POST", "http://x/v1/completions", {}, "{}", 200, {}, quote("y" * 10 ** 6))
+    report_findings = [Finding(f"f{i}", received="z" * 10 ** 5, exchange=ex) for i in range(3)]
+    from conformance.results import RunReport
+    report = RunReport("http://x", MODEL, "full",
+                       results=[CheckResult("golden:x", (), "", Outcome.FAILED, report_findings)])
+    assert len(render(report)) < 4 * QUOTE_LIMIT_BYTES + 8000
+    assert len(ET.tostring(build(report))) < 4 * QUOTE_LIMIT_BYTES
+
+
+def test_the_end_tokens_are_trusted_only_when_the_probe_stops_at_once() -> None:
+    body = {"max_tokens": 100, "allowed_token_ids": sorted(EOS)}
+    check = Check("a:cheap_if_honoured", _post(body), doc="d", tokens=1,
+                  worst=lambda config, cost: cost.body({"prompt": [0], **body}))
+
+    class Deaf(LaxServer):       # ignores allowed_token_ids
+        def __call__(self, request: httpx.Request) -> httpx.Response:
+            if request.method == "POST":
+                request_body = json.loads(request.content)
+                request_body.pop("allowed_token_ids", None)
+                request = httpx.Request("POST", request.url, json=request_body)
+            return super().__call__(request)
+
+    config = RunConfig("http://lax.test", "k", profile="full", token_ceiling=50)
+    honours = run(config, [check], transport=httpx.MockTransport(LaxServer()))
+    assert honours.results[0].outcome is Outcome.PASSED and honours.token_plan == 1
+    deaf = run(config, [check], transport=httpx.MockTransport(Deaf()))
+    assert deaf.token_plan == 100 and deaf.ceiling_skipped == ["a:cheap_if_honoured"]
+    assert deaf.tokens == PROBE_MAX_TOKENS          # the probe, written in full
+
+
+def test_a_shared_spend_skipped_for_the_ceiling_is_not_paid_by_the_next_check() -> None:
+    spends: list[str] = []
+
+    def shared_run(ctx: Context) -> None:
+        if "shared" not in ctx.memo:
+            ctx.memo["shared"] = True
+            spends.append("run")
+            ctx.client.post(COMPLETIONS, {"model": MODEL, "prompt": [0], "max_tokens": 60})
+    shared = [Check(f"s:{i}", shared_run, doc="d", tokens=60, shares="one") for i in range(3)]
+    config = RunConfig("http://lax.test", "k", profile="full", token_ceiling=50)
+    report = run(config, shared, transport=httpx.MockTransport(LaxServer()))
+    assert spends == [] and report.ceiling_skipped == ["s:0", "s:1", "s:2"]
+    assert report.ceiling_needed == report.tokens + 60              # the shared spend, once
+    report = run(RunConfig("http://lax.test", "k", profile="full", token_ceiling=100), shared,
+                 transport=httpx.MockTransport(LaxServer()))
+    assert spends == ["run"] and [r.outcome for r in report.results] == [Outcome.PASSED] * 3
