@@ -32,6 +32,7 @@ import os
 import shlex
 import shutil
 import signal
+import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -102,6 +103,19 @@ def run(args):
     return servers, cells, streams, extra, versions
 
 
+def install_wrk():
+    """apt-get install -y wrk, where apt-get is there and may install (root); True if wrk is then found."""
+    apt = shutil.which("apt-get")
+    if apt is None or os.geteuid() != 0:
+        return False
+    print("installing wrk: apt-get install -y wrk", file=sys.stderr)
+    subprocess.run([apt, "install", "-y", "wrk"], capture_output=True)
+    if shutil.which("wrk") is None:   # an index that lacks it: update once, then try again
+        subprocess.run([apt, "update"], capture_output=True)
+        subprocess.run([apt, "install", "-y", "wrk"], capture_output=True)
+    return shutil.which("wrk") is not None
+
+
 def parse_args(argv):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--duration", type=int, default=5, help="seconds per measured cell (default 5)")
@@ -137,8 +151,8 @@ def parse_args(argv):
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
     args = parse_args(argv)
-    if shutil.which("wrk") is None:
-        print("wrk is not installed: apt-get install wrk", file=sys.stderr)
+    if shutil.which("wrk") is None and not install_wrk():
+        print("wrk is not installed: apt-get install -y wrk", file=sys.stderr)
         return EXIT_USAGE
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
     command = shlex.join([".venv/bin/python", "bench/http_bench.py", *argv])

@@ -1,7 +1,9 @@
 """The serving model under `python -m mock_server` (gevent workers by default):
 a stalled body answered after the body-read timeout, stalled clients holding no
 worker, a client that leaves mid-stream closing the engine's iterator (its Hold
-settled against what was generated)."""
+settled against what was generated), SIGTERM letting an open stream finish.
+The malformed-HTTP body, 413 on chunked bodies and keepalives are in test_mock_http.py,
+which runs the same default server."""
 from __future__ import annotations
 
 import json
@@ -101,3 +103,24 @@ def test_a_client_that_leaves_mid_stream_closes_the_engine_and_settles(
         time.sleep(0.05)
     spent = before - store.remaining(KEY)
     assert 0 < spent < 2000, spent
+
+
+def test_sigterm_lets_an_open_stream_finish_then_exits_cleanly() -> None:
+    proc = MockProcess("--workers", "1").start()
+    try:
+        body = json.dumps(completion_body(max_tokens=10, ignore_eos=True, stream=True)).encode()
+        s = socket.create_connection(("127.0.0.1", _port(proc.url)), timeout=60)
+        s.sendall((f"POST /v1/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {KEY}\r\n"
+                   f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n{TPOT_MS}: 100\r\n\r\n"
+                   ).encode() + body)
+        reply = s.recv(65536)
+        assert proc.proc is not None
+        proc.proc.terminate()   # mid-stream: gunicorn's graceful shutdown lets it finish
+        while chunk := s.recv(65536):
+            reply += chunk
+        s.close()
+        # Every token, then [DONE] and the chunked body's last chunk: the stream ended whole.
+        assert reply.count(b"data: {") == 10 and reply.endswith(b"data: [DONE]\n\n\r\n0\r\n\r\n")
+        assert proc.proc.wait(timeout=30) == 0
+    finally:
+        proc.close()
