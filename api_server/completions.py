@@ -147,15 +147,15 @@ def _malformed() -> InvalidRequest:
 
 @contextmanager
 def stall_bound(environ: dict[str, Any]) -> Iterator[None]:
-    """Each read of the body from the client's socket waits at most x-caps.body_read_seconds
-    (a stalled client would otherwise hold a thread for ever); gunicorn bounds its own body
-    drain the same way. The socket's timeout is restored for the response."""
+    """Each read of the body from the client's socket waits at most the server's
+    body_read_seconds (x-caps.body_read_seconds unless configured): a stalled client would
+    otherwise hold a thread for ever. The socket's timeout is restored for the response."""
     sock = environ.get("gunicorn.socket") or environ.get("werkzeug.socket")
     if sock is None:
         yield
         return
     prior = sock.gettimeout()
-    sock.settimeout(spec().caps["body_read_seconds"])
+    sock.settimeout(state().config.body_read_seconds)
     try:
         yield
     finally:

@@ -22,6 +22,10 @@ def _keepalive_default() -> float:
     return float(spec().caps["keepalive_seconds"])
 
 
+def _body_read_default() -> float:
+    return float(spec().caps["body_read_seconds"])
+
+
 @dataclass(frozen=True)
 class ServerConfig:
     # The environment variables' prefix (MockConfig: MOCK_).
@@ -35,6 +39,9 @@ class ServerConfig:
     # redis://host:port/db: the Budget in Redis, shared by replicas (budget_store.py).
     budget_url: str | None = None
     keepalive_seconds: float = field(default_factory=_keepalive_default)
+    # The longest a client may leave a read (its headers or body) silent: then 400 and
+    # close (api-decisions.md, Hostile input). Short in tests; the worker applies it.
+    body_read_seconds: float = field(default_factory=_body_read_default)
     # A deployment's max_model_len per model name (the spec's value otherwise).
     max_model_len: Mapping[str, int] = field(default_factory=dict)
 

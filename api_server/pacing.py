@@ -25,14 +25,18 @@ class Pump(Generic[T]):
     """Runs an iterator in a daemon thread; `batches` yields lists of ready items,
     or an empty list when `interval` seconds pass with nothing.
 
-    The hand-off is one list under a condition: the reader takes every ready item
-    at once, and the thread wakes it only when the list was empty (a queue.Queue
-    costs a lock round trip and a wake-up per item)."""
+    The hand-off is one list under a lock and two events: the reader takes every
+    ready item at once, and the thread wakes it only when the list was empty (a
+    queue.Queue costs a lock round trip and a wake-up per item). Events, not a
+    Condition: Condition.wait allocates a lock per wait, and under gevent (the
+    default worker) an Event is a greenlet primitive with one timer per wait."""
 
     def __init__(self, make: Callable[[Callable[[float], object]], Iterator[T]],
                  interval: float, maxsize: int = 256) -> None:
         self.cancelled = threading.Event()
-        self._cond = threading.Condition(threading.Lock())
+        self._lock = threading.Lock()
+        self._ready = threading.Event()   # set exactly while _items is not empty
+        self._room = threading.Event()    # set when the reader took a full list
         self._items: list[T | _End] = []
         self._maxsize = maxsize
         self._interval = interval
@@ -41,17 +45,17 @@ class Pump(Generic[T]):
         self._thread.start()
 
     def _put(self, item: T | _End) -> bool:
-        with self._cond:
-            while len(self._items) >= self._maxsize:
+        while True:
+            with self._lock:
                 if self.cancelled.is_set():
                     return False
-                self._cond.wait(0.1)
-            if self.cancelled.is_set():
-                return False
-            self._items.append(item)
-            if len(self._items) == 1:
-                self._cond.notify()   # the reader waits only on an empty list
-        return True
+                if len(self._items) < self._maxsize:
+                    self._items.append(item)
+                    if len(self._items) == 1:
+                        self._ready.set()   # the reader waits only on an empty list
+                    return True
+                self._room.clear()
+            self._room.wait(0.1)
 
     def _run(self, make: Callable[[Callable[[float], object]], Iterator[T]]) -> None:
         it: Iterator[T] | None = None
@@ -71,15 +75,15 @@ class Pump(Generic[T]):
     def batches(self) -> Generator[list[T], None, None]:
         """Lists of items as they come; [] for each keepalive interval without one.
         Raises what the iterator raised, after the items before it."""
-        cond = self._cond
         try:
             while True:
-                with cond:
-                    if not self._items:
-                        cond.wait(self._interval)
+                if not self._ready.is_set():
+                    self._ready.wait(self._interval)
+                with self._lock:
                     items, self._items = self._items, []
-                    if items:
-                        cond.notify()   # room again for a thread waiting on a full list
+                    self._ready.clear()
+                if items:
+                    self._room.set()   # room again for a thread waiting on a full list
                 if not items:
                     yield []
                     continue

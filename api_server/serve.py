@@ -1,23 +1,66 @@
 """Serve a Flask app of this API under gunicorn: one set of settings for the mock,
-the reference implementation and the benchmark's bare ceiling."""
+the reference implementation and the benchmark's bare ceiling.
+
+The default worker is gevent's (bench/results/servers.md has the measurements): a
+greenlet per connection, so 2,000 open streams, or 500 clients stalled mid-body,
+cost memory, not threads; the accept loop never waits on a busy pool. gthread (a
+thread per open request, `--worker gthread --threads N`) stays available.
+"""
 from __future__ import annotations
 
+import argparse
+from collections.abc import Callable
 from typing import Any
 
 from gunicorn.app.base import BaseApplication
 
+WORKERS = {"gevent": "api_server.worker.ApiGeventWorker", "gthread": "api_server.worker.ApiThreadWorker"}
+DEFAULT_WORKER = "gevent"
+# Open connections per gevent worker. A sleeping stream costs a few KiB; past this,
+# new connections wait in the listen backlog.
+DEFAULT_CONNECTIONS = 4096
+DEFAULT_THREADS = 32
+DEFAULT_GRACEFUL_TIMEOUT = 5
+BACKLOG = 4096
 
-def gunicorn_options(host: str, port: int, workers: int, threads: int, log_level: str = "warning",
-                     access_log: bool = False, graceful_timeout: int = 5) -> dict[str, Any]:
-    # gthread: a thread per open stream. The app is loaded before the fork, so the
-    # spec, tokenizer and compiled validators are built once. ApiThreadWorker answers
-    # HTTP that gunicorn cannot parse in the API's error shape. On SIGTERM, requests in
-    # flight get graceful_timeout seconds to finish.
+
+def add_arguments(p: argparse.ArgumentParser, env: Callable[[str, str], str | None], workers: int) -> None:
+    """--workers, --worker, --connections, --threads, --graceful-timeout: the options both servers share."""
+    p.add_argument("--workers", type=int, default=int(env("WORKERS", str(workers)) or workers),
+                   help="worker processes")
+    p.add_argument("--worker", choices=sorted(WORKERS), default=env("WORKER", DEFAULT_WORKER),
+                   help="gevent: a greenlet per connection (default); gthread: a thread per request")
+    p.add_argument("--connections", type=int,
+                   default=int(env("CONNECTIONS", str(DEFAULT_CONNECTIONS)) or DEFAULT_CONNECTIONS),
+                   help="open connections per gevent worker")
+    p.add_argument("--threads", type=int, default=int(env("THREADS", str(DEFAULT_THREADS)) or DEFAULT_THREADS),
+                   help="threads per gthread worker: the open requests one worker serves at once")
+    p.add_argument("--graceful-timeout", type=int,
+                   default=int(env("GRACEFUL_TIMEOUT", str(DEFAULT_GRACEFUL_TIMEOUT)) or DEFAULT_GRACEFUL_TIMEOUT),
+                   help="on SIGTERM, seconds that requests in flight get to finish")
+
+
+def prepare(worker: str) -> None:
+    """Patch the standard library for gevent before the app is built: the app is built
+    in gunicorn's master (preload), and its locks, sockets and threads (the stream
+    pump's, the reference's connection pool) must be gevent's in the workers."""
+    if worker == "gevent":
+        from gevent import monkey
+        monkey.patch_all()
+
+
+def gunicorn_options(host: str, port: int, workers: int, threads: int = DEFAULT_THREADS,
+                     log_level: str = "warning", access_log: bool = False, worker: str = DEFAULT_WORKER,
+                     connections: int = DEFAULT_CONNECTIONS, graceful_timeout: int = DEFAULT_GRACEFUL_TIMEOUT) -> dict[str, Any]:
+    # The app is loaded before the fork, so the spec, tokenizer and compiled validators
+    # are built once. Both workers answer HTTP that gunicorn cannot parse in the API's
+    # error shape (worker.py). graceful_timeout: on SIGTERM, open streams get this long
+    # to finish.
     return {
         "bind": f"{host}:{port}", "workers": workers, "threads": threads,
-        "worker_class": "api_server.worker.ApiThreadWorker", "preload_app": True,
-        "loglevel": log_level, "accesslog": "-" if access_log else None, "keepalive": 5,
-        "timeout": 60, "graceful_timeout": graceful_timeout,
+        "worker_class": WORKERS[worker], "worker_connections": connections, "backlog": BACKLOG,
+        "preload_app": True, "loglevel": log_level, "accesslog": "-" if access_log else None,
+        "keepalive": 5, "timeout": 60, "graceful_timeout": graceful_timeout,
     }
 
 

@@ -7,11 +7,12 @@ stream of `max_tokens` fixed one-token chunks and `data: [DONE]`. The bodies hav
 the API's shapes and about the mock's sizes, so the ceiling pays for the same
 bytes on the wire. Nothing is validated, tokenized or generated.
 
-Run under the mock's gunicorn settings by http_bench.py:
-    gunicorn --chdir bench -k gthread --workers N --threads T bare_app:app
+Run under the mock's server settings by http_bench.py (api_server/serve.py):
+    python bench/bare_app.py --port P --workers N [--worker gevent|gthread]
 """
 
 import json
+import os
 
 from flask import Flask, Response, request
 
@@ -89,3 +90,27 @@ def _stream(count):
     for _ in range(count):
         yield _CHUNK
     yield b"data: [DONE]\n\n"
+
+
+def main(argv=None):
+    """`python bench/bare_app.py --port P [--workers N --worker W ...]`: the ceiling under
+    the server the mock runs on (api_server/serve.py: the same options and defaults)."""
+    import argparse
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    from api_server.serve import add_arguments, gunicorn_options, prepare, serve
+
+    p = argparse.ArgumentParser(description="the bare Flask ceiling")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, required=True)
+    add_arguments(p, lambda name, default: default, os.cpu_count() or 1)
+    args = p.parse_args(argv)
+    prepare(args.worker)
+    serve(app, gunicorn_options(args.host, args.port, args.workers, args.threads,
+                                worker=args.worker, connections=args.connections))
+
+
+if __name__ == "__main__":
+    main()

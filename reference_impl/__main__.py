@@ -20,7 +20,7 @@ from types import FrameType
 from typing import Any
 
 from api_server.config import ServerConfig, parse_keys
-from api_server.serve import gunicorn_options, serve
+from api_server.serve import add_arguments, gunicorn_options, prepare, serve
 from contract.version import VersionAction
 
 log = logging.getLogger("reference_impl")
@@ -40,9 +40,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--upstream", default=_env("UPSTREAM"), help="front the vLLM at this URL; start none")
     p.add_argument("--host", default=_env("HOST", "127.0.0.1"))
     p.add_argument("--port", type=int, default=int(_env("PORT", "8000") or 8000))
-    p.add_argument("--workers", type=int, default=int(_env("WORKERS", "2") or 2))
-    p.add_argument("--threads", type=int, default=int(_env("THREADS", "32") or 32),
-                   help="threads per worker: the open requests one worker serves at once")
+    add_arguments(p, _env, 2)
     p.add_argument("--keys", default=_env("KEYS"), help="comma-separated API keys (default: any Bearer key)")
     p.add_argument("--budget-tokens", type=int, default=_env("BUDGET_TOKENS"),
                    help="tokens per key (default: unlimited)")
@@ -57,8 +55,6 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--vllm-arg", action="append", default=[], metavar="ARG",
                    help="one more argument for vLLM (repeat; e.g. --vllm-arg=--tensor-parallel-size=2)")
     p.add_argument("--vllm-log", default=_env("VLLM_LOG"), help="write vLLM's output to this file")
-    p.add_argument("--graceful-timeout", type=int, default=int(_env("GRACEFUL_TIMEOUT", "5") or 5),
-                   help="on SIGTERM, seconds that requests in flight get to finish")
     p.add_argument("--startup-timeout", type=float, default=float(_env("STARTUP_TIMEOUT", "300") or 300))
     p.add_argument("--log-level", default=_env("LOG_LEVEL", "warning"))
     p.add_argument("--access-log", action="store_true", help="log every request to stderr")
@@ -97,6 +93,7 @@ def _stop_on_sigterm(signum: int, frame: FrameType | None) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
+    prepare(args.worker)   # before the app's modules are imported
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s")
     if not args.upstream and not args.model:
         parser().error("--model is required unless --upstream is given")
@@ -129,14 +126,16 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise DeploymentError(f"{url}/v1/models gives no max_model_len: pass --max-model-len")
         models = deployment_models(served, max_model_len, read_model_config(args.model or entry.get("root")))
         config = api_config(args.keys, args.budget_tokens, args.budget_dir, args.budget_url)
-        app = create_app(config, VllmEngine(url, entry["id"]), models)
+        # The pool to vLLM keeps as many connections as one worker serves requests.
+        pool = args.connections if args.worker == "gevent" else args.threads
+        app = create_app(config, VllmEngine(url, entry["id"], pool_size=pool), models)
         warm(models)
         info = models[served]
         print(f"reference_impl: serving {served} on http://{args.host}:{args.port} with vLLM's "
               f"{entry['id']} at {url} ({info.num_layers} layers, hidden {info.hidden_size}, "
               f"max_model_len {info.max_model_len})", file=sys.stderr, flush=True)
         serve(app, gunicorn_options(args.host, args.port, args.workers, args.threads, args.log_level,
-                                    args.access_log, args.graceful_timeout))
+                                    args.access_log, args.worker, args.connections, args.graceful_timeout))
         return 0
     finally:
         if vllm is not None:

@@ -51,7 +51,8 @@ class VllmEngine:
     """Engine protocol over vLLM at `base_url`, which serves the model as `model`."""
 
     def __init__(self, base_url: str, model: str, *, wait_seconds: float | None = None,
-                 transport: httpx.BaseTransport | None = None, api: Spec | None = None) -> None:
+                 transport: httpx.BaseTransport | None = None, api: Spec | None = None,
+                 pool_size: int = 64) -> None:
         self.base_url = base_url.rstrip("/")
         self.model = model
         # The API's wait for Inference: the longest vLLM may stay silent (without stream,
@@ -59,6 +60,9 @@ class VllmEngine:
         api = api if api is not None else spec()
         self.wait_seconds = float(wait_seconds if wait_seconds is not None else api.caps["wait_seconds"])
         self._transport = transport
+        # Kept-alive connections to vLLM: as many as the worker serves requests at once,
+        # so that a burst of streams does not open (and then drop) a connection each.
+        self.pool_size = pool_size
         self._lock = threading.Lock()
         self._client: httpx.Client | None = None
         self._pid = 0
@@ -75,7 +79,7 @@ class VllmEngine:
                 self._client = httpx.Client(
                     base_url=self.base_url, transport=self._transport,
                     timeout=httpx.Timeout(self.wait_seconds, connect=CONNECT_TIMEOUT_S),
-                    limits=httpx.Limits(max_connections=None, max_keepalive_connections=64))
+                    limits=httpx.Limits(max_connections=None, max_keepalive_connections=self.pool_size))
                 self._pid = os.getpid()
             return self._client
 

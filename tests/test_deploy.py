@@ -124,7 +124,8 @@ def test_every_option_of_the_api_exists_and_parses() -> None:
         args = reference_parser().parse_args(c.args)   # types and values too (exits on an error)
         config = Config()                               # and gunicorn takes what they become
         for key, value in gunicorn_options(args.host, args.port, args.workers, args.threads, args.log_level,
-                                           args.access_log, args.graceful_timeout).items():
+                                           args.access_log, args.worker, args.connections,
+                                           args.graceful_timeout).items():
             config.set(key, value)
         assert config.graceful_timeout == args.graceful_timeout
         options = {"--" + v.removeprefix("REFERENCE_").lower().replace("_", "-")
