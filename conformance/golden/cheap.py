@@ -22,7 +22,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from conformance.cost import CostModel
+from conformance.cost import CostModel, generating_paths
 from conformance.golden import HERE, Case, load_cases
 from contract import ApiError, spec, validate_completion
 
@@ -60,8 +60,7 @@ def verdict(body: dict[str, Any]) -> tuple[Any, ...] | None:
 
 
 def _generating(path: str) -> bool:
-    content = (spec().raw["paths"].get(path, {}).get("post", {}).get("requestBody") or {}).get("content", {})
-    return "application/json" in content
+    return path in generating_paths()
 
 
 def _end_tokens(body: dict[str, Any]) -> dict[str, Any]:
