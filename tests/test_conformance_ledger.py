@@ -5,6 +5,7 @@ request and generates what the request allows, up to its max_model_len.
 """
 from __future__ import annotations
 
+import copy
 import json
 import xml.etree.ElementTree as ET
 from typing import Any
@@ -240,6 +241,7 @@ class _Op:
 
 class _Case:
     operation = _Op()
+    media_type = "application/json"
 
     def __init__(self, body: Any) -> None:
         self.body = body
@@ -254,8 +256,8 @@ def test_negative_schemathesis_bodies_get_the_cheap_fields_and_the_ceiling_holds
         assert case.body == {"model": MODEL, "prompt": 7, "max_tokens": 1, "n": 1}
         client.ceiling = 1000
         kept = _Case({"model": MODEL, "prompt": [0], "max_tokens": "x", "n": 3})
-        ledger.before(kept)          # its own fields stay: they may be what makes it negative
-        assert kept.body == {"model": MODEL, "prompt": [0], "max_tokens": "x", "n": 3}
+        ledger.before(kept)          # the broken max_tokens stays; n, which no rule broken reads, drops to 1
+        assert kept.body == {"model": MODEL, "prompt": [0], "max_tokens": "x", "n": 1}
         client.tokens = 1000
         with pytest.raises(OverCeiling):
             ledger.before(_Case({"model": MODEL, "prompt": 7}))
@@ -265,6 +267,72 @@ def test_negative_schemathesis_bodies_get_the_cheap_fields_and_the_ceiling_holds
         with pytest.raises(OverCeiling):
             positive.before(_Case(body))
         assert body == {"model": MODEL, "prompt": [0]}
+
+
+REQUEST = spec().raw["components"]["schemas"]["CompletionRequest"]
+N_TOO_LOW = REQUEST["properties"]["n"]["minimum"] - 1
+MAX_TOKENS_TOO_HIGH = spec().caps["max_tokens_without_stream"] + 1     # without stream
+
+
+def _wsgi(server: LaxServer) -> Any:
+    """The lax server as a WSGI app, for schemathesis's own transport."""
+    def app(environ: dict[str, Any], start_response: Any) -> list[bytes]:
+        content = environ["wsgi.input"].read(int(environ.get("CONTENT_LENGTH") or 0))
+        reply = server(httpx.Request(environ["REQUEST_METHOD"], f"http://lax.test{environ['PATH_INFO']}",
+                                     content=content))
+        start_response(f"{reply.status_code} OK", [("Content-Type", "application/json")])
+        return [reply.content]
+    return app
+
+
+def _sent_through_schemathesis(body: dict[str, Any]) -> tuple[dict[str, Any], Client]:
+    """One negative case of /v1/completions through schemathesis's call and the ledger's hooks:
+    the body the lax server received, and the client that kept the ledger."""
+    import schemathesis
+    from conformance.checks.schema import _LEDGERS, schemathesis_spec
+    raw = schemathesis_spec()
+    case = schemathesis.openapi.from_dict(raw)[COMPLETIONS]["POST"].Case(
+        body=copy.deepcopy(body), media_type="application/json")
+    server = LaxServer()
+    client = Client("http://lax.test", "k", transport=httpx.MockTransport(server))
+    client.ceiling, client.cost = 10 ** 9, CostModel(SERVED_LEN)
+    _LEDGERS.append(_Ledger(client, "negative", raw))
+    try:
+        case.call(app=_wsgi(server), base_url="http://lax.test")
+    finally:
+        _LEDGERS.pop()
+    client.close()
+    assert len(server.posts) == 1
+    return server.posts[0], client
+
+
+def _errors(body: dict[str, Any]) -> list[str]:
+    from conformance.checks.common import schema_errors
+    return schema_errors(body, {**REQUEST, "components": spec().raw["components"]})
+
+
+def test_a_negative_case_broken_elsewhere_is_sent_with_max_tokens_1() -> None:
+    body = {"model": MODEL, "prompt": [0], "n": N_TOO_LOW, "max_tokens": 3017}
+    sent, client = _sent_through_schemathesis(body)
+    assert sent == {**body, "max_tokens": 1}
+    assert _errors(sent) == _errors(body) != []          # broken as it was, and only so
+    assert client.tokens == 1                              # what the lax server wrote for it
+
+
+def test_a_negative_case_keeps_the_fields_it_is_broken_by() -> None:
+    # max_tokens is the broken field: it stays, and the absent n is added as 1
+    body = {"model": MODEL, "prompt": [0], "max_tokens": MAX_TOKENS_TOO_HIGH}
+    sent, client = _sent_through_schemathesis(body)
+    assert sent == {**body, "n": 1}
+    assert client.tokens == MAX_TOKENS_TOO_HIGH     # the ledger counts what the lax server wrote
+    # greedy_n reads n (n > 1 with temperature 0): n stays, max_tokens drops to 1
+    greedy = {"model": MODEL, "prompt": [0], "n": 3, "temperature": 0, "max_tokens": 3017}
+    sent, _ = _sent_through_schemathesis(greedy)
+    assert sent == {**greedy, "max_tokens": 1} and _errors(sent) == _errors(greedy) != []
+    # max_tokens_required (n > 1 without max_tokens): adding max_tokens would mend it, so it is not added
+    unbounded = {"model": MODEL, "prompt": [0], "n": 3}
+    sent, _ = _sent_through_schemathesis(unbounded)
+    assert sent == unbounded and _errors(sent) != []
 
 
 # -- bounded quotes ---------------------------------------------------------------------------------

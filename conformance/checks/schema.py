@@ -17,10 +17,11 @@ OpenAPI 3.2 and schemathesis read it); `stream_event_conformance` validates
 each event's payload against x-event-schemas.
 
 Both go through the suite's token ledger (hooks `before_call`/`after_call`): a
-negative body for a generating route gets `max_tokens: 1` and `n: 1` where it
-has neither (absent, they are valid, so the body stays as negative as it was),
-each response's tokens are counted as they come, and a request whose worst case
-would pass the ceiling is not sent.
+negative body for a generating route gets `max_tokens: 1` and `n: 1` (added, or
+lowered from a valid larger integer) where the body then breaks the same rules of
+the spec schemathesis used at the same fields, so it stays as negative as it was
+(jsonschema says so, per case); each response's tokens are counted as they come,
+and a request whose worst case would pass the ceiling is not sent.
 
 `ignored_auth` expects unknown keys to be refused, so it is on only with
 --wrong-key-expected (a server without configured keys accepts any key).
@@ -34,8 +35,11 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import httpx
+import jsonschema
 import schemathesis
 import schemathesis.specs.openapi.checks  # noqa: F401  (registers the OpenAPI checks)
+from referencing import Registry, Resource
+from referencing.jsonschema import DRAFT202012
 from schemathesis.checks import CHECKS
 from schemathesis.config import SchemathesisConfig
 from schemathesis.engine import events, from_schema
@@ -89,23 +93,58 @@ def stream_event_conformance(ctx: Any, response: Any, case: Any) -> bool | None:
 
 # -- the token ledger, through schemathesis's (global) hooks -------------------------
 
-# Added to a negative body that has neither; absent, both are valid, so adding them
-# keeps the body as negative as it was, and a server that accepts it writes one token.
+# What a negative body gets where that keeps it broken as it was (_Ledger._cheapen):
+# a server that wrongly accepts it then writes one token per prompt.
 NEGATIVE_CHEAP_FIELDS = {"max_tokens": 1, "n": 1}
 _LEDGERS: list["_Ledger"] = []      # the run in progress; the hooks do nothing without one
+SPEC_URI = "urn:acs-completions:schemathesis-spec"
+
+
+def _error_keys(validator: jsonschema.protocols.Validator, body: Any) -> frozenset[tuple[Any, ...]]:
+    """Where a body breaks its schema: (field path, schema path) of each error, values left out."""
+    return frozenset((tuple(e.absolute_path), tuple(e.schema_path)) for e in validator.iter_errors(body))
 
 
 class _Ledger:
-    def __init__(self, client: Client, mode: str) -> None:
+    def __init__(self, client: Client, mode: str, raw: dict[str, Any] | None = None) -> None:
         self.client, self.mode = client, mode
         self.sent = self.withheld = self.withheld_worst = 0   # requests that can generate
+        # the spec schemathesis generated from: the negative bodies are invalid against it
+        spec_raw = schemathesis_spec() if raw is None else raw
+        self.registry = Registry().with_resource(SPEC_URI, Resource(spec_raw, DRAFT202012))
+        self.validators: dict[tuple[str, str, str], jsonschema.protocols.Validator] = {}
+
+    def _body_validator(self, case: Any) -> jsonschema.protocols.Validator:
+        key = (case.operation.path, case.operation.method.lower(), case.media_type or "application/json")
+        if key not in self.validators:
+            pointer = "/".join(str(part).replace("~", "~0").replace("/", "~1")
+                               for part in ("paths", *key[:2], "requestBody", "content", key[2], "schema"))
+            self.validators[key] = jsonschema.Draft202012Validator({"$ref": f"{SPEC_URI}#/{pointer}"},
+                                                                   registry=self.registry)
+        return self.validators[key]
+
+    def _cheapen(self, case: Any) -> None:
+        """A negative body gets max_tokens 1 and n 1 where that leaves it broken exactly as it was.
+
+        Each is added when absent, and a valid integer above 1 lowered when the body is
+        broken, only if the body then breaks the same rules at the same fields and no
+        other: when the field is the broken one, or a cross-field rule reads it, it
+        stays (and the ledger counts its worst case).
+        """
+        validator = self._body_validator(case)
+        broken = _error_keys(validator, case.body)
+        for name, cheap in NEGATIVE_CHEAP_FIELDS.items():
+            value = case.body.get(name)
+            lower = broken and type(value) is int and value > cheap
+            if (name not in case.body or lower) \
+                    and _error_keys(validator, {**case.body, name: cheap}) == broken:
+                case.body[name] = cheap
 
     def before(self, case: Any) -> None:
         method, path = case.operation.method.upper(), case.operation.path
         if self.mode == "negative" and isinstance(case.body, dict) and self.client.cost is not None \
                 and self.client.cost.request(method, path, case.body):
-            for name, value in NEGATIVE_CHEAP_FIELDS.items():
-                case.body.setdefault(name, value)
+            self._cheapen(case)
         content = json.dumps(case.body).encode() if isinstance(case.body, (dict, list)) else None
         try:
             if self.client.reserve(method, path, content):
@@ -287,7 +326,7 @@ def run_schemathesis(ctx: Context) -> dict[str, list[Finding]]:
     ctx.memo["schemathesis"] = findings
     refused = _never_accepted(schemathesis_spec())
     for mode, raw, phases in runs:
-        _LEDGERS.append(_Ledger(ctx.client, mode))
+        _LEDGERS.append(_Ledger(ctx.client, mode, raw))
         try:
             recorders = list(_run(ctx.config, raw, mode, phases))
         finally:
