@@ -99,9 +99,12 @@ with the schema's placeholders (`"message": "string"`, `"code": "string"`,
 rules and the caps' bounds the schema states (a 400, with placeholders), but none
 of the token arithmetic or the 8 MiB body limit (those requests get 200);
 it answers `stream: true` with one JSON Completion instead of text/event-stream;
-and it never answers a body that is not JSON. schemathesis alone (the `schema:`
-checks) fails it on only a few checks: that is why the golden, caps, stream and
-semantics checks exist.
+and it never answers a body that is not JSON. A body with a lone surrogate as raw
+bytes (ED A0 80) in an unknown key ends Prism's process (`TypeError: Invalid
+character in header content ["sl-violations"]`), so every `robust:` check after
+`robust:surrogate.raw_bytes` gets no connection. schemathesis alone (the `schema:`
+checks) fails it on only a few checks: that is why the golden, caps, stream,
+semantics and robust checks exist.
 """
 
 
