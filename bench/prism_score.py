@@ -1,6 +1,6 @@
 """Score Prism (a generic OpenAPI mock of the same openapi.yaml) with the conformance suite.
 
-    python bench/prism_score.py      # writes conformance/PRISM_SCORE.md
+    python bench/prism_score.py      # writes conformance/PRISM_SCORE.md and the README's table
 
 Prism comes from bench/node_modules (bench/package.json pins it; `npm ci
 --prefix bench` installs it). It shows what a spec-driven mock misses: the
@@ -19,6 +19,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 PRISM = ROOT / "bench" / "node_modules" / ".bin" / "prism"
 OUT = ROOT / "conformance" / "PRISM_SCORE.md"
+README = ROOT / "README.md"
+# The README's copy of the score lies between these two lines (rewritten by this script).
+BEGIN, END = "<!-- prism-score: python bench/prism_score.py -->", "<!-- /prism-score -->"
 sys.path.insert(0, str(ROOT))
 
 from conformance.checks import REGISTRY  # noqa: E402
@@ -48,11 +51,22 @@ def version() -> str:
     return subprocess.run([str(PRISM), "--version"], capture_output=True, text=True).stdout.strip()
 
 
-def markdown(report: RunReport, command: str) -> str:
+def summary(report: RunReport) -> str:
+    """The score and the table by group: the part the README shows too."""
     groups: dict[str, Counter[str]] = {}
     for r in report.results:
         groups.setdefault(r.group, Counter())[r.outcome.value] += 1
     rows = "\n".join(f"| {g} | {c['passed']} | {c['failed']} | {c['skipped']} |" for g, c in groups.items())
+    return f"""Prism {version()} (`prism mock openapi.yaml`, static examples) against the full profile:
+**{report.count(Outcome.PASSED)} of {len(report.results)} checks pass, {report.count(Outcome.FAILED)} fail,
+{report.count(Outcome.SKIPPED)} skipped** (exit code {int(exit_code(report))}). The bundled mock passes them all.
+
+| group | passed | failed | skipped |
+| --- | ---: | ---: | ---: |
+{rows}"""
+
+
+def markdown(report: RunReport, command: str) -> str:
     passed = [r.id for r in report.results if r.outcome is Outcome.PASSED]
     first = Counter(r.findings[0].message.split(":")[0][:70] for r in report.failed if r.findings)
     reasons = "\n".join(f"| {n} | {msg} |" for msg, n in first.most_common(12))
@@ -60,16 +74,11 @@ def markdown(report: RunReport, command: str) -> str:
                            if r.group != "golden" and r.findings)
     return f"""# Prism scored by the conformance suite
 
-Prism {version()} (`prism mock openapi.yaml`, static examples) against the full profile:
-**{report.count(Outcome.PASSED)} of {len(report.results)} checks pass, {report.count(Outcome.FAILED)} fail,
-{report.count(Outcome.SKIPPED)} skipped** (exit code {int(exit_code(report))}). The bundled mock passes them all.
+{summary(report)}
 
 Regenerate with `{command}` (per-request timeout 10 s: Prism never answers a
-body that is not JSON, and each such request waits for the timeout).
-
-| group | passed | failed | skipped |
-| --- | ---: | ---: | ---: |
-{rows}
+body that is not JSON, and each such request waits for the timeout). The `robust:`
+checks run last, against a fresh Prism: a hostile body can end Prism's process.
 
 What a generic spec mock misses, by the first finding of each failed check:
 
@@ -90,25 +99,46 @@ with the schema's placeholders (`"message": "string"`, `"code": "string"`,
 rules and the caps' bounds the schema states (a 400, with placeholders), but none
 of the token arithmetic or the 8 MiB body limit (those requests get 200);
 it answers `stream: true` with one JSON Completion instead of text/event-stream;
-and it never answers a body that is not JSON. schemathesis alone (the `schema:`
-checks) fails it on only a few checks: that is why the golden, caps and stream
-checks exist.
+and it never answers a body that is not JSON. A body with a lone surrogate as raw
+bytes (ED A0 80) in an unknown key ends Prism's process (`TypeError: Invalid
+character in header content ["sl-violations"]`), so every `robust:` check after
+`robust:surrogate.raw_bytes` gets no connection. schemathesis alone (the `schema:`
+checks) fails it on only a few checks: that is why the golden, caps, stream,
+semantics and robust checks exist.
 """
+
+
+def update_readme(text: str) -> None:
+    readme = README.read_text(encoding="utf-8")
+    if BEGIN not in readme or END not in readme:
+        raise SystemExit(f"README.md has no {BEGIN} ... {END} block")
+    head, rest = readme.split(BEGIN, 1)
+    _, tail = rest.split(END, 1)
+    README.write_text(f"{head}{BEGIN}\n{text}\n{END}{tail}", encoding="utf-8")
+
+
+def score(timeout: float, **selection: tuple[str, ...]) -> RunReport:
+    """The full profile (narrowed by `selection`) against a Prism of its own."""
+    port = free_port()
+    proc = start_prism(port)
+    try:
+        config = RunConfig(f"http://127.0.0.1:{port}", "any-key", profile="full", timeout=timeout, **selection)
+        return run(config, select(REGISTRY, config))
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
 
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--timeout", type=float, default=10.0)
     args = p.parse_args()
-    port = free_port()
-    proc = start_prism(port)
-    try:
-        config = RunConfig(f"http://127.0.0.1:{port}", "any-key", profile="full", timeout=args.timeout)
-        report = run(config, select(REGISTRY, config))
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
+    # A hostile body can end Prism's process, which would fail every check after it with
+    # "no HTTP response": the robust: group runs last, against a fresh Prism.
+    report = score(args.timeout, skip=("robust",))
+    report.results += score(args.timeout, select=("robust:*",)).results
     OUT.write_text(markdown(report, "python bench/prism_score.py"), encoding="utf-8")
+    update_readme(summary(report))
     print(f"{report.count(Outcome.PASSED)}/{len(report.results)} passed; wrote {OUT}")
     return 0
 
