@@ -135,6 +135,8 @@ def parse_args(argv):
         p._add_action(action)
     p.add_argument("--servers", type=lambda s: s.split(","), default=["mock", "prism", "bare"],
                    help=f"a subset of {','.join(SERVERS)} (default mock,prism,bare)")
+    p.add_argument("--baseline", metavar="REF",
+                   help="also run the mock as of git REF (column mock@REF): old against new in one run")
     p.add_argument("--streams", type=int, default=2000, help="(d) streams opened at once; 0 skips (d)")
     p.add_argument("--stream-tokens", type=int, default=20, help="(d) tokens per stream")
     p.add_argument("--tpot-ms", type=int, default=100, help="(d) milliseconds per token")
