@@ -181,13 +181,14 @@ class Schedule:
     when the next event is due, and _inline_batches waits until then between events,
     with a keepalive for each quiet interval. The waits keep to one schedule from the
     request's start, as an engine's steps would (the writes between them do not add up);
-    a step that is already late does not wait."""
+    an event that is already late leaves at once, and the next step is due after it
+    (no burst to catch up)."""
 
     def __init__(self) -> None:
         self.due = time.monotonic()
 
     def __call__(self, seconds: float) -> None:
-        self.due = max(self.due + seconds, time.monotonic())
+        self.due += seconds
 
 
 def _inline_batches(events: Iterator[Event], schedule: Schedule | None = None,
@@ -201,17 +202,18 @@ def _inline_batches(events: Iterator[Event], schedule: Schedule | None = None,
     try:
         for event in events:
             if schedule is not None:
-                left = schedule.due - time.monotonic()
+                if batch and schedule.due > time.monotonic():
+                    yield batch   # the events before it leave now
+                    batch = []
+                left = schedule.due - time.monotonic()   # after the write above
+                while left > interval:
+                    time.sleep(interval)
+                    yield []
+                    left = schedule.due - time.monotonic()
                 if left > 0:
-                    if batch:
-                        yield batch
-                        batch = []
-                    while left > interval:
-                        time.sleep(interval)
-                        yield []
-                        left = schedule.due - time.monotonic()
-                    if left > 0:
-                        time.sleep(left)
+                    time.sleep(left)
+                else:   # late (or not paced): the next step counts from now
+                    schedule.due = time.monotonic()
             batch.append(event)
             if len(batch) == INLINE_BATCH:
                 yield batch
