@@ -6,7 +6,8 @@ Starts the servers on free ports of 127.0.0.1 (http_servers.py) -- the mock
 (`python -m mock_server`), Prism (`@stoplight/prism-cli`, pinned in
 bench/package-lock.json, mocking openapi.yaml) and bench/bare_app.py under the mock's
 server settings (the ceiling); `--servers` adds the candidates `mock-gthread` and
-`bare-gthread` -- then measures (http_measure.py):
+`bare-gthread`, and `--baseline REF` the mock as of git REF, old against new in one run --
+then measures (http_measure.py):
 
   (a) a 400 validation error (max_tokens as a string) and
   (b) a 16-token completion (max_tokens 16, temperature 0)
