@@ -72,8 +72,9 @@ def _complete(run: _Run, headers: dict[str, str]) -> Response:
 
 
 def _open_stream(run: _Run, headers: dict[str, str]) -> Response:
-    """The engine starts now, in the pump's thread, and this thread waits for its first
-    batch for at most one keepalive interval before answering. So an engine that fails
+    """The engine starts now (in this thread when it never waits, else in a pump's
+    thread), and the route waits for its first batch for at most one keepalive interval
+    before answering. So an engine that fails
     before its first event (vLLM down: 503 inference_unavailable) gets an HTTP error with
     its status, not a 200 stream with an error event; and a slow first token (the mock's
     simulated TTFT, or a real one) still gets `: keepalive` on time: the wait ends after
@@ -82,11 +83,18 @@ def _open_stream(run: _Run, headers: dict[str, str]) -> Response:
     An error after the first event, or after that first interval, is an error event."""
     s = run.s
     pump: Pump[Event] | None = None
-    if getattr(s.engine, "never_waits", False) and run.plan.pace is None:
-        # The engine never waits, and no latency is simulated: no keepalive can
-        # fall due, so the engine runs in this thread (a thread per stream and a
-        # hand-off per batch cost more than the rest of a short stream).
-        batches = _inline_batches(s.engine.generate(run.req, run.rid))
+    if getattr(s.engine, "never_waits", False):
+        # The engine never waits (its only waits are the simulated latency, which
+        # Schedule turns into waits between events): it runs in this thread or
+        # greenlet, which sleeps and sends the keepalives itself. A pump thread
+        # (a greenlet under gevent) and a hand-off per token cost more CPU than the
+        # rest of a paced stream.
+        events = s.engine.generate(run.req, run.rid)
+        schedule: Schedule | None = None
+        if run.plan.pace is not None:
+            schedule = Schedule()
+            events = run.plan.pace(events, schedule)
+        batches = _inline_batches(events, schedule, s.config.keepalive_seconds)
     else:
         pump = Pump(run.events, s.config.keepalive_seconds)
         batches = pump.batches()
@@ -168,13 +176,44 @@ def stall_bound(environ: dict[str, Any]) -> Iterator[None]:
 INLINE_BATCH = 256   # events per write when the engine runs in the request's thread (Pump's maxsize)
 
 
-def _inline_batches(events: Iterator[Event]) -> Generator[list[Event], None, None]:
+class Schedule:
+    """The `sleep` a paced engine runs with in the request's own thread: it only notes
+    when the next event is due, and _inline_batches waits until then between events,
+    with a keepalive for each quiet interval. The waits keep to one schedule from the
+    request's start, as an engine's steps would (the writes between them do not add up);
+    an event that is already late leaves at once, and the next step is due after it
+    (no burst to catch up)."""
+
+    def __init__(self) -> None:
+        self.due = time.monotonic()
+
+    def __call__(self, seconds: float) -> None:
+        self.due += seconds
+
+
+def _inline_batches(events: Iterator[Event], schedule: Schedule | None = None,
+                    interval: float = 0.0) -> Generator[list[Event], None, None]:
     """`events` in lists of INLINE_BATCH, as Pump.batches gives them: what the
     iterator raises comes after the events before it, so only an error before the
-    first event reaches the route's `next` (an HTTP error); a later one is an error event."""
+    first event reaches the route's `next` (an HTTP error); a later one is an error event.
+    With a `schedule`, an event not yet due ends the batch before it, and the wait for it
+    (time.sleep: a greenlet's under gevent) yields [] for each `interval` without one."""
     batch: list[Event] = []
     try:
         for event in events:
+            if schedule is not None:
+                if batch and schedule.due > time.monotonic():
+                    yield batch   # the events before it leave now
+                    batch = []
+                left = schedule.due - time.monotonic()   # after the write above
+                while left > interval:
+                    time.sleep(interval)
+                    yield []
+                    left = schedule.due - time.monotonic()
+                if left > 0:
+                    time.sleep(left)
+                else:   # late (or not paced): the next step counts from now
+                    schedule.due = time.monotonic()
             batch.append(event)
             if len(batch) == INLINE_BATCH:
                 yield batch

@@ -68,9 +68,10 @@ Event = Union[ChoiceDelta, Usage, Activations]
 
 
 class Engine(Protocol):
-    # True for an engine whose events never wait on anything (the fake engine): with
-    # no simulated latency its stream runs in the request thread. Engines that may
-    # block (vLLM) leave it False and get a pump thread that sends keepalives.
+    # True for an engine whose events never wait on anything (the fake engine): its
+    # stream runs in the request's thread or greenlet, which also waits out any
+    # simulated latency and sends the keepalives. Engines that may block (vLLM) leave
+    # it False and get a pump thread that sends keepalives.
     never_waits: bool = False
 
     def generate(self, req: CompletionRequest, request_id: str) -> Iterator[Event]:

@@ -1,9 +1,10 @@
 """A background pump that lets a stream send keepalives.
 
-An engine's iterator may block (the mock's simulated latency, a real Inference in
-the reference implementation). The stream must still send `: keepalive` while it
-waits, so the iterator runs in a thread and the response reads a queue with a
-timeout. Closing the stream (the client went away) cancels the thread.
+An engine's iterator may block (a real Inference in the reference implementation).
+The stream must still send `: keepalive` while it waits, so the iterator runs in a
+thread and the response reads a queue with a timeout. Closing the stream (the client
+went away) cancels the thread. (The fake engine never blocks: its simulated latency is
+waited out in the request's own thread, completions.Schedule.)
 """
 from __future__ import annotations
 

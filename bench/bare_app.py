@@ -3,7 +3,8 @@
 It does the least a completions server must do: read the body, parse it as JSON,
 and answer. A `max_tokens` that is not an integer gets a fixed 400 error body; any
 other request gets a fixed 16-token Completion, or, with `"stream": true`, a
-stream of `max_tokens` fixed one-token chunks and `data: [DONE]`. The bodies have
+stream of `max_tokens` fixed one-token chunks (each after X-Mock-Tpot-Ms, as the
+mock's) and `data: [DONE]`. The bodies have
 the API's shapes and about the mock's sizes, so the ceiling pays for the same
 bytes on the wire. Nothing is validated, tokenized or generated.
 
@@ -13,6 +14,7 @@ Run under the mock's server settings by http_bench.py (api_server/serve.py):
 
 import json
 import os
+import time
 
 from flask import Flask, Response, request
 
@@ -82,12 +84,17 @@ def completions():
     if type(body.get("max_tokens")) is not int:
         return Response(ERROR_BODY, status=400, mimetype="application/json", headers=_HEADERS)
     if body.get("stream") is True:
-        return Response(_stream(body["max_tokens"]), mimetype="text/event-stream", headers=_HEADERS)
+        # The mock's X-Mock-Tpot-Ms, so that the ceiling of a paced stream (d) waits as long
+        # per token: time.sleep is gevent's under the default worker.
+        tpot_s = float(request.headers.get("X-Mock-Tpot-Ms", 0)) / 1000
+        return Response(_stream(body["max_tokens"], tpot_s), mimetype="text/event-stream", headers=_HEADERS)
     return Response(COMPLETION_BODY, mimetype="application/json", headers=_HEADERS)
 
 
-def _stream(count):
+def _stream(count, tpot_s=0.0):
     for _ in range(count):
+        if tpot_s:
+            time.sleep(tpot_s)
         yield _CHUNK
     yield b"data: [DONE]\n\n"
 

@@ -282,17 +282,18 @@ async def _streams(server, n, tokens, tpot_ms):
     sid = server.proc.pid
     rss_before, peak, stop = session_rss_bytes(sid), [0], asyncio.Event()
     sampler = asyncio.create_task(_sample_rss(sid, peak, stop))
-    cpu_before = session_cpu_seconds(sid)
+    cpu_before, client_before = session_cpu_seconds(sid), time.process_time()
     t0 = time.perf_counter()
     results = await asyncio.gather(*(_read_stream(server.port, request, t0) for _ in range(n)))
     wall = time.perf_counter() - t0
+    client_cpu = time.process_time() - client_before   # before the sampler's last /proc walk
     stop.set()
     await sampler
     ttfts = [r[1] for r in results if r[1] is not None]
     return {
         "streams": n, "done": sum(r[0] for r in results), "wall_s": wall,
         "ideal_s": tokens * tpot_ms / 1000, "ttft_p50_s": pct(ttfts, 0.5), "ttft_p99_s": pct(ttfts, 0.99),
-        "cpu_s": session_cpu_seconds(sid) - cpu_before,
+        "cpu_s": session_cpu_seconds(sid) - cpu_before, "client_cpu_s": client_cpu,
         "kib_per_stream": max(peak[0] - rss_before, 0) / 1024 / n,
         "errors": sorted({r[2] for r in results if not r[0]})[:3],
     }

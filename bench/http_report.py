@@ -81,7 +81,12 @@ def fmt_ratio(value, goal):
     return f"{value:.2f} ({'meets' if value >= goal else 'misses'} >= {goal:g})"
 
 
+NOT_MEASURED = "Not measured in this run (`--rounds 0`)."
+
+
 def throughput_table(servers, cells, args):
+    if not cells:
+        return [NOT_MEASURED]
     keys = [s.key for s in servers]
     labels = {s.key: s.label for s in servers}
     head = ["case", "conns"]
@@ -103,6 +108,8 @@ def throughput_table(servers, cells, args):
 def cpu_table(servers, cells, args):
     """The servers' CPU time per request over all rounds: less swayed by other load on
     the machine than requests/s. A ratio here is other/mock, so >= 1 favours the mock."""
+    if not cells:
+        return [NOT_MEASURED]
     labels = {s.key: s.label for s in servers}
     head = ["case", "conns", *(f"{labels[s.key]} CPU us/req" for s in servers),
             "Prism/mock", "bare/mock"]
@@ -152,6 +159,8 @@ def problems(servers, cells):
 
 
 def rounds_table(servers, cells, args):
+    if not cells:
+        return [NOT_MEASURED]
     rows = ["| case | conns | server | req/s in each round |", "| --- | --- | --- | --- |"]
     for case in CASES:
         for conns in args.connections:
@@ -251,19 +260,19 @@ def concurrency_section(servers, extra, args):
         f" {args.stream_tokens * args.tpot_ms / 1000:g} s; one asyncio client on raw sockets."
         " Goals: every stream ends with `[DONE]`, wall time <= 1.5x the ideal, TTFT p99 < 0.5 s."
         " Memory: the growth of the server's resident memory (all its processes) at the peak,"
-        " per open stream.", "",
-        "| server | done | wall s (x ideal) | TTFT p50 / p99 s | server CPU s | KiB per open stream | errors |",
-        "| --- | --- | --- | --- | --- | --- | --- |"]
+        " per open stream. Client CPU: the load client's own CPU time (one process, on the same cores).", "",
+        "| server | done | wall s (x ideal) | TTFT p50 / p99 s | server CPU s | client CPU s | KiB per open stream | errors |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |"]
     for s in servers:
         c = cells.get(s.key)
         if not c:
             continue
         if "na" in c:
-            rows.append(f"| {s.label} | n/a | | | | | {c['na']} |")
+            rows.append(f"| {s.label} | n/a | | | | | | {c['na']} |")
             continue
         ttft = "n/a" if c["ttft_p50_s"] is None else f"{c['ttft_p50_s']:.2f} / {c['ttft_p99_s']:.2f}"
         rows.append(f"| {s.label} | {c['done']} of {c['streams']} | {c['wall_s']:.1f} ({c['wall_s'] / c['ideal_s']:.1f}x)"
-                    f" | {ttft} | {c['cpu_s']:.1f} | {c['kib_per_stream']:.1f} | {'; '.join(c['errors'])} |")
+                    f" | {ttft} | {c['cpu_s']:.1f} | {c['client_cpu_s']:.1f} | {c['kib_per_stream']:.1f} | {'; '.join(c['errors'])} |")
     return rows + [""]
 
 

@@ -9,6 +9,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -66,6 +67,7 @@ class Server:
     proc: subprocess.Popen = None
     log: Path = None
     failure: str = None
+    scratch: Path = None   # a folder of its own, removed by `stop`
 
     @property
     def url(self):
@@ -101,7 +103,26 @@ def build_servers(args):
             argv = [str(PRISM_BIN), "mock", str(ROOT / "openapi.yaml"), "-h", "127.0.0.1",
                     "-v", "silent", "-p", str(port)]
             servers.append(Server(key, "Prism", argv, port, env={"SCARF_ANALYTICS": "false"}))
+    if args.baseline:
+        servers.append(baseline_server(args, args.baseline))
     return servers
+
+
+def baseline_server(args, ref):
+    """The mock as of git `ref` (`--baseline`), for old against new in one run: its
+    tracked files exported to a temporary folder (removed by `stop`) and run from there
+    with this checkout's Python environment."""
+    folder = Path(tempfile.mkdtemp(prefix="http_bench_base_"))
+    archive = subprocess.run(["git", "-C", str(ROOT), "archive", ref], capture_output=True)
+    if archive.returncode != 0:
+        shutil.rmtree(folder)
+        raise BenchError(f"git archive {ref}: {archive.stderr.decode(errors='replace').strip()}")
+    subprocess.run(["tar", "-x", "-C", str(folder)], input=archive.stdout, check=True)
+    port = free_port()
+    argv = [sys.executable, "-m", "mock_server", "--host", "127.0.0.1", "--port", str(port),
+            *serving_args(args), "--log-level", "warning"]
+    return Server("mock-base", f"mock@{ref}", argv, port, cwd=folder,
+                  env={"PYTHONPATH": str(folder)}, scratch=folder)
 
 
 def ensure_prism():
@@ -145,6 +166,8 @@ def log_tail(server, chars=400):
 def stop(server, grace=10):
     """SIGTERM the server's process group, then SIGKILL what is left after `grace` s."""
     proc = server.proc
+    if server.scratch is not None:
+        shutil.rmtree(server.scratch, ignore_errors=True)
     if proc is None or proc.poll() is not None:
         return
     with contextlib.suppress(ProcessLookupError):
