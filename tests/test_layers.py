@@ -22,7 +22,7 @@ LAYERS: dict[str, set[str]] = {
     "api_server": {"contract", "flask", "werkzeug", "gunicorn", "gevent", "redis"},
     "mock_server": {"contract", "api_server", "flask", "numpy"},
     "reference_impl": {"contract", "api_server", "httpx"},
-    "conformance": {"contract", "httpx", "schemathesis", "rich", "jsonschema", "zstandard", "yaml",
+    "conformance": {"contract", "httpx", "schemathesis", "rich", "jsonschema", "referencing", "zstandard", "yaml",
                     "pytest"},
 }
 # Single modules with more than their layer (each said in ARCHITECTURE.md).
