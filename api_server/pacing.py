@@ -9,6 +9,7 @@ waited out in the request's own thread, completions.Schedule.)
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Generator, Iterator
 from typing import Generic, TypeVar
 
@@ -65,6 +66,10 @@ class Pump(Generic[T]):
             for item in it:
                 if self.cancelled.is_set() or not self._put(item):
                     return
+                # Under gevent this "thread" is a greenlet: while vLLM's stream has data
+                # ready it would never block, and the response (which notices a client
+                # that left) would not run. Yield after each item.
+                time.sleep(0)
             self._put(_End())
         except BaseException as exc:  # handed to the reader, which answers with an error event
             self._put(_End(exc))
