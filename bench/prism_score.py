@@ -24,6 +24,7 @@ README = ROOT / "README.md"
 BEGIN, END = "<!-- prism-score: python bench/prism_score.py -->", "<!-- /prism-score -->"
 sys.path.insert(0, str(ROOT))
 
+from bench.readme_block import replace_block  # noqa: E402
 from conformance.checks import REGISTRY  # noqa: E402
 from conformance.config import RunConfig  # noqa: E402
 from conformance.registry import select  # noqa: E402
@@ -108,15 +109,6 @@ semantics and robust checks exist.
 """
 
 
-def update_readme(text: str) -> None:
-    readme = README.read_text(encoding="utf-8")
-    if BEGIN not in readme or END not in readme:
-        raise SystemExit(f"README.md has no {BEGIN} ... {END} block")
-    head, rest = readme.split(BEGIN, 1)
-    _, tail = rest.split(END, 1)
-    README.write_text(f"{head}{BEGIN}\n{text}\n{END}{tail}", encoding="utf-8")
-
-
 def score(timeout: float, **selection: tuple[str, ...]) -> RunReport:
     """The full profile (narrowed by `selection`) against a Prism of its own."""
     port = free_port()
@@ -138,7 +130,7 @@ def main() -> int:
     report = score(args.timeout, skip=("robust",))
     report.results += score(args.timeout, select=("robust:*",)).results
     OUT.write_text(markdown(report, "python bench/prism_score.py"), encoding="utf-8")
-    update_readme(summary(report))
+    replace_block(README, BEGIN, END, summary(report))
     print(f"{report.count(Outcome.PASSED)}/{len(report.results)} passed; wrote {OUT}")
     return 0
 

@@ -28,6 +28,7 @@ KEY = "vllm-score-key"
 BEGIN, END = "<!-- vllm-score: python bench/vllm_score.py -->", "<!-- /vllm-score -->"
 sys.path.insert(0, str(ROOT))
 
+from bench.readme_block import replace_block  # noqa: E402
 from conformance.checks import REGISTRY  # noqa: E402
 from conformance.config import RunConfig  # noqa: E402
 from conformance.registry import select  # noqa: E402
@@ -118,15 +119,6 @@ after its first event), so the whole profile runs within the ceiling.
 """
 
 
-def update_readme(report: RunReport) -> None:
-    text = README.read_text(encoding="utf-8")
-    if BEGIN not in text or END not in text:
-        raise SystemExit(f"README.md has no {BEGIN} ... {END} block")
-    head, rest = text.split(BEGIN, 1)
-    _, tail = rest.split(END, 1)
-    README.write_text(f"{head}{BEGIN}\n{table(report)}\n{END}{tail}", encoding="utf-8")
-
-
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--timeout", type=float, default=120.0)
@@ -139,7 +131,7 @@ def main() -> int:
         report = run(config, select(REGISTRY, config))
         duration = time.perf_counter() - start
     OUT.write_text(markdown(report, vllm_version(), duration), encoding="utf-8")
-    update_readme(report)
+    replace_block(README, BEGIN, END, table(report))
     print(f"{report.count(Outcome.PASSED)}/{len(report.results)} passed, {report.tokens} tokens; wrote {OUT}")
     return 0
 

@@ -7,6 +7,8 @@ from __future__ import annotations
 import http.client
 import json
 import os
+import re
+import socket
 import subprocess
 import sys
 import tempfile
@@ -128,3 +130,16 @@ def completion_body(**fields: Any) -> dict[str, Any]:
 def strip_volatile(body: dict[str, Any]) -> dict[str, Any]:
     """A Completion without what differs between two identical requests."""
     return {k: v for k, v in body.items() if k not in ("id", "created")}
+
+
+def read_http_response(sock: socket.socket) -> tuple[bytes, bytes]:
+    """One HTTP response with a Content-Length (or up to the close) from a raw socket: (head, body)."""
+    reply = b""
+    while chunk := sock.recv(65536):
+        reply += chunk
+        head, _, body = reply.partition(b"\r\n\r\n")
+        length = re.search(rb"Content-Length: (\d+)", head)
+        if length and len(body) >= int(length.group(1)):
+            break
+    head, _, body = reply.partition(b"\r\n\r\n")
+    return head, body

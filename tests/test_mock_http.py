@@ -18,7 +18,8 @@ from conformance.golden import padded_body
 from contract import InferenceUnavailable, InvalidRequest, spec
 from mock_server.faults import STREAM_ERROR_AFTER, TTFT_MS
 from tests.mock_helpers import (
-    AUTH, KEEPALIVE_S, MockProcess, RawResponse, completion_body, parse_sse, raw_request, strip_volatile,
+    AUTH, KEEPALIVE_S, MockProcess, RawResponse, completion_body, parse_sse, raw_request, read_http_response,
+    strip_volatile,
 )
 
 pytest_plugins = ["tests.mock_fixtures"]
@@ -177,18 +178,11 @@ def test_x_request_id_on_every_response(mock_url: str, method: str, path: str) -
         assert r.json()["request_id"] == rid
 
 
-def raw_exchange(url: str, data: bytes) -> bytes:
+def raw_exchange(url: str, data: bytes) -> tuple[bytes, bytes]:
     host, port = url.removeprefix("http://").split(":")
     with socket.create_connection((host, int(port)), timeout=30) as s:
         s.sendall(data)
-        reply = b""
-        while chunk := s.recv(65536):
-            reply += chunk
-            head, _, body = reply.partition(b"\r\n\r\n")
-            length = re.search(rb"Content-Length: (\d+)", head)
-            if length and len(body) >= int(length.group(1)):
-                break
-    return reply
+        return read_http_response(s)
 
 
 @pytest.mark.parametrize("data", [
@@ -199,7 +193,7 @@ def raw_exchange(url: str, data: bytes) -> bytes:
     b"Content-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n" + b"{" * 10000 + b"\r\n",
 ], ids=["content_length", "long_line", "not_http", "chunk_framing"])
 def test_malformed_http_gets_the_api_error_not_html_or_500(mock_url: str, data: bytes) -> None:
-    head, _, body = raw_exchange(mock_url, data).partition(b"\r\n\r\n")
+    head, body = raw_exchange(mock_url, data)
     rid = re.search(rb"X-Request-Id: (\S+)", head)
     assert head.startswith(b"HTTP/1.1 400 ") and rid is not None
     error = InvalidRequest(spec().messages["malformed_http"])

@@ -18,7 +18,7 @@ import pytest
 from api_server.budget import BudgetStore
 from contract import InvalidRequest, spec
 from mock_server.faults import TPOT_MS
-from tests.mock_helpers import AUTH, KEY, MockProcess, completion_body, raw_request
+from tests.mock_helpers import AUTH, KEY, MockProcess, completion_body, raw_request, read_http_response
 
 BODY_READ_S = 0.5   # short, so that the test is; the default is the spec's x-caps value
 # More stalled clients than the old thread pool had threads (2 workers x 16).
@@ -48,18 +48,6 @@ def _half_a_body(port: int) -> socket.socket:
     return s
 
 
-def _read_response(s: socket.socket) -> tuple[bytes, bytes]:
-    reply = b""
-    while chunk := s.recv(65536):
-        reply += chunk
-        head, _, body = reply.partition(b"\r\n\r\n")
-        length = re.search(rb"Content-Length: (\d+)", head)
-        if length and len(body) >= int(length.group(1)):
-            break
-    head, _, body = reply.partition(b"\r\n\r\n")
-    return head, body
-
-
 def test_a_stalled_body_gets_the_malformed_http_400_after_the_timeout(
         server: tuple[MockProcess, Path]) -> None:
     proc, _ = server
@@ -71,7 +59,7 @@ def test_a_stalled_body_gets_the_malformed_http_400_after_the_timeout(
         assert ok.status == 200, ok.body
         error = InvalidRequest(spec().messages["malformed_http"])
         for s in stalled:
-            head, body = _read_response(s)
+            head, body = read_http_response(s)
             rid = re.search(rb"X-Request-Id: (\S+)", head)
             assert head.startswith(b"HTTP/1.1 400 ") and rid is not None, head
             assert json.loads(body) == error.body(rid.group(1).decode())
