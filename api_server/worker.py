@@ -17,6 +17,7 @@ import socket
 import gevent
 from typing import Any
 
+from gunicorn.http import wsgi
 from gunicorn.http.errors import InvalidResponseHeader, InvalidResponseHeaderName, ParseException
 from gunicorn.workers.base_async import AsyncWorker
 from gunicorn.workers.ggevent import GeventWorker
@@ -70,6 +71,57 @@ def body_read_seconds(app: Any) -> float:
     return float(seconds if seconds is not None else spec().caps["body_read_seconds"])
 
 
+class OneWriteResponse(wsgi.Response):  # type: ignore[misc]
+    """gunicorn's response, with one send per write.
+
+    gunicorn sends the head and each body piece with a sendall each: two send calls,
+    two TCP segments and two wake-ups of the client for a one-piece JSON answer; and
+    gevent's sendall asks the kernel for the socket's buffer size before every send
+    (one more system call per stream chunk). This response holds the head until the
+    first body piece (or close) and sends each piece, framed, with `send` alone.
+    A stream's head still leaves with its first piece, as before: the app's first
+    write is a keepalive or the first batch, never later than it was."""
+
+    _head: bytes = b""
+
+    def send_headers(self) -> None:
+        if self.headers_sent:
+            return
+        lines = self.default_headers()
+        lines.extend(f"{k}: {v}\r\n" for k, v in self.headers)
+        self._head = ("".join(lines) + "\r\n").encode("latin-1")
+        self.headers_sent = True
+
+    def _emit_body(self, data: bytes) -> None:
+        head, self._head = self._head, b""
+        if self.chunked:
+            data = b"%s%X\r\n%s\r\n" % (head, len(data), data)
+        elif head:
+            data = head + data
+        send_all(self.sock, data)
+
+    def sendfile(self, respiter: Any) -> bool:
+        return False   # the app sends no files; write() keeps the head before the body
+
+    def close(self) -> None:
+        if not self.headers_sent:
+            self.send_headers()
+        head, self._head = self._head, b""
+        data = head + (b"0\r\n\r\n" if self.chunked else b"")
+        if data:
+            send_all(self.sock, data)
+
+
+def send_all(sock: socket.socket, data: bytes) -> None:
+    """sock.sendall, minus gevent's buffer-size query per call. Each send waits at
+    most the socket's timeout, so a client that stops reading still frees this greenlet."""
+    sent = sock.send(data)
+    if sent < len(data):
+        view = memoryview(data)
+        while sent < len(data):
+            sent += sock.send(view[sent:])
+
+
 class ApiGeventWorker(_ApiErrors, GeventWorker):  # type: ignore[misc]
     """gevent: a greenlet per connection, so thousands of open streams or stalled
     clients cost a few KiB each, not a thread."""
@@ -81,6 +133,9 @@ class ApiGeventWorker(_ApiErrors, GeventWorker):  # type: ignore[misc]
         # all of them and the other idle. One per wake-up spreads them over the workers.
         from gevent.server import StreamServer
         StreamServer.max_accept = 1
+        # gunicorn builds its Response by this module-level name (wsgi.create); this
+        # process runs only this worker.
+        wsgi.Response = OneWriteResponse
 
     def handle(self, listener: Any, client: socket.socket, addr: Any) -> None:
         # GeventWorker.handle makes the socket blocking (no timeout); a timeout here
