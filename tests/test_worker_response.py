@@ -1,0 +1,86 @@
+"""OneWriteResponse (api_server/worker.py): each write is one send, the head leaving
+with the first body piece, and the framing is HTTP/1.1's."""
+from __future__ import annotations
+
+import pytest
+from gunicorn.config import Config
+from gunicorn.http.parser import RequestParser
+
+from api_server.worker import OneWriteResponse
+
+
+class Sock:
+    """The socket the response writes to: each send call's bytes, in order; `room`
+    caps what one send takes, as a full send buffer would."""
+
+    def __init__(self, room: int = 1 << 20) -> None:
+        self.sends: list[bytes] = []
+        self.room = room
+
+    def send(self, data: bytes | memoryview) -> int:
+        taken = bytes(data[:self.room])
+        self.sends.append(taken)
+        return len(taken)
+
+
+def response(request: bytes, sock: Sock) -> OneWriteResponse:
+    req = next(RequestParser(Config(), [request], ("127.0.0.1", 1)))
+    return OneWriteResponse(req, sock, Config())
+
+
+def head_and_rest(data: bytes) -> tuple[list[str], bytes]:
+    head, _, rest = data.partition(b"\r\n\r\n")
+    return head.decode("latin-1").split("\r\n"), rest
+
+
+GET = b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n"
+
+
+def test_a_sized_body_leaves_with_its_head_in_one_send() -> None:
+    sock = Sock()
+    resp = response(GET, sock)
+    resp.start_response("200 OK", [("Content-Type", "application/json"), ("Content-Length", "15")])
+    resp.write(b'{"status":"ok"}')
+    resp.close()
+    assert len(sock.sends) == 1
+    lines, body = head_and_rest(sock.sends[0])
+    assert lines[0] == "HTTP/1.1 200 OK"
+    assert "Content-Length: 15" in lines and "Connection: keep-alive" in lines
+    assert body == b'{"status":"ok"}'
+
+
+def test_a_stream_is_chunked_the_head_with_the_first_chunk_then_one_send_per_piece() -> None:
+    sock = Sock()
+    resp = response(GET, sock)
+    resp.start_response("200 OK", [("Content-Type", "text/event-stream")])
+    for piece in (b": keepalive\n\n", b"data: {}\n\n", b"data: [DONE]\n\n"):
+        resp.write(piece)
+    resp.close()
+    assert len(sock.sends) == 4
+    lines, first = head_and_rest(sock.sends[0])
+    assert "Transfer-Encoding: chunked" in lines
+    assert first == b"D\r\n: keepalive\n\n\r\n"
+    assert sock.sends[1:] == [b"A\r\ndata: {}\n\n\r\n", b"E\r\ndata: [DONE]\n\n\r\n", b"0\r\n\r\n"]
+
+
+def test_an_empty_body_still_sends_its_head_on_close() -> None:
+    sock = Sock()
+    resp = response(GET, sock)
+    resp.start_response("204 No Content", [])
+    resp.close()
+    assert len(sock.sends) == 1
+    lines, rest = head_and_rest(sock.sends[0])
+    assert lines[0] == "HTTP/1.1 204 No Content" and rest == b""
+
+
+@pytest.mark.parametrize("room", [1, 7, 100])
+def test_a_partial_send_is_continued_until_every_byte_left(room: int) -> None:
+    sock = Sock(room)
+    resp = response(GET, sock)
+    body = bytes(range(256)) * 4
+    resp.start_response("200 OK", [("Content-Length", str(len(body)))])
+    resp.write(body)
+    resp.close()
+    lines, rest = head_and_rest(b"".join(sock.sends))
+    assert lines[0] == "HTTP/1.1 200 OK" and rest == body
+    assert all(len(s) <= room for s in sock.sends)
