@@ -11,6 +11,7 @@ from itertools import chain
 from typing import Any
 
 from flask import Response, g, request
+from werkzeug.wsgi import get_content_length
 
 from api_server.engine import ChoiceDelta, Event
 from api_server.hooks import PLAIN, Plan
@@ -122,10 +123,13 @@ def read_body() -> bytes:
     A body shorter than its Content-Length, or one that sends nothing for
     x-caps.body_read_seconds, is malformed HTTP: never executed, and the connection closes."""
     limit = spec().caps["max_body_bytes"]
-    req = request._get_current_object()  # type: ignore[attr-defined]  # one proxy look-up
-    length: int | None = req.content_length
-    stream, body = req.stream, bytearray()
-    with stall_bound(req.environ):
+    environ = request.environ
+    length = get_content_length(environ)
+    # A server that ends the input itself (gunicorn: at Content-Length, or after the last
+    # chunk) is read as it is, as werkzeug's request.stream would; any other through werkzeug's guard.
+    stream = environ["wsgi.input"] if environ.get("wsgi.input_terminated") else request.stream
+    body = bytearray()
+    with stall_bound(environ):
         while len(body) <= limit:
             size = READ_SIZE if length is None else max(length - len(body), 1)
             try:
@@ -162,8 +166,11 @@ def stall_bound(environ: dict[str, Any]) -> Iterator[None]:
     if sock is None:
         yield
         return
-    prior = sock.gettimeout()
-    sock.settimeout(state().config.body_read_seconds)
+    prior, bound = sock.gettimeout(), state().config.body_read_seconds
+    if prior == bound:   # the gevent worker bounds every read of the connection already
+        yield
+        return
+    sock.settimeout(bound)
     try:
         yield
     finally:
