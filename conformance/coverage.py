@@ -9,7 +9,7 @@ of stream events. The universe of each is read from the spec, never listed
 here; error codes whose x-error-codes entry says a client cannot provoke them
 (`conformance: fault`, a server's own failure) are left out of the universe,
 and so are those that need a run option (`conformance: exhausted-key`) in a
-run without it.
+run without it, with the headers that only those codes carry.
 """
 from __future__ import annotations
 
@@ -41,6 +41,11 @@ def universe(*, exhausted_key: bool = False, api: Spec | None = None) -> dict[st
                 if str(c).startswith("2")}
     statuses |= {str(api.error_codes[c]["status"]) for c in codes}
     fields = sorted(api.schema(REQUEST_SCHEMA)["properties"])
+    # A header that only error codes outside the universe carry (x-error-codes `headers`:
+    # Retry-After on a fault, x-should-retry without an exhausted key) cannot be seen either.
+    carried = {h for entry in api.error_codes.values() for h in entry.get("headers", [])}
+    reachable = {h for c in codes for h in api.error_codes[c].get("headers", [])}
+    headers = [h for h in api.response_headers if h not in carried or h in reachable]
     return {
         "routes": sorted(f"{r.method} {r.path}" for r in api.routes),
         "fields_valid": fields,
@@ -48,7 +53,7 @@ def universe(*, exhausted_key: bool = False, api: Spec | None = None) -> dict[st
         "rules": all_rule_keys(api),
         "error_codes": sorted(codes),
         "statuses": sorted(statuses),
-        "headers": sorted(api.response_headers),
+        "headers": sorted(headers),
         "stream_events": sorted(api.event_schemas),
     }
 

@@ -51,6 +51,17 @@ def test_the_universe_is_read_from_the_spec() -> None:
         c for c, e in raw["x-error-codes"].items() if e.get("conformance") == "exhausted-key"}
 
 
+def test_a_header_only_unprovokable_codes_carry_is_out_of_the_universe() -> None:
+    raw = spec().raw
+    codes = raw["x-error-codes"]
+    by_option = {h for e in codes.values() if e.get("conformance") == "exhausted-key" for h in e.get("headers", [])}
+    by_fault = {h for e in codes.values() if e.get("conformance") == "fault" for h in e.get("headers", [])}
+    assert by_option and by_fault   # the spec has both kinds (x-should-retry, Retry-After)
+    everything = set(raw["components"]["headers"])
+    assert set(universe()["headers"]) == everything - by_option - by_fault
+    assert set(universe(exhausted_key=True)["headers"]) == everything - by_fault
+
+
 def test_a_rule_added_to_the_spec_is_in_the_universe_and_uncovered() -> None:
     raw = copy.deepcopy(spec().raw)
     raw["x-token-rules"].append({"id": "new_rule", "param": "n", "code": "invalid_request",
