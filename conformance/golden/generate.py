@@ -111,6 +111,12 @@ class FieldCases(_Cases):
                     {**self.base, "max_tokens": 1.0}, 200, generates=1)
         yield _case("type.temperature.integer", "a whole number is a valid decimal", ["validation"],
                     {**self.base, "temperature": 1}, 200, generates=1)
+        yield _case("type.bad_words.strings", "bad_words takes an array of strings", ["validation"],
+                    {**self.base, "bad_words": ["sky"]}, 200, generates=1)
+        for name, prop in req["properties"].items():
+            if "x-default" in prop and name not in self.base:
+                yield _case(f"default.{name}", "its x-default, sent explicitly, is accepted",
+                            ["validation"], {**self.base, name: prop["x-default"]}, 200, generates=1)
 
     def _ranges(self, name: str, prop: dict[str, Any]) -> Iterator[dict[str, Any]]:
         templates = self.s.messages["range"]
