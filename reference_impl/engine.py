@@ -45,6 +45,7 @@ from reference_impl.upstream import upstream_body
 
 COMPLETIONS = "/v1/completions"   # vLLM's OpenAI route (not ours: the upstream's)
 CONNECT_TIMEOUT_S = 5.0
+DRAIN_CHUNKS = 4   # chunks read after `[DONE]` at most (_drain)
 
 
 class VllmEngine:
@@ -102,8 +103,19 @@ class VllmEngine:
                 if not body["stream"]:
                     yield from decoder.chunk(_json(response.read()), whole=True)
                     return
-                for data in sse_data(response.iter_bytes()):
+                chunks = response.iter_bytes()
+                for data in sse_data(chunks):
                     yield from decoder.chunk(_json(data))
+                _drain(chunks)
+
+
+def _drain(chunks: Iterator[bytes]) -> None:
+    """Read what follows `[DONE]` (the chunked body's last, empty chunk), so the connection
+    goes back to the pool: httpx closes a connection whose response was not read to its end,
+    and the next stream would pay a connect (and vLLM a new connection) again. An upstream
+    that sends more than a few chunks after `[DONE]` loses its connection instead."""
+    for _ in zip(range(DRAIN_CHUNKS), chunks):
+        pass
 
 
 def _json(raw: bytes) -> object:
