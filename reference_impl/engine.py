@@ -34,6 +34,7 @@ import threading
 from collections.abc import Iterator
 
 import httpx
+import orjson
 
 from api_server.engine import Event
 from api_server.responses import REQUEST_ID
@@ -94,10 +95,10 @@ class VllmEngine:
         body = upstream_body(req, self.model)
         # vLLM names its request cmpl-{X-Request-Id}-{prompt}; vllm-lens finds a request's
         # steering and capture by that prefix, so the id is always the API's own.
-        headers = {REQUEST_ID: request_id}
+        headers = {REQUEST_ID: request_id, "Content-Type": "application/json"}
         decoder = Decoder(req)
         with translated(self.wait_seconds):
-            with self.client().stream("POST", COMPLETIONS, json=body, headers=headers) as response:
+            with self.client().stream("POST", COMPLETIONS, content=_dumps(body), headers=headers) as response:
                 if response.status_code != 200:
                     raise from_vllm(response.status_code, _json(response.read()))
                 if not body["stream"]:
@@ -119,7 +120,23 @@ def _drain(chunks: Iterator[bytes]) -> None:
 
 
 def _json(raw: bytes) -> object:
+    """vLLM's JSON (a chunk per token: orjson parses one in a fifth of json's time). What
+    orjson refuses and json takes (NaN, integers past 64 bits, lone surrogates, UTF-16)
+    goes to json, so what parses, and to what, is json.loads's."""
+    try:
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        pass
     try:
         return json.loads(raw)
     except ValueError:
         raise UpstreamError(f"not JSON: {raw[:200]!r}") from None
+
+
+def _dumps(body: dict[str, object]) -> bytes:
+    """The body as httpx's json= writes it (compact, UTF-8), by orjson; json for what
+    orjson does not write alike (integers past 64 bits) or at all."""
+    try:
+        return orjson.dumps(body)
+    except TypeError:   # orjson.JSONEncodeError
+        return json.dumps(body, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode()
