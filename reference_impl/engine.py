@@ -47,6 +47,11 @@ from reference_impl.upstream import upstream_body
 COMPLETIONS = "/v1/completions"   # vLLM's OpenAI route (not ours: the upstream's)
 CONNECT_TIMEOUT_S = 5.0
 DRAIN_CHUNKS = 4   # chunks read after `[DONE]` at most (_drain)
+# A kept-alive connection to vLLM is dropped after this many idle seconds, before vLLM's
+# uvicorn closes it (VLLM_HTTP_TIMEOUT_KEEP_ALIVE, 5 s by default): at httpx's default (also
+# 5 s) a request could be sent on a connection that vLLM was closing at that moment, and
+# fail with "Server disconnected without sending a response".
+KEEPALIVE_EXPIRY_S = 3.0
 
 
 class VllmEngine:
@@ -81,7 +86,8 @@ class VllmEngine:
                 self._client = httpx.Client(
                     base_url=self.base_url, transport=self._transport,
                     timeout=httpx.Timeout(self.wait_seconds, connect=CONNECT_TIMEOUT_S),
-                    limits=httpx.Limits(max_connections=None, max_keepalive_connections=self.pool_size))
+                    limits=httpx.Limits(max_connections=None, max_keepalive_connections=self.pool_size,
+                                        keepalive_expiry=KEEPALIVE_EXPIRY_S))
                 self._pid = os.getpid()
             return self._client
 
@@ -120,9 +126,10 @@ def _drain(chunks: Iterator[bytes]) -> None:
 
 
 def _json(raw: bytes) -> object:
-    """vLLM's JSON (a chunk per token: orjson parses one in a fifth of json's time). What
-    orjson refuses and json takes (NaN, integers past 64 bits, lone surrogates, UTF-16)
-    goes to json, so what parses, and to what, is json.loads's."""
+    """vLLM's JSON (a chunk per token: orjson parses one in a third of json's time). What
+    orjson refuses and json takes (NaN, lone surrogates, UTF-16) goes to json, so what
+    parses is what json.loads parses, to the same values, but for integers past 64 bits,
+    which orjson reads as floats (vLLM's are token ids, counts and timestamps)."""
     try:
         return orjson.loads(raw)
     except orjson.JSONDecodeError:
@@ -135,7 +142,7 @@ def _json(raw: bytes) -> object:
 
 def _dumps(body: dict[str, object]) -> bytes:
     """The body as httpx's json= writes it (compact, UTF-8), by orjson; json for what
-    orjson does not write alike (integers past 64 bits) or at all."""
+    orjson does not write (integers past 64 bits)."""
     try:
         return orjson.dumps(body)
     except TypeError:   # orjson.JSONEncodeError
