@@ -42,6 +42,7 @@ from contract import CompletionRequest, Spec, spec
 from reference_impl.errors import UpstreamError, from_vllm, translated
 from reference_impl.events import Decoder, sse_data
 from reference_impl.health import UpstreamHealth
+from reference_impl.transport import OneWriteTransport
 from reference_impl.upstream import upstream_body
 
 COMPLETIONS = "/v1/completions"   # vLLM's OpenAI route (not ours: the upstream's)
@@ -71,40 +72,47 @@ class VllmEngine:
         # so that a burst of streams does not open (and then drop) a connection each.
         self.pool_size = pool_size
         self._lock = threading.Lock()
-        self._client: httpx.Client | None = None
+        self._pool: httpx.BaseTransport | None = None
         self._pid = 0
+        self._url = httpx.URL(self.base_url + COMPLETIONS)
+        # The timeouts as httpx.Client would put them on each request.
+        self._extensions = {"timeout": httpx.Timeout(self.wait_seconds, connect=CONNECT_TIMEOUT_S).as_dict()}
         self.health = UpstreamHealth(self.base_url, transport=transport)
 
     def ready(self) -> bool:
         """The upstream's readiness (its GET /health, cached briefly): the API's /health."""
         return self.health.ready()
 
-    def client(self) -> httpx.Client:
-        """One connection pool per process: gunicorn forks the workers after the app is built."""
+    def transport(self) -> httpx.BaseTransport:
+        """One connection pool per process: gunicorn forks the workers after the app is built.
+        The engine sends its requests through the transport itself, without an httpx.Client:
+        the Client's layer (URL merging, cookies, auth, redirects, hooks) cost about 0.1 ms
+        of CPU per request here, and vLLM needs none of it."""
         with self._lock:
-            if self._client is None or self._pid != os.getpid():
-                self._client = httpx.Client(
-                    base_url=self.base_url, transport=self._transport,
-                    timeout=httpx.Timeout(self.wait_seconds, connect=CONNECT_TIMEOUT_S),
-                    limits=httpx.Limits(max_connections=None, max_keepalive_connections=self.pool_size,
-                                        keepalive_expiry=KEEPALIVE_EXPIRY_S))
+            if self._pool is None or self._pid != os.getpid():
+                limits = httpx.Limits(max_connections=None, max_keepalive_connections=self.pool_size,
+                                      keepalive_expiry=KEEPALIVE_EXPIRY_S)
+                self._pool = self._transport or OneWriteTransport(limits)
                 self._pid = os.getpid()
-            return self._client
+            return self._pool
 
     def close(self) -> None:
         with self._lock:
-            if self._client is not None and self._pid == os.getpid():
-                self._client.close()
-            self._client = None
+            if self._pool is not None and self._pid == os.getpid():
+                self._pool.close()
+            self._pool = None
 
     def generate(self, req: CompletionRequest, request_id: str) -> Iterator[Event]:
         body = upstream_body(req, self.model)
         # vLLM names its request cmpl-{X-Request-Id}-{prompt}; vllm-lens finds a request's
         # steering and capture by that prefix, so the id is always the API's own.
         headers = {REQUEST_ID: request_id, "Content-Type": "application/json"}
+        request = httpx.Request("POST", self._url, content=_dumps(body), headers=headers,
+                                extensions=self._extensions)
         decoder = Decoder(req)
         with translated(self.wait_seconds):
-            with self.client().stream("POST", COMPLETIONS, content=_dumps(body), headers=headers) as response:
+            response = self.transport().handle_request(request)
+            try:
                 if response.status_code != 200:
                     raise from_vllm(response.status_code, _json(response.read()))
                 if not body["stream"]:
@@ -114,6 +122,8 @@ class VllmEngine:
                 for data in sse_data(chunks):
                     yield from decoder.chunk(_json(data))
                 _drain(chunks)
+            finally:
+                response.close()
 
 
 def _drain(chunks: Iterator[bytes]) -> None:

@@ -21,7 +21,7 @@ LAYERS: dict[str, set[str]] = {
                  "zstandard", "numpy"},
     "api_server": {"contract", "flask", "werkzeug", "gunicorn", "gevent", "redis"},
     "mock_server": {"contract", "api_server", "flask", "numpy"},
-    "reference_impl": {"contract", "api_server", "httpx", "orjson"},
+    "reference_impl": {"contract", "api_server", "httpx", "httpcore", "orjson"},
     "conformance": {"contract", "httpx", "schemathesis", "rich", "jsonschema", "referencing", "zstandard", "yaml",
                     "pytest"},
 }
