@@ -14,6 +14,7 @@ from collections.abc import Iterator
 
 import httpx
 import pytest
+from httpcore._backends.sync import SyncStream   # the socket stream every connection writes to
 
 from api_server import ServerConfig, create_app
 from reference_impl.engine import VllmEngine, _json
@@ -144,3 +145,31 @@ def test_streams_one_after_another_share_one_connection_to_vllm() -> None:
         server.server_close()
     assert texts == [[" blue", " today"]] * 2 + [" blue today"] + [[" blue", " today"]]
     assert ChunkedVllm.connections == 1
+
+
+def test_each_request_to_vllm_leaves_in_one_write(monkeypatch: pytest.MonkeyPatch) -> None:
+    """httpcore writes a request's head and body apart; OneWriteTransport sends them at once."""
+    writes: list[bytes] = []
+    real_write = SyncStream.write
+
+    def counted(self: SyncStream, buffer: bytes, timeout: float | None = None) -> None:
+        writes.append(buffer)
+        real_write(self, buffer, timeout)
+
+    monkeypatch.setattr(SyncStream, "write", counted)
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), ChunkedVllm)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    engine = VllmEngine(f"http://127.0.0.1:{server.server_address[1]}", MODEL)
+    app = create_app(ServerConfig(keys=(KEY,)), engine)
+    try:
+        with httpx.Client(transport=httpx.WSGITransport(app=app), base_url="http://api.test", headers=AUTH) as c:
+            for stream in (False, True):
+                assert c.post("/v1/completions", json={**BODY, "stream": stream}).status_code == 200
+    finally:
+        engine.close()
+        server.shutdown()
+        server.server_close()
+    assert len(writes) == 2
+    for request in writes:
+        head, body = request.split(b"\r\n\r\n", 1)
+        assert head.startswith(b"POST /v1/completions HTTP/1.1") and json.loads(body)["model"] == MODEL
