@@ -138,7 +138,10 @@ def stop(proc: subprocess.Popen[bytes]) -> None:
 
 def timed_post(client: httpx.Client, body: dict[str, Any]) -> float:
     start = time.perf_counter()
-    reply = client.post(COMPLETIONS, json=body)
+    try:
+        reply = client.post(COMPLETIONS, json=body)
+    except httpx.HTTPError as exc:
+        raise RuntimeError(f"{client.base_url}: {exc!r}") from None
     elapsed = time.perf_counter() - start
     if reply.status_code != 200:
         raise RuntimeError(f"{client.base_url} answered {reply.status_code}: {reply.text[:300]}")
@@ -205,13 +208,16 @@ def one_stream(target: Target, max_tokens: int) -> tuple[int, float]:
     tokens = 0
     with target.client() as c:
         start = time.perf_counter()
-        with c.stream("POST", COMPLETIONS, json=body) as reply:
-            if reply.status_code != 200:
-                raise RuntimeError(f"{target.url} answered {reply.status_code}")
-            for line in reply.iter_lines():
-                if line.startswith("data: {") and '"usage"' in line:
-                    usage = json.loads(line[6:]).get("usage")
-                    tokens = usage["completion_tokens"] if usage else tokens
+        try:
+            with c.stream("POST", COMPLETIONS, json=body) as reply:
+                if reply.status_code != 200:
+                    raise RuntimeError(f"{target.name} ({target.url}) answered {reply.status_code}")
+                for line in reply.iter_lines():
+                    if line.startswith("data: {") and '"usage"' in line:
+                        usage = json.loads(line[6:]).get("usage")
+                        tokens = usage["completion_tokens"] if usage else tokens
+        except httpx.HTTPError as exc:
+            raise RuntimeError(f"{target.name} ({target.url}): {exc!r}") from None
         return tokens, time.perf_counter() - start
 
 
