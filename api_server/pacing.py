@@ -15,6 +15,9 @@ from typing import Generic, TypeVar
 
 T = TypeVar("T")
 
+# Items the iterator may hand over before its thread yields (a greenlet's switch under gevent).
+YIELD_EVERY = 16
+
 
 class _End:
     """Sentinel: the iterator finished (error holds what it raised, if anything)."""
@@ -63,13 +66,19 @@ class Pump(Generic[T]):
         it: Iterator[T] | None = None
         try:
             it = make(self.cancelled.wait)
+            since_yield = 0
             for item in it:
                 if self.cancelled.is_set() or not self._put(item):
                     return
                 # Under gevent this "thread" is a greenlet: while vLLM's stream has data
                 # ready it would never block, and the response (which notices a client
-                # that left) would not run. Yield after each item.
-                time.sleep(0)
+                # that left) would not run. Yield after every YIELD_EVERY items: not after
+                # each, so that the items vLLM sent while this process was busy (already
+                # read, or waiting in the socket) leave in one write, not one write each.
+                since_yield += 1
+                if since_yield == YIELD_EVERY:
+                    since_yield = 0
+                    time.sleep(0)
             self._put(_End())
         except BaseException as exc:  # handed to the reader, which answers with an error event
             self._put(_End(exc))

@@ -13,8 +13,13 @@ machine's load fall on both:
   (b) streaming throughput: tokens/s of one unthrottled stream (ignore_eos), and
       of 8 concurrent streams, reference / direct.
 
-Writes bench/results/reference.md and prints it; the servers stop at the end, also
-on error or Ctrl-C. Exit codes: 0 measured; 1 a target failed; 2 usage (no vLLM).
+With `--baseline REF` the reference as of git REF (its tracked files exported to a
+temporary folder, run with this checkout's Python environment) fronts the same vLLM
+too, and every cell measures it alongside: old against new in one run.
+
+Writes bench/results/reference.md and prints it (hand-written notes below the report's
+marker line are kept); the servers stop at the end, also on error or Ctrl-C. Exit
+codes: 0 measured; 1 a target failed; 2 usage (no vLLM).
 """
 from __future__ import annotations
 
@@ -25,6 +30,7 @@ import importlib.metadata
 import json
 import os
 import platform
+import shutil
 import signal
 import statistics
 import subprocess
@@ -38,7 +44,9 @@ import httpx
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
 from contract import spec  # noqa: E402
+from http_report import NOTES_MARKER, kept_notes  # noqa: E402
 from reference_impl.launcher import default_python, free_port  # noqa: E402
 
 MODEL_DIR = ROOT / "models" / "tiny-llama"
@@ -52,10 +60,12 @@ COMPLETIONS = spec().completions_path
 
 
 class Target:
-    """One side of the comparison: a base URL and the headers its clients send."""
+    """One side of the comparison: a base URL, the headers its clients send, and for an
+    API the processes whose CPU time it costs (gunicorn's master and workers)."""
 
     def __init__(self, name: str, url: str, headers: dict[str, str]) -> None:
         self.name, self.url, self.headers = name, url, headers
+        self.pids: list[int] = []
 
     def client(self) -> httpx.Client:
         return httpx.Client(base_url=self.url, headers=self.headers, timeout=300)
@@ -69,13 +79,45 @@ def start(args: argparse.Namespace, log: Path) -> tuple[subprocess.Popen[bytes],
         proc = subprocess.Popen(cmd, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
     ref = Target("reference", f"http://127.0.0.1:{port}", {"Authorization": f"Bearer {KEY}"})
     direct = Target("vLLM direct", f"http://127.0.0.1:{vllm_port}", {})
+    wait_healthy(proc, ref, log)
+    return proc, ref, direct
+
+
+def start_baseline(ref: str, direct: Target, args: argparse.Namespace,
+                   log: Path) -> tuple[subprocess.Popen[bytes], Target, Path]:
+    """The reference as of git `ref` in front of the same vLLM (`--upstream`): its tracked
+    files exported to a temporary folder (the caller removes it) and run from there."""
+    folder = Path(tempfile.mkdtemp(prefix="reference_bench_base_"))
+    archive = subprocess.run(["git", "-C", str(ROOT), "archive", ref], capture_output=True)
+    if archive.returncode != 0:
+        shutil.rmtree(folder)
+        raise RuntimeError(f"git archive {ref}: {archive.stderr.decode(errors='replace').strip()}")
+    subprocess.run(["tar", "-x", "-C", str(folder)], input=archive.stdout, check=True)
+    port = free_port()
+    cmd = [sys.executable, "-m", "reference_impl", "--upstream", direct.url, "--model", str(MODEL_DIR),
+           "--port", str(port), "--keys", KEY, "--workers", str(args.workers)]
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(cmd, cwd=folder, env={**os.environ, "PYTHONPATH": str(folder)},
+                                stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    base = Target(f"reference@{ref}", f"http://127.0.0.1:{port}", {"Authorization": f"Bearer {KEY}"})
+    try:
+        wait_healthy(proc, base, log)
+    except RuntimeError:
+        stop(proc)
+        shutil.rmtree(folder)
+        raise
+    return proc, base, folder
+
+
+def wait_healthy(proc: subprocess.Popen[bytes], target: Target, log: Path) -> None:
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             raise RuntimeError(f"python -m reference_impl exited: {log.read_text(errors='replace')[-3000:]}")
         try:
-            if httpx.get(ref.url + "/health", timeout=2).status_code == 200:
-                return proc, ref, direct
+            if httpx.get(target.url + "/health", timeout=2).status_code == 200:
+                target.pids = api_pids(proc.pid)
+                return
         except httpx.TransportError:
             pass
         time.sleep(0.5)
@@ -96,7 +138,10 @@ def stop(proc: subprocess.Popen[bytes]) -> None:
 
 def timed_post(client: httpx.Client, body: dict[str, Any]) -> float:
     start = time.perf_counter()
-    reply = client.post(COMPLETIONS, json=body)
+    try:
+        reply = client.post(COMPLETIONS, json=body)
+    except httpx.HTTPError as exc:
+        raise RuntimeError(f"{client.base_url}: {exc!r}") from None
     elapsed = time.perf_counter() - start
     if reply.status_code != 200:
         raise RuntimeError(f"{client.base_url} answered {reply.status_code}: {reply.text[:300]}")
@@ -118,31 +163,46 @@ def api_pids(pid: int) -> list[int]:
 
 
 def cpu_seconds(pids: list[int]) -> float:
-    """User + system CPU time of these processes so far."""
+    """CPU time of these processes so far: the scheduler's own count of each thread's time
+    on a CPU (/proc/PID/task/TID/schedstat, in ns). /proc/PID/stat's utime and stime are
+    charged by the 100 Hz tick here, and a worker that wakes for a few microseconds per
+    token between ticks is often not charged at all."""
     total = 0
     for pid in pids:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        total += int(fields[11]) + int(fields[12])          # utime, stime (fields 14 and 15)
-    return total / os.sysconf("SC_CLK_TCK")
+        for task in Path(f"/proc/{pid}/task").iterdir():
+            try:
+                total += int((task / "schedstat").read_text().split()[0])
+            except (OSError, IndexError, ValueError):   # a thread that just ended
+                pass
+    return total / 1e9
 
 
-def latency(ref: Target, direct: Target, body: dict[str, Any], n: int, pids: list[int]) -> dict[str, Any]:
-    """n requests to each, one at a time, alternating (and alternating who goes first)."""
-    times: dict[str, list[float]] = {ref.name: [], direct.name: []}
-    with ref.client() as rc, direct.client() as dc:
-        clients = {ref.name: rc, direct.name: dc}
+def latency(apis: list[Target], direct: Target, body: dict[str, Any], n: int) -> dict[str, dict[str, Any]]:
+    """n requests to each target, one at a time, in turn (the order rotating each time);
+    per API: its p50/p99, vLLM's, the median paired difference, its CPU per request."""
+    targets = [*apis, direct]
+    times: dict[str, list[float]] = {t.name: [] for t in targets}
+    cpu: dict[str, float] = {}
+    clients = {t.name: t.client() for t in targets}
+    try:
         for _ in range(20):                                  # warm-up: connections, caches
             for c in clients.values():
                 timed_post(c, body)
-        cpu = cpu_seconds(pids)
+        for t in apis:
+            cpu[t.name] = cpu_seconds(t.pids)
         for i in range(n):
-            order = (ref.name, direct.name) if i % 2 == 0 else (direct.name, ref.name)
-            for name in order:
-                times[name].append(timed_post(clients[name], body))
-        cpu = cpu_seconds(pids) - cpu
-    r, d = times[ref.name], times[direct.name]
-    return {"cpu_ms": cpu * 1000 / n, "ref_p50": pct(r, 50), "ref_p99": pct(r, 99), "direct_p50": pct(d, 50), "direct_p99": pct(d, 99),
-            "paired": statistics.median(a - b for a, b in zip(r, d)), "n": n}
+            for t in targets[i % len(targets):] + targets[:i % len(targets)]:
+                times[t.name].append(timed_post(clients[t.name], body))
+        for t in apis:   # an API idles while the others answer: its CPU is its own requests'
+            cpu[t.name] = cpu_seconds(t.pids) - cpu[t.name]
+    finally:
+        for c in clients.values():
+            c.close()
+    d = times[direct.name]
+    return {t.name: {"cpu_ms": cpu[t.name] * 1000 / n, "ref_p50": pct(times[t.name], 50),
+                     "ref_p99": pct(times[t.name], 99), "direct_p50": pct(d, 50), "direct_p99": pct(d, 99),
+                     "paired": statistics.median(a - b for a, b in zip(times[t.name], d)), "n": n}
+            for t in apis}
 
 
 # -- (b) streaming throughput --------------------------------------------------------------
@@ -154,13 +214,16 @@ def one_stream(target: Target, max_tokens: int) -> tuple[int, float]:
     tokens = 0
     with target.client() as c:
         start = time.perf_counter()
-        with c.stream("POST", COMPLETIONS, json=body) as reply:
-            if reply.status_code != 200:
-                raise RuntimeError(f"{target.url} answered {reply.status_code}")
-            for line in reply.iter_lines():
-                if line.startswith("data: {") and '"usage"' in line:
-                    usage = json.loads(line[6:]).get("usage")
-                    tokens = usage["completion_tokens"] if usage else tokens
+        try:
+            with c.stream("POST", COMPLETIONS, json=body) as reply:
+                if reply.status_code != 200:
+                    raise RuntimeError(f"{target.name} ({target.url}) answered {reply.status_code}")
+                for line in reply.iter_lines():
+                    if line.startswith("data: {") and '"usage"' in line:
+                        usage = json.loads(line[6:]).get("usage")
+                        tokens = usage["completion_tokens"] if usage else tokens
+        except httpx.HTTPError as exc:
+            raise RuntimeError(f"{target.name} ({target.url}): {exc!r}") from None
         return tokens, time.perf_counter() - start
 
 
@@ -172,24 +235,31 @@ def streams(target: Target, count: int, max_tokens: int) -> tuple[int, float]:
     return sum(t for t, _ in results), time.perf_counter() - start
 
 
-def throughput(ref: Target, direct: Target, count: int, max_tokens: int, rounds: int,
-               pids: list[int]) -> dict[str, Any]:
-    """Tokens/s of each target, and the API's CPU time per token it streamed (reference rounds only)."""
-    got: dict[str, list[float]] = {ref.name: [], direct.name: []}
-    for target in (ref, direct):                             # warm-up: every worker thread, connection
+def throughput(apis: list[Target], direct: Target, count: int, max_tokens: int,
+               rounds: int) -> list[dict[str, Any]]:
+    """Tokens/s of each target, and each API's CPU time per token it streamed (over its own rounds)."""
+    targets = [*apis, direct]
+    got: dict[str, list[float]] = {t.name: [] for t in targets}
+    for target in targets:                                   # warm-up: every worker thread, connection
         streams(target, count, 16)
-    api_cpu, api_tokens = 0.0, 0
+    api_cpu = {t.name: 0.0 for t in apis}
+    api_tokens = {t.name: 0 for t in apis}
     for i in range(rounds):
-        for target in ((ref, direct) if i % 2 == 0 else (direct, ref)):
-            cpu = cpu_seconds(pids)
+        for target in targets[i % len(targets):] + targets[:i % len(targets)]:
+            cpu = cpu_seconds(target.pids) if target.pids else 0.0
             tokens, seconds = streams(target, count, max_tokens)
-            if target is ref:
-                api_cpu += cpu_seconds(pids) - cpu
-                api_tokens += tokens
+            if target is not direct:
+                api_cpu[target.name] += cpu_seconds(target.pids) - cpu
+                api_tokens[target.name] += tokens
             got[target.name].append(tokens / seconds)
-    r, d = statistics.median(got[ref.name]), statistics.median(got[direct.name])
-    return {"ref": r, "direct": d, "ratio": r / d, "rounds_ref": got[ref.name], "rounds_direct": got[direct.name],
-            "count": count, "max_tokens": max_tokens, "api_us_per_token": 1e6 * api_cpu / max(api_tokens, 1)}
+    d = statistics.median(got[direct.name])
+    out = []
+    for t in apis:
+        r = statistics.median(got[t.name])
+        out.append({"name": t.name, "ref": r, "direct": d, "ratio": r / d, "rounds_ref": got[t.name],
+                    "rounds_direct": got[direct.name], "count": count, "max_tokens": max_tokens,
+                    "api_us_per_token": 1e6 * api_cpu[t.name] / max(api_tokens[t.name], 1)})
+    return out
 
 
 # -- the report ------------------------------------------------------------------------------
@@ -211,10 +281,12 @@ def verdict(ok: bool, goal: str) -> str:
     return f"meets {goal}" if ok else f"misses {goal}"
 
 
-def report(args: argparse.Namespace, lat: dict[str, dict[str, Any]], thr: list[dict[str, Any]],
+def report(args: argparse.Namespace, lat: dict[str, dict[str, dict[str, Any]]], thr: list[dict[str, Any]],
            load: tuple[float, float]) -> str:
     now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    baseline = (f"; `reference@{args.baseline}` is the reference as of git {args.baseline} in front of the "
+                "same vLLM (`--upstream`), measured in the same cells") if args.baseline else ""
     lines = [
         "# The reference implementation vs vLLM called directly", "",
         f"- Date: {now}",
@@ -225,40 +297,42 @@ def report(args: argparse.Namespace, lat: dict[str, dict[str, Any]], thr: list[d
         f"- Versions: {versions()}",
         f"- Model: models/tiny-llama (4 layers, hidden 128, Llama 3 vocabulary) served as {MODEL}; "
         f"the API: `python -m reference_impl --workers {args.workers}` (gunicorn, gevent workers), "
-        "vLLM its child on 127.0.0.1; both called over loopback HTTP with keep-alive",
+        f"vLLM its child on 127.0.0.1; all called over loopback HTTP with keep-alive{baseline}",
         "", "## (a) Added latency, one request at a time", "",
         f"Goal: under {GOAL_ADDED_MS:g} ms added at p50. {args.requests} requests to each target per case, "
-        "alternating; temperature 0, no stream (so the reference asks vLLM without stream too). "
+        "in turn; temperature 0, no stream (so the reference asks vLLM without stream too). "
         "`paired` is the median of (reference - direct) over the pairs; `API CPU` is the CPU time the "
         "API's processes (gunicorn's master and workers, not vLLM) spent per request, what the API costs "
         "whatever the machine's load.", "",
-        "| case | reference p50 / p99 ms | vLLM direct p50 / p99 ms | added p50 ms | added p99 ms | paired ms "
+        "| case | API | API p50 / p99 ms | vLLM direct p50 / p99 ms | added p50 ms | added p99 ms | paired ms "
         "| API CPU ms / request | goal |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
-    for name, r in lat.items():
-        added = r["ref_p50"] - r["direct_p50"]
-        lines.append(f"| {name} | {r['ref_p50']:.2f} / {r['ref_p99']:.2f} | {r['direct_p50']:.2f} / "
-                     f"{r['direct_p99']:.2f} | {added:.2f} | {r['ref_p99'] - r['direct_p99']:.2f} | "
-                     f"{r['paired']:.2f} | {r['cpu_ms']:.2f} | "
-                     f"{verdict(added < GOAL_ADDED_MS, f'< {GOAL_ADDED_MS:g} ms')} |")
+    for case, by_api in lat.items():
+        for name, r in by_api.items():
+            added = r["ref_p50"] - r["direct_p50"]
+            lines.append(f"| {case} | {name} | {r['ref_p50']:.2f} / {r['ref_p99']:.2f} | {r['direct_p50']:.2f} / "
+                         f"{r['direct_p99']:.2f} | {added:.2f} | {r['ref_p99'] - r['direct_p99']:.2f} | "
+                         f"{r['paired']:.2f} | {r['cpu_ms']:.2f} | "
+                         f"{verdict(added < GOAL_ADDED_MS, f'< {GOAL_ADDED_MS:g} ms')} |")
     lines += ["", "## (b) Streaming throughput", "",
               f"Goal: the reference at least {GOAL_RATIO:.0%} of vLLM's direct tokens/s. Unthrottled streams "
               "(prompt \"The sky is\", ignore_eos, include_usage), tokens from the usage chunk over the wall time "
-              f"from sending to `[DONE]`; {args.rounds} rounds, interleaved, the median shown. `API CPU` is the "
-              "CPU time of the API's processes (not vLLM's) per token they streamed, over every reference round "
+              f"from sending to `[DONE]`; {args.rounds} rounds, the targets in turn, the median shown. `API CPU` is "
+              "the CPU time of the API's processes (not vLLM's) per token they streamed, over every round of that API "
               f"(goal: at most {GOAL_API_US_PER_TOKEN:g} us, so one core passes 60,000 tokens/s).", "",
-              "| streams at once | max_tokens each | reference tokens/s | vLLM direct tokens/s | ratio | goal "
-              "| API CPU us / token | rounds (ref; direct) |",
-              "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+              "| streams at once | max_tokens each | API | API tokens/s | vLLM direct tokens/s | ratio | goal "
+              "| API CPU us / token | rounds (API; direct) |",
+              "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for t in thr:
         rounds = (", ".join(f"{x:.0f}" for x in t["rounds_ref"]) + "; "
                   + ", ".join(f"{x:.0f}" for x in t["rounds_direct"]))
-        lines.append(f"| {t['count']} | {t['max_tokens']} | {t['ref']:.1f} | {t['direct']:.1f} | {t['ratio']:.3f} | "
-                     f"{verdict(t['ratio'] >= GOAL_RATIO, f'>= {GOAL_RATIO:g}')} | {t['api_us_per_token']:.1f} | {rounds} |")
+        lines.append(f"| {t['count']} | {t['max_tokens']} | {t['name']} | {t['ref']:.1f} | {t['direct']:.1f} | "
+                     f"{t['ratio']:.3f} | {verdict(t['ratio'] >= GOAL_RATIO, f'>= {GOAL_RATIO:g}')} | "
+                     f"{t['api_us_per_token']:.1f} | {rounds} |")
     lines += ["", "On 2 cores vLLM's engine is pinned to one core and everything else (its API server, the "
               "reference, the client) shares the other, so the numbers move with the machine's load: compare "
-              "the columns of one run, not runs.", ""]
+              "the rows of one run, not runs.", ""]
     return "\n".join(lines)
 
 
@@ -270,29 +344,44 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--workers", type=int, default=2, help="gunicorn workers of the reference")
     p.add_argument("--concurrent", type=lambda s: [int(c) for c in s.split(",")], default=[1, 8, 256],
                    help="streams at once, one throughput cell each (default 1,8,256)")
+    p.add_argument("--baseline", metavar="REF",
+                   help="also run the reference as of git REF in front of the same vLLM: old against new in one run")
     p.add_argument("--out", type=Path, default=DEFAULT_OUT)
     args = p.parse_args(argv)
     if not (MODEL_DIR / "model.safetensors").exists() or not Path(default_python()).exists():
         print("needs .venv-vllm and models/tiny-llama: bash scripts/setup_vllm.sh", file=sys.stderr)
         return 2
     load_before = os.getloadavg()[0]
-    log = Path(tempfile.mkdtemp(prefix="reference-bench-")) / "server.log"
+    logs = Path(tempfile.mkdtemp(prefix="reference-bench-"))
+    log = logs / "server.log"
     proc, ref, direct = start(args, log)
+    base_proc: subprocess.Popen[bytes] | None = None
+    base_folder: Path | None = None
     try:
-        base = {"model": MODEL, "prompt": "The sky is", "temperature": 0, "ignore_eos": True}
-        pids = api_pids(proc.pid)
-        lat = {f"{n}-token completion": latency(ref, direct, {**base, "max_tokens": n}, args.requests, pids)
+        apis = [ref]
+        if args.baseline:
+            log = logs / "baseline.log"
+            base_proc, base, base_folder = start_baseline(args.baseline, direct, args, log)
+            apis.append(base)
+        base_body = {"model": MODEL, "prompt": "The sky is", "temperature": 0, "ignore_eos": True}
+        lat = {f"{n}-token completion": latency(apis, direct, {**base_body, "max_tokens": n}, args.requests)
                for n in (1, 16)}
-        thr = [throughput(ref, direct, count, args.stream_tokens // (1 if count == 1 else 4), args.rounds, pids)
-               for count in args.concurrent]
+        thr = [row for count in args.concurrent
+               for row in throughput(apis, direct, count, args.stream_tokens // (1 if count == 1 else 4),
+                                     args.rounds)]
     except (RuntimeError, httpx.HTTPError) as exc:
         print(f"a target failed: {exc}\n{log.read_text(errors='replace')[-3000:]}", file=sys.stderr)
         return 1
     finally:
+        if base_proc is not None:
+            stop(base_proc)
+        if base_folder is not None:
+            shutil.rmtree(base_folder, ignore_errors=True)
         stop(proc)
     text = report(args, lat, thr, (load_before, os.getloadavg()[0]))
+    notes = kept_notes(args.out)
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(text)
+    args.out.write_text(text + "\n" + NOTES_MARKER + "\n" + (notes + "\n" if notes else ""))
     print(text)
     return 0
 

@@ -34,6 +34,16 @@ def sse_data(chunks: Iterable[bytes]) -> Iterator[bytes]:
     buffer = bytearray()
     searched = 0
     for chunk in chunks:
+        # vLLM sends each event as one chunk of its body, and a read usually gets it whole:
+        # one `data:` line and its blank line. It leaves at once, without the buffer.
+        if not buffer and chunk.find(b"\n") == len(chunk) - 2 and chunk.endswith(b"\n\n"):
+            line = chunk[:-2].rstrip(b"\r")
+            if line.startswith(DATA):
+                data = line[len(DATA):]
+                if data == DONE:
+                    return
+                yield data
+            continue
         buffer += chunk
         while (end := buffer.find(b"\n\n", searched)) >= 0:
             event = bytes(buffer[:end])

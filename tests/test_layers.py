@@ -21,13 +21,14 @@ LAYERS: dict[str, set[str]] = {
                  "zstandard", "numpy"},
     "api_server": {"contract", "flask", "werkzeug", "gunicorn", "gevent", "redis"},
     "mock_server": {"contract", "api_server", "flask", "numpy"},
-    "reference_impl": {"contract", "api_server", "httpx"},
+    "reference_impl": {"contract", "api_server", "httpx", "orjson"},
     "conformance": {"contract", "httpx", "schemathesis", "rich", "jsonschema", "referencing", "zstandard", "yaml",
                     "pytest"},
 }
 # Single modules with more than their layer (each said in ARCHITECTURE.md).
 EXTRA: dict[str, set[str]] = {
     "reference_impl/vllm_server.py": {"vllm", "vllm_lens"},   # runs in vLLM's own interpreter
+    "reference_impl/transport.py": {"httpcore"},              # httpx's own pool, with a network backend
     "conformance/golden/generate.py": {"numpy"},               # writes steering vectors' wire form
 }
 # conformance reads the spec through contract, never the core's validators.
