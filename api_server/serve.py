@@ -23,6 +23,8 @@ DEFAULT_CONNECTIONS = 4096
 DEFAULT_THREADS = 32
 DEFAULT_GRACEFUL_TIMEOUT = 5
 BACKLOG = 4096
+# Seconds an idle keep-alive connection waits for its next request (gunicorn's keepalive).
+IDLE_CONNECTION_S = 5
 
 
 def add_arguments(p: argparse.ArgumentParser, env: Callable[[str, str], str | None], workers: int) -> None:
@@ -61,7 +63,7 @@ def gunicorn_options(host: str, port: int, workers: int, threads: int = DEFAULT_
         "bind": f"{host}:{port}", "workers": workers, "threads": threads,
         "worker_class": WORKERS[worker], "worker_connections": connections, "backlog": BACKLOG,
         "preload_app": True, "loglevel": log_level, "accesslog": "-" if access_log else None,
-        "keepalive": 5, "timeout": 60, "graceful_timeout": graceful_timeout,
+        "keepalive": IDLE_CONNECTION_S, "timeout": 60, "graceful_timeout": graceful_timeout,
     }
 
 

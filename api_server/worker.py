@@ -14,8 +14,10 @@ from __future__ import annotations
 
 import socket
 
-import gevent
 from typing import Any
+
+import gevent
+import gevent.local
 
 from gunicorn.http import wsgi
 from gunicorn.http.errors import InvalidResponseHeader, InvalidResponseHeaderName, ParseException
@@ -122,6 +124,10 @@ def send_all(sock: socket.socket, data: bytes) -> None:
             sent += sock.send(view[sent:])
 
 
+# The connection this greenlet serves (one greenlet per connection): whether a request came.
+_connection = gevent.local.local()
+
+
 class ApiGeventWorker(_ApiErrors, GeventWorker):  # type: ignore[misc]
     """gevent: a greenlet per connection, so thousands of open streams or stalled
     clients cost a few KiB each, not a thread."""
@@ -137,14 +143,26 @@ class ApiGeventWorker(_ApiErrors, GeventWorker):  # type: ignore[misc]
         # process runs only this worker.
         wsgi.Response = OneWriteResponse
 
+    def timeout_ctx(self) -> gevent.Timeout:
+        # gunicorn waits for every request's head under the keepalive setting (5 s) and
+        # then closes without an answer. Between two requests of a connection that is
+        # right (an idle connection); for the first, a client whose head was slow to come
+        # (a busy machine, hundreds of client threads starting at once) lost its request
+        # with no answer. The first head gets as long as any other read, body_read_seconds.
+        if getattr(_connection, "served", True):
+            return super().timeout_ctx()
+        return gevent.Timeout(max(self.cfg.keepalive, body_read_seconds(self.wsgi)), False)
+
     def handle(self, listener: Any, client: socket.socket, addr: Any) -> None:
         # GeventWorker.handle makes the socket blocking (no timeout); a timeout here
         # bounds each read and write instead, so a client that stalls holds nothing
         # for longer than body_read_seconds.
         client.settimeout(body_read_seconds(self.wsgi))
+        _connection.served = False
         AsyncWorker.handle(self, listener, client, addr)
 
     def handle_request(self, listener_name: Any, req: Any, sock: Any, addr: Any) -> bool:
+        _connection.served = True
         done = super().handle_request(listener_name, req, sock, addr)
         # Yield before reading the next request of this keep-alive connection: a client
         # that sends it at once would find it readable, and without a switch this

@@ -6,6 +6,7 @@ import base64
 import json
 import re
 import socket
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -14,6 +15,7 @@ import numpy as np
 import pytest
 import zstandard
 
+from api_server.serve import IDLE_CONNECTION_S
 from conformance.golden import padded_body
 from contract import InferenceUnavailable, InvalidRequest, spec
 from mock_server.faults import STREAM_ERROR_AFTER, TTFT_MS
@@ -198,3 +200,16 @@ def test_malformed_http_gets_the_api_error_not_html_or_500(mock_url: str, data: 
     assert head.startswith(b"HTTP/1.1 400 ") and rid is not None
     error = InvalidRequest(spec().messages["malformed_http"])
     assert json.loads(body) == error.body(rid.group(1).decode())
+
+
+def test_a_first_request_slower_than_the_idle_bound_is_still_answered(mock_url: str) -> None:
+    # gunicorn closes a connection whose next request takes longer than its keepalive
+    # setting, with no answer; the first request of a connection gets body_read_seconds.
+    assert spec().caps["body_read_seconds"] > IDLE_CONNECTION_S + 1
+    host, port = mock_url.rsplit("//", 1)[1].split(":")
+    with socket.create_connection((host, int(port)), timeout=30) as s:
+        s.sendall(b"GET /health HTTP/1.1\r\n")
+        time.sleep(IDLE_CONNECTION_S + 1)
+        s.sendall(b"Host: x\r\n\r\n")
+        head, body = read_http_response(s)
+    assert head.startswith(b"HTTP/1.1 200 ") and json.loads(body) == {"status": "ok"}
