@@ -13,12 +13,10 @@ answers 400 with the malformed-HTTP message (completions.read_body).
 from __future__ import annotations
 
 import socket
-
 from typing import Any
 
 import gevent
 import gevent.local
-
 from gunicorn.http import wsgi
 from gunicorn.http.errors import InvalidResponseHeader, InvalidResponseHeaderName, ParseException
 from gunicorn.workers.base_async import AsyncWorker

@@ -9,13 +9,13 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 from api_server.serve import add_arguments  # noqa: E402
+from bench.git_export import export_commit  # noqa: E402
 from reference_impl.launcher import free_port  # noqa: E402
 from reference_impl.launcher import wait_ready as launcher_wait_ready  # noqa: E402
 
@@ -112,12 +112,7 @@ def baseline_server(args, ref):
     """The mock as of git `ref` (`--baseline`), for old against new in one run: its
     tracked files exported to a temporary folder (removed by `stop`) and run from there
     with this checkout's Python environment."""
-    folder = Path(tempfile.mkdtemp(prefix="http_bench_base_"))
-    archive = subprocess.run(["git", "-C", str(ROOT), "archive", ref], capture_output=True)
-    if archive.returncode != 0:
-        shutil.rmtree(folder)
-        raise BenchError(f"git archive {ref}: {archive.stderr.decode(errors='replace').strip()}")
-    subprocess.run(["tar", "-x", "-C", str(folder)], input=archive.stdout, check=True)
+    folder = export_commit(ref, "http_bench_base_", BenchError)
     port = free_port()
     argv = [sys.executable, "-m", "mock_server", "--host", "127.0.0.1", "--port", str(port),
             *serving_args(args), "--log-level", "warning"]

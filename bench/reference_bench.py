@@ -46,6 +46,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 from contract import spec  # noqa: E402
+from bench.git_export import export_commit  # noqa: E402
 from http_report import NOTES_MARKER, kept_notes  # noqa: E402
 from reference_impl.launcher import default_python, free_port  # noqa: E402
 
@@ -87,12 +88,7 @@ def start_baseline(ref: str, direct: Target, args: argparse.Namespace,
                    log: Path) -> tuple[subprocess.Popen[bytes], Target, Path]:
     """The reference as of git `ref` in front of the same vLLM (`--upstream`): its tracked
     files exported to a temporary folder (the caller removes it) and run from there."""
-    folder = Path(tempfile.mkdtemp(prefix="reference_bench_base_"))
-    archive = subprocess.run(["git", "-C", str(ROOT), "archive", ref], capture_output=True)
-    if archive.returncode != 0:
-        shutil.rmtree(folder)
-        raise RuntimeError(f"git archive {ref}: {archive.stderr.decode(errors='replace').strip()}")
-    subprocess.run(["tar", "-x", "-C", str(folder)], input=archive.stdout, check=True)
+    folder = export_commit(ref, "reference_bench_base_")
     port = free_port()
     cmd = [sys.executable, "-m", "reference_impl", "--upstream", direct.url, "--model", str(MODEL_DIR),
            "--port", str(port), "--keys", KEY, "--workers", str(args.workers)]

@@ -34,21 +34,20 @@ def sse_data(chunks: Iterable[bytes]) -> Iterator[bytes]:
     buffer = bytearray()
     searched = 0
     for chunk in chunks:
-        # vLLM sends each event as one chunk of its body, and a read usually gets it whole:
-        # one `data:` line and its blank line. It leaves at once, without the buffer.
+        events: list[bytes] = []
         if not buffer and chunk.find(b"\n") == len(chunk) - 2 and chunk.endswith(b"\n\n"):
-            line = chunk[:-2].rstrip(b"\r")
-            if line.startswith(DATA):
-                data = line[len(DATA):]
-                if data == DONE:
-                    return
-                yield data
-            continue
-        buffer += chunk
-        while (end := buffer.find(b"\n\n", searched)) >= 0:
-            event = bytes(buffer[:end])
-            del buffer[:end + 2]
-            searched = 0
+            # vLLM sends each event as one chunk of its body, and a read usually gets it
+            # whole: one line and its blank line. It needs no buffer.
+            events.append(chunk[:-2])
+        else:
+            buffer += chunk
+            while (end := buffer.find(b"\n\n", searched)) >= 0:
+                events.append(bytes(buffer[:end]))
+                del buffer[:end + 2]
+                searched = 0
+            # A large event (the activations) arrives in many pieces: search only the new tail.
+            searched = max(0, len(buffer) - 1)
+        for event in events:
             for line in event.split(b"\n"):
                 line = line.rstrip(b"\r")
                 if line.startswith(DATA):
@@ -56,8 +55,6 @@ def sse_data(chunks: Iterable[bytes]) -> Iterator[bytes]:
                     if data == DONE:
                         return
                     yield data
-        # A large event (the activations) arrives in many pieces: search only the new tail.
-        searched = max(0, len(buffer) - 1)
     raise UpstreamError("the stream ended without data: [DONE]")
 
 
