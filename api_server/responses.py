@@ -10,6 +10,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+import orjson
+
 from contract import CompletionRequest, spec
 from api_server.engine import Activations, ChoiceDelta, Event, LogprobsDelta, Usage
 
@@ -24,15 +26,22 @@ DONE = b"data: [DONE]\n\n"
 KEEPALIVE = b": keepalive\n\n"
 
 
-# One encoder for every response: json.dumps with keyword arguments builds a new one per call.
+# Compact UTF-8, as orjson writes it (a Completion in a tenth of json's time); json, with
+# the same separators, for what orjson refuses to write (integers past 64 bits).
 _JSON = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
-_encode = _JSON.encode
-# A JSON string, as _JSON writes one (encode_basestring: the C escaper, without ASCII escapes).
+# A JSON string, as orjson writes one (encode_basestring: the C escaper, without ASCII escapes).
 _string = json.encoder.encode_basestring  # type: ignore[attr-defined]
 
 
 def dumps(obj: Any) -> bytes:
-    return _encode(obj).encode()
+    try:
+        return orjson.dumps(obj)
+    except TypeError:   # orjson.JSONEncodeError
+        return _JSON.encode(obj).encode()
+
+
+def _encode(obj: Any) -> str:
+    return dumps(obj).decode()
 
 
 def sse(obj: Any) -> bytes:

@@ -12,11 +12,14 @@ answers 400 with the malformed-HTTP message (completions.read_body).
 """
 from __future__ import annotations
 
+import io
 import socket
+import time
 from typing import Any
 
 import gevent
 import gevent.local
+from gunicorn import util
 from gunicorn.http import wsgi
 from gunicorn.http.errors import InvalidResponseHeader, InvalidResponseHeaderName, ParseException
 from gunicorn.workers.base_async import AsyncWorker
@@ -122,6 +125,42 @@ def send_all(sock: socket.socket, data: bytes) -> None:
             sent += sock.send(view[sent:])
 
 
+_format_date = util.http_date
+_date = (0, "")
+
+
+def http_date(timestamp: float | None = None) -> str:
+    """gunicorn's Date header, formatted once a second instead of once a response (2 us)."""
+    global _date
+    if timestamp is not None:
+        return _format_date(timestamp)  # type: ignore[no-any-return]
+    now = int(time.time())
+    if _date[0] != now:
+        _date = (now, _format_date(now))
+    return _date[1]
+
+
+_ErrorsWrapper = wsgi.WSGIErrorsWrapper
+
+
+class LazyErrors(io.RawIOBase):
+    """wsgi.errors: gunicorn's WSGIErrorsWrapper, built when something is written.
+    gunicorn builds one for every request, a logger lookup under logging's lock, for a
+    stream this app never writes to."""
+
+    def __init__(self, cfg: Any) -> None:
+        self._cfg = cfg
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, data: Any) -> None:   # type: ignore[override]
+        _ErrorsWrapper(self._cfg).write(data)
+
+    def writelines(self, lines: Any) -> None:
+        _ErrorsWrapper(self._cfg).writelines(lines)
+
+
 # The connection this greenlet serves (one greenlet per connection): whether a request came.
 _connection = gevent.local.local()
 
@@ -137,9 +176,12 @@ class ApiGeventWorker(_ApiErrors, GeventWorker):  # type: ignore[misc]
         # all of them and the other idle. One per wake-up spreads them over the workers.
         from gevent.server import StreamServer
         StreamServer.max_accept = 1
-        # gunicorn builds its Response by this module-level name (wsgi.create); this
-        # process runs only this worker.
+        # gunicorn builds its Response, Date header and wsgi.errors by these module-level
+        # names (wsgi.create, Response.default_headers, wsgi.base_environ); this process
+        # runs only this worker. tests/test_worker_response.py fails if a name goes.
         wsgi.Response = OneWriteResponse
+        util.http_date = http_date
+        wsgi.WSGIErrorsWrapper = LazyErrors
 
     def timeout_ctx(self) -> gevent.Timeout:
         # gunicorn waits for every request's head under the keepalive setting (5 s) and

@@ -29,7 +29,7 @@ place an error becomes the API's error shape.
 """
 from __future__ import annotations
 
-import secrets
+import random
 from functools import cache
 from typing import Any, ClassVar, cast
 
@@ -37,9 +37,12 @@ from contract.spec import spec
 
 
 def new_request_id() -> str:
-    """`req_` + 32 lowercase hex digits (x-request-id)."""
+    """`req_` + 32 lowercase hex digits (x-request-id). An id labels a request in logs and
+    answers; it is no secret, so the random module's generator makes it (no system call;
+    `random` reseeds it in every forked worker)."""
     rid = spec().request_id
-    return rid["prefix"] + secrets.token_hex(rid["hex_digits"] // 2)
+    digits = rid["hex_digits"]
+    return rid["prefix"] + format(random.getrandbits(4 * digits), f"0{digits}x")
 
 
 class SpecText(str):

@@ -57,18 +57,24 @@ class CompletionRequest:
 _SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
 
 
+def _no_constant(name: str) -> Any:
+    raise ValueError(name)
+
+
+# One decoder for every body: json.loads with a keyword argument builds a new one per call.
+_DECODER = json.JSONDecoder(parse_constant=_no_constant)
+
+
 def parse_json(raw: bytes) -> dict[str, Any]:
     """Strict JSON (RFC 8259, I-JSON): UTF-8 text of Unicode scalar values, no NaN or
     Infinity, and the top level must be an object.
 
     Every string of the body, keys included, is checked here, once: a lone surrogate
     would otherwise reach the tokenizer, jsonschema-rs or the error body's encoder."""
-    def no_constant(name: str) -> Any:
-        raise ValueError(name)
     try:
         # Strict UTF-8 refuses raw surrogates (ED A0 80), which json.loads(bytes) would
         # let through (it decodes with surrogatepass); a BOM is ignored, as RFC 8259 allows.
-        body = json.loads(raw.decode("utf-8-sig"), parse_constant=no_constant)
+        body = _DECODER.decode(raw.decode("utf-8-sig"))
     except (ValueError, RecursionError):
         # UnicodeDecodeError is a ValueError too; the parser's own words stay out of the body.
         raise InvalidJson.from_template("invalid_json") from None

@@ -282,3 +282,28 @@ def test_x_check_order_orders_the_schema_stages(monkeypatch: pytest.MonkeyPatch)
     swapped = Spec(spec().path, raw)
     monkeypatch.setattr(contract.schema, "spec", lambda: swapped)
     assert isinstance(next(request_schema().iter_errors(body)), contract.InvalidType)
+
+
+def test_request_ids_have_the_specs_form_and_differ_in_forked_workers() -> None:
+    """gunicorn forks its workers from a master that made ids already: each worker's
+    ids must still be its own (the random module reseeds in a forked child)."""
+    import os
+    rid = spec().request_id
+    form = re.compile(re.escape(rid["prefix"]) + f"[0-9a-f]{{{rid['hex_digits']}}}")
+    contract.new_request_id()
+    read, write = os.pipe()
+    children = []
+    for _ in range(2):
+        pid = os.fork()
+        if pid == 0:   # pragma: no cover (the child)
+            os.write(write, (contract.new_request_id() + "\n").encode())
+            os._exit(0)
+        children.append(pid)
+    for pid in children:
+        os.waitpid(pid, 0)
+    os.close(write)
+    with os.fdopen(read) as f:
+        ids = f.read().split()
+    ids.append(contract.new_request_id())
+    assert len(ids) == 3 and len(set(ids)) == 3
+    assert all(form.fullmatch(i) for i in ids)

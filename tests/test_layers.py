@@ -19,7 +19,7 @@ STDLIB = set(sys.stdlib_module_names) | {"__future__"}
 LAYERS: dict[str, set[str]] = {
     "contract": {"yaml", "openapi_spec_validator", "fastjsonschema", "jsonschema_rs", "quicktok",
                  "zstandard", "numpy"},
-    "api_server": {"contract", "flask", "werkzeug", "gunicorn", "gevent", "redis"},
+    "api_server": {"contract", "flask", "werkzeug", "gunicorn", "gevent", "redis", "orjson"},
     "mock_server": {"contract", "api_server", "flask", "numpy"},
     "reference_impl": {"contract", "api_server", "httpx", "orjson"},
     "conformance": {"contract", "httpx", "schemathesis", "rich", "jsonschema", "referencing", "zstandard", "yaml",

@@ -91,9 +91,13 @@ def test_a_deployment_max_model_len_is_reported_and_enforced() -> None:
     assert_error(r, error_of(lambda: validate_completion(body, models=models)))
 
 
+# Werkzeug would answer some of these itself: OPTIONS with an Allow header, a doubled
+# slash with a redirect to the merged path; the spec knows neither.
 @pytest.mark.parametrize("method,path", [("GET", "/v1/nothing"), ("GET", "/v1/completions"),
                                          ("DELETE", "/v1/models"), ("POST", "/health"),
-                                         ("PUT", "/v1/chat/completions")])
+                                         ("PUT", "/v1/chat/completions"), ("OPTIONS", "/v1/completions"),
+                                         ("POST", "/v1//completions"),
+                                         ("GET", "/v1//models"), ("POST", "/v1/completions/")])
 def test_unknown_routes_and_methods_get_the_api_error(client: FlaskClient, method: str, path: str) -> None:
     from contract.http import match_route
     error = error_of(lambda: match_route(method, path))

@@ -84,3 +84,43 @@ def test_a_partial_send_is_continued_until_every_byte_left(room: int) -> None:
     lines, rest = head_and_rest(b"".join(sock.sends))
     assert lines[0] == "HTTP/1.1 200 OK" and rest == body
     assert all(len(s) <= room for s in sock.sends)
+
+
+def test_the_date_header_is_gunicorns_formatted_once_a_second() -> None:
+    import email.utils
+    import time
+
+    from api_server.worker import http_date
+    for _ in range(5):   # the second may turn between the two reads
+        before = int(time.time())
+        got = http_date()
+        if int(time.time()) == before:
+            break
+    assert got == email.utils.formatdate(before, usegmt=True)
+    assert http_date() is http_date() or int(time.time()) != before   # cached, not formatted again
+    assert http_date(0) == "Thu, 01 Jan 1970 00:00:00 GMT"
+
+
+def test_gunicorn_still_looks_up_the_names_the_worker_replaces() -> None:
+    """ApiGeventWorker.patch swaps module-level names of gunicorn; an upgrade that stopped
+    looking them up at call time would silently undo the swap."""
+    from gunicorn import util
+    from gunicorn.http import wsgi
+    assert "Response" in wsgi.create.__code__.co_names
+    assert "http_date" in wsgi.Response.default_headers.__code__.co_names and hasattr(util, "http_date")
+    assert "WSGIErrorsWrapper" in wsgi.base_environ.__code__.co_names
+
+
+def test_wsgi_errors_is_built_only_when_written_and_writes_to_the_error_log(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    from gunicorn.http import wsgi
+
+    from api_server.worker import LazyErrors
+    built = []
+    real = wsgi.WSGIErrorsWrapper
+    monkeypatch.setattr("api_server.worker._ErrorsWrapper", lambda cfg: built.append(cfg) or real(cfg))
+    monkeypatch.setattr(wsgi, "WSGIErrorsWrapper", LazyErrors)
+    errors = wsgi.base_environ(Config())["wsgi.errors"]
+    assert isinstance(errors, LazyErrors) and built == []
+    errors.write("from the app\n")
+    assert len(built) == 1 and capsys.readouterr().err == "from the app\n"
