@@ -30,7 +30,7 @@ from api_server.responses import CLAMPED, JSON, REQUEST_ID, dumps
 from api_server.state import State, state
 from contract import (
     ApiError, ChatRefused, InferenceUnavailable, InternalError, InvalidRequest, ModelInfo,
-    RequestTooLarge, Spec, new_request_id, spec,
+    RequestTooLarge, Spec, new_request_id, prepare_validation, spec,
 )
 from contract.http import match_route, preflight
 
@@ -81,6 +81,7 @@ def create_app(config: ServerConfig, engine: Engine, models: Mapping[str, ModelI
     if REQUEST_ID not in headers or CLAMPED not in headers:
         raise RuntimeError("openapi.yaml lacks the response headers the server sends")
     models = served_models(api, config, models)
+    prepare_validation()   # here, in gunicorn's master: once, not in each worker's first request
     app = _App(__name__)
     # No MAX_CONTENT_LENGTH: werkzeug's would refuse a chunked body of exactly the cap;
     # completions.read_body cuts a chunked body off at the cap itself.

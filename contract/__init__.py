@@ -11,7 +11,7 @@ from contract.errors import (
     OutOfRange, RequestTooLarge, RuleViolation, UnknownField, UnsupportedMediaType,
     error_for_status, new_request_id,
 )
-from contract.request import CompletionRequest, iter_errors, parse_json, validate_completion
+from contract.request import CompletionRequest, iter_errors, parse_json, prepare_validation, validate_completion
 from contract.spec import ModelInfo, Spec, SpecError, load_spec, spec
 from contract.steering import SteeringVector, encode_tensor
 
@@ -22,5 +22,5 @@ __all__ = [
     "MissingField", "ModelInfo", "ModelNotFound", "NotFound", "OutOfRange", "RequestTooLarge",
     "RuleViolation", "Spec", "SpecError", "SteeringVector", "UnknownField",
     "UnsupportedMediaType", "encode_tensor", "error_for_status", "hold", "iter_errors", "load_spec",
-    "new_request_id", "parse_json", "spec", "validate_completion",
+    "new_request_id", "parse_json", "prepare_validation", "spec", "validate_completion",
 ]

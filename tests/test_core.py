@@ -149,7 +149,7 @@ def test_public_names_are_pinned() -> None:
         "MissingField", "ModelInfo", "ModelNotFound", "NotFound", "OutOfRange", "RequestTooLarge",
         "RuleViolation", "Spec", "SpecError", "SteeringVector", "UnknownField",
         "UnsupportedMediaType", "encode_tensor", "error_for_status", "hold", "iter_errors", "load_spec",
-        "new_request_id", "parse_json", "spec", "validate_completion",
+        "new_request_id", "parse_json", "prepare_validation", "spec", "validate_completion",
     ])
     for name in contract.__all__:
         assert getattr(contract, name) is not None

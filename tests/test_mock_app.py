@@ -354,3 +354,11 @@ def test_a_server_may_serve_other_models() -> None:
     body = completion_body()
     assert_error(client.post("/v1/completions", json=body, headers=AUTH),
                  error_of(lambda: validate_completion(body, models={"tiny": other})))
+
+
+def test_the_app_compiles_the_request_schema_before_any_request() -> None:
+    """Built in gunicorn's master (preload), so no worker's first request compiles it."""
+    from contract.schema import request_schema
+    request_schema.cache_clear()
+    create_app(MockConfig())
+    assert request_schema.cache_info().currsize == 1
