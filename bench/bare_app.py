@@ -3,8 +3,8 @@
 It does the least a completions server must do: read the body, parse it as JSON,
 and answer. A `max_tokens` that is not an integer gets a fixed 400 error body; any
 other request gets a fixed 16-token Completion, or, with `"stream": true`, a
-stream of `max_tokens` fixed one-token chunks (each after X-Mock-Tpot-Ms, as the
-mock's) and `data: [DONE]`. The bodies have
+stream of `max_tokens` fixed one-token chunks (the first at once, each later one
+after X-Mock-Tpot-Ms, as the mock's) and `data: [DONE]`. The bodies have
 the API's shapes and about the mock's sizes, so the ceiling pays for the same
 bytes on the wire. Nothing is validated, tokenized or generated.
 
@@ -92,8 +92,10 @@ def completions():
 
 
 def _stream(count, tpot_s=0.0):
-    for _ in range(count):
-        if tpot_s:
+    # As the mock paces (mock_server/latency.py) with its default time to first token, 0:
+    # the first chunk at once, each later one after tpot_s.
+    for i in range(count):
+        if tpot_s and i:
             time.sleep(tpot_s)
         yield _CHUNK
     yield b"data: [DONE]\n\n"
