@@ -32,6 +32,7 @@ from __future__ import annotations
 import json
 import os
 import threading
+import time
 from collections.abc import Generator, Iterator
 from urllib.parse import urlsplit
 
@@ -150,13 +151,13 @@ class VllmEngine:
         sse = SseData()
         with translated(self.wait_seconds):
             exchange = self._post(req, request_id)
+            # Something leaves at most `interval` after the last thing did: events, or a keepalive.
+            due = time.monotonic() + interval
             try:
-                while exchange.status is None:   # vLLM's head comes with its first event
-                    if not exchange.read(interval):
-                        yield []
-                if exchange.status != 200:
-                    raise from_vllm(exchange.status, _json(exchange.read_all()))
                 while True:
+                    status = exchange.status   # None until vLLM's head is in
+                    if status is not None and status != 200:
+                        raise from_vllm(status, _json(exchange.read_all()))
                     batch: list[Event] = []
                     try:
                         for piece in exchange.take():
@@ -180,8 +181,10 @@ class VllmEngine:
                         raise UpstreamError("the stream ended without data: [DONE]")
                     if batch:
                         yield batch
-                    if not exchange.read(interval):
+                        due = time.monotonic() + interval
+                    if not exchange.read(due - time.monotonic()):
                         yield []
+                        due = time.monotonic() + interval
             finally:
                 exchange.close()
 

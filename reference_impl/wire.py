@@ -119,9 +119,9 @@ class Exchange:
             self.close()
             raise httpx.ReadTimeout(f"vLLM sent nothing for {self.wait_seconds} s")
         try:
-            self._sock.settimeout(min(wait, left))
+            self._sock.settimeout(max(min(wait, left), 0.0))   # 0: what is there already
             data = self._sock.recv(READ_SIZE)
-        except TimeoutError:
+        except (TimeoutError, BlockingIOError):
             return False
         except OSError as exc:
             if self._retry():
