@@ -24,8 +24,13 @@ deadline is the same either way: the read timeout is the API's wait, and
 vLLM sends nothing before it is done. (vLLM computes prompt_logprobs only
 without stream, and the API refuses them with stream.)
 
-Foreign exceptions (httpx's, vLLM's error bodies) become the API's errors in
-one place, reference_impl/errors.py.
+How: over http:// the engine's own client (wire.py: httptools' parser, and reads that
+wait at most a keepalive interval), so the app reads a stream in the request's own
+greenlet through `batches`, with no pump and no hand-off per token, and what one read
+from vLLM brings leaves in one write. Over https://, or through a transport handed in
+(the tests'), httpx, its stream in the app's pump. Foreign exceptions (httpx's, which
+wire.py raises too, and vLLM's error bodies) become the API's errors in one place,
+reference_impl/errors.py.
 """
 from __future__ import annotations
 
