@@ -14,8 +14,8 @@ What this client does, and no more: POST to one host:port (http, not https) with
 written in one send; the answer's status and body (chunked or Content-Length) through
 httptools; kept-alive connections, each reused only when its answer was read to its end,
 dropped after `keepalive_expiry` idle seconds (before vLLM's uvicorn drops them) or when the
-server closed it; a request sent on a kept-alive connection that the server had closed is
-sent again once on a new one (the server closed it idle: it read nothing). Failures are
+server closed it; a request that meets a kept-alive connection the server had closed (before
+any byte of an answer) is sent again on another (the server closed it idle: it read nothing). Failures are
 httpx's exceptions, which reference_impl/errors.py translates, as for httpx's own requests.
 """
 from __future__ import annotations
@@ -42,21 +42,24 @@ class _Parsed:
         self.head = False        # the status line and headers are in
         self.complete = False    # the whole answer is in
         self.keep_alive = False  # ... and the connection may carry the next request
-        self.messages = 0
+        self.extra = False       # the server sent more than one answer: out of step
 
     def on_message_begin(self) -> None:
-        self.messages += 1
+        if self.complete:
+            self.extra = True
 
     def on_headers_complete(self) -> None:
         self.head = True
 
     def on_body(self, body: bytes) -> None:
-        self.body.append(body)
+        if not self.extra:
+            self.body.append(body)
 
     def on_message_complete(self) -> None:
-        self.complete = True
-        # (llhttp answers for the message it is in: after it, always False)
-        self.keep_alive = self.parser.should_keep_alive()
+        if not self.extra:
+            self.complete = True
+            # (llhttp answers for the message it is in: after it, always False)
+            self.keep_alive = self.parser.should_keep_alive()
 
 
 class Exchange:
@@ -89,7 +92,8 @@ class Exchange:
             raise httpx.WriteError(str(exc)) from None
 
     def _retry(self) -> bool:
-        """A kept-alive connection the server had closed: send again on a new one, once."""
+        """A kept-alive connection the server had closed: send again on another (each one
+        tried is closed, so this ends, at the latest on a new connection)."""
         reused = self._reused
         self.close()
         if reused and not self._got:
@@ -137,11 +141,10 @@ class Exchange:
         try:
             self._answer.parser.feed_data(data)
         except httptools.HttpParserError as exc:
-            self.close()
-            raise httpx.RemoteProtocolError(f"an unreadable answer: {exc}") from None
-        if self._answer.messages > 1:   # more than one answer to one request
-            self.close()
-            raise httpx.RemoteProtocolError("data after the answer's end")
+            if not self._answer.complete:
+                self.close()
+                raise httpx.RemoteProtocolError(f"an unreadable answer: {exc}") from None
+            self._answer.extra = True   # bytes after a whole answer: it stands, the connection goes
         return True
 
     def read_all(self) -> bytes:
@@ -154,7 +157,7 @@ class Exchange:
         sock, self._sock = self._sock, None
         if sock is None:
             return
-        if self.complete and self._answer.keep_alive:
+        if self.complete and self._answer.keep_alive and not self._answer.extra:
             self._pool.give(sock)
         else:
             sock.close()

@@ -281,3 +281,23 @@ def test_a_request_that_meets_a_closing_connection_is_sent_again(stream: bool) -
         got = [c.post("/v1/completions", json={**BODY, "stream": stream}) for _ in range(2)]
     assert [r.status_code for r in got] == [200, 200] and texts(got[0]) == texts(got[1])
     assert vllm.connections == 2 and len(vllm.requests) == 3
+
+
+def test_bytes_after_a_whole_answer_keep_the_answer_and_drop_the_connection() -> None:
+    def trailing(conn: socket.socket, body: dict[str, Any], number: int) -> None:
+        sky(conn, body, number)
+        if number == 1:
+            conn.sendall(b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n")   # an answer nobody asked for
+
+    with api(trailing) as (c, vllm):
+        got = [c.post("/v1/completions", json={**BODY, "stream": stream}) for stream in (True, True)]
+    assert [texts(r) for r in got] == [[" blue", " today"]] * 2 and vllm.connections == 2
+
+
+def test_an_unreadable_answer_is_a_503() -> None:
+    def garbage(conn: socket.socket, body: dict[str, Any], number: int) -> None:
+        conn.sendall(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\nzz\r\n")
+
+    with api(garbage) as (c, _):
+        r = c.post("/v1/completions", json={**BODY, "stream": True})
+    assert (r.status_code, r.json()["error"]["code"]) == (503, "inference_unavailable")
