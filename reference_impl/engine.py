@@ -195,8 +195,12 @@ class VllmEngine:
 
     def generate(self, req: CompletionRequest, request_id: str) -> Iterator[Event]:
         if self._wire is not None and req.stream:   # (a hook that paces the events runs this in a Pump)
-            for batch in self._wire_batches(req, request_id, self.wait_seconds):
-                yield from batch
+            batches = self._wire_batches(req, request_id, self.wait_seconds)
+            try:
+                for batch in batches:
+                    yield from batch
+            finally:
+                batches.close()   # closed early (the client left): vLLM's connection closes now
             return
         if self._wire is not None:
             yield from self._wire_completion(req, request_id)

@@ -301,3 +301,35 @@ def test_an_unreadable_answer_is_a_503() -> None:
     with api(garbage) as (c, _):
         r = c.post("/v1/completions", json={**BODY, "stream": True})
     assert (r.status_code, r.json()["error"]["code"]) == (503, "inference_unavailable")
+
+
+def test_generate_streams_over_the_same_client_and_closing_it_closes_vllms_stream() -> None:
+    """`generate` (what a pump runs, for a server whose hook paces the events) reads the
+    same way, each read waiting up to the API's wait; closed early, it drops vLLM's stream."""
+    from api_server.engine import ChoiceDelta, Usage
+    from contract import validate_completion
+
+    def endless(conn: socket.socket, body: dict[str, Any], number: int) -> None:
+        conn.sendall(stream_head())
+        for i in range(1000):
+            conn.sendall(chunk(sse(content(0, f" t{i}", [i]), done=False)))
+            time.sleep(0.01)
+
+    for script, expect_closed in ((sky, False), (endless, True)):
+        vllm = Vllm(script)
+        engine = VllmEngine(vllm.url, MODEL)
+        req = validate_completion({**BODY, "stream": True}, models=spec().models)
+        try:
+            got = engine.generate(req, "req_1")
+            first = next(got)
+            if expect_closed:
+                got.close()
+                # before the engine closes its pool: the stream's own connection was closed
+                assert vllm.closed_by_client.wait(5)
+            else:
+                assert [type(e) for e in got] == [ChoiceDelta, Usage]
+                assert not vllm.closed_by_client.is_set()   # kept for the next request
+        finally:
+            engine.close()
+            vllm.close()
+        assert isinstance(first, ChoiceDelta) and first.text in (" blue", " t0")
