@@ -96,6 +96,11 @@ def _open_stream(run: _Run, headers: dict[str, str]) -> Response:
             schedule = Schedule()
             events = run.plan.pace(events, schedule)
         batches = _inline_batches(events, schedule, s.config.keepalive_seconds)
+    elif run.plan.pace is None and hasattr(s.engine, "batches"):
+        # The engine waits at most a keepalive interval at a time itself (the reference's
+        # vLLM stream): it runs in this thread or greenlet too, with no pump and no
+        # hand-off per event.
+        batches = s.engine.batches(run.req, run.rid, s.config.keepalive_seconds)
     else:
         pump = Pump(run.events, s.config.keepalive_seconds)
         batches = pump.batches()
@@ -112,6 +117,7 @@ def _open_stream(run: _Run, headers: dict[str, str]) -> Response:
                         headers={**headers, "Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
     if pump is not None:
         response.call_on_close(pump.cancelled.set)   # the body may never be read: stop the engine
+    response.call_on_close(batches.close)   # (the body's own close closes them when it was read)
     response.call_on_close(run.settle)
     return response
 

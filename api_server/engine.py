@@ -73,6 +73,10 @@ class Engine(Protocol):
     # simulated latency and sends the keepalives. Engines that may block (vLLM) leave
     # it False and get a pump thread that sends keepalives.
     never_waits: bool = False
+    # An engine may also offer `batches(req, request_id, interval)`: its stream's events
+    # in lists as they come, [] for each `interval` seconds without one, waiting at most
+    # that long at a time (the reference reads vLLM so). A stream then runs in the
+    # request's thread or greenlet, with no pump thread and no hand-off per event.
 
     def generate(self, req: CompletionRequest, request_id: str) -> Iterator[Event]:
         """Run `req` (its max_tokens the Hold's, maybe clamped): deltas, then Usage,

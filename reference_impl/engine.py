@@ -24,27 +24,36 @@ deadline is the same either way: the read timeout is the API's wait, and
 vLLM sends nothing before it is done. (vLLM computes prompt_logprobs only
 without stream, and the API refuses them with stream.)
 
-Foreign exceptions (httpx's, vLLM's error bodies) become the API's errors in
-one place, reference_impl/errors.py.
+How: over http:// the engine's own client (wire.py: httptools' parser, and reads that
+wait at most a keepalive interval), so the app reads a stream in the request's own
+greenlet through `batches`, with no pump and no hand-off per token, and what one read
+from vLLM brings leaves in one write. Over https://, or through a transport handed in
+(the tests'), httpx, its stream in the app's pump. Foreign exceptions (httpx's, which
+wire.py raises too, and vLLM's error bodies) become the API's errors in one place,
+reference_impl/errors.py.
 """
 from __future__ import annotations
 
 import json
 import os
 import threading
-from collections.abc import Iterator
+import time
+from collections.abc import Generator, Iterator
+from urllib.parse import urlsplit
 
 import httpx
 import orjson
 
 from api_server.engine import Event
+from api_server.pacing import Pump
 from api_server.responses import REQUEST_ID
 from contract import CompletionRequest, Spec, spec
 from reference_impl.errors import UpstreamError, from_vllm, translated
-from reference_impl.events import Decoder, sse_data
+from reference_impl.events import Decoder, SseData, sse_data
 from reference_impl.health import UpstreamHealth
 from reference_impl.transport import OneWriteTransport
 from reference_impl.upstream import upstream_body
+from reference_impl.wire import Exchange, Pool
 
 COMPLETIONS = "/v1/completions"   # vLLM's OpenAI route (not ours: the upstream's)
 CONNECT_TIMEOUT_S = 5.0
@@ -75,6 +84,12 @@ class VllmEngine:
         self._lock = threading.Lock()
         self._pool: httpx.BaseTransport | None = None
         self._pid = 0
+        # The streams' own client (reference_impl/wire.py), for vLLM over http://; a
+        # transport handed in (the tests') serves the streams too, through a Pump.
+        self._wire: Pool | None = None
+        if transport is None and urlsplit(self.base_url).scheme == "http":
+            self._wire = Pool(self.base_url, connect_timeout=CONNECT_TIMEOUT_S,
+                              keepalive_expiry=KEEPALIVE_EXPIRY_S, max_idle=pool_size)
         self._url = httpx.URL(self.base_url + COMPLETIONS)
         # The timeouts as httpx.Client would put them on each request.
         self._extensions = {"timeout": httpx.Timeout(self.wait_seconds, connect=CONNECT_TIMEOUT_S).as_dict()}
@@ -102,8 +117,94 @@ class VllmEngine:
             if self._pool is not None and self._pid == os.getpid():
                 self._pool.close()
             self._pool = None
+        if self._wire is not None:
+            self._wire.close()
+
+    def batches(self, req: CompletionRequest, request_id: str,
+                interval: float) -> Generator[list[Event], None, None]:
+        """A stream's events in lists, as they come, [] for each `interval` seconds without
+        one (the app sends a keepalive), read in the caller's thread or greenlet: the events
+        of one read from vLLM come in one list (the app writes them at once). Errors as
+        `generate`'s: before the first list they reach the app's first `next`."""
+        if self._wire is None or not req.stream:
+            return Pump(lambda sleep: self.generate(req, request_id), interval).batches()
+        return self._wire_batches(req, request_id, interval)
+
+    def _post(self, req: CompletionRequest, request_id: str) -> Exchange:
+        assert self._wire is not None
+        # vLLM names its request cmpl-{X-Request-Id}-{prompt}; vllm-lens finds a request's
+        # steering and capture by that prefix, so the id is always the API's own.
+        headers = {REQUEST_ID: request_id, "Content-Type": "application/json"}
+        return self._wire.post(COMPLETIONS, _dumps(upstream_body(req, self.model)), headers, self.wait_seconds)
+
+    def _wire_completion(self, req: CompletionRequest, request_id: str) -> Iterator[Event]:
+        """Without stream: one answer, vLLM's Completion (or its error)."""
+        with translated(self.wait_seconds):
+            exchange = self._post(req, request_id)
+            try:
+                answer = exchange.read_all()
+                if exchange.status != 200:
+                    raise from_vllm(exchange.status or 0, _json(answer))
+                events = Decoder(req).chunk(_json(answer), whole=True)
+            finally:
+                exchange.close()
+        yield from events
+
+    def _wire_batches(self, req: CompletionRequest, request_id: str,
+                      interval: float) -> Generator[list[Event], None, None]:
+        decoder = Decoder(req)
+        sse = SseData()
+        with translated(self.wait_seconds):
+            exchange = self._post(req, request_id)
+            # Something leaves at most `interval` after the last thing did: events, or a keepalive.
+            due = time.monotonic() + interval
+            try:
+                while True:
+                    status = exchange.status   # None until vLLM's head is in
+                    if status is not None and status != 200:
+                        raise from_vllm(status, _json(exchange.read_all()))
+                    batch: list[Event] = []
+                    try:
+                        for piece in exchange.take():
+                            for data in sse.feed(piece):
+                                batch += decoder.chunk(_json(data))
+                    except Exception:   # an error event: the events before it leave first
+                        if batch:
+                            yield batch
+                        raise
+                    if sse.done:
+                        # The body's end (its last, empty chunk), so the connection is kept;
+                        # an upstream that goes on loses its connection instead.
+                        for _ in range(DRAIN_CHUNKS):
+                            if exchange.complete or not exchange.read(self.wait_seconds):
+                                break
+                            exchange.take()
+                        if batch:
+                            yield batch
+                        return
+                    if exchange.complete:
+                        raise UpstreamError("the stream ended without data: [DONE]")
+                    if batch:
+                        yield batch
+                        due = time.monotonic() + interval
+                    if not exchange.read(due - time.monotonic()):
+                        yield []
+                        due = time.monotonic() + interval
+            finally:
+                exchange.close()
 
     def generate(self, req: CompletionRequest, request_id: str) -> Iterator[Event]:
+        if self._wire is not None and req.stream:   # (a hook that paces the events runs this in a Pump)
+            batches = self._wire_batches(req, request_id, self.wait_seconds)
+            try:
+                for batch in batches:
+                    yield from batch
+            finally:
+                batches.close()   # closed early (the client left): vLLM's connection closes now
+            return
+        if self._wire is not None:
+            yield from self._wire_completion(req, request_id)
+            return
         body = upstream_body(req, self.model)
         # vLLM names its request cmpl-{X-Request-Id}-{prompt}; vllm-lens finds a request's
         # steering and capture by that prefix, so the id is always the API's own.

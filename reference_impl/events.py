@@ -26,35 +26,56 @@ def _tensor_fields() -> tuple[str, ...]:
     return tuple(spec().schema("EncodedTensor")["properties"])
 
 
-def sse_data(chunks: Iterable[bytes]) -> Iterator[bytes]:
-    """The data of each `data:` event of an SSE body, up to `[DONE]` (excluded).
+class SseData:
+    """The data of each `data:` event of an SSE body, fed as it comes; `done` once
+    `data: [DONE]` came (what follows it is not read)."""
 
-    A body that ends without `[DONE]` was cut off: vLLM went away mid-stream.
-    """
-    buffer = bytearray()
-    searched = 0
-    for chunk in chunks:
+    def __init__(self) -> None:
+        self.buffer = bytearray()
+        self.searched = 0
+        self.done = False
+
+    def feed(self, chunk: bytes) -> list[bytes]:
+        """The data of the events that `chunk` completes, up to `[DONE]` (excluded)."""
+        if self.done:
+            return []
         events: list[bytes] = []
+        buffer = self.buffer
         if not buffer and chunk.find(b"\n") == len(chunk) - 2 and chunk.endswith(b"\n\n"):
             # vLLM sends each event as one chunk of its body, and a read usually gets it
             # whole: one line and its blank line. It needs no buffer.
             events.append(chunk[:-2])
         else:
             buffer += chunk
-            while (end := buffer.find(b"\n\n", searched)) >= 0:
+            while (end := buffer.find(b"\n\n", self.searched)) >= 0:
                 events.append(bytes(buffer[:end]))
                 del buffer[:end + 2]
-                searched = 0
+                self.searched = 0
             # A large event (the activations) arrives in many pieces: search only the new tail.
-            searched = max(0, len(buffer) - 1)
+            self.searched = max(0, len(buffer) - 1)
+        out: list[bytes] = []
         for event in events:
             for line in event.split(b"\n"):
                 line = line.rstrip(b"\r")
                 if line.startswith(DATA):
                     data = line[len(DATA):]
                     if data == DONE:
-                        return
-                    yield data
+                        self.done = True
+                        return out
+                    out.append(data)
+        return out
+
+
+def sse_data(chunks: Iterable[bytes]) -> Iterator[bytes]:
+    """The data of each `data:` event of an SSE body, up to `[DONE]` (excluded).
+
+    A body that ends without `[DONE]` was cut off: vLLM went away mid-stream.
+    """
+    sse = SseData()
+    for chunk in chunks:
+        yield from sse.feed(chunk)
+        if sse.done:
+            return
     raise UpstreamError("the stream ended without data: [DONE]")
 
 

@@ -9,17 +9,18 @@ from __future__ import annotations
 import http.server
 import itertools
 import json
+import socket
 import threading
 from collections.abc import Iterator
 
 import httpx
 import pytest
-from httpcore._backends.sync import SyncStream   # the socket stream every connection writes to
 
 from api_server import ServerConfig, create_app
 from reference_impl.engine import VllmEngine, _json
 from reference_impl.errors import UpstreamError
 from reference_impl.events import sse_data
+from reference_impl.transport import OneWriteTransport
 from tests.test_reference_engine import AUTH, BODY, KEY, MODEL, SKY, completion, events
 
 # SKY's data lines, and SKY as vLLM sends it: one event per chunk of its body.
@@ -148,28 +149,41 @@ def test_streams_one_after_another_share_one_connection_to_vllm() -> None:
 
 
 def test_each_request_to_vllm_leaves_in_one_write(monkeypatch: pytest.MonkeyPatch) -> None:
-    """httpcore writes a request's head and body apart; OneWriteTransport sends them at once."""
-    writes: list[bytes] = []
-    real_write = SyncStream.write
+    """A request's head and body leave in one send (each send wakes vLLM's server): the
+    engine's own client (wire.py), and OneWriteTransport (httpx's, for an https upstream)."""
+    sent: list[bytes] = []
+    real_sendall, real_send = socket.socket.sendall, socket.socket.send
 
-    def counted(self: SyncStream, buffer: bytes, timeout: float | None = None) -> None:
-        writes.append(buffer)
-        real_write(self, buffer, timeout)
+    def sendall(self: socket.socket, data: bytes, *args: object) -> None:
+        sent.append(bytes(data))
+        real_sendall(self, data, *args)
 
-    monkeypatch.setattr(SyncStream, "write", counted)
+    def send(self: socket.socket, data: bytes, *args: object) -> int:
+        sent.append(bytes(data))
+        return real_send(self, data, *args)
+
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), ChunkedVllm)
     threading.Thread(target=server.serve_forever, daemon=True).start()
-    engine = VllmEngine(f"http://127.0.0.1:{server.server_address[1]}", MODEL)
+    url = f"http://127.0.0.1:{server.server_address[1]}"
+    engine = VllmEngine(url, MODEL)
     app = create_app(ServerConfig(keys=(KEY,)), engine)
+    transport = OneWriteTransport(httpx.Limits())
+    monkeypatch.setattr(socket.socket, "sendall", sendall)
+    monkeypatch.setattr(socket.socket, "send", send)
     try:
         with httpx.Client(transport=httpx.WSGITransport(app=app), base_url="http://api.test", headers=AUTH) as c:
             for stream in (False, True):
                 assert c.post("/v1/completions", json={**BODY, "stream": stream}).status_code == 200
+        with httpx.Client(transport=transport, base_url=url) as direct:
+            assert direct.post("/v1/completions", json={**BODY, "stream": False}).status_code == 200
     finally:
+        monkeypatch.undo()
+        transport.close()
         engine.close()
         server.shutdown()
         server.server_close()
-    assert len(writes) == 2
-    for request in writes:
+    requests = [data for data in sent if data.startswith(b"POST ")]
+    assert len(requests) == 3
+    for request in requests:
         head, body = request.split(b"\r\n\r\n", 1)
         assert head.startswith(b"POST /v1/completions HTTP/1.1") and json.loads(body)["model"] == MODEL

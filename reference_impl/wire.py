@@ -1,0 +1,233 @@
+"""vLLM's streams over HTTP/1.1, read in the request's own greenlet (or thread), parsed by httptools.
+
+Why not httpx for the streams (it stays for requests without stream, /health, and any
+transport a test hands the engine; bench/results/reference.md has the measurements):
+- httpx's parser, h11, costs ~6 us of CPU per chunk of vLLM's stream (a chunk per token);
+  httptools (llhttp, in C: uvicorn's, vLLM's own server's parser) a fraction of that.
+- httpx's reads block. To send `: keepalive` while vLLM is quiet, the stream ran in a pump
+  thread (a greenlet under gevent) that handed each token to the response: two greenlet
+  switches and an Event per token. Here a read waits at most `interval` seconds and says
+  when nothing came, so the response's own greenlet reads vLLM and writes the client, and
+  what one read brings leaves in one write.
+
+What this client does, and no more: POST to one host:port (http, not https) with the request
+written in one send; the answer's status and body (chunked or Content-Length) through
+httptools; kept-alive connections, each reused only when its answer was read to its end,
+dropped after `keepalive_expiry` idle seconds (before vLLM's uvicorn drops them) or when the
+server closed it; a request that meets a kept-alive connection the server had closed (before
+any byte of an answer) is sent again on another (the server closed it idle: it read nothing). Failures are
+httpx's exceptions, which reference_impl/errors.py translates, as for httpx's own requests.
+"""
+from __future__ import annotations
+
+import os
+import select
+import socket
+import threading
+import time
+from urllib.parse import urlsplit
+
+import httptools
+import httpx
+
+READ_SIZE = 1 << 16
+
+
+class _Parsed:
+    """httptools' callbacks for one answer: its body pieces as they come."""
+
+    def __init__(self) -> None:
+        self.parser = httptools.HttpResponseParser(self)
+        self.body: list[bytes] = []
+        self.head = False        # the status line and headers are in
+        self.complete = False    # the whole answer is in
+        self.keep_alive = False  # ... and the connection may carry the next request
+        self.extra = False       # the server sent more than one answer: out of step
+
+    def on_message_begin(self) -> None:
+        if self.complete:
+            self.extra = True
+
+    def on_headers_complete(self) -> None:
+        self.head = True
+
+    def on_body(self, body: bytes) -> None:
+        if not self.extra:
+            self.body.append(body)
+
+    def on_message_complete(self) -> None:
+        if not self.extra:
+            self.complete = True
+            # (llhttp answers for the message it is in: after it, always False)
+            self.keep_alive = self.parser.should_keep_alive()
+
+
+class Exchange:
+    """One request and its answer on one connection. `read(wait)` reads what the server sent,
+    waiting at most `wait` seconds; `take()` is the body read since the last take. `close()`
+    gives the connection back to the pool when the answer was read to its end, else closes it
+    (a stream cut short: the server sees the client leave, vLLM aborts the request)."""
+
+    def __init__(self, pool: Pool, request: bytes, wait_seconds: float) -> None:
+        self._pool = pool
+        self._request = request
+        self.wait_seconds = wait_seconds
+        self._sock: socket.socket | None = None
+        self._send()
+        self._quiet_since = time.monotonic()
+
+    def _send(self) -> None:
+        self._sock, self._reused = self._pool.take()
+        self._got = False
+        self._answer = _Parsed()
+        try:
+            self._sock.settimeout(self.wait_seconds)
+            self._sock.sendall(self._request)
+        except TimeoutError as exc:
+            self.close()
+            raise httpx.WriteTimeout(str(exc)) from None
+        except OSError as exc:
+            if self._retry():
+                return
+            raise httpx.WriteError(str(exc)) from None
+
+    def _retry(self) -> bool:
+        """A kept-alive connection the server had closed: send again on another (each one
+        tried is closed, so this ends, at the latest on a new connection)."""
+        reused = self._reused
+        self.close()
+        if reused and not self._got:
+            self._send()
+            return True
+        return False
+
+    @property
+    def status(self) -> int | None:
+        return self._answer.parser.get_status_code() if self._answer.head else None
+
+    @property
+    def complete(self) -> bool:
+        return self._answer.complete
+
+    def take(self) -> list[bytes]:
+        body, self._answer.body = self._answer.body, []
+        return body
+
+    def read(self, wait: float) -> bool:
+        """Read once, waiting at most `wait` seconds (and at most what is left of the
+        wait_seconds that the server may stay silent): False when nothing came in time."""
+        assert self._sock is not None, "read after close"
+        now = time.monotonic()
+        left = self.wait_seconds - (now - self._quiet_since)
+        if left <= 0:
+            self.close()
+            raise httpx.ReadTimeout(f"vLLM sent nothing for {self.wait_seconds} s")
+        try:
+            self._sock.settimeout(max(min(wait, left), 0.0))   # 0: what is there already
+            data = self._sock.recv(READ_SIZE)
+        except (TimeoutError, BlockingIOError):
+            return False
+        except OSError as exc:
+            if self._retry():
+                return True
+            raise httpx.ReadError(str(exc)) from None
+        if not data:
+            if self._retry():
+                return True
+            raise httpx.RemoteProtocolError("Server disconnected without sending a response" if not self._got
+                                            else "peer closed connection without sending complete message body")
+        self._got = True
+        self._quiet_since = time.monotonic()
+        try:
+            self._answer.parser.feed_data(data)
+        except httptools.HttpParserError as exc:
+            if not self._answer.complete:
+                self.close()
+                raise httpx.RemoteProtocolError(f"an unreadable answer: {exc}") from None
+            self._answer.extra = True   # bytes after a whole answer: it stands, the connection goes
+        return True
+
+    def read_all(self) -> bytes:
+        """The rest of the body (an error's, a Completion's), each read waiting up to wait_seconds."""
+        while not self.complete:
+            self.read(self.wait_seconds)
+        return b"".join(self.take())
+
+    def close(self) -> None:
+        sock, self._sock = self._sock, None
+        if sock is None:
+            return
+        if self.complete and self._answer.keep_alive and not self._answer.extra:
+            self._pool.give(sock)
+        else:
+            sock.close()
+
+
+class Pool:
+    """Kept-alive connections to one server, per process (gunicorn forks its workers after
+    the app, and this pool, were built)."""
+
+    def __init__(self, base_url: str, *, connect_timeout: float, keepalive_expiry: float,
+                 max_idle: int) -> None:
+        url = urlsplit(base_url)
+        if url.scheme != "http" or not url.hostname:
+            raise ValueError(f"not an http:// URL: {base_url!r}")
+        self.address = (url.hostname, url.port or 80)
+        self.host = url.netloc.rsplit("@", 1)[-1].encode("ascii")
+        self.prefix = url.path.rstrip("/")
+        self.connect_timeout = connect_timeout
+        self.keepalive_expiry = keepalive_expiry
+        self.max_idle = max_idle
+        self._lock = threading.Lock()
+        self._idle: list[tuple[float, socket.socket]] = []
+        self._pid = os.getpid()
+
+    def post(self, path: str, body: bytes, headers: dict[str, str], wait_seconds: float) -> Exchange:
+        """Send POST `path` (under the base URL's path) with `body` (JSON): the exchange,
+        its answer not yet read."""
+        head = [b"POST %s HTTP/1.1\r\nHost: %s\r\nAccept: */*\r\nContent-Length: %d\r\n"
+                % ((self.prefix + path).encode("ascii"), self.host, len(body))]
+        head += [b"%s: %s\r\n" % (name.encode("ascii"), value.encode("ascii")) for name, value in headers.items()]
+        return Exchange(self, b"".join(head) + b"\r\n" + body, wait_seconds)
+
+    def take(self) -> tuple[socket.socket, bool]:
+        """A kept-alive connection (and True), or a new one (and False)."""
+        now = time.monotonic()
+        with self._lock:
+            if self._pid != os.getpid():   # a forked child: the parent's sockets are not its own
+                self._idle, self._pid = [], os.getpid()
+            while self._idle:
+                since, sock = self._idle.pop()
+                if now - since < self.keepalive_expiry and not _readable(sock):
+                    return sock, True
+                sock.close()   # expired, or the server closed it (or sent what no request asked for)
+        try:
+            sock = socket.create_connection(self.address, timeout=self.connect_timeout)
+        except TimeoutError as exc:
+            raise httpx.ConnectTimeout(str(exc)) from None
+        except OSError as exc:
+            raise httpx.ConnectError(str(exc)) from None
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        return sock, False
+
+    def give(self, sock: socket.socket) -> None:
+        with self._lock:
+            if self._pid == os.getpid() and len(self._idle) < self.max_idle:
+                self._idle.append((time.monotonic(), sock))
+                return
+        sock.close()
+
+    def close(self) -> None:
+        with self._lock:
+            idle, self._idle = self._idle, []
+        for _, sock in idle:
+            sock.close()
+
+
+def _readable(sock: socket.socket) -> bool:
+    """An idle connection with something to read has been closed by the server (or is
+    out of step): select with no wait (gevent's, once patched, polls without switching)."""
+    try:
+        return bool(select.select([sock], [], [], 0)[0])
+    except (OSError, ValueError):
+        return True
