@@ -73,7 +73,11 @@ def _logprobs(lp: LogprobsDelta | None) -> dict[str, Any] | None:
 
 
 class Assembler:
-    """Accumulates events; counts tokens as they pass (for the Budget and usage)."""
+    """Accumulates events; counts tokens as they pass (for the Budget and usage).
+
+    A stream's choices are not merged: its chunks are written from each event as it
+    comes, and nothing reads the whole (merging cost a copy of each choice's text so
+    far per token: quadratic in a long stream's length)."""
 
     def __init__(self, req: CompletionRequest, meta: Meta) -> None:
         self.req, self.meta = req, meta
@@ -85,6 +89,7 @@ class Assembler:
         self._choices: dict[int, dict[str, Any]] = {}
         self._options: dict[str, Any] = req.body.get("stream_options", {})
         self._prefix: bytes | None = None   # b'data: {...head...,"choices":[' for the stream
+        self._merging = not req.stream
 
     @property
     def used(self) -> int:
@@ -96,7 +101,8 @@ class Assembler:
     def feed(self, event: Event) -> None:
         if isinstance(event, ChoiceDelta):
             self.completion_tokens += len(event.token_ids)
-            self._merge(event)
+            if self._merging:
+                self._merge(event)
         elif isinstance(event, Usage):
             self.usage = event
         elif isinstance(event, Activations):

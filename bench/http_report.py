@@ -257,7 +257,7 @@ def concurrency_section(servers, extra, args):
         f"## Many open streams at once (d)", "",
         f"{args.streams} streams opened together, each {args.stream_tokens} tokens at"
         f" {args.tpot_ms} ms per token (`X-Mock-Tpot-Ms`), ideal wall time"
-        f" {args.stream_tokens * args.tpot_ms / 1000:g} s; one asyncio client on raw sockets."
+        f" {args.stream_tokens * args.tpot_ms / 1000:g} s; one asyncio client (uvloop) on raw sockets."
         " Goals: every stream ends with `[DONE]`, wall time <= 1.5x the ideal, TTFT p99 < 0.5 s."
         " Memory: the growth of the server's resident memory (all its processes) at the peak,"
         " per open stream. Client CPU: the load client's own CPU time (one process, on the same cores).", "",
