@@ -46,7 +46,7 @@ import orjson
 
 from api_server.engine import Event
 from api_server.pacing import Pump
-from api_server.responses import REQUEST_ID
+from api_server.responses import REQUEST_ID, dumps
 from contract import CompletionRequest, Spec, spec
 from reference_impl.errors import UpstreamError, from_vllm, translated
 from reference_impl.events import Decoder, SseData, sse_data
@@ -132,10 +132,8 @@ class VllmEngine:
 
     def _post(self, req: CompletionRequest, request_id: str) -> Exchange:
         assert self._wire is not None
-        # vLLM names its request cmpl-{X-Request-Id}-{prompt}; vllm-lens finds a request's
-        # steering and capture by that prefix, so the id is always the API's own.
-        headers = {REQUEST_ID: request_id, "Content-Type": "application/json"}
-        return self._wire.post(COMPLETIONS, _dumps(upstream_body(req, self.model)), headers, self.wait_seconds)
+        return self._wire.post(COMPLETIONS, dumps(upstream_body(req, self.model)), _headers(request_id),
+                               self.wait_seconds)
 
     def _wire_completion(self, req: CompletionRequest, request_id: str) -> Iterator[Event]:
         """Without stream: one answer, vLLM's Completion (or its error)."""
@@ -206,10 +204,7 @@ class VllmEngine:
             yield from self._wire_completion(req, request_id)
             return
         body = upstream_body(req, self.model)
-        # vLLM names its request cmpl-{X-Request-Id}-{prompt}; vllm-lens finds a request's
-        # steering and capture by that prefix, so the id is always the API's own.
-        headers = {REQUEST_ID: request_id, "Content-Type": "application/json"}
-        request = httpx.Request("POST", self._url, content=_dumps(body), headers=headers,
+        request = httpx.Request("POST", self._url, content=dumps(body), headers=_headers(request_id),
                                 extensions=self._extensions)
         decoder = Decoder(req)
         with translated(self.wait_seconds):
@@ -252,10 +247,7 @@ def _json(raw: bytes) -> object:
         raise UpstreamError(f"not JSON: {raw[:200]!r}") from None
 
 
-def _dumps(body: dict[str, object]) -> bytes:
-    """The body as httpx's json= writes it (compact, UTF-8), by orjson; json for what
-    orjson does not write (integers past 64 bits)."""
-    try:
-        return orjson.dumps(body)
-    except TypeError:   # orjson.JSONEncodeError
-        return json.dumps(body, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode()
+def _headers(request_id: str) -> dict[str, str]:
+    # vLLM names its request cmpl-{X-Request-Id}-{prompt}; vllm-lens finds a request's
+    # steering and capture by that prefix, so the id is always the API's own.
+    return {REQUEST_ID: request_id, "Content-Type": "application/json"}
