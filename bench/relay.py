@@ -1,0 +1,63 @@
+"""The floor under any gevent API in front of vLLM: a relay that only copies bytes.
+
+    .venv/bin/python bench/relay.py --upstream http://127.0.0.1:8001 --port 8002
+
+Each client connection gets its own connection upstream; the relay sends the client's
+request on as it came (one read), then copies what the upstream answers back, one
+send per read, until the end of a chunked body (`0\\r\\n\\r\\n`), and closes. It parses
+nothing, checks nothing, and holds no Flask, no WSGI and no JSON: its CPU per streamed
+token is what a read from vLLM's socket and a write to the client's cost under gevent on
+this machine, which no API in Python can go below (bench/reference_load.py measures it
+beside the reference). For one request per connection and a request that fits one read,
+as the load client sends them; it is a measuring stick, not a proxy.
+"""
+from __future__ import annotations
+
+import gevent.monkey
+
+gevent.monkey.patch_all()
+
+import argparse  # noqa: E402
+import socket  # noqa: E402
+from urllib.parse import urlsplit  # noqa: E402
+
+from gevent.server import StreamServer  # noqa: E402
+
+END = b"0\r\n\r\n"
+
+
+def relay(upstream: tuple[str, int]):
+    def handle(client: socket.socket, _address: object) -> None:
+        with client, socket.create_connection(upstream) as vllm:
+            vllm.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            client.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            request = client.recv(65536)
+            if not request:
+                return
+            vllm.sendall(request)
+            tail = b""
+            while True:
+                data = vllm.recv(65536)
+                if not data:
+                    return
+                client.sendall(data)
+                tail = tail[-8:] + data
+                if tail.endswith(END):
+                    return
+    return handle
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--upstream", required=True)
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, required=True)
+    args = p.parse_args()
+    url = urlsplit(args.upstream)
+    server = StreamServer((args.host, args.port), relay((url.hostname or "127.0.0.1", url.port or 80)),
+                          backlog=4096)
+    server.serve_forever()
+
+
+if __name__ == "__main__":
+    main()
