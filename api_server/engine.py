@@ -18,7 +18,10 @@ from typing import Any, Protocol, Union
 from contract import CompletionRequest
 
 
-@dataclass(frozen=True)
+# The events are made once per token and only read after: not frozen, since a frozen
+# dataclass's __init__ sets each field through object.__setattr__ (a ChoiceDelta took
+# 0.8 us to make, 0.3 us now).
+@dataclass(slots=True)
 class LogprobsDelta:
     """OpenAI's logprobs lists for the tokens of one delta; text_offset counts
     from the start of the choice's whole text (echoed prompt included)."""
@@ -28,7 +31,7 @@ class LogprobsDelta:
     text_offset: list[int]
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class ChoiceDelta:
     """The next piece of one choice. finish_reason is set on its last delta only."""
     index: int                               # prompt_index * n + choice
@@ -42,7 +45,7 @@ class ChoiceDelta:
     prompt_logprobs: list[dict[str, dict[str, Any]] | None] | None = None
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class Usage:
     prompt_tokens: int
     completion_tokens: int

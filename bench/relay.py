@@ -13,15 +13,21 @@ as the load client sends them; it is a measuring stick, not a proxy.
 """
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import gevent.monkey
 
 gevent.monkey.patch_all()
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import argparse  # noqa: E402
 import socket  # noqa: E402
 from urllib.parse import urlsplit  # noqa: E402
 
 from gevent.server import StreamServer  # noqa: E402
+
+from api_server.worker import send_all  # noqa: E402  (the API's own send: no buffer-size query)
 
 END = b"0\r\n\r\n"
 
@@ -40,7 +46,7 @@ def relay(upstream: tuple[str, int]):
                 data = vllm.recv(65536)
                 if not data:
                     return
-                client.sendall(data)
+                send_all(client, data)
                 tail = tail[-8:] + data
                 if tail.endswith(END):
                     return

@@ -39,20 +39,23 @@ class SseData:
         """The data of the events that `chunk` completes, up to `[DONE]` (excluded)."""
         if self.done:
             return []
-        events: list[bytes] = []
         buffer = self.buffer
-        if not buffer and chunk.find(b"\n") == len(chunk) - 2 and chunk.endswith(b"\n\n"):
+        if not buffer and chunk.startswith(DATA) and chunk.find(b"\n") == len(chunk) - 2 and chunk.endswith(b"\n\n"):
             # vLLM sends each event as one chunk of its body, and a read usually gets it
-            # whole: one line and its blank line. It needs no buffer.
-            events.append(chunk[:-2])
-        else:
-            buffer += chunk
-            while (end := buffer.find(b"\n\n", self.searched)) >= 0:
-                events.append(bytes(buffer[:end]))
-                del buffer[:end + 2]
-                self.searched = 0
-            # A large event (the activations) arrives in many pieces: search only the new tail.
-            self.searched = max(0, len(buffer) - 1)
+            # whole: one data line and its blank line. It needs no buffer and no split.
+            data = chunk[len(DATA):-2].rstrip(b"\r")
+            if data == DONE:
+                self.done = True
+                return []
+            return [data]
+        events: list[bytes] = []
+        buffer += chunk
+        while (end := buffer.find(b"\n\n", self.searched)) >= 0:
+            events.append(bytes(buffer[:end]))
+            del buffer[:end + 2]
+            self.searched = 0
+        # A large event (the activations) arrives in many pieces: search only the new tail.
+        self.searched = max(0, len(buffer) - 1)
         out: list[bytes] = []
         for event in events:
             for line in event.split(b"\n"):

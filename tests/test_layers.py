@@ -29,7 +29,7 @@ LAYERS: dict[str, set[str]] = {
 EXTRA: dict[str, set[str]] = {
     "reference_impl/vllm_server.py": {"vllm", "vllm_lens"},   # runs in vLLM's own interpreter
     "reference_impl/transport.py": {"httpcore"},              # httpx's own pool, with a network backend
-    "reference_impl/wire.py": {"httptools"},                  # vLLM's answers parsed in C
+    "reference_impl/wire.py": {"httptools", "gevent"},        # vLLM's answers parsed in C; gevent's Timeout
     "conformance/golden/generate.py": {"numpy"},               # writes steering vectors' wire form
 }
 # conformance reads the spec through contract, never the core's validators.
