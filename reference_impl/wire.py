@@ -18,12 +18,13 @@ server closed it; a request that meets a kept-alive connection the server had cl
 any byte of an answer) is sent again on another (the server closed it idle: it read nothing). Failures are
 httpx's exceptions, which reference_impl/errors.py translates, as for httpx's own requests.
 
-Under gevent a read's wait is one gevent.Timeout per exchange, started and cancelled around
-each read, and made again only when the wait changes by more than TIMER_SLACK_S. A socket
-timeout would make gevent build a Timeout (and a libev timer) for every read that waits,
-that is for every token of a stream: 19.5 against 24-27 us of the API's CPU per token with
-128 streams (bench/reference_load.py). In threads (gunicorn's gthread worker) the socket's
-own timeout bounds each read.
+Under gevent a read's wait is one timer of gevent's loop per exchange, restarted for each
+read (`again`: the whole wait from now) and stopped after it, made again only when the wait
+changes by more than TIMER_SLACK_S. A socket timeout would make gevent build a Timeout (and
+a timer) for every read that waits, that is for every token of a stream: ~1.5 us of CPU
+each. (A gevent.Timeout cannot be reused for this: started again after a cancel, its timer
+waits only what was left of it, and reads cut short became keepalives sent too early.) In
+threads (gunicorn's gthread worker) the socket's own timeout bounds each read.
 """
 from __future__ import annotations
 
@@ -32,6 +33,7 @@ import select
 import socket
 import threading
 import time
+from typing import Any
 from urllib.parse import urlsplit
 
 import gevent
@@ -40,9 +42,14 @@ import httptools
 import httpx
 
 READ_SIZE = 1 << 16
-# A wait reuses the exchange's gevent.Timeout when it is within this of the Timeout's own:
-# a keepalive (every few seconds) may leave this much early or late.
+# A wait reuses the exchange's timer when it is within this of the timer's own: a keepalive
+# (every few seconds) may leave this much early or late.
 TIMER_SLACK_S = 0.01
+
+
+class _Waited(BaseException):
+    """Thrown into a greenlet whose read waited all its time (as gevent.Timeout is, a
+    BaseException, so that no `except Exception` between can take it)."""
 
 
 class _Parsed:
@@ -85,7 +92,8 @@ class Exchange:
         self._request = request
         self.wait_seconds = wait_seconds
         self._sock: socket.socket | None = None
-        self._timer: gevent.Timeout | None = None   # under gevent: the reads' wait
+        self._timer: Any = None   # under gevent: the reads' wait, a timer of gevent's loop
+        self._timer_seconds = 0.0
         self._send()
         self._quiet_since = time.monotonic()
 
@@ -165,20 +173,20 @@ class Exchange:
             sock.settimeout(seconds)
             return sock.recv(READ_SIZE)
         timer = self._timer
-        if timer is None or abs(timer.seconds - seconds) > TIMER_SLACK_S:
+        if timer is None or abs(self._timer_seconds - seconds) > TIMER_SLACK_S:
             if timer is not None:
                 timer.close()
-            timer = self._timer = gevent.Timeout(seconds)
+            # repeat = after: `again` (re)starts it for the whole wait from now
+            timer = self._timer = gevent.get_hub().loop.timer(seconds, seconds)
+            self._timer_seconds = seconds
         sock.settimeout(None)
-        timer.start()
+        timer.again(gevent.getcurrent().throw, _Waited)
         try:
             return sock.recv(READ_SIZE)
-        except gevent.Timeout as exc:
-            if exc is not timer:
-                raise
+        except _Waited:
             raise TimeoutError from None
         finally:
-            timer.cancel()
+            timer.stop()
 
     def read_all(self) -> bytes:
         """The rest of the body (an error's, a Completion's), each read waiting up to wait_seconds."""
