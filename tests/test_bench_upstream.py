@@ -1,0 +1,99 @@
+"""bench/fake_vllm.py and bench/relay.py, which bench/reference_load.py measures the reference
+against: the fake's answers are vLLM's shape as the reference reads them (streamed and whole),
+and the relay passes a stream through unchanged. A bench whose upstream the reference could not
+read would measure error paths.
+"""
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from api_server import ServerConfig, create_app
+from reference_impl.engine import VllmEngine
+from reference_impl.launcher import free_port
+from tests.test_reference_engine import AUTH, KEY, MODEL, events
+
+ROOT = Path(__file__).resolve().parent.parent
+PROMPT = [128000, 791, 13180, 374]
+
+
+def _serve(*args: str) -> subprocess.Popen[bytes]:
+    return subprocess.Popen([sys.executable, *args], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def _wait_port(port: int, proc: subprocess.Popen[bytes]) -> None:
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, f"{proc.args} exited with {proc.returncode}"
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return
+        except OSError:
+            time.sleep(0.1)
+    raise AssertionError(f"nothing listens on {port}")
+
+
+@pytest.fixture(scope="module")
+def upstreams() -> Iterator[tuple[str, str]]:
+    """(the fake vLLM's URL, the relay's URL in front of it)."""
+    fake_port, relay_port = free_port(), free_port()
+    fake = _serve("bench/fake_vllm.py", "--port", str(fake_port), "--step-ms", "2", "--model", MODEL)
+    relay = None
+    try:
+        _wait_port(fake_port, fake)
+        relay = _serve("bench/relay.py", "--upstream", f"http://127.0.0.1:{fake_port}", "--port", str(relay_port))
+        _wait_port(relay_port, relay)
+        yield f"http://127.0.0.1:{fake_port}", f"http://127.0.0.1:{relay_port}"
+    finally:
+        for proc in (relay, fake):
+            if proc is not None:
+                proc.terminate()
+                proc.wait(10)
+
+
+@pytest.mark.parametrize("stream", [True, False])
+def test_the_reference_reads_the_fake_vllm(upstreams: tuple[str, str], stream: bool) -> None:
+    engine = VllmEngine(upstreams[0], MODEL)
+    app = create_app(ServerConfig(keys=(KEY,)), engine)
+    body = {"model": MODEL, "prompt": PROMPT, "max_tokens": 5, "stream": stream,
+            "stream_options": {"include_usage": True}} if stream else {"model": MODEL, "prompt": PROMPT, "max_tokens": 5}
+    try:
+        with httpx.Client(transport=httpx.WSGITransport(app=app), base_url="http://api.test", headers=AUTH) as c:
+            r = c.post("/v1/completions", json=body)
+    finally:
+        engine.close()
+    assert r.status_code == 200, r.text
+    words = [" today", " and", " the", " sky", " blue"]   # fake_vllm.TOKENS from the second on
+    if stream:
+        got = events(r.text)
+        assert got[-1] == "[DONE]"
+        chunks = [e for e in got[:-1] if isinstance(e, dict)]
+        assert [c["choices"][0]["text"] for c in chunks if c["choices"]] == words
+        assert chunks[-1]["usage"] == {"prompt_tokens": 4, "completion_tokens": 5, "total_tokens": 9}
+    else:
+        answer = r.json()
+        assert answer["choices"][0]["text"] == "".join(words)
+        assert answer["choices"][0]["finish_reason"] == "length"
+        assert answer["usage"] == {"prompt_tokens": 4, "completion_tokens": 5, "total_tokens": 9}
+
+
+def test_the_relay_passes_the_stream_through_unchanged(upstreams: tuple[str, str]) -> None:
+    body = {"prompt": PROMPT, "max_tokens": 3, "stream": True, "stream_options": {"include_usage": True}}
+    got = []
+    for url in upstreams:   # each on a connection of its own, as the relay serves one request per connection
+        with httpx.Client(base_url=url, headers={"X-Request-Id": "abc"}) as c:
+            got.append(c.post("/v1/completions", json=body).text)
+    direct, relayed = ([json.loads(line[6:]) if line.startswith("data: {") else line
+                        for line in text.split("\n\n") if line] for text in got)
+    for chunk in direct + relayed:   # `created` is the second each was made in
+        if isinstance(chunk, dict):
+            chunk.pop("created")
+    assert relayed == direct and direct[-1] == "data: [DONE]" and len(direct) == 5
