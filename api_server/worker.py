@@ -63,7 +63,30 @@ class _ApiErrors:
             self.log.debug("Failed to send error message.")
 
 
-class ApiThreadWorker(_ApiErrors, ThreadWorker):  # type: ignore[misc]
+class ReadOnceConfig:
+    """gunicorn's Config for one worker, each setting read once. Config looks a setting up
+    by name and asks it for its value on every read, and gunicorn reads ~22 per request
+    (the limits, the proxy and forwarding rules, is_ssl...): ~0.3 us each. A worker's
+    settings never change (a reload starts new workers), so the first read of each is kept."""
+
+    def __init__(self, cfg: Any) -> None:
+        self._cfg = cfg
+
+    def __getattr__(self, name: str) -> Any:
+        value = getattr(self._cfg, name)
+        setattr(self, name, value)   # the next read finds it here, not in __getattr__
+        return value
+
+
+class _ReadOnce:
+    cfg: Any
+
+    def init_process(self) -> None:
+        self.cfg = ReadOnceConfig(self.cfg)
+        super().init_process()  # type: ignore[misc]
+
+
+class ApiThreadWorker(_ReadOnce, _ApiErrors, ThreadWorker):  # type: ignore[misc]
     """gthread: a thread per open request (--worker gthread)."""
 
 
@@ -165,7 +188,7 @@ class LazyErrors(io.RawIOBase):
 _connection = gevent.local.local()
 
 
-class ApiGeventWorker(_ApiErrors, GeventWorker):  # type: ignore[misc]
+class ApiGeventWorker(_ReadOnce, _ApiErrors, GeventWorker):  # type: ignore[misc]
     """gevent: a greenlet per connection, so thousands of open streams or stalled
     clients cost a few KiB each, not a thread."""
 

@@ -124,3 +124,44 @@ def test_wsgi_errors_is_built_only_when_written_and_writes_to_the_error_log(
     assert isinstance(errors, LazyErrors) and built == []
     errors.write("from the app\n")
     assert len(built) == 1 and capsys.readouterr().err == "from the app\n"
+
+
+def test_a_workers_settings_are_read_once_each(monkeypatch: pytest.MonkeyPatch) -> None:
+    from api_server.worker import ReadOnceConfig
+
+    cfg = Config()
+    cfg.set("limit_request_line", 1234)
+    cfg.set("forwarded_allow_ips", "10.0.0.1")
+    reads: list[str] = []
+    lookup = Config.__getattr__
+
+    def counted(self: Config, name: str) -> object:
+        reads.append(name)
+        return lookup(self, name)
+
+    monkeypatch.setattr(Config, "__getattr__", counted)
+    once = ReadOnceConfig(cfg)
+    for _ in range(3):
+        assert once.limit_request_line == 1234
+        assert once.forwarded_allow_ips == ["10.0.0.1"]
+        assert not once.is_ssl   # a property of Config, over two settings
+        assert once.forwarded_allow_networks() == cfg.forwarded_allow_networks()
+    assert sorted(set(reads)) == ["certfile", "forwarded_allow_ips", "keyfile", "limit_request_line"]
+    assert reads.count("limit_request_line") == 1 and reads.count("certfile") == 1
+    with pytest.raises(AttributeError):
+        once.no_such_setting
+
+
+def test_both_workers_read_their_settings_through_one_read_once_config(monkeypatch: pytest.MonkeyPatch) -> None:
+    """init_process (in the worker, after the fork) wraps the Config before gunicorn's own runs."""
+    from api_server.worker import ApiGeventWorker, ApiThreadWorker, ReadOnceConfig, _ReadOnce
+
+    for worker_class in (ApiGeventWorker, ApiThreadWorker):
+        mro = worker_class.__mro__
+        gunicorns = next(c for c in mro[mro.index(_ReadOnce) + 1:] if "init_process" in vars(c))
+        seen: list[object] = []
+        monkeypatch.setattr(gunicorns, "init_process", lambda self: seen.append(self.cfg))
+        worker = worker_class.__new__(worker_class)
+        worker.cfg = Config()
+        worker.init_process()
+        assert len(seen) == 1 and isinstance(seen[0], ReadOnceConfig), worker_class
