@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass, field
+from functools import cache
 from typing import Any, Iterator, Mapping
 
 from contract.caps import check_generated_cap, resolve_max_tokens
@@ -19,6 +20,13 @@ from contract.schema import request_schema
 from contract.spec import ModelInfo, spec
 from contract.steering import SteeringVector, decode_vectors
 from contract.tokens import encode
+
+
+@cache
+def _request_defaults() -> dict[str, Any]:
+    # Read ~14 times a request (the engine's settings, n, stream): spec().defaults builds
+    # its cache key and looks it up on every call.
+    return spec().defaults("CompletionRequest")
 
 
 @dataclass(frozen=True)
@@ -33,7 +41,10 @@ class CompletionRequest:
 
     def option(self, name: str) -> Any:
         """The field's value, or what leaving it out means (its x-default; None without one)."""
-        return self.body.get(name, spec().defaults("CompletionRequest").get(name))
+        body = self.body
+        if name in body:
+            return body[name]
+        return _request_defaults().get(name)
 
     @property
     def n(self) -> int:
