@@ -17,6 +17,7 @@ import httpx
 import pytest
 
 from api_server import ServerConfig, create_app
+from bench.fake_vllm import TOKENS
 from reference_impl.engine import VllmEngine
 from reference_impl.launcher import free_port
 from tests.test_reference_engine import AUTH, KEY, MODEL, events
@@ -71,18 +72,19 @@ def test_the_reference_reads_the_fake_vllm(upstreams: tuple[str, str], stream: b
     finally:
         engine.close()
     assert r.status_code == 200, r.text
-    words = [" today", " and", " the", " sky", " blue"]   # fake_vllm.TOKENS from the second on
+    words = [TOKENS[k % len(TOKENS)][0] for k in range(1, 6)]   # the fake's k-th token is TOKENS[k]
+    usage = {"prompt_tokens": len(PROMPT), "completion_tokens": 5, "total_tokens": len(PROMPT) + 5}
     if stream:
         got = events(r.text)
         assert got[-1] == "[DONE]"
         chunks = [e for e in got[:-1] if isinstance(e, dict)]
         assert [c["choices"][0]["text"] for c in chunks if c["choices"]] == words
-        assert chunks[-1]["usage"] == {"prompt_tokens": 4, "completion_tokens": 5, "total_tokens": 9}
+        assert chunks[-1]["usage"] == usage
     else:
         answer = r.json()
         assert answer["choices"][0]["text"] == "".join(words)
         assert answer["choices"][0]["finish_reason"] == "length"
-        assert answer["usage"] == {"prompt_tokens": 4, "completion_tokens": 5, "total_tokens": 9}
+        assert answer["usage"] == usage
 
 
 def test_the_relay_passes_the_stream_through_unchanged(upstreams: tuple[str, str]) -> None:
