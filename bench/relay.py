@@ -2,14 +2,14 @@
 
     .venv/bin/python bench/relay.py --upstream http://127.0.0.1:8001 --port 8002
 
-Each client connection gets its own connection upstream; the relay sends the client's
-request on as it came (one read), then copies what the upstream answers back, one
-send per read, until the end of a chunked body (`0\\r\\n\\r\\n`), and closes. It parses
+Each client connection gets its own connection upstream; the relay copies the client's
+bytes to it as they come, and what the upstream answers back, one send per read, until the
+end of a chunked body (`0\\r\\n\\r\\n`), and closes. It parses
 nothing, checks nothing, and holds no Flask, no WSGI and no JSON: its CPU per streamed
 token is what a read from vLLM's socket and a write to the client's cost under gevent on
 this machine, which no API in Python can go below (bench/reference_load.py measures it
-beside the reference). For one request per connection and a request that fits one read,
-as the load client sends them; it is a measuring stick, not a proxy.
+beside the reference). For one streamed request per connection, as the load client sends
+them; it is a measuring stick, not a proxy.
 """
 from __future__ import annotations
 
@@ -25,6 +25,7 @@ import argparse  # noqa: E402
 import socket  # noqa: E402
 from urllib.parse import urlsplit  # noqa: E402
 
+import gevent  # noqa: E402
 from gevent.server import StreamServer  # noqa: E402
 
 from api_server.worker import send_all  # noqa: E402  (the API's own send: no buffer-size query)
@@ -32,15 +33,20 @@ from api_server.worker import send_all  # noqa: E402  (the API's own send: no bu
 END = b"0\r\n\r\n"
 
 
+def _copy(source: socket.socket, target: socket.socket) -> None:
+    try:
+        while data := source.recv(65536):
+            send_all(target, data)
+    except OSError:   # the other side closed them: the answer is over
+        pass
+
+
 def relay(upstream: tuple[str, int]):
     def handle(client: socket.socket, _address: object) -> None:
         with client, socket.create_connection(upstream) as vllm:
             vllm.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             client.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            request = client.recv(65536)
-            if not request:
-                return
-            vllm.sendall(request)
+            gevent.spawn(_copy, client, vllm)   # the request, as it comes (a head and a body may be two sends)
             tail = b""
             while True:
                 data = vllm.recv(65536)
