@@ -39,7 +39,7 @@ import tempfile
 from pathlib import Path
 
 from http_measure import measure_cell, measure_concurrency, measure_stalled, measure_stream, median_round, warm_up
-from http_report import NOTES_MARKER, collect_versions, kept_notes, report
+from http_report import collect_versions, report, write_report
 from http_servers import (
     BENCH, CASES, SERVERS, BenchError, ServerFailed, add_server_arguments, build_servers, start, stop, wait_ready,
 )
@@ -165,9 +165,7 @@ def main(argv=None):
         print(f"error: {e}", file=sys.stderr)
         return EXIT_USAGE
     text = report(servers, cells, streams, extra, versions, args, command)
-    notes = kept_notes(args.out)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(text + "\n" + NOTES_MARKER + "\n" + (notes + "\n" if notes else ""))
+    write_report(args.out, text)
     print(text)
     measured = all("na" not in c for c in cells.values())
     return EXIT_OK if measured and not any(s.failure for s in servers) else EXIT_UNMEASURED

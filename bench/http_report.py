@@ -249,6 +249,13 @@ def kept_notes(path):
     return "" if at < 0 else text[at + len(NOTES_MARKER):].strip("\n")
 
 
+def write_report(path, text):
+    """Write `text` to `path`, keeping the earlier report's hand-written notes below NOTES_MARKER."""
+    notes = kept_notes(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text + "\n" + NOTES_MARKER + "\n" + (notes + "\n" if notes else ""))
+
+
 def concurrency_section(servers, extra, args):
     cells = {s.key: extra.get(("d", s.key)) for s in servers if s.key != "prism"}
     if not any(cells.values()):

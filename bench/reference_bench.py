@@ -47,7 +47,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 from contract import spec  # noqa: E402
 from bench.git_export import export_commit  # noqa: E402
-from http_report import NOTES_MARKER, kept_notes  # noqa: E402
+from http_report import write_report  # noqa: E402
 from reference_impl.launcher import default_python, free_port  # noqa: E402
 
 MODEL_DIR = ROOT / "models" / "tiny-llama"
@@ -84,22 +84,33 @@ def start(args: argparse.Namespace, log: Path) -> tuple[subprocess.Popen[bytes],
     return proc, ref, direct
 
 
+def start_upstream_api(name: str, folder: Path, upstream: str, workers: int,
+                       log: Path) -> tuple[subprocess.Popen[bytes], Target]:
+    """`python -m reference_impl --upstream URL`, run from `folder` (this checkout or an
+    export of a commit), healthy; stopped again if it does not get there."""
+    port = free_port()
+    cmd = [sys.executable, "-m", "reference_impl", "--upstream", upstream, "--model", str(MODEL_DIR),
+           "--port", str(port), "--keys", KEY, "--workers", str(workers)]
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(cmd, cwd=folder, env={**os.environ, "PYTHONPATH": str(folder)},
+                                stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    target = Target(name, f"http://127.0.0.1:{port}", {"Authorization": f"Bearer {KEY}"})
+    try:
+        wait_healthy(proc, target, log)
+    except RuntimeError:
+        stop(proc)
+        raise
+    return proc, target
+
+
 def start_baseline(ref: str, direct: Target, args: argparse.Namespace,
                    log: Path) -> tuple[subprocess.Popen[bytes], Target, Path]:
     """The reference as of git `ref` in front of the same vLLM (`--upstream`): its tracked
     files exported to a temporary folder (the caller removes it) and run from there."""
     folder = export_commit(ref, "reference_bench_base_")
-    port = free_port()
-    cmd = [sys.executable, "-m", "reference_impl", "--upstream", direct.url, "--model", str(MODEL_DIR),
-           "--port", str(port), "--keys", KEY, "--workers", str(args.workers)]
-    with open(log, "wb") as out:
-        proc = subprocess.Popen(cmd, cwd=folder, env={**os.environ, "PYTHONPATH": str(folder)},
-                                stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
-    base = Target(f"reference@{ref}", f"http://127.0.0.1:{port}", {"Authorization": f"Bearer {KEY}"})
     try:
-        wait_healthy(proc, base, log)
+        proc, base = start_upstream_api(f"reference@{ref}", folder, direct.url, args.workers, log)
     except RuntimeError:
-        stop(proc)
         shutil.rmtree(folder)
         raise
     return proc, base, folder
@@ -375,9 +386,7 @@ def main(argv: list[str] | None = None) -> int:
             shutil.rmtree(base_folder, ignore_errors=True)
         stop(proc)
     text = report(args, lat, thr, (load_before, os.getloadavg()[0]))
-    notes = kept_notes(args.out)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(text + "\n" + NOTES_MARKER + "\n" + (notes + "\n" if notes else ""))
+    write_report(args.out, text)
     print(text)
     return 0
 

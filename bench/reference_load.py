@@ -48,9 +48,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 from bench.git_export import export_commit  # noqa: E402
-from http_report import NOTES_MARKER, kept_notes  # noqa: E402
+from http_report import write_report  # noqa: E402
 from reference_bench import (  # noqa: E402
-    GOAL_API_US_PER_TOKEN, GOAL_RATIO, KEY, MODEL, MODEL_DIR, Target, cpu_seconds, stop, wait_healthy,
+    GOAL_API_US_PER_TOKEN, GOAL_RATIO, MODEL, MODEL_DIR, Target, cpu_seconds, start_upstream_api, stop,
 )
 from reference_impl.launcher import free_port  # noqa: E402
 from contract import spec  # noqa: E402
@@ -96,24 +96,6 @@ def start_relay(upstream: Target, log: Path) -> tuple[subprocess.Popen[bytes], T
             time.sleep(0.2)
     stop(proc)
     raise RuntimeError(f"the relay did not start: {log.read_text(errors='replace')[-2000:]}")
-
-
-def start_api(name: str, folder: Path, upstream: Target, workers: int,
-              log: Path) -> tuple[subprocess.Popen[bytes], Target]:
-    """`python -m reference_impl --upstream` run from `folder` (this checkout or an export)."""
-    port = free_port()
-    cmd = [sys.executable, "-m", "reference_impl", "--upstream", upstream.url, "--model", str(MODEL_DIR),
-           "--port", str(port), "--keys", KEY, "--workers", str(workers)]
-    with open(log, "wb") as out:
-        proc = subprocess.Popen(cmd, cwd=folder, env={**os.environ, "PYTHONPATH": str(folder)},
-                                stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
-    target = Target(name, f"http://127.0.0.1:{port}", {"Authorization": f"Bearer {KEY}"})
-    try:
-        wait_healthy(proc, target, log)
-    except RuntimeError:
-        stop(proc)
-        raise
-    return proc, target
 
 
 # -- the load client ---------------------------------------------------------------------------
@@ -249,12 +231,13 @@ def main(argv: list[str] | None = None) -> int:
     try:
         fake, direct = start_fake(args.step_ms, logs / "fake.log")
         procs.append(fake)
-        proc, ref = start_api("reference", ROOT, direct, args.workers, logs / "reference.log")
+        proc, ref = start_upstream_api("reference", ROOT, direct.url, args.workers, logs / "reference.log")
         procs.append(proc)
         targets = [ref]
         if args.baseline:
             folder = export_commit(args.baseline, "reference_load_base_")
-            proc, base = start_api(f"reference@{args.baseline}", folder, direct, args.workers, logs / "base.log")
+            proc, base = start_upstream_api(f"reference@{args.baseline}", folder, direct.url, args.workers,
+                                            logs / "base.log")
             procs.append(proc)
             targets.append(base)
         proc, floor = start_relay(direct, logs / "relay.log")
@@ -273,9 +256,7 @@ def main(argv: list[str] | None = None) -> int:
         if folder is not None:
             shutil.rmtree(folder, ignore_errors=True)
     text = report(args, cells, direct.name, (load_before, os.getloadavg()[0]))
-    notes = kept_notes(args.out)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(text + "\n" + NOTES_MARKER + "\n" + (notes + "\n" if notes else ""))
+    write_report(args.out, text)
     print(text)
     return 0
 
