@@ -61,41 +61,36 @@ PROMPT_IDS = [128000, 791, 13180, 374]
 USAGE = re.compile(rb'"completion_tokens":(\d+)')
 
 
-def start_fake(step_ms: float, log: Path) -> tuple[subprocess.Popen[bytes], Target]:
+def _start(cmd: list[str], log: Path, what: str) -> tuple[subprocess.Popen[bytes], int]:
+    """Run `cmd` plus `--port P` and wait until P takes connections."""
     port = free_port()
-    cmd = [sys.executable, str(ROOT / "bench" / "fake_vllm.py"), "--port", str(port),
-           "--step-ms", str(step_ms), "--model", MODEL]
     with open(log, "wb") as out:
-        proc = subprocess.Popen(cmd, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
-    target = Target("vLLM direct (fake)", f"http://127.0.0.1:{port}", {})
+        proc = subprocess.Popen([*cmd, "--port", str(port)], cwd=ROOT, stdout=out, stderr=subprocess.STDOUT,
+                                start_new_session=True)
     deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
+    while time.monotonic() < deadline and proc.poll() is None:
         try:
-            if httpx.get(target.url + "/health", timeout=1).status_code == 200:
-                return proc, target
-        except httpx.TransportError:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return proc, port
+        except OSError:
             time.sleep(0.2)
     stop(proc)
-    raise RuntimeError(f"the fake vLLM did not start: {log.read_text(errors='replace')[-2000:]}")
+    raise RuntimeError(f"{what} did not start: {log.read_text(errors='replace')[-2000:]}")
+
+
+def start_fake(step_ms: float, log: Path) -> tuple[subprocess.Popen[bytes], Target]:
+    proc, port = _start([sys.executable, str(ROOT / "bench" / "fake_vllm.py"), "--step-ms", str(step_ms),
+                         "--model", MODEL], log, "the fake vLLM")
+    return proc, Target("vLLM direct (fake)", f"http://127.0.0.1:{port}", {})
 
 
 def start_relay(upstream: Target, log: Path) -> tuple[subprocess.Popen[bytes], Target]:
     """bench/relay.py: bytes copied and nothing else, the floor under the API's CPU per token."""
-    port = free_port()
-    cmd = [sys.executable, str(ROOT / "bench" / "relay.py"), "--upstream", upstream.url, "--port", str(port)]
-    with open(log, "wb") as out:
-        proc = subprocess.Popen(cmd, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    proc, port = _start([sys.executable, str(ROOT / "bench" / "relay.py"), "--upstream", upstream.url],
+                        log, "the relay")
     target = Target("relay (the floor)", f"http://127.0.0.1:{port}", {})
     target.pids = [proc.pid]
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            return proc, target
-        except OSError:
-            time.sleep(0.2)
-    stop(proc)
-    raise RuntimeError(f"the relay did not start: {log.read_text(errors='replace')[-2000:]}")
+    return proc, target
 
 
 # -- the load client ---------------------------------------------------------------------------
@@ -143,7 +138,7 @@ def streams(target: Target, count: int, tokens: int) -> tuple[int, float]:
 
 def cell(targets: list[Target], count: int, tokens: int, rounds: int) -> dict[str, dict[str, Any]]:
     """Each target `rounds` times, in turn (the order rotating); per target its median tokens/s,
-    and for an API its CPU per token and per stream over all its rounds."""
+    and for an API its CPU per token and per stream in its median round (and each round's)."""
     for target in targets:   # warm-up: connections to the fake vLLM, the workers' first requests
         streams(target, count, 4)
     rates: dict[str, list[float]] = {t.name: [] for t in targets}
