@@ -4,12 +4,12 @@
 
 Each client connection gets its own connection upstream; the relay copies the client's
 bytes to it as they come, and what the upstream answers back, one send per read, until the
-end of a chunked body (`0\\r\\n\\r\\n`), and closes. It parses
-nothing, checks nothing, and holds no Flask, no WSGI and no JSON: its CPU per streamed
-token is what a read from vLLM's socket and a write to the client's cost under gevent on
-this machine, which no API in Python can go below (bench/reference_load.py measures it
-beside the reference). For one streamed request per connection, as the load client sends
-them; it is a measuring stick, not a proxy.
+end of a chunked body (`0\\r\\n\\r\\n`), and closes. It parses nothing, checks nothing, and
+holds no Flask, no WSGI and no JSON: its CPU per streamed token is what a read from vLLM's
+socket and a write to the client's cost under gevent on this machine, which no API in
+Python can go below (bench/reference_load.py measures it beside the reference). For one
+streamed request per connection, as the load client sends them; it is a measuring stick,
+not a proxy.
 """
 from __future__ import annotations
 
@@ -22,6 +22,7 @@ gevent.monkey.patch_all()
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import argparse  # noqa: E402
+from collections.abc import Callable  # noqa: E402
 import socket  # noqa: E402
 from urllib.parse import urlsplit  # noqa: E402
 
@@ -41,7 +42,7 @@ def _copy(source: socket.socket, target: socket.socket) -> None:
         pass
 
 
-def relay(upstream: tuple[str, int]):
+def relay(upstream: tuple[str, int]) -> Callable[[socket.socket, object], None]:
     def handle(client: socket.socket, _address: object) -> None:
         with client, socket.create_connection(upstream) as vllm:
             vllm.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
