@@ -1,0 +1,137 @@
+"""The shipped front (reference_impl/deploy/nginx) under Debian's nginx, in front of the mock:
+its own refusals are the API's error bodies, written from openapi.yaml; streams pass unbuffered;
+the conformance suite's full profile passes through it."""
+from __future__ import annotations
+
+import json
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from conformance.cli import main as conformance
+from contract import (
+    InferenceUnavailable, InvalidRequest, MethodNotAllowed, NotFound, RequestTooLarge, spec,
+)
+from contract.http import match_route
+from reference_impl.front import ingress_nginx, nginx_errors
+from reference_impl.launcher import free_port
+from tests.mock_helpers import AUTH, KEY, MockProcess, completion_body, parse_sse, read_http_response
+from tests.nginx_support import SHIPPED, NginxFront
+
+pytest_plugins = ["tests.reference_fixtures"]
+KEEPALIVE_S = 0.2
+
+
+@pytest.fixture(scope="module")
+def front() -> Iterator[tuple[MockProcess, NginxFront]]:
+    mock = MockProcess("--workers", "2", "--keepalive-seconds", str(KEEPALIVE_S)).start()
+    nginx = NginxFront(f"127.0.0.1:{mock.port}")
+    try:
+        yield mock, nginx.start()
+    finally:
+        nginx.close()
+        mock.close()
+
+
+def _error(response: httpx.Response, expected: Exception) -> None:
+    """The whole body is `expected`'s, its request_id the X-Request-Id nginx sent."""
+    body = response.json()
+    assert response.headers["x-request-id"] == body["request_id"]
+    assert body == expected.body(body["request_id"])
+    assert response.status_code == expected.status
+
+
+def test_the_shipped_error_pages_are_written_from_the_spec() -> None:
+    assert (SHIPPED / "acs-errors.conf").read_text() == nginx_errors(spec())
+
+
+def test_nginx_refusals_are_the_api_error_bodies(front: tuple[MockProcess, NginxFront]) -> None:
+    _, nginx = front
+    with httpx.Client(base_url=nginx.url, headers=AUTH, timeout=30) as client:
+        response = client.request("TRACE", "/v1/completions")
+        with pytest.raises(MethodNotAllowed) as refused:
+            match_route("TRACE", "/v1/completions")
+        _error(response, refused.value)
+        assert response.headers["allow"] == ", ".join(refused.value.allow)
+        _error(client.request("TRACE", "/no/such/route"),
+               NotFound.from_template("not_found", method="TRACE", path="/no/such/route"))
+        # A body over nginx's limit (above the API's cap): the API's own 413, as the API words it.
+        limit = spec().caps["max_body_bytes"]
+        _error(client.post("/v1/completions", content=b" " * (10 << 20), headers={"Content-Type": "application/json"}),
+               RequestTooLarge.from_template("request_too_large", limit=limit))
+        # Over the API's cap but under nginx's: the API answers, its X-Request-Id its own.
+        _error(client.post("/v1/completions", content=b" " * (limit + 1), headers={"Content-Type": "application/json"}),
+               RequestTooLarge.from_template("request_too_large", limit=limit))
+        # The error pages are internal: asked for, they are an unknown route, as the API says.
+        _error(client.get("/.acs-front/malformed"),
+               NotFound.from_template("not_found", method="GET", path="/.acs-front/malformed"))
+    with socket.create_connection(("127.0.0.1", nginx.port), timeout=30) as s:
+        s.sendall(b"GET /v1/../../etc/passwd HTTP/1.1\r\nHost: x\r\n\r\n")
+        head, body = read_http_response(s)
+    assert head.startswith(b"HTTP/1.1 400 ")
+    data = json.loads(body)
+    assert data == InvalidRequest(spec().messages["malformed_http"]).body(data["request_id"])
+
+
+def test_an_api_that_does_not_answer_is_503_inference_unavailable() -> None:
+    nginx = NginxFront(f"127.0.0.1:{free_port()}").start()   # nothing listens there
+    try:
+        response = httpx.post(f"{nginx.url}/v1/completions", json=completion_body(), headers=AUTH, timeout=30)
+    finally:
+        nginx.close()
+    error = InferenceUnavailable.from_template("inference_unavailable")
+    _error(response, error)
+    for name, value in error.headers.items():
+        assert response.headers[name] == value
+
+
+def test_a_stream_passes_unbuffered_with_its_keepalives(front: tuple[MockProcess, NginxFront]) -> None:
+    mock, nginx = front
+    body = completion_body(stream=True, max_tokens=3, seed=7)
+    slow = {**AUTH, "X-Mock-Ttft-Ms": str(int(KEEPALIVE_S * 1000 * 4))}
+    through = httpx.post(f"{nginx.url}/v1/completions", json=body, headers=slow, timeout=30)
+    direct = httpx.post(f"{mock.url}/v1/completions", json=body, headers=slow, timeout=30)
+    assert through.status_code == 200, through.text
+    streamed, plain = parse_sse(through.text), parse_sse(direct.text)
+    assert streamed.comments and set(streamed.comments) == {"keepalive"}
+    assert streamed.text() == plain.text()
+    # Unbuffered: the first keepalive arrives before the first token, as the API sends it.
+    with httpx.stream("POST", f"{nginx.url}/v1/completions", json=body, headers=slow, timeout=30) as response:
+        first = next(response.iter_lines())
+    assert first == ": keepalive"
+
+
+def _full_profile(url: str, key: str, report: Path, *extra: str) -> None:
+    code = conformance(["--base-url", url, "--api-key", key, "--profile", "full", "--no-progress",
+                        "--json", str(report), *extra])
+    results = json.loads(report.read_text())["results"]
+    failed = {r["id"]: r["findings"] for r in results if r["outcome"] == "failed"}
+    # nginx closes a connection whose body ends short of its Content-Length without an answer
+    # (RFC 9112 section 8 lets it); the suite does not yet tell a front's answer from the API's
+    # (issue 23: warnings for a front's answers). Every other check passes.
+    assert list(failed) == ["robust:http.short_body"], failed
+    assert [f["message"] for f in failed["robust:http.short_body"]] == [
+        "a body 50 bytes short: the connection closed without an answer"]
+    assert code == 1
+
+
+def test_the_full_profile_passes_through_the_shipped_front(front: tuple[MockProcess, NginxFront],
+                                                          tmp_path: Path) -> None:
+    _full_profile(front[1].url, KEY, tmp_path / "report.json")
+
+
+@pytest.mark.vllm
+def test_the_full_profile_passes_through_the_front_of_the_reference(reference: Any, tmp_path: Path) -> None:
+    nginx = NginxFront(reference.url.removeprefix("http://")).start()
+    try:
+        _full_profile(nginx.url, reference.key, tmp_path / "report.json", "--wrong-key-expected")
+    finally:
+        nginx.close()
+
+
+def test_the_shipped_ingress_is_written_from_the_spec() -> None:
+    assert (SHIPPED.parent / "k8s" / "ingress-nginx.yaml").read_text() == ingress_nginx(spec())
