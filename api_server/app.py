@@ -76,6 +76,8 @@ def create_app(config: ServerConfig, engine: Engine, models: Mapping[str, ModelI
     still applies on top. `hook` adds what the API itself does not do (the mock's
     faults and latency); a server of the real API passes none. `api` is the spec
     (spec() by default)."""
+    if not isinstance(engine, Engine):   # its capabilities are Engine's methods: fail at start
+        raise TypeError(f"{type(engine).__name__} is not an api_server.Engine (api_server/engine.py)")
     api = api if api is not None else spec()
     headers = api.response_headers
     if REQUEST_ID not in headers or CLAMPED not in headers:
@@ -194,9 +196,7 @@ def _json(obj: Any, status: int = 200) -> Response:
 
 
 def _health() -> Response:
-    # An engine with an upstream (the reference's vLLM) is ready when that upstream is.
-    ready = getattr(state().engine, "ready", None)
-    if ready is not None and not ready():
+    if not state().engine.ready():
         raise InferenceUnavailable.from_template("inference_unavailable")
     return _json({"status": "ok"})
 

@@ -4,18 +4,15 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import time
-from collections.abc import Callable, Generator, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from itertools import chain
-from typing import Any
+from typing import Any, cast
 
 from flask import Response, g, request
 from werkzeug.wsgi import get_content_length
 
-from api_server.engine import ChoiceDelta, Event
-from api_server.hooks import PLAIN, Plan
-from api_server.pacing import Pump
+from api_server.engine import Batches, Engine, ErrorEvent, Event, StreamEvent
 from api_server.responses import CLAMPED, DONE, JSON, KEEPALIVE, Assembler, Meta, completion_id, dumps, sse
 from api_server.state import State, state
 from contract import (
@@ -33,29 +30,23 @@ def create_completion() -> Response:
     rid: str = g.request_id
     key: str = g.api_key   # preflight's: this route needs a key
     req = validate_completion(parse_json(read_body()), models=s.models)
-    plan = s.hook.plan(request.headers, req) if s.hook is not None else PLAIN
-    if plan.error is not None:
-        raise plan.error
+    engine = s.engine if s.hook is None else s.hook.engine(request.headers, req, s.engine)
     held = s.budget.reserve(key, req)
     if held.max_tokens != req.max_tokens:   # the Budget clamped it: what runs is the Hold's
         req = dataclasses.replace(req, max_tokens=held.max_tokens)
-    run = _Run(s, req, rid, key, held, plan)
+    run = _Run(s, engine, req, rid, key, held)
     headers = {CLAMPED: str(held.max_tokens)} if held.clamped else {}
     return _open_stream(run, headers) if req.stream else _complete(run, headers)
 
 
 class _Run:
-    """One admitted request: its engine events, what they add up to, and its Hold."""
+    """One admitted request: its engine, what its events add up to, and its Hold."""
 
-    def __init__(self, s: State, req: CompletionRequest, rid: str, key: str, held: Hold,
-                 plan: Plan) -> None:
-        self.s, self.req, self.rid, self.key, self.held, self.plan = s, req, rid, key, held, plan
+    def __init__(self, s: State, engine: Engine, req: CompletionRequest, rid: str, key: str,
+                 held: Hold) -> None:
+        self.s, self.engine, self.req, self.rid, self.key, self.held = s, engine, req, rid, key, held
         self.asm = Assembler(req, Meta(completion_id(rid), req.body["model"]))
         self._settled = False
-
-    def events(self, sleep: Callable[[float], object]) -> Iterator[Event]:
-        generated = self.s.engine.generate(self.req, self.rid)
-        return generated if self.plan.pace is None else self.plan.pace(generated, sleep)
 
     def settle(self) -> None:
         if not self._settled:   # once, whether the stream ended, failed or was never read
@@ -65,7 +56,7 @@ class _Run:
 
 def _complete(run: _Run, headers: dict[str, str]) -> Response:
     try:
-        for event in run.events(time.sleep):
+        for event in run.engine.generate(run.req, run.rid):
             run.asm.feed(event)
     finally:
         run.settle()
@@ -73,51 +64,30 @@ def _complete(run: _Run, headers: dict[str, str]) -> Response:
 
 
 def _open_stream(run: _Run, headers: dict[str, str]) -> Response:
-    """The engine starts now (in this thread when it never waits, else in a pump's
-    thread), and the route waits for its first batch for at most one keepalive interval
-    before answering. So an engine that fails
-    before its first event (vLLM down: 503 inference_unavailable) gets an HTTP error with
-    its status, not a 200 stream with an error event; and a slow first token (the mock's
-    simulated TTFT, or a real one) still gets `: keepalive` on time: the wait ends after
-    one interval with an empty batch, which the stream sends as its first keepalive, as
-    it always did (a WSGI server sends the headers with the first body write anyway).
-    An error after the first event, or after that first interval, is an error event."""
-    s = run.s
-    pump: Pump[Event] | None = None
-    if getattr(s.engine, "never_waits", False):
-        # The engine never waits (its only waits are the simulated latency, which
-        # Schedule turns into waits between events): it runs in this thread or
-        # greenlet, which sleeps and sends the keepalives itself. A pump thread
-        # (a greenlet under gevent) and a hand-off per token cost more CPU than the
-        # rest of a paced stream.
-        events = s.engine.generate(run.req, run.rid)
-        schedule: Schedule | None = None
-        if run.plan.pace is not None:
-            schedule = Schedule()
-            events = run.plan.pace(events, schedule)
-        batches = _inline_batches(events, schedule, s.config.keepalive_seconds)
-    elif run.plan.pace is None and hasattr(s.engine, "batches"):
-        # The engine waits at most a keepalive interval at a time itself (the reference's
-        # vLLM stream): it runs in this thread or greenlet too, with no pump and no
-        # hand-off per event.
-        batches = s.engine.batches(run.req, run.rid, s.config.keepalive_seconds)
-    else:
-        pump = Pump(run.events, s.config.keepalive_seconds)
-        batches = pump.batches()
-    first: list[Event] | None
+    """The engine's stream starts now, and the route waits for its first batch (at most
+    one keepalive interval: Engine.stream's contract) before answering. So an engine
+    that fails before its first event (vLLM down: 503 inference_unavailable) gets an
+    HTTP error with its status, not a 200 stream with an error event; and a slow first
+    token (the mock's simulated TTFT, or a real one) still gets `: keepalive` on time:
+    the wait ends after one interval with an empty batch, which the stream sends as its
+    first keepalive, as it always did (a WSGI server sends the headers with the first
+    body write anyway). An error after the first batch is an error event."""
+    first: Sequence[StreamEvent] | None
     try:
-        first = next(batches)
-    except StopIteration:   # the engine ended without an event: [DONE] alone
-        first = None
+        batches = run.engine.stream(run.req, run.rid, run.s.config.keepalive_seconds)
+        try:
+            first = next(batches)
+        except StopIteration:   # the engine ended without an event: [DONE] alone
+            first = None
     except BaseException:
         run.settle()
         raise
-    body = _stream(run.asm, first, batches, run.settle, run.plan, run.rid)
+    body = _stream(run.asm, first, batches, run.settle, run.rid)
     response = Response(body, mimetype="text/event-stream",
                         headers={**headers, "Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
-    if pump is not None:
-        response.call_on_close(pump.cancelled.set)   # the body may never be read: stop the engine
-    response.call_on_close(batches.close)   # (the body's own close closes them when it was read)
+    # The body may never be read (the client left first): closing the batches stops the
+    # engine (a pump's thread, vLLM's request); the body's own close does it when it was read.
+    response.call_on_close(batches.close)
     response.call_on_close(run.settle)
     return response
 
@@ -186,85 +156,26 @@ def stall_bound(environ: dict[str, Any]) -> Iterator[None]:
             pass
 
 
-INLINE_BATCH = 256   # events per write when the engine runs in the request's thread (Pump's maxsize)
-
-
-class Schedule:
-    """The `sleep` a paced engine runs with in the request's own thread: it only notes
-    when the next event is due, and _inline_batches waits until then between events,
-    with a keepalive for each quiet interval. The waits keep to one schedule from the
-    request's start, as an engine's steps would (the writes between them do not add up);
-    an event that is already late leaves at once, and the next step is due after it
-    (no burst to catch up)."""
-
-    def __init__(self) -> None:
-        self.due = time.monotonic()
-
-    def __call__(self, seconds: float) -> None:
-        self.due += seconds
-
-
-def _inline_batches(events: Iterator[Event], schedule: Schedule | None = None,
-                    interval: float = 0.0) -> Generator[list[Event], None, None]:
-    """`events` in lists of INLINE_BATCH, as Pump.batches gives them: what the
-    iterator raises comes after the events before it, so only an error before the
-    first event reaches the route's `next` (an HTTP error); a later one is an error event.
-    With a `schedule`, an event not yet due ends the batch before it, and the wait for it
-    (time.sleep: a greenlet's under gevent) yields [] for each `interval` without one."""
-    batch: list[Event] = []
-    try:
-        for event in events:
-            if schedule is not None:
-                if batch and schedule.due > time.monotonic():
-                    yield batch   # the events before it leave now
-                    batch = []
-                left = schedule.due - time.monotonic()   # after the write above
-                while left > interval:
-                    time.sleep(interval)
-                    yield []
-                    left = schedule.due - time.monotonic()
-                if left > 0:
-                    time.sleep(left)
-                else:   # late (or not paced): the next step counts from now
-                    schedule.due = time.monotonic()
-            batch.append(event)
-            if len(batch) == INLINE_BATCH:
-                yield batch
-                batch = []
-    except Exception:
-        if batch:
-            yield batch
-        raise
-    finally:
-        close = getattr(events, "close", None)
-        if close is not None:
-            close()
-    if batch:
-        yield batch
-
-
-def _stream(asm: Assembler, first: list[Event] | None, batches: Generator[list[Event], None, None],
-            settle: Callable[[], None], plan: Plan, rid: str) -> Iterator[bytes]:
+def _stream(asm: Assembler, first: Sequence[StreamEvent] | None, batches: Batches,
+            settle: Callable[[], None], rid: str) -> Iterator[bytes]:
     """The SSE body: `first` (the batch the route already read; None when there was
-    none), then the rest of `batches`. Events that are ready together leave in one write; a keepalive comment
-    fills each quiet interval; an error after the start is an error event."""
-    sent = 0
-    error_after = plan.stream_error_after
+    none), then the rest of `batches`. Events that are ready together leave in one write;
+    a keepalive comment fills each quiet interval; an error after the start (raised, or
+    an ErrorEvent) is an error event."""
     out: list[bytes] = []
     try:
         for batch in chain([] if first is None else [first], batches):
             if not batch:
                 yield KEEPALIVE
                 continue
-            for event in batch:
-                if isinstance(event, ChoiceDelta):
-                    if error_after is not None and sent >= error_after and plan.stream_error is not None:
-                        raise plan.stream_error
-                    sent += 1
+            failure = batch[-1] if isinstance(batch[-1], ErrorEvent) else None   # (once a batch)
+            for event in cast("list[Event]", batch if failure is None else batch[:-1]):
                 asm.feed(event)
                 chunk = asm.chunk(event)
                 if chunk is not None:
                     out.append(chunk)
+            if failure is not None:
+                raise failure.error
             yield b"".join(out)
             out.clear()
         yield DONE

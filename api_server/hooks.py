@@ -1,20 +1,17 @@
 """What a server may add to a request besides the API: the hook `create_app` takes.
 
-The mock's faults and simulated latency (mock_server/faults.py) are one such hook.
-A server of the real API passes none, so a client of a real deployment cannot make
-it fake anything: the code that fakes is not there.
+A hook picks the engine that runs each validated request: the app's, or one that
+wraps it. The mock's (mock_server/faults.py) wraps it in its simulated latency and
+stream errors, and answers a forced status instead. A server of the real API passes
+none, so a client of a real deployment cannot make it fake anything: the code that
+fakes is not there.
 """
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from typing import Protocol
 
-from api_server.engine import Event
-from contract import ApiError, CompletionRequest
-
-# Wraps the engine's events, given the sleep to wait with (the pump's, which cancelling wakes).
-Pace = Callable[[Iterator[Event], Callable[[float], object]], Iterator[Event]]
+from api_server.engine import Engine
+from contract import CompletionRequest
 
 
 class Headers(Protocol):
@@ -27,19 +24,9 @@ class Headers(Protocol):
     def __getitem__(self, key: str) -> str: ...
 
 
-@dataclass(frozen=True)
-class Plan:
-    """What this request goes through besides the API itself."""
-    error: ApiError | None = None             # answered instead (after validation, before the Hold)
-    pace: Pace | None = None                  # None: the engine's events as they come
-    stream_error_after: int | None = None     # choice deltas a stream sends before stream_error
-    stream_error: ApiError | None = None
-
-
-PLAIN = Plan()
-
-
 class Hook(Protocol):
-    def plan(self, headers: Headers, req: CompletionRequest) -> Plan:
-        """The plan for a validated request; may raise ApiError (a bad header value)."""
+    def engine(self, headers: Headers, req: CompletionRequest, engine: Engine) -> Engine:
+        """The engine that runs this validated request: `engine` (the app's) or one that
+        wraps it. May raise ApiError, which is answered instead, before the Budget holds
+        anything (a bad header value, the mock's forced status)."""
         ...

@@ -1,10 +1,11 @@
-"""A background pump that lets a stream send keepalives.
+"""How an engine's events become a stream's batches (`Engine.stream`'s default).
 
 An engine's iterator may block (a real Inference in the reference implementation).
 The stream must still send `: keepalive` while it waits, so the iterator runs in a
-thread and the response reads a queue with a timeout. Closing the stream (the client
-went away) cancels the thread. (The fake engine never blocks: its simulated latency is
-waited out in the request's own thread, completions.Schedule.)
+thread (`Pump`) and the response reads a list with a timeout. Closing the stream (the
+client went away) cancels the thread. An engine whose events never wait (the fake one)
+needs none of it: `batched` runs its iterator in the request's own thread or greenlet
+(a pump thread and a hand-off per token cost more CPU than the rest of a stream).
 """
 from __future__ import annotations
 
@@ -17,6 +18,30 @@ T = TypeVar("T")
 
 # Items the iterator may hand over before its thread yields (a greenlet's switch under gevent).
 YIELD_EVERY = 16
+BATCH = 256   # items per list at most: Pump's maxsize, and batched's
+
+
+def batched(items: Iterator[T], size: int = BATCH) -> Generator[list[T], None, None]:
+    """`items` in lists of `size`, read in the caller's thread, as Pump.batches gives
+    them: what the iterator raises comes after the items before it, so only an error
+    before the first item reaches the caller's first `next`. Closing closes `items`."""
+    batch: list[T] = []
+    try:
+        for item in items:
+            batch.append(item)
+            if len(batch) == size:
+                yield batch
+                batch = []
+    except Exception:
+        if batch:
+            yield batch
+        raise
+    finally:
+        close = getattr(items, "close", None)
+        if close is not None:
+            close()
+    if batch:
+        yield batch
 
 
 class _End:
@@ -37,7 +62,7 @@ class Pump(Generic[T]):
     default worker) an Event is a greenlet primitive with one timer per wait."""
 
     def __init__(self, make: Callable[[Callable[[float], object]], Iterator[T]],
-                 interval: float, maxsize: int = 256) -> None:
+                 interval: float, maxsize: int = BATCH) -> None:
         self.cancelled = threading.Event()
         self._lock = threading.Lock()
         self._ready = threading.Event()   # set exactly while _items is not empty

@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from api_server.engine import Activations, ChoiceDelta, Event, LogprobsDelta, Usage
+from api_server.engine import Activations, ChoiceDelta, Engine, Event, LogprobsDelta, Usage
 from contract import CompletionRequest, ModelInfo, Spec, spec
 from contract.tokens import decode
 from mock_server.activations import capture, warm
@@ -62,8 +62,10 @@ def _is_greedy(req: CompletionRequest, greedy_below: float) -> bool:
     return req.option("temperature") < greedy_below or req.option("top_k") == 1
 
 
-class FakeEngine:
-    """Engine protocol (engine.py) over the model's real vocabulary."""
+class FakeEngine(Engine):
+    """The engine protocol (api_server/engine.py) over the model's real vocabulary. Its
+    events never wait (the mock's simulated latency wraps it: faults.Simulated), so its
+    stream runs in the request's own thread or greenlet."""
 
     never_waits = True
 

@@ -2,22 +2,26 @@
 
 The headers are documented in openapi.yaml (x-mock-headers), the statuses and
 messages in x-mock-faults; this module only reads them. `Faults` is the hook the
-mock's app is built with (api_server/hooks.py); the real API's has none.
+mock's app is built with (api_server/hooks.py); the real API's has none. It answers
+a forced status itself, and runs a request that asked for latency or a stream error
+on `Simulated`: the app's engine, wrapped in them, for that request alone. The API
+layer knows nothing of either: it runs the engine the hook gives it.
 """
 from __future__ import annotations
 
 import math
 import random
-from collections.abc import Callable, Iterator
-from functools import partial
+import time
+from collections.abc import Iterator
 from typing import Any
 
-from api_server.engine import Event
-from api_server.hooks import PLAIN, Headers, Plan
+from api_server.engine import Batches, ChoiceDelta, Engine, ErrorEvent, Event
+from api_server.hooks import Headers
+from api_server.pacing import Pump
 from contract import ApiError, CompletionRequest, InvalidRequest, Spec, spec
 from contract.errors import error_class
 from mock_server.config import MockConfig
-from mock_server.latency import paced
+from mock_server.latency import paced, paced_batches
 
 STATUS = "X-Mock-Status"
 STREAM_ERROR_AFTER = "X-Mock-Stream-Error-After"
@@ -64,18 +68,58 @@ class Faults:
         self.config = config
         self.rng = random.Random()
 
-    def plan(self, headers: Headers, req: CompletionRequest) -> Plan:
+    def engine(self, headers: Headers, req: CompletionRequest, engine: Engine) -> Engine:
+        """The engine for this request: `engine`, or `engine` with the latency and the
+        stream error asked for. A forced status is raised here: after validation, before
+        the Budget holds anything, as the real API refuses a request."""
         ttft_s, tpot_s, forced, after = read(headers, self.config, self.rng, req.max_tokens)
-        if not ttft_s and not tpot_s and forced is None and after is None:
-            return PLAIN
-        return Plan(error=None if forced is None else forced_error(forced, req),
-                    pace=partial(_pace, ttft_s=ttft_s, tpot_s=tpot_s) if ttft_s or tpot_s else None,
-                    stream_error_after=after, stream_error=None if after is None else stream_error())
+        if forced is not None:
+            raise forced_error(forced, req)
+        if not ttft_s and not tpot_s and after is None:
+            return engine
+        return Simulated(engine, ttft_s, tpot_s, after)
 
 
-def _pace(events: Iterator[Event], sleep: Callable[[float], object],
-          ttft_s: float, tpot_s: float) -> Iterator[Event]:
-    return paced(events, ttft_s, tpot_s, sleep)
+class Simulated(Engine):
+    """`engine` as one request of the mock runs it: `ttft_s` before its first token and
+    `tpot_s` before each later step (latency.py); in a stream, the error event of
+    x-mock-faults after `error_after` choice deltas (none without stream)."""
+
+    def __init__(self, engine: Engine, ttft_s: float, tpot_s: float, error_after: int | None) -> None:
+        self.engine, self.ttft_s, self.tpot_s, self.error_after = engine, ttft_s, tpot_s, error_after
+
+    def generate(self, req: CompletionRequest, request_id: str) -> Iterator[Event]:
+        return paced(self.engine.generate(req, request_id), self.ttft_s, self.tpot_s, time.sleep)
+
+    def stream(self, req: CompletionRequest, request_id: str, interval: float) -> Batches:
+        batches: Batches
+        if not self.ttft_s and not self.tpot_s:
+            batches = self.engine.stream(req, request_id, interval)
+        elif self.engine.never_waits:   # the waits in the request's own thread
+            batches = paced_batches(self.engine.generate(req, request_id), self.ttft_s, self.tpot_s,
+                                    interval)
+        else:   # the waits in the pump's thread, whose sleep cancelling wakes
+            batches = Pump(lambda sleep: paced(self.engine.generate(req, request_id), self.ttft_s,
+                                               self.tpot_s, sleep), interval).batches()
+        return batches if self.error_after is None else _failing(batches, self.error_after)
+
+
+def _failing(batches: Batches, after: int) -> Batches:
+    """`batches`, ending with the stream error event in place of choice delta `after`
+    (counted from 0): an event even before the first delta, and in the same write as the
+    deltas that precede it."""
+    sent = 0
+    try:
+        for batch in batches:
+            for i, event in enumerate(batch):
+                if isinstance(event, ChoiceDelta):
+                    if sent == after:
+                        yield [*batch[:i], ErrorEvent(stream_error())]
+                        return
+                    sent += 1
+            yield batch
+    finally:
+        batches.close()
 
 
 def read(headers: Headers, config: MockConfig, rng: random.Random,

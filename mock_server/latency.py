@@ -2,9 +2,10 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 
 from api_server.engine import ChoiceDelta, Event
+from api_server.pacing import BATCH
 
 
 def paced(events: Iterator[Event], ttft_s: float, tpot_s: float,
@@ -34,3 +35,59 @@ def _paced(events: Iterator[Event], ttft_s: float, tpot_s: float,
                 sleep(ttft_s if steps == 0 else tpot_s)
                 steps += 1
         yield event
+
+
+class Schedule:
+    """The `sleep` a paced engine runs with in the request's own thread: it only notes
+    when the next event is due, and paced_batches waits until then between events,
+    with a keepalive for each quiet interval. The waits keep to one schedule from the
+    request's start, as an engine's steps would (the writes between them do not add up);
+    an event that is already late leaves at once, and the next step is due after it
+    (no burst to catch up)."""
+
+    def __init__(self) -> None:
+        self.due = time.monotonic()
+
+    def __call__(self, seconds: float) -> None:
+        self.due += seconds
+
+
+def paced_batches(events: Iterator[Event], ttft_s: float, tpot_s: float,
+                  interval: float) -> Generator[list[Event], None, None]:
+    """A stream's batches (Engine.stream) of `events`, an engine's that never waits,
+    paced in the request's own thread: an event not yet due ends the batch before it,
+    and the wait for it (time.sleep: a greenlet's under gevent) yields [] for each
+    `interval` without one. A pump thread (a greenlet under gevent) and a hand-off per
+    token would cost more CPU than the rest of a paced stream. What `events` raises
+    comes after the events before it, as pacing.batched has it."""
+    schedule = Schedule()
+    steps = paced(events, ttft_s, tpot_s, schedule)
+    batch: list[Event] = []
+    try:
+        for event in steps:
+            if batch and schedule.due > time.monotonic():
+                yield batch   # the events before it leave now
+                batch = []
+            left = schedule.due - time.monotonic()   # after the write above
+            while left > interval:
+                time.sleep(interval)
+                yield []
+                left = schedule.due - time.monotonic()
+            if left > 0:
+                time.sleep(left)
+            else:   # late: the next step counts from now
+                schedule.due = time.monotonic()
+            batch.append(event)
+            if len(batch) == BATCH:
+                yield batch
+                batch = []
+    except Exception:
+        if batch:
+            yield batch
+        raise
+    finally:
+        close = getattr(events, "close", None)
+        if close is not None:
+            close()
+    if batch:
+        yield batch

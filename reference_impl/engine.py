@@ -26,9 +26,9 @@ without stream, and the API refuses them with stream.)
 
 How: over http:// the engine's own client (wire.py: httptools' parser, and reads that
 wait at most a keepalive interval), so the app reads a stream in the request's own
-greenlet through `batches`, with no pump and no hand-off per token, and what one read
+greenlet through `stream`, with no pump and no hand-off per token, and what one read
 from vLLM brings leaves in one write. Over https://, or through a transport handed in
-(the tests'), httpx, its stream in the app's pump. Foreign exceptions (httpx's, which
+(the tests'), httpx, its stream in a pump (Engine.stream's default). Foreign exceptions (httpx's, which
 wire.py raises too, and vLLM's error bodies) become the API's errors in one place,
 reference_impl/errors.py.
 """
@@ -44,8 +44,7 @@ from urllib.parse import urlsplit
 import httpx
 import orjson
 
-from api_server.engine import Event
-from api_server.pacing import Pump
+from api_server.engine import Batches, Engine, Event
 from api_server.responses import REQUEST_ID, dumps
 from contract import CompletionRequest, Spec, spec
 from reference_impl.errors import UpstreamError, from_vllm, translated
@@ -65,8 +64,9 @@ DRAIN_CHUNKS = 4   # chunks read after `[DONE]` at most (_drain)
 KEEPALIVE_EXPIRY_S = 3.0
 
 
-class VllmEngine:
-    """Engine protocol over vLLM at `base_url`, which serves the model as `model`."""
+class VllmEngine(Engine):
+    """The engine protocol over vLLM at `base_url`, which serves the model as `model`. Its
+    `stream` reads vLLM with a bounded wait (over http://), and it is `ready` when vLLM is."""
 
     def __init__(self, base_url: str, model: str, *, wait_seconds: float | None = None,
                  transport: httpx.BaseTransport | None = None, api: Spec | None = None,
@@ -120,14 +120,12 @@ class VllmEngine:
         if self._wire is not None:
             self._wire.close()
 
-    def batches(self, req: CompletionRequest, request_id: str,
-                interval: float) -> Generator[list[Event], None, None]:
-        """A stream's events in lists, as they come, [] for each `interval` seconds without
-        one (the app sends a keepalive), read in the caller's thread or greenlet: the events
-        of one read from vLLM come in one list (the app writes them at once). Errors as
-        `generate`'s: before the first list they reach the app's first `next`."""
+    def stream(self, req: CompletionRequest, request_id: str, interval: float) -> Batches:
+        """Engine.stream, read in the caller's thread or greenlet over http:// (no pump, no
+        hand-off per token): the events of one read from vLLM come in one list (the app
+        writes them at once). Over https:// or a transport handed in, the default: a pump."""
         if self._wire is None or not req.stream:
-            return Pump(lambda sleep: self.generate(req, request_id), interval).batches()
+            return super().stream(req, request_id, interval)
         return self._wire_batches(req, request_id, interval)
 
     def _post(self, req: CompletionRequest, request_id: str) -> Exchange:
@@ -192,7 +190,7 @@ class VllmEngine:
                 exchange.close()
 
     def generate(self, req: CompletionRequest, request_id: str) -> Iterator[Event]:
-        if self._wire is not None and req.stream:   # (a hook that paces the events runs this in a Pump)
+        if self._wire is not None and req.stream:    # (a wrapper of the engine may run a stream so)
             batches = self._wire_batches(req, request_id, self.wait_seconds)
             try:
                 for batch in batches:

@@ -14,8 +14,8 @@ from flask import Flask
 from flask.testing import FlaskClient
 
 import api_server
-from api_server import ServerConfig
-from api_server.responses import KEEPALIVE
+from api_server import Engine, ServerConfig
+from api_server.responses import DONE, KEEPALIVE, sse
 from conformance.checks.common import schema_errors
 from contract import (
     ApiError, CompletionRequest, InferenceUnavailable, InternalError, hold, spec,
@@ -154,7 +154,7 @@ def test_validation_errors_are_the_cores(client: FlaskClient, fields: dict[str, 
 
 
 # -- the engine's failures ------------------------------------------------------------
-class BrokenEngine:
+class BrokenEngine(Engine):
     def __init__(self, error: Exception, after: int = 0) -> None:
         self.error, self.after = error, after
 
@@ -186,7 +186,7 @@ def test_a_stream_that_fails_at_once_settles_its_hold(tmp_path: Any) -> None:
     assert app.state.budget.remaining(AUTH["Authorization"].split()[1]) == 1000 - prompt_tokens
 
 
-class GatedEngine:
+class GatedEngine(Engine):
     """The fake engine, held before its first event until `go` is set (a slow first token)."""
 
     def __init__(self) -> None:
@@ -289,6 +289,17 @@ def test_x_mock_stream_error_after(client: FlaskClient) -> None:
     rid = r.headers["X-Request-Id"]
     assert r.status_code == 200 and len(stream.chunks) == 2
     assert stream.events[-2:] == [InferenceUnavailable.from_template("inference_unavailable").body(rid), "[DONE]"]
+
+
+@pytest.mark.parametrize("engine", [FakeEngine(), BrokenEngine(RuntimeError("never reached"), after=10**6)],
+                         ids=["in the request's thread", "in a pump"])
+def test_x_mock_stream_error_after_0_is_an_error_event_not_an_http_error(engine: Engine) -> None:
+    client = create_app(MockConfig(), engine=engine).test_client()
+    r = client.post("/v1/completions", json=completion_body(stream=True, ignore_eos=True),
+                    headers={**AUTH, STREAM_ERROR_AFTER: "0"})
+    rid = r.headers["X-Request-Id"]
+    assert r.status_code == 200
+    assert r.get_data() == sse(InferenceUnavailable.from_template("inference_unavailable").body(rid)) + DONE
 
 
 def test_without_the_mocks_hook_the_mock_headers_are_ignored_entirely() -> None:
