@@ -28,9 +28,9 @@ How: over http:// the engine's own client (wire.py: httptools' parser, and reads
 wait at most a keepalive interval), so the app reads a stream in the request's own
 greenlet through `stream`, with no pump and no hand-off per token, and what one read
 from vLLM brings leaves in one write. Over https://, or through a transport handed in
-(the tests'), httpx, its stream in a pump (Engine.stream's default). Foreign exceptions (httpx's, which
-wire.py raises too, and vLLM's error bodies) become the API's errors in one place,
-reference_impl/errors.py.
+(the tests'), httpx, its stream in a pump (Engine.stream's default). Foreign exceptions
+(httpx's, which wire.py raises too, and vLLM's error bodies) become the API's errors in
+one place, reference_impl/errors.py.
 """
 from __future__ import annotations
 
@@ -190,7 +190,7 @@ class VllmEngine(Engine):
                 exchange.close()
 
     def generate(self, req: CompletionRequest, request_id: str) -> Iterator[Event]:
-        if self._wire is not None and req.stream:    # (a wrapper of the engine may run a stream so)
+        if self._wire is not None and req.stream:   # (a wrapper of the engine may run a stream so)
             batches = self._wire_batches(req, request_id, self.wait_seconds)
             try:
                 for batch in batches:
