@@ -1,0 +1,28 @@
+"""What every Budget backend shares: the store's interface and how it names a key.
+
+budget.py (SQLite) and budget_redis.py (Redis) import this module; budget_store.py,
+which picks one of them, imports them. Nothing here imports a backend.
+"""
+from __future__ import annotations
+
+import hashlib
+from typing import Protocol
+
+from contract import CompletionRequest, Hold
+
+
+class Budget(Protocol):
+    """A Budget store: the Hold for a request, taken from its key's Budget, then settled."""
+
+    def reserve(self, key: str, req: CompletionRequest) -> Hold:
+        """The Hold for `req` (maybe clamped), or contract's 429 insufficient_quota."""
+        ...
+
+    def settle(self, key: str, held: Hold, used: int) -> None:
+        """Give back what the Hold reserved beyond the `used` tokens."""
+        ...
+
+
+def key_id(api_key: str) -> str:
+    """What a store keeps for an API key: its SHA-256, so a leaked store leaks no key."""
+    return hashlib.sha256(api_key.encode("utf-8")).hexdigest()
