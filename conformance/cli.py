@@ -1,36 +1,44 @@
 """python -m conformance --base-url URL --api-key KEY [options]; see conformance/README.md.
-`python -m conformance diff ... --other-url URL2 [--other-key KEY2]`: conformance.diff.
+`python -m conformance diff --base-url URL --api-key KEY --other-url URL2 [--other-key KEY2]
+[options]`: the same checks against two deployments (conformance.diff).
 
-Exit codes (computed in conformance.results.exit_code): 0 conformant, 1 at
-least one check failed, 2 usage or configuration error, unreachable server,
-or a tool error.
+The two commands share the options that say what to check and which checks
+(`_add_run_options`); each has its own reports: a run writes JUnit, JSON and
+HTML, a diff JSON and HTML (it has no --junit: argparse refuses it, exit 2).
+The spec is read here, once, and handed to everything below in the RunConfig.
+
+Exit codes (computed in conformance.results.exit_code and DiffReport.exit_code):
+0 conformant (nothing differs), 1 at least one check failed (something differs),
+2 usage or configuration error, unreachable server, or a tool error.
 """
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import httpx
 from rich.console import Console
 
 from conformance.config import DEFAULT_TOKEN_CEILING, PROFILES, ConfigError, RunConfig
 from conformance.results import ExitCode, exit_code
-from contract import SpecError, spec
+from contract import Spec, SpecError, spec
 from contract.version import VersionAction
 
 ENV_BASE_URL = "CONFORMANCE_BASE_URL"
 ENV_API_KEY = "CONFORMANCE_API_KEY"
+DIFF = "diff"
 
 
 def _tags(values: list[str] | None) -> tuple[str, ...]:
     return tuple(t.strip() for v in values or () for t in v.split(",") if t.strip())
 
 
-def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m conformance",
-                                description="Check a deployment of the completions API against openapi.yaml.")
+def _add_run_options(p: argparse.ArgumentParser) -> None:
+    """What to check and which checks: the options a run and a diff share."""
     p.add_argument("--version", action=VersionAction)
     p.add_argument("--base-url", default=os.environ.get(ENV_BASE_URL),
                    help=f"the deployment's base URL, without /v1 (env {ENV_BASE_URL})")
@@ -44,9 +52,6 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("-k", "--select", action="append", metavar="PATTERN",
                    help="only checks whose id matches this glob (e.g. 'caps:*')")
     p.add_argument("--dry-run", action="store_true", help="list the selected checks; send nothing")
-    p.add_argument("--junit", metavar="FILE", help="write a JUnit XML report")
-    p.add_argument("--json", metavar="FILE", help="write a JSON report")
-    p.add_argument("--html", metavar="FILE", help="write a self-contained HTML report")
     p.add_argument("--wrong-key-expected", action="store_true",
                    help="the deployment has keys configured: an unknown key must get 401")
     p.add_argument("--exhausted-key", metavar="KEY", help="a key whose Budget is spent (budget checks)")
@@ -59,36 +64,76 @@ def parser() -> argparse.ArgumentParser:
                    help="run robust:http.stalled_body, waiting this long for the server's body-read "
                         "timeout (default 0: skipped)")
     p.add_argument("--no-progress", action="store_true", help="no progress display")
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m conformance",
+                                description="Check a deployment of the completions API against openapi.yaml. "
+                                            f"`python -m conformance {DIFF} --help`: compare two deployments.")
+    _add_run_options(p)
+    p.add_argument("--junit", metavar="FILE", help="write a JUnit XML report")
+    p.add_argument("--json", metavar="FILE", help="write a JSON report")
+    p.add_argument("--html", metavar="FILE", help="write a self-contained HTML report")
     return p
 
 
-def _config(args: argparse.Namespace) -> RunConfig:
+def diff_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog=f"python -m conformance {DIFF}",
+                                description="Run the same checks against two deployments and report "
+                                            "every answer that differs.")
+    _add_run_options(p)
+    p.add_argument("--other-url", required=True, help="deployment B's base URL (A is --base-url)")
+    p.add_argument("--other-key", help="deployment B's API key (default: --api-key)")
+    p.add_argument("--json", metavar="FILE", help="write every difference as JSON")
+    p.add_argument("--html", metavar="FILE", help="write one HTML page with the two answers side by side")
+    return p
+
+
+def _config(args: argparse.Namespace, api: Spec) -> RunConfig:
     if not args.dry_run and (not args.base_url or not args.api_key):
         raise ConfigError("--base-url and --api-key are required (or set "
                           f"{ENV_BASE_URL} and {ENV_API_KEY})")
     return RunConfig(
         base_url=args.base_url or "http://dry-run.invalid", api_key=args.api_key or "",
-        model=args.model or spec().default_model, profile=args.profile,
+        model=args.model or "", profile=args.profile,
         include=_tags(args.include), skip=_tags(args.skip), select=_tags(args.select),
         wrong_key_expected=args.wrong_key_expected, exhausted_key=args.exhausted_key,
         token_ceiling=args.token_ceiling, timeout=args.timeout, schema_examples=args.schema_examples,
-        stall_seconds=args.stall_seconds,
+        stall_seconds=args.stall_seconds, api=api,
     ).validate()
 
 
-def main(argv: Sequence[str] | None = None, *, transport: httpx.BaseTransport | None = None,
-         console: Console | None = None) -> int:
-    """Run the CLI in-process; returns the exit code (never raises SystemExit)."""
+def _selected(config: RunConfig) -> list[Any]:
     from conformance.checks import REGISTRY
-    from conformance.display import ProgressDisplay, print_dry_run, print_summary
     from conformance.registry import known_tags, select
+    unknown = set(config.include + config.skip) - known_tags(REGISTRY)
+    if unknown:
+        raise ConfigError(f"unknown tags: {', '.join(sorted(unknown))} "
+                          f"(known: {', '.join(sorted(known_tags(REGISTRY)))})")
+    return select(REGISTRY, config)
+
+
+def _write(reports: Sequence[tuple[str | None, Callable[[Any, str], None]]], report: Any,
+           errors: list[str]) -> None:
+    for path, write in reports:
+        if path:
+            try:
+                write(report, path)
+            except OSError as exc:
+                errors.append(f"cannot write {path}: {exc}")
+
+
+def main(argv: Sequence[str] | None = None, *, transport: httpx.BaseTransport | None = None,
+         console: Console | None = None, api: Spec | None = None) -> int:
+    """Run the CLI in-process; returns the exit code (never raises SystemExit).
+    `api`: the spec to check against (default: contract.spec())."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == [DIFF]:
+        return diff_main(argv[1:], console=console, transports=(transport, transport), api=api)
+    from conformance.display import ProgressDisplay, print_dry_run, print_summary
     from conformance.reports import write_html, write_json, write_junit
     from conformance.runner import run
 
-    argv = list(sys.argv[1:] if argv is None else argv)
-    if argv[:1] == ["diff"]:
-        from conformance.diff import main as diff_main
-        return diff_main(argv[1:], console=console, transports=(transport, transport))
     console = console or Console()
     err = Console(stderr=True)
     try:
@@ -96,12 +141,8 @@ def main(argv: Sequence[str] | None = None, *, transport: httpx.BaseTransport | 
     except SystemExit as exc:             # argparse: --help (0) or bad usage (2)
         return int(exc.code or 0)
     try:
-        config = _config(args)
-        unknown = set(config.include + config.skip) - known_tags(REGISTRY)
-        if unknown:
-            raise ConfigError(f"unknown tags: {', '.join(sorted(unknown))} "
-                              f"(known: {', '.join(sorted(known_tags(REGISTRY)))})")
-        checks = select(REGISTRY, config)
+        config = _config(args, api if api is not None else spec())
+        checks = _selected(config)
         if args.dry_run:
             print_dry_run(checks, config, console)
             return int(ExitCode.CONFORMANT)
@@ -111,14 +152,45 @@ def main(argv: Sequence[str] | None = None, *, transport: httpx.BaseTransport | 
     except (ConfigError, SpecError) as exc:
         err.print(f"[magenta]error:[/] {exc}", highlight=False)
         return int(exit_code(None))
-    for path, write in ((args.junit, write_junit), (args.json, write_json), (args.html, write_html)):
-        if path:
-            try:
-                write(report, path)
-            except OSError as exc:
-                report.run_errors.append(f"cannot write {path}: {exc}")
+    _write(((args.junit, write_junit), (args.json, write_json), (args.html, write_html)), report,
+           report.run_errors)
     print_summary(report, console)
     return int(exit_code(report))
+
+
+def diff_main(argv: Sequence[str], *, console: Console | None = None,
+              transports: tuple[httpx.BaseTransport | None, httpx.BaseTransport | None] = (None, None),
+              api: Spec | None = None) -> int:
+    """`python -m conformance diff`, in-process; returns the exit code. With --dry-run it lists
+    the checks both deployments would get and sends nothing."""
+    from conformance.diff import run_diff
+    from conformance.display import print_diff, print_dry_run
+    from conformance.reports import write_diff_html, write_diff_json
+
+    console = console or Console()
+    err = Console(stderr=True)
+    try:
+        args = diff_parser().parse_args(argv)
+    except SystemExit as exc:
+        return int(exc.code or 0)
+    try:
+        a = _config(args, api if api is not None else spec())
+        b = dataclasses.replace(a, base_url=args.other_url, api_key=args.other_key or a.api_key).validate()
+        checks = _selected(a)
+        if args.dry_run:
+            print_dry_run(checks, a, console)
+            console.print(f"diff: A {a.base_url} / B {b.base_url}; no request sent", highlight=False)
+            return int(ExitCode.CONFORMANT)
+        report = run_diff(a, b, checks, transports=transports)
+    except (ConfigError, SpecError) as exc:
+        err.print(f"[magenta]error:[/] {exc}", highlight=False)
+        return int(ExitCode.USAGE)
+    errors: list[str] = []
+    _write(((args.json, write_diff_json), (args.html, write_diff_html)), report, errors)
+    for error in errors:
+        err.print(f"[magenta]error:[/] {error}", highlight=False)
+    print_diff(report, console)
+    return int(ExitCode.USAGE) if errors else int(report.exit_code)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from contract import spec
+from contract import Spec, spec
 
 PROFILES = ("quick", "full")
 
@@ -35,7 +35,7 @@ class ConfigError(Exception):
 class RunConfig:
     base_url: str
     api_key: str
-    model: str = field(default_factory=lambda: spec().default_model)
+    model: str = ""                     # empty: the spec's default model
     profile: str = "quick"
     include: tuple[str, ...] = ()       # tags; empty: every tag
     skip: tuple[str, ...] = ()          # tags
@@ -47,13 +47,18 @@ class RunConfig:
     schema_examples: int = 25           # schemathesis max examples per operation and phase
     stall_seconds: float = 0.0          # robust:http.stalled_body waits this long for the server's
                                         # body-read timeout; 0 skips it (the spec's is 30 s)
+    api: Spec = field(default_factory=spec, repr=False, compare=False)  # the spec it is checked against
+
+    def __post_init__(self) -> None:
+        if not self.model:
+            object.__setattr__(self, "model", self.api.default_model)
 
     def validate(self) -> "RunConfig":
         if self.profile not in PROFILES:
             raise ConfigError(f"unknown profile {self.profile!r}: choose one of {', '.join(PROFILES)}")
-        if self.model not in spec().models:
+        if self.model not in self.api.models:
             raise ConfigError(f"model {self.model!r} is not in the spec's x-models "
-                              f"({', '.join(spec().models)})")
+                              f"({', '.join(self.api.models)})")
         if not self.base_url.startswith(("http://", "https://")):
             raise ConfigError(f"--base-url must be an http(s) URL, not {self.base_url!r}")
         if self.token_ceiling < 0 or self.schema_examples < 1 or self.timeout <= 0:

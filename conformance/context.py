@@ -8,7 +8,7 @@ from conformance.client import Client, Reply
 from conformance.config import RunConfig
 from conformance.expect import REQUEST_ID_MASK, mask, request_id_re
 from conformance.results import Finding
-from contract import ModelInfo, Spec, spec
+from contract import ModelInfo, Spec
 
 
 # ctx.memo key: lines a check leaves for the report about requests the token ledger withheld.
@@ -36,10 +36,14 @@ class Context:
     client: Client
     server: ServerInfo
     memo: dict[str, Any] = field(default_factory=dict)     # shared between checks of one run
-    api: Spec = field(default_factory=spec)                # the spec the deployment is checked against
     findings: list[Finding] = field(default_factory=list)  # of the check now running
 
     # -- facts -------------------------------------------------------------
+
+    @property
+    def api(self) -> Spec:
+        """The spec the deployment is checked against (the run's, config.api)."""
+        return self.config.api
 
     @property
     def model(self) -> ModelInfo:

@@ -9,11 +9,12 @@ status, error code, param and message (request ids and timestamps masked), the
 set of response header names (transport headers left out), and the body's
 shape (keys, types, array lengths; never sampled text). Exit codes: 0 nothing
 differs, 1 something does, 2 usage, configuration or an unreachable server.
+
+The command is conformance.cli's (`diff_main`); the reports are conformance.reports.diff's
+and the console table conformance.display's.
 """
 from __future__ import annotations
 
-import argparse
-import dataclasses
 import hashlib
 import json
 import re
@@ -22,18 +23,15 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import cache
-from html import escape
-from pathlib import Path
 from typing import Any
 
 import httpx
-from rich.console import Console
-from rich.table import Table
 
 from conformance.client import Reply, StreamReply
-from conformance.config import ConfigError, RunConfig
+from conformance.config import RunConfig
 from conformance.results import ExitCode
-from contract import SpecError, spec
+from conformance.runner import run
+from contract import Spec
 
 SUMMARY_FIELDS = ("status", "code", "param", "message", "headers", "shape")
 # Headers of the transport, not of the API: servers differ in them legitimately.
@@ -105,20 +103,14 @@ def shape(value: Any, schema: dict[str, Any] | None = None) -> Any:
 
 
 @cache
-def _response_schema(method: str, path: str, status: int) -> dict[str, Any] | None:
-    route = next((r for r in spec().routes if r.path == path and r.method == method.upper()), None)
-    op = spec().operation(route.operation_id) if route else None
+def _response_schema(api: Spec, method: str, path: str, status: int) -> dict[str, Any] | None:
+    route = next((r for r in api.routes if r.path == path and r.method == method.upper()), None)
+    op = api.operation(route.operation_id) if route else None
     response = (op or {}).get("responses", {}).get(str(status))
     if response is None:
         return None
-    schema = spec().resolve(response).get("content", {}).get("application/json", {}).get("schema")
+    schema = api.resolve(response).get("content", {}).get("application/json", {}).get("schema")
     return schema if isinstance(schema, dict) else None
-
-
-@cache
-def _event_schemas() -> dict[str, dict[str, Any]]:
-    from conformance.expect import event_schemas
-    return event_schemas()
 
 
 def _runs(kinds: list[str]) -> list[str]:
@@ -131,16 +123,16 @@ def _runs(kinds: list[str]) -> list[str]:
     return out[:EVENT_KINDS_SHOWN]
 
 
-def summarise(method: str, path: str, reply: Reply) -> dict[str, Any]:
-    """What of an answer is compared."""
+def summarise(api: Spec, method: str, path: str, reply: Reply) -> dict[str, Any]:
+    """What of an answer is compared; shapes are read with `api`'s response and event schemas."""
     error = reply.data.get("error") if isinstance(reply.data, dict) else None
     error = error if isinstance(error, dict) else {}
     if isinstance(reply, StreamReply) and reply.parsed.events:
         body_shape: Any = {"events": _runs([e.kind for e in reply.parsed.events]),
-                           "payloads": sorted({json.dumps({e.kind: shape(e.payload, _event_schemas().get(e.kind))},
+                           "payloads": sorted({json.dumps({e.kind: shape(e.payload, api.event_schemas.get(e.kind))},
                                                           sort_keys=True) for e in reply.parsed.events})}
     elif reply.is_json:
-        body_shape = shape(reply.data, _response_schema(method, path, reply.status or 0))
+        body_shape = shape(reply.data, _response_schema(api, method, path, reply.status or 0))
     else:
         body_shape = {"bytes": "empty" if not reply.content else "not JSON"}
     return {
@@ -154,6 +146,7 @@ def summarise(method: str, path: str, reply: Reply) -> dict[str, Any]:
 @dataclass
 class Recorder:
     """The answers of one run, by request."""
+    api: Spec
     answers: dict[tuple[Any, ...], dict[str, Any]] = field(default_factory=dict)
     requests: dict[tuple[Any, ...], dict[str, Any]] = field(default_factory=dict)
     _seen: Counter[tuple[Any, ...]] = field(default_factory=Counter)
@@ -165,7 +158,7 @@ class Recorder:
                          and not k.lower().startswith("x-schemathesis"))  # its per-case id
         raw = body.encode() if isinstance(body, str) else body or b""
         base = (check, method.upper(), path, json.dumps(headers), hashlib.sha256(raw).hexdigest())
-        summary = summarise(method, path, reply)
+        summary = summarise(self.api, method, path, reply)
         with self._lock:          # a check may send from several threads
             key = (*base, self._seen[base])
             self._seen[base] += 1
@@ -212,18 +205,10 @@ def run_diff(a: RunConfig, b: RunConfig, checks: Sequence[Any], *,
              transports: tuple[httpx.BaseTransport | None, httpx.BaseTransport | None] = (None, None)
              ) -> DiffReport:
     """The same checks against both deployments, one after the other."""
-    from conformance.runner import run
-    recorders = Recorder(), Recorder()
+    recorders = Recorder(a.api), Recorder(b.api)
     for config, recorder, transport in zip((a, b), recorders, transports):
         run(config, checks, transport=transport, observers=[recorder])
     return compare(*recorders, a.base_url, b.base_url)
-
-
-# -- output ----------------------------------------------------------------------------
-
-def _short(value: Any, width: int = 60) -> str:
-    text = value if isinstance(value, str) else json.dumps(value, sort_keys=True)
-    return text if len(text) <= width else text[:width - 3] + "..."
 
 
 def where_differs(a: Any, b: Any, path: str = "") -> tuple[str, Any, Any]:
@@ -233,93 +218,3 @@ def where_differs(a: Any, b: Any, path: str = "") -> tuple[str, Any, Any]:
             if a.get(key, "<absent>") != b.get(key, "<absent>"):
                 return where_differs(a.get(key, "<absent>"), b.get(key, "<absent>"), f"{path}.{key}")
     return path.lstrip(".") or "(whole)", a, b
-
-
-def print_diff(report: DiffReport, console: Console) -> None:
-    table = Table(title=f"Answers that differ: A {report.a_url} / B {report.b_url}")
-    for column in ("check", "request", "field", "A", "B"):
-        table.add_column(column, overflow="fold")
-    for d in report.differing:
-        req = d["request"]
-        for f in d["fields"]:
-            a, b = d["a"][f], d["b"][f]
-            if f == "shape":        # the place they differ, not the whole shapes
-                where, a, b = where_differs(a, b)
-                f = f"shape: {where}"
-            table.add_row(req["check"], f"{req['method']} {req['path']} {_short(req['body'], 40)}", f,
-                          _short(a), _short(b))
-    if report.differing:
-        console.print(table)
-    for side, items in (("A", report.only_a), ("B", report.only_b)):
-        for item in items:
-            req = item["request"]
-            console.print(f"only in {side}: {req['check']} {req['method']} {req['path']} {_short(req['body'], 60)}",
-                          highlight=False, markup=False)
-    console.print(f"{len(report.differing)} of {report.paired} paired requests differ; "
-                  f"{len(report.only_a)} only in A, {len(report.only_b)} only in B; "
-                  f"exit code {int(report.exit_code)}", highlight=False)
-
-
-def _pre(value: Any) -> str:
-    return f"<pre>{escape(json.dumps(value, indent=2, sort_keys=True))}</pre>"
-
-
-def render_html(report: DiffReport) -> str:
-    rows = "".join(
-        f"<tr><td>{escape(d['request']['check'])}<br><code>{escape(d['request']['method'])} "
-        f"{escape(d['request']['path'])}</code>{_pre(d['request']['body'])}</td>"
-        f"<td>{escape(', '.join(d['fields']))}</td><td>{_pre(d['a'])}</td><td>{_pre(d['b'])}</td></tr>"
-        for d in report.differing)
-    only = "".join(f"<li>only in {side}: {escape(i['request']['check'])} <code>{escape(i['request']['method'])} "
-                   f"{escape(i['request']['path'])}</code></li>"
-                   for side, items in (("A", report.only_a), ("B", report.only_b)) for i in items)
-    return f"""<!DOCTYPE html>
-<html lang="en"><head><meta charset="utf-8"><title>Diff: {escape(report.a_url)} / {escape(report.b_url)}</title>
-<style>body{{font-family:sans-serif}} table{{border-collapse:collapse;width:100%}}
-td,th{{border:1px solid #ccc;vertical-align:top;padding:4px}} pre{{white-space:pre-wrap;margin:0}}</style>
-</head><body>
-<h1>{len(report.differing)} of {report.paired} requests answered differently</h1>
-<p>A: <b>{escape(report.a_url)}</b>, B: <b>{escape(report.b_url)}</b>; exit code {int(report.exit_code)}.</p>
-<table><tr><th>request</th><th>differs in</th><th>A</th><th>B</th></tr>{rows}</table>
-<ul>{only}</ul>
-</body></html>
-"""
-
-
-# -- command line ----------------------------------------------------------------------
-
-def parser() -> argparse.ArgumentParser:
-    from conformance.cli import parser as run_parser
-    p = run_parser()
-    p.prog = "python -m conformance diff"
-    p.description = "Run the same checks against two deployments and report every answer that differs."
-    p.add_argument("--other-url", required=True, help="deployment B's base URL (A is --base-url)")
-    p.add_argument("--other-key", help="deployment B's API key (default: --api-key)")
-    return p
-
-
-def main(argv: Sequence[str], *, console: Console | None = None,
-         transports: tuple[httpx.BaseTransport | None, httpx.BaseTransport | None] = (None, None)) -> int:
-    from conformance.checks import REGISTRY
-    from conformance.cli import _config
-    from conformance.registry import select
-
-    console = console or Console()
-    err = Console(stderr=True)
-    try:
-        args = parser().parse_args(argv)
-    except SystemExit as exc:
-        return int(exc.code or 0)
-    try:
-        a = _config(args)
-        b = dataclasses.replace(a, base_url=args.other_url, api_key=args.other_key or a.api_key).validate()
-        report = run_diff(a, b, select(REGISTRY, a), transports=transports)
-    except (ConfigError, SpecError) as exc:
-        err.print(f"[magenta]error:[/] {exc}", highlight=False)
-        return int(ExitCode.USAGE)
-    if args.json:
-        Path(args.json).write_text(json.dumps(report.to_dict(), indent=2, default=str), encoding="utf-8")
-    if args.html:
-        Path(args.html).write_text(render_html(report), encoding="utf-8")
-    print_diff(report, console)
-    return int(report.exit_code)

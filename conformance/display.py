@@ -1,18 +1,21 @@
-"""What a person sees: a progress display while it runs, a summary table at the end (rich)."""
+"""What a person sees: a progress display while it runs, a summary table at the end, and the
+table of answers a diff found different (rich)."""
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from types import TracebackType
+from typing import Any
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from conformance.config import RunConfig
+from conformance.diff import DiffReport, where_differs
 from conformance.registry import Check, token_bound
 from conformance.results import CheckResult, Outcome, RunReport, exit_code
 from conformance.cost import CostModel
-from contract import spec
 from contract.version import describe, version_line
 
 STYLE = {Outcome.PASSED: "green", Outcome.FAILED: "red", Outcome.SKIPPED: "yellow", Outcome.ERROR: "magenta"}
@@ -88,7 +91,7 @@ def print_dry_run(checks: Sequence[Check], config: RunConfig, console: Console) 
     table.add_column("tags")
     table.add_column("tokens ≤", justify="right")
     table.add_column("if not conforming ≤", justify="right")
-    cost = CostModel(spec().models[config.model].max_model_len)
+    cost = CostModel(config.api.models[config.model].max_model_len)
     for check in checks:
         table.add_row(check.id, ", ".join(check.all_tags), str(check.token_bound(config)),
                       str(check.worst_case(config, cost)))
@@ -97,3 +100,35 @@ def print_dry_run(checks: Sequence[Check], config: RunConfig, console: Console) 
     console.print(f"token bound of the selection: {token_bound(checks, config)}; if the server does not "
                   f"conform: {token_bound(checks, config, cost)} with the spec's max_model_len "
                   f"{cost.max_model_len} (ceiling {config.token_ceiling})")
+
+
+# -- diff ------------------------------------------------------------------------------
+
+def _short(value: Any, width: int = 60) -> str:
+    text = value if isinstance(value, str) else json.dumps(value, sort_keys=True)
+    return text if len(text) <= width else text[:width - 3] + "..."
+
+
+def print_diff(report: DiffReport, console: Console) -> None:
+    table = Table(title=f"Answers that differ: A {report.a_url} / B {report.b_url}")
+    for column in ("check", "request", "field", "A", "B"):
+        table.add_column(column, overflow="fold")
+    for d in report.differing:
+        req = d["request"]
+        for f in d["fields"]:
+            a, b = d["a"][f], d["b"][f]
+            if f == "shape":        # the place they differ, not the whole shapes
+                where, a, b = where_differs(a, b)
+                f = f"shape: {where}"
+            table.add_row(req["check"], f"{req['method']} {req['path']} {_short(req['body'], 40)}", f,
+                          _short(a), _short(b))
+    if report.differing:
+        console.print(table)
+    for side, items in (("A", report.only_a), ("B", report.only_b)):
+        for item in items:
+            req = item["request"]
+            console.print(f"only in {side}: {req['check']} {req['method']} {req['path']} {_short(req['body'], 60)}",
+                          highlight=False, markup=False)
+    console.print(f"{len(report.differing)} of {report.paired} paired requests differ; "
+                  f"{len(report.only_a)} only in A, {len(report.only_b)} only in B; "
+                  f"exit code {int(report.exit_code)}", highlight=False)

@@ -12,7 +12,6 @@ from conformance.context import Context
 from conformance.pytest_plugin import SUMMARY
 from conformance.registry import Check, select
 from conformance.results import Outcome
-from contract import spec
 from contract.version import describe, versions
 
 
@@ -32,7 +31,7 @@ def run_config(config: pytest.Config) -> RunConfig | None:
         return None
     return RunConfig(
         base_url=base_url, api_key=_option(config, "api_key") or "",
-        model=_option(config, "model") or spec().default_model,
+        model=_option(config, "model") or "",
         profile=_option(config, "profile") or "quick",
         include=_split(_option(config, "include")), skip=_split(_option(config, "skip")),
         select=_split(_option(config, "select")),

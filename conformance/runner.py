@@ -15,7 +15,7 @@ from conformance.cost import CostModel
 from conformance.context import LEDGER_NOTES, Context, ServerInfo, Skipped, Stop
 from conformance.registry import Check, token_bound
 from conformance.results import CheckResult, Outcome, RunReport
-from contract import Spec, spec
+from contract import Spec
 from contract.version import versions
 
 MODELS_PATH = "/v1/models"
@@ -35,13 +35,12 @@ class Unreachable(ConfigError):
 DEPLOYMENT_NUMBERS = ("max_model_len", "num_layers", "hidden_size")
 
 
-def discover(client: Client, model: str, api: Spec | None = None) -> ServerInfo:
+def discover(client: Client, model: str, api: Spec) -> ServerInfo:
     """GET /v1/models: the deployment's max_model_len, num_layers and hidden_size of each model.
 
     A server that does not list the model (or one of its numbers) gets the
     spec's value here, and the `routes:models` check reports the omission.
     """
-    api = api if api is not None else spec()
     reply = client.request("GET", MODELS_PATH)
     if reply.status is None:
         raise Unreachable(f"cannot reach {client.base_url}: {reply.error}")
@@ -144,15 +143,13 @@ def _still_needed(skipped: Sequence[Check], results: dict[str, CheckResult], ctx
     return total + sum(shared.values())
 
 
-def connect(config: RunConfig, transport: httpx.BaseTransport | None = None,
-            api: Spec | None = None) -> Context:
-    """A Context for `config` and `api` (spec() by default), after GET /v1/models; the
-    caller closes ctx.client."""
+def connect(config: RunConfig, transport: httpx.BaseTransport | None = None) -> Context:
+    """A Context for `config` (checked against its spec, `config.api`), after GET /v1/models;
+    the caller closes ctx.client."""
     config.validate()
-    api = api if api is not None else spec()
     client = Client(config.base_url, config.api_key, timeout=config.timeout, transport=transport)
     try:
-        ctx = Context(config, client, discover(client, config.model, api), api=api)
+        ctx = Context(config, client, discover(client, config.model, config.api))
         client.ceiling, client.cost = config.token_ceiling, CostModel(ctx.max_model_len)
         return ctx
     except BaseException:

@@ -92,3 +92,36 @@ def test_an_unreachable_deployment_is_exit_code_2(servers: tuple[str, Breaker, s
     assert main(["diff", "--base-url", dead, "--api-key", KEY, "--other-url", a, "-k", "routes:*",
                  "--no-progress"], console=console) == 2
     assert main(["diff", "--base-url", a, "--api-key", KEY], console=console) == 2   # no --other-url
+
+
+class Counting:
+    """WSGI middleware that counts the requests that reach the wrapped app."""
+
+    def __init__(self, app) -> None:
+        self.app, self.requests = app, 0
+
+    def __call__(self, environ, start_response):
+        self.requests += 1
+        return self.app(environ, start_response)
+
+
+def test_a_dry_run_diff_lists_the_checks_and_sends_nothing(tmp_path: Path) -> None:
+    a_app, b_app = Counting(create_app(MockConfig())), Counting(create_app(MockConfig()))
+    console = Console(record=True, width=200)
+    with serve(a_app) as a, serve(b_app) as b:
+        code = main(["diff", "--base-url", a, "--api-key", KEY, "--other-url", b, "--dry-run",
+                     "-k", "routes:*", "--json", str(tmp_path / "diff.json")], console=console)
+    text = console.export_text()
+    assert (code, a_app.requests, b_app.requests) == (0, 0, 0)
+    assert "routes:unknown_route" in text and "golden:" not in text
+    assert f"diff: A {a} / B {b}; no request sent" in text
+    assert not (tmp_path / "diff.json").exists()
+
+
+def test_diff_refuses_a_report_it_does_not_write(servers: tuple[str, Breaker, str], tmp_path: Path) -> None:
+    """A diff writes JSON and HTML; --junit is a run's report, refused as bad usage (exit 2)."""
+    a, _, b = servers
+    junit = tmp_path / "diff.xml"
+    assert main(["diff", "--base-url", a, "--api-key", KEY, "--other-url", b, "-k", "routes:health",
+                 "--junit", str(junit)], console=Console(record=True)) == 2
+    assert not junit.exists()
