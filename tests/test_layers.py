@@ -2,6 +2,14 @@
 
 Each row of ARCHITECTURE.md's table is one entry of LAYERS; the standard library
 and the layer's own package are always allowed. Imports inside functions count.
+
+No import cycles among the project's own modules either: an import inside a
+function (or under TYPE_CHECKING) counts like one at the top, since deferring it
+only hides the cycle until that function runs. An edge goes to the module named
+(and `from pkg import mod` to pkg.mod as well, when that is a module); importing
+a submodule runs its package's __init__ first, but that edge is left out: a
+package whose __init__ gathers its submodules (conformance.checks) would
+otherwise be a cycle with each of them.
 """
 from __future__ import annotations
 
@@ -55,6 +63,55 @@ def modules(layer: str) -> list[Path]:
     return sorted((ROOT / layer).rglob("*.py"))
 
 
+def module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def import_graph() -> dict[str, set[str]]:
+    """module -> the project's modules it imports (see the module docstring for what counts)."""
+    paths = {module_name(p): p for layer in LAYERS for p in modules(layer)}
+    graph: dict[str, set[str]] = {}
+    for name, path in paths.items():
+        targets = set()
+        for module, names in imports(path):
+            targets |= ({module} | {f"{module}.{n}" for n in names}) & paths.keys()
+        graph[name] = targets - {name}
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan), each sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return sorted(found)
+
+
 @pytest.mark.parametrize("layer", sorted(LAYERS))
 def test_each_layer_imports_only_what_its_row_allows(layer: str) -> None:
     assert modules(layer), layer
@@ -105,3 +162,15 @@ def test_the_core_imports_no_web_framework_http_client_or_vllm() -> None:
     found = [f"{p.relative_to(ROOT)}: {m}" for p in modules("contract")
              for m, _ in imports(p) if m.split(".")[0] in banned]
     assert found == []
+
+
+def test_no_import_cycles_among_the_projects_modules() -> None:
+    graph = import_graph()
+    assert {"conformance.cli", "conformance.diff", "api_server.budget_store"} <= graph.keys()
+    assert cycles(graph) == []
+
+
+def test_the_cycle_finder_finds_a_cycle_through_three_modules() -> None:
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a", "d"}, "d": set()}
+    assert cycles(graph) == [["a", "b", "c"]]
+    assert cycles({**graph, "c": {"d"}}) == []
