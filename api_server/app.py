@@ -17,15 +17,15 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any, cast
 
-from flask import Flask, Request, Response, g, request
+from flask import Flask, Response, g, request
 from werkzeug.exceptions import HTTPException
-from werkzeug.routing import MapAdapter
 
 from api_server.budget_store import open_budget
 from api_server.completions import create_completion, stall_bound
 from api_server.config import ServerConfig
 from api_server.engine import Engine
 from api_server.hooks import Hook
+from api_server.patches import flask_class
 from api_server.responses import CLAMPED, JSON, REQUEST_ID, dumps
 from api_server.state import State, state
 from contract import (
@@ -48,25 +48,6 @@ def served_models(s: Spec, config: ServerConfig, served: Mapping[str, ModelInfo]
     return models
 
 
-class _App(Flask):
-    """Flask, with the routes' State, minus two per-request costs that buy this app nothing.
-
-    Flask asks `inspect.iscoroutinefunction` of every hook, view and error handler on
-    every request (`ensure_sync`); every function here is a plain `def`. And it binds
-    the URL map to the whole environ (host parsing and checks, ~10 us a request), where
-    the spec's routes are a method and a path alone: no host, subdomain or scheme part."""
-
-    state: State
-
-    def ensure_sync(self, func: Callable[..., Any]) -> Callable[..., Any]:
-        return func
-
-    def create_url_adapter(self, request: Request | None) -> MapAdapter | None:
-        if request is None:   # an app context outside a request: Flask's
-            return super().create_url_adapter(request)
-        return MapAdapter(self.url_map, "", request.root_path, "", request.scheme, request.path, request.method)
-
-
 def create_app(config: ServerConfig, engine: Engine, models: Mapping[str, ModelInfo] | None = None,
                hook: Hook | None = None, api: Spec | None = None) -> Flask:
     """A server of this API over `engine` (the mock's fake one, or vLLM).
@@ -84,10 +65,10 @@ def create_app(config: ServerConfig, engine: Engine, models: Mapping[str, ModelI
         raise RuntimeError("openapi.yaml lacks the response headers the server sends")
     models = served_models(api, config, models)
     prepare_validation()   # here, in gunicorn's master: once, not in each worker's first request
-    app = _App(__name__)
+    app = flask_class()(__name__)   # Flask, or Flask with two shortcuts (patches.py)
     # No MAX_CONTENT_LENGTH: werkzeug's would refuse a chunked body of exactly the cap;
     # completions.read_body cuts a chunked body off at the cap itself.
-    app.state = State(api, config, models, engine, open_budget(config), hook, int(time.time()))
+    app.state = State(api, config, models, engine, open_budget(config), hook, int(time.time()))  # type: ignore[attr-defined]
     app.register_error_handler(ApiError, _api_error)
     app.register_error_handler(HTTPException, _http_error)
     app.register_error_handler(Exception, _unexpected)
