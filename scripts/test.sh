@@ -4,6 +4,7 @@
 # redis-server too (scripts/setup_redis.sh), for the tests of the Budget in Redis, and nginx
 # (scripts/setup_nginx.sh), for the tests of the shipped front.
 # ACS_SKIP_VLLM=1 skips the vLLM set-up; the tests marked `vllm` then skip themselves.
+# Without arguments, a second, shorter run follows with ACS_PATCHES=0 (see below).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
@@ -12,4 +13,12 @@ bash scripts/setup_nginx.sh
 if [[ "${ACS_SKIP_VLLM:-0}" != 1 ]]; then
   bash scripts/setup_vllm.sh
 fi
-exec .venv/bin/python -m pytest -q "$@"
+.venv/bin/python -m pytest -q "$@"
+# The whole suite (no arguments): then once more with the patches of gunicorn and Flask
+# off (ACS_PATCHES=0, api_server/patches.py), over the tests that start the servers
+# (about a minute): both servers must work on those packages' own code.
+if [[ $# -eq 0 ]]; then
+  ACS_PATCHES=0 .venv/bin/python -m pytest -q tests/test_patches.py \
+    tests/test_mock_app.py tests/test_mock_http.py tests/test_mock_serving.py \
+    tests/test_mock_bytes.py tests/test_reference_upstream.py
+fi
