@@ -29,7 +29,7 @@ from urllib.parse import urlsplit  # noqa: E402
 import gevent  # noqa: E402
 from gevent.server import StreamServer  # noqa: E402
 
-from api_server.worker import send_all  # noqa: E402  (the API's own send: no buffer-size query)
+from api_server.patches import send_all  # noqa: E402  (the API's own send: no buffer-size query)
 
 END = b"0\r\n\r\n"
 
