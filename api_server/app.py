@@ -65,7 +65,7 @@ def create_app(config: ServerConfig, engine: Engine, models: Mapping[str, ModelI
         raise RuntimeError("openapi.yaml lacks the response headers the server sends")
     models = served_models(api, config, models)
     prepare_validation()   # here, in gunicorn's master: once, not in each worker's first request
-    app = flask_class()(__name__)   # Flask, or Flask with two shortcuts (patches.py)
+    app = flask_class()(__name__)   # Flask, or Flask with its URL map bound more cheaply (patches.py)
     # No MAX_CONTENT_LENGTH: werkzeug's would refuse a chunked body of exactly the cap;
     # completions.read_body cuts a chunked body off at the cap itself.
     app.state = State(api, config, models, engine, open_budget(config), hook, int(time.time()))  # type: ignore[attr-defined]
