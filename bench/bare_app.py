@@ -1,4 +1,4 @@
-"""The ceiling for bench/http_bench.py: a bare Flask app with fixed bodies.
+"""The ceiling for bench.http_bench: a bare Flask app with fixed bodies.
 
 It does the least a completions server must do: read the body, parse it as JSON,
 and answer. A `max_tokens` that is not an integer gets a fixed 400 error body; any
@@ -8,8 +8,8 @@ after X-Mock-Tpot-Ms, as the mock's) and `data: [DONE]`. The bodies have
 the API's shapes and about the mock's sizes, so the ceiling pays for the same
 bytes on the wire. Nothing is validated, tokenized or generated.
 
-Run under the mock's server settings by http_bench.py (api_server/serve.py):
-    python bench/bare_app.py --port P --workers N [--worker gevent|gthread]
+Run under the mock's server settings by http_bench (api_server/serve.py):
+    python -m bench.bare_app --port P --workers N [--worker gevent|gthread]
 """
 
 import json
@@ -102,13 +102,10 @@ def _stream(count, tpot_s=0.0):
 
 
 def main(argv=None):
-    """`python bench/bare_app.py --port P [--workers N --worker W ...]`: the ceiling under
+    """`python -m bench.bare_app --port P [--workers N --worker W ...]`: the ceiling under
     the server the mock runs on (api_server/serve.py: the same options and defaults)."""
     import argparse
-    import sys
-    from pathlib import Path
 
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
     from api_server.serve import add_arguments, gunicorn_options, prepare, serve
 
     p = argparse.ArgumentParser(description="the bare Flask ceiling")

@@ -1,6 +1,6 @@
 """The Budget's added latency per request, SQLite vs Redis, side by side in one run.
 
-    .venv/bin/python bench/budget_bench.py [--seconds S] [--rounds R]   # writes bench/results/budget.md
+    .venv/bin/python -m bench.budget_bench [--seconds S] [--rounds R]   # writes bench/results/budget.md
 
 (a) The store alone, in this process: one reserve + settle (what each completion
     costs the Budget), on the SQLite file and on a local redis-server; p50 and p90,
@@ -30,23 +30,20 @@ from pathlib import Path
 
 import httpx
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-from contract import validate_completion  # noqa: E402
-from api_server.budget import BudgetStore  # noqa: E402
-from api_server.budget_redis import RedisBudget  # noqa: E402
-from tests.mock_helpers import MockProcess  # noqa: E402
-from tests.redis_support import RedisServer, missing  # noqa: E402
+from api_server.budget import BudgetStore
+from api_server.budget_redis import RedisBudget
+from bench import harness
+from bench.harness import ROOT, Server, command_line, percentile
+from contract import validate_completion
+from tests.redis_support import RedisServer, missing
 
 OUT = ROOT / "bench" / "results" / "budget.md"
 BODY = {"model": "llama-8b", "prompt": "The sky is", "max_tokens": 16, "temperature": 0}
-KEY = "bench-key"
 BIG = 10 ** 15   # a Budget no run can spend
 
 
 def percentiles(times: list[float]) -> tuple[float, float]:
-    q = statistics.quantiles(times, n=10)
-    return statistics.median(times), q[8]
+    return statistics.median(times), percentile(times, 90)
 
 
 def timed(fn: Callable[[], object], seconds: float) -> list[float]:
@@ -65,8 +62,8 @@ def store_cells(stores: dict[str, object], seconds: float) -> list[str]:
     rows = []
     for name, store in stores.items():
         def once() -> None:
-            held = store.reserve(KEY, req)   # type: ignore[attr-defined]
-            store.settle(KEY, held, held.amount - 3)   # type: ignore[attr-defined]
+            held = store.reserve(harness.API_KEY, req)   # type: ignore[attr-defined]
+            store.settle(harness.API_KEY, held, held.amount - 3)   # type: ignore[attr-defined]
         p50, p90 = percentiles(timed(once, seconds))
         with ThreadPoolExecutor(16) as pool:
             t0, done = time.perf_counter(), 0
@@ -78,10 +75,9 @@ def store_cells(stores: dict[str, object], seconds: float) -> list[str]:
     return rows
 
 
-def http_cells(servers: dict[str, MockProcess], seconds: float, rounds: int) -> tuple[list[str], list[str]]:
+def http_cells(servers: dict[str, Server], seconds: float, rounds: int) -> tuple[list[str], list[str]]:
     per_round: dict[str, list[tuple[float, float]]] = {name: [] for name in servers}
-    clients = {name: httpx.Client(base_url=s.url, headers={"Authorization": f"Bearer {KEY}"}, timeout=60)
-               for name, s in servers.items()}
+    clients = {name: httpx.Client(base_url=s.url, headers=s.headers, timeout=60) for name, s in servers.items()}
     try:
         for _ in range(rounds):
             for name, client in clients.items():
@@ -114,25 +110,28 @@ def main() -> int:
         return 2
     redis_server = RedisServer().start()
     budget_dir = tempfile.mkdtemp(prefix="bench-budget-")
-    servers: dict[str, MockProcess] = {}
+    logs = Path(tempfile.mkdtemp(prefix="bench-budget-logs-"))
+    servers: dict[str, Server] = {}
     try:
         stores = {"SQLite (WAL, one file)": BudgetStore(budget_dir, BIG),
                   "Redis (Lua, local, fsync always)": RedisBudget(redis_server.url, BIG)}
         store_rows = store_cells(stores, args.seconds)
         common = ("--workers", "2", "--threads", "16")
-        servers["no Budget"] = MockProcess(*common).start()
-        servers["SQLite"] = MockProcess(*common, "--budget-tokens", str(BIG),
-                                        "--budget-dir", tempfile.mkdtemp(prefix="bench-budget-")).start()
-        servers["Redis"] = MockProcess(*common, "--budget-tokens", str(BIG), "--budget-url", redis_server.url).start()
+        budgets = {"no Budget": (),
+                   "SQLite": ("--budget-tokens", str(BIG), "--budget-dir", tempfile.mkdtemp(prefix="bench-budget-")),
+                   "Redis": ("--budget-tokens", str(BIG), "--budget-url", redis_server.url)}
+        for name, options in budgets.items():
+            servers[name] = harness.mock(*common, *options, key=name.replace(" ", "-"))
+            servers[name].run(logs)
         http_rows, every = http_cells(servers, args.seconds, args.rounds)
     finally:
         for s in servers.values():
-            s.close()
+            s.stop()
         redis_server.close()
     load = " / ".join(f"{x:.2f}" for x in os.getloadavg())
     text = f"""# The Budget's added latency: SQLite vs Redis
 
-`.venv/bin/python bench/budget_bench.py --seconds {args.seconds:g} --rounds {args.rounds}` —
+`{command_line("budget_bench", ["--seconds", f"{args.seconds:g}", "--rounds", str(args.rounds)])}` —
 {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC. Machine: {os.cpu_count()} CPUs, Python
 {platform.python_version()}, {platform.machine()}, load average {load} at the end. Redis:
 a local redis-server on 127.0.0.1 (append-only file, fsync on every write), so these

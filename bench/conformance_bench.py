@@ -1,6 +1,6 @@
 """Wall time of the conformance suite's quick and full profiles against the bundled mock.
 
-    .venv/bin/python bench/conformance_bench.py      # writes bench/results/conformance.md
+    .venv/bin/python -m bench.conformance_bench      # writes bench/results/conformance.md
 
 Each round runs `python -m conformance` as a CI job would (a new interpreter,
 imports included) against one `python -m mock_server` started for the whole
@@ -21,24 +21,11 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from reference_impl.launcher import free_port, wait_ready
+from bench import harness
+from bench.harness import ROOT, ServerFailed, command_line
 
-ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "bench" / "results" / "conformance.md"
 TARGETS = {"quick": 10.0, "full": 90.0}   # seconds, from the issue
-
-
-def start_mock(port: int, workers: int) -> subprocess.Popen[bytes]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MOCK_")}
-    proc = subprocess.Popen([sys.executable, "-m", "mock_server", "--host", "127.0.0.1", "--port", str(port),
-                             "--workers", str(workers)], cwd=ROOT, env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        wait_ready(f"http://127.0.0.1:{port}", proc, 60, name="the mock", interval=0.2)
-    except RuntimeError as exc:
-        proc.kill()
-        raise SystemExit(str(exc)) from None
-    return proc
 
 
 def run_once(url: str, profile: str) -> dict[str, Any]:
@@ -90,9 +77,12 @@ def main() -> int:
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--workers", type=int, default=os.cpu_count() or 1, help="mock workers")
     args = p.parse_args()
-    port = free_port()
-    mock = start_mock(port, args.workers)
-    url = f"http://127.0.0.1:{port}"
+    mock = harness.mock("--workers", str(args.workers))
+    try:
+        mock.run(Path(tempfile.mkdtemp(prefix="bench-conformance-")))
+    except ServerFailed as exc:
+        raise SystemExit(str(exc)) from None
+    url = mock.url
     results: dict[str, list[dict[str, Any]]] = {"quick": [], "full": []}
     try:
         run_once(url, "quick")                    # warm-up: the mock's first requests load its tables
@@ -101,12 +91,11 @@ def main() -> int:
                 results[profile].append(run_once(url, profile))
                 print(f"{profile}: {results[profile][-1]['wall']:.1f} s", file=sys.stderr)
     finally:
-        mock.terminate()
-        mock.wait(timeout=15)
+        mock.stop()
     load = os.getloadavg() if hasattr(os, "getloadavg") else ("?",) * 3
     text = f"""# Conformance suite: wall time against the bundled mock
 
-`.venv/bin/python bench/conformance_bench.py` — {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC,
+`{command_line("conformance_bench", sys.argv[1:])}` — {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC,
 {args.rounds} rounds after a warm-up; each round is a fresh `python -m conformance` (interpreter
 start-up and imports included) against one `python -m mock_server --workers {args.workers}`.
 Machine: {os.cpu_count()} CPUs, Python {platform.python_version()}, {platform.machine()},

@@ -1,6 +1,6 @@
 """Core validation time per request, beside a naive baseline, in one run.
 
-    .venv/bin/python bench/core_bench.py            # writes bench/results/core.md
+    .venv/bin/python -m bench.core_bench            # writes bench/results/core.md
 
 Baseline: the jsonschema package's default validator (Draft 2020-12) on the same
 request schema. It checks the schema only (no tokenizer, no vector decoding), so
@@ -11,20 +11,17 @@ from __future__ import annotations
 import argparse
 import importlib.metadata
 import platform
-import statistics
-import sys
 import time
 from datetime import datetime, timezone
-from pathlib import Path
 from typing import Any, Callable
 
 import jsonschema
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from contract import encode_tensor, spec, validate_completion  # noqa: E402
+from bench.harness import BENCH, command_line, percentile
+from contract import encode_tensor, spec, validate_completion
 
-OUT = Path(__file__).resolve().parent / "results" / "core.md"
+OUT = BENCH / "results" / "core.md"
 
 
 def bodies() -> dict[str, dict[str, Any]]:
@@ -58,8 +55,7 @@ def measure(fn: Callable[[], Any], seconds: float) -> tuple[float, float, int]:
         t0 = time.perf_counter()
         fn()
         times.append(time.perf_counter() - t0)
-    times.sort()
-    return statistics.median(times), times[int(len(times) * 0.9)], len(times)
+    return percentile(times, 50), percentile(times, 90), len(times)
 
 
 def fmt(seconds: float) -> str:
@@ -82,7 +78,7 @@ def main() -> None:
         "",
         f"{datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC, Python {platform.python_version()}, "
         f"{platform.machine()}, jsonschema {importlib.metadata.version('jsonschema')}. "
-        f"Command: `.venv/bin/python bench/core_bench.py --seconds {args.seconds}`.",
+        f"Command: `{command_line('core_bench', ['--seconds', str(args.seconds)])}`.",
         "",
         "Core: `contract.validate_completion` (schema, rules, model checks, tokenizer, vector decoding, caps).",
         "Naive: `jsonschema.Draft202012Validator(...).validate` on the same schema (schema only).",

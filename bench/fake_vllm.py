@@ -1,7 +1,7 @@
 """A stand-in for vLLM on a GPU, for measuring the API in front of it: a batch step every
 `--step-ms`, one token to every open request per step, in vLLM 0.32's exact bytes.
 
-    .venv/bin/python bench/fake_vllm.py --port 8001 [--step-ms 20] [--model llama-8b]
+    .venv/bin/python -m bench.fake_vllm --port 8001 [--step-ms 20] [--model llama-8b]
 
 Why: on this machine's CPU vLLM makes ~350 tokens/s in all, and its engine shares the
 cores with the API, so the API's cost per token with 256 streams at once (a GPU's load:

@@ -1,6 +1,6 @@
 """HTTP serving: the mock vs Prism vs a bare Flask app, side by side, in one run.
 
-    .venv/bin/python bench/http_bench.py [--duration S]
+    .venv/bin/python -m bench.http_bench [--duration S]
 
 Starts the servers on free ports of 127.0.0.1 (http_servers.py) -- the mock
 (`python -m mock_server`), Prism (`@stoplight/prism-cli`, pinned in
@@ -30,7 +30,6 @@ import argparse
 import contextlib
 import json
 import os
-import shlex
 import shutil
 import signal
 import subprocess
@@ -38,11 +37,13 @@ import sys
 import tempfile
 from pathlib import Path
 
-from http_measure import measure_cell, measure_concurrency, measure_stalled, measure_stream, median_round, warm_up
-from http_report import collect_versions, report, write_report
-from http_servers import (
-    BENCH, CASES, SERVERS, BenchError, ServerFailed, add_server_arguments, build_servers, start, stop, wait_ready,
+from bench.harness import BENCH, ServerFailed, command_line
+from bench.http_measure import (
+    measure_cell, measure_concurrency, measure_stalled, measure_stream, median_round, warm_up,
 )
+from bench.http_report import collect_versions, report
+from bench.http_servers import CASES, SERVERS, BenchError, add_server_arguments, build_servers
+from bench.report import write_report
 
 DEFAULT_OUT = BENCH / "results" / "http.md"
 EXIT_OK, EXIT_UNMEASURED, EXIT_USAGE = 0, 1, 2
@@ -79,22 +80,25 @@ def measure(servers, args, workdir):
 
 
 def run(args):
-    servers = build_servers(args)
+    try:
+        servers = build_servers(args)
+    except ServerFailed as e:   # a --baseline git cannot export
+        raise BenchError(str(e)) from None
     with contextlib.ExitStack() as stack:
         workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="http_bench_")))
-        for server in servers:
-            stack.callback(stop, server)
+        for server in servers:   # all started, then all waited for: they start side by side
+            stack.callback(server.stop)
             try:
-                start(server, workdir)
+                server.start(workdir)
             except ServerFailed as e:
                 server.failure = str(e)
         for server in servers:
             if server.failure is None:
                 try:
-                    wait_ready(server, args.start_timeout)
+                    server.wait(args.start_timeout)
                 except ServerFailed as e:
-                    server.failure = str(e)
-                    stop(server)
+                    server.failure = " ".join(str(e).split())[-600:]
+                    server.stop()
         load_before = os.getloadavg()
         print("servers: " + ", ".join(f"{s.label} {s.url if not s.failure else 'FAILED'}"
                                       for s in servers), file=sys.stderr)
@@ -158,7 +162,7 @@ def main(argv=None):
         print("wrk is not installed: apt-get install -y wrk", file=sys.stderr)
         return EXIT_USAGE
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
-    command = shlex.join([".venv/bin/python", "bench/http_bench.py", *argv])
+    command = command_line("http_bench", argv)
     try:
         servers, cells, streams, extra, versions = run(args)
     except BenchError as e:

@@ -1,6 +1,7 @@
-"""What bench/http_bench.py measures, one function per kind of cell: wrk's requests/s
+"""What bench.http_bench measures, one function per kind of cell: wrk's requests/s
 and latency (cases a, b), one unthrottled stream (c), many open streams at once (d),
-stalled clients beside a normal request (e); each with the server's CPU time from /proc."""
+stalled clients beside a normal request (e); each with the server's CPU time from /proc.
+The streams (c, d) are read by the harness's load client."""
 
 import asyncio
 import json
@@ -8,23 +9,22 @@ import os
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import httpx
+import orjson
 import uvloop
 
-from http_servers import API_KEY, BENCH, CASES, MODEL, PROMPT, STREAM_BODY, BenchError, ServerFailed
+from bench.harness import (
+    API_KEY, BENCH, ServerFailed, cpu_seconds, gather_streams, percentile, request_bytes, rss_bytes, streams,
+)
+from bench.http_servers import CASES, MODEL, PROMPT, STREAM_BODY, BenchError
 
 WRK_SCRIPT = BENCH / "wrk_post.lua"
 
 
-def headers():
-    return {"Authorization": f"Bearer {API_KEY}", "Content-Type": "application/json"}
-
-
 def preflight(server, case):
     """One request through a Python client: the status the server gives this case."""
-    r = httpx.post(server.url + "/v1/completions", json=case.body, headers=headers(), timeout=30)
+    r = httpx.post(server.url + "/v1/completions", json=case.body, headers=server.headers, timeout=30)
     return r.status_code
 
 
@@ -37,21 +37,6 @@ def run_wrk(server, case, connections, duration, body_file):
         if line.startswith("WRK_JSON "):
             return json.loads(line[len("WRK_JSON "):])
     raise BenchError(f"wrk gave no summary (status {done.returncode}): {done.stderr.strip()}")
-
-
-def session_cpu_seconds(sid):
-    """User + system CPU time of every live process in session `sid` (a server and its
-    workers: each server starts a new session), from /proc."""
-    ticks = 0
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            text = stat.read_text()
-        except OSError:
-            continue   # gone meanwhile
-        fields = text[text.rindex(")") + 2:].split()
-        if int(fields[3]) == sid:
-            ticks += int(fields[11]) + int(fields[12])
-    return ticks / os.sysconf("SC_CLK_TCK")
 
 
 def summarise_wrk(raw, case):
@@ -69,63 +54,26 @@ def summarise_wrk(raw, case):
     }
 
 
-def sse_events(raw_chunks):
-    """The `data:` payloads of an event stream, as bytes; comments and blank lines skipped."""
-    buffer = b""
-    for piece in raw_chunks:
-        buffer += piece
-        *events, buffer = buffer.split(b"\n\n")
-        for event in events:
-            for line in event.split(b"\n"):
-                if line.startswith(b"data:"):
-                    yield line[5:].strip()
-
-
-def one_stream(server):
-    """One streamed completion: (tokens, chunks, ttft_s, total_s, tokens_from_usage), or
-    raises ServerFailed when the answer is not a stream."""
-    t0 = time.perf_counter()
-    ttft, chunks, usage = None, 0, None
-    with httpx.stream("POST", server.url + "/v1/completions", json=STREAM_BODY,
-                      headers=headers(), timeout=120) as r:
-        ctype = r.headers.get("content-type", "")
-        if r.status_code != 200 or not ctype.startswith("text/event-stream"):
-            r.read()
-            raise ServerFailed(f"answered {r.status_code} {ctype or '(no content-type)'}, "
-                               f"not a text/event-stream: {r.text[:120]}")
-        for event in sse_events(r.iter_raw()):
-            if event == b"[DONE]":
-                break
-            # Only the usage chunk is parsed: a JSON parse per token would make this
-            # client, on the same cores, the bottleneck.
-            if b'"choices":[]' in event.replace(b" ", b""):
-                usage = json.loads(event).get("usage") or usage
-                continue
-            chunks += 1
-            if ttft is None:
-                ttft = time.perf_counter() - t0
-    total = time.perf_counter() - t0
-    tokens = usage["completion_tokens"] if usage else chunks
-    return tokens, chunks, ttft or total, total, usage is not None
-
-
 def run_streams(server, duration):
-    """Streams one after another for `duration` s (at least one); the median run."""
+    """Streams one after another for `duration` s (at least one); the median run by tokens/s,
+    or ServerFailed when the answer is not a stream."""
     runs, deadline = [], time.monotonic() + duration
-    cpu_before = session_cpu_seconds(server.proc.pid)
+    cpu_before = cpu_seconds(server.pids())
     while not runs or (time.monotonic() < deadline and len(runs) < 50):
-        runs.append(one_stream(server))
-    cpu_s = session_cpu_seconds(server.proc.pid) - cpu_before
-    all_tokens = sum(run[0] for run in runs)
-    runs.sort(key=lambda run: run[0] / run[3])
-    tokens, chunks, ttft, total, from_usage = runs[len(runs) // 2]
+        (stream,), _ = streams(server, STREAM_BODY)
+        if not stream.done:
+            raise ServerFailed(f"not a finished text/event-stream: {stream.error}")
+        runs.append(stream)
+    cpu_s = cpu_seconds(server.pids()) - cpu_before
+    all_tokens = sum(run.tokens for run in runs)
+    runs.sort(key=lambda run: run.tokens / run.seconds)
+    median = runs[len(runs) // 2]
     return {
-        "tokens_per_s": tokens / total,
-        "tokens": tokens,
-        "chunks": chunks,
-        "ttft_ms": ttft * 1000,
+        "tokens_per_s": median.tokens / median.seconds,
+        "tokens": median.tokens,
+        "ttft_ms": (median.ttft_s or median.seconds) * 1000,
         "runs": len(runs),
-        "usage": from_usage,
+        "usage": median.usage_tokens is not None,
         "cpu_us_per_token": 1e6 * cpu_s / max(all_tokens, 1),
     }
 
@@ -135,20 +83,13 @@ def prism_stream_reason(server):
     seen = []
     for accept in ("*/*", "text/event-stream"):
         r = httpx.post(server.url + "/v1/completions", json=STREAM_BODY,
-                       headers={**headers(), "Accept": accept}, timeout=30)
+                       headers={**server.headers, "Accept": accept}, timeout=30)
         ctype = r.headers.get("content-type", "").split(";")[0]
         detail = r.json().get("detail") if ctype == "application/problem+json" else None
         seen.append(f"with Accept: {accept} it answers {r.status_code} {ctype}"
                     + (f" ({detail})" if detail else ""))
     return ("Prism has no streaming (it serves one static example per request): "
             + "; ".join(seen))
-
-
-# ---------------------------------------------------------------------------
-# The run
-# ---------------------------------------------------------------------------
-
-
 
 
 def median_round(results):
@@ -186,9 +127,9 @@ def measure_cell(server, case, conns, args, body_file):
     if status != case.expect_status:
         return {"na": f"answered {status}, not {case.expect_status}"}
     print(f"  {case.title:28} c={conns:<3} {server.label:11}", end=" ", flush=True, file=sys.stderr)
-    cpu_before = session_cpu_seconds(server.proc.pid)
+    cpu_before = cpu_seconds(server.pids())
     result = summarise_wrk(run_wrk(server, case, conns, args.duration, body_file), case)
-    result["cpu_s"] = session_cpu_seconds(server.proc.pid) - cpu_before
+    result["cpu_s"] = cpu_seconds(server.pids()) - cpu_before
     print(f"{result['rps']:9.0f} req/s {1e6 * result['cpu_s'] / max(result['requests'], 1):6.0f}"
           " CPU us/req", file=sys.stderr)
     return result
@@ -205,73 +146,14 @@ def measure_stream(server, args):
 
 
 # -- many open streams at once (d), stalled clients (e) ----------------------------------
-# One asyncio client on raw sockets, on uvloop: an HTTP client library would cost more CPU
-# per chunk than the server under test, on the same two cores; and asyncio's own loop cost
-# the client 0.8 s of CPU for 2,000 streams against uvloop's 0.6 s, which showed as
-# 0.1-0.15 s more time to first token (p50 0.43 -> 0.30 s, p99 0.67 -> 0.50 s, same mock).
+
+def pct(values, p):
+    return percentile(values, p) if values else None
 
 
-def session_rss_bytes(sid):
-    """Resident memory of every live process in session `sid`, from /proc."""
-    total = 0
-    for status in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            text = status.read_text()
-            if int(text[text.rindex(")") + 2:].split()[3]) != sid:
-                continue
-            rss = Path(status.parent, "statm").read_text().split()[1]
-        except (OSError, ValueError, IndexError):
-            continue
-        total += int(rss) * os.sysconf("SC_PAGE_SIZE")
-    return total
-
-
-def post_bytes(port, body, extra_headers=None, cut=None):
-    """A whole POST /v1/completions; `cut` sends only that many body bytes (the
-    Content-Length still promises all of them: a stalled client)."""
-    raw = json.dumps(body).encode()
-    extra = "".join(f"{k}: {v}\r\n" for k, v in (extra_headers or {}).items())
-    head = (f"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n"
-            f"Authorization: Bearer {API_KEY}\r\nContent-Type: application/json\r\n"
-            f"Content-Length: {len(raw)}\r\n{extra}\r\n").encode()
-    return head + (raw if cut is None else raw[:cut])
-
-
-def pct(values, q):
-    if not values:
-        return None
-    values = sorted(values)
-    return values[min(len(values) - 1, int(q * len(values)))]
-
-
-async def _read_stream(port, request, t0):
-    """(ok, ttft_s, error) of one stream: ok when `data: [DONE]` arrived."""
-    try:
-        reader, writer = await asyncio.open_connection("127.0.0.1", port)
-    except OSError as exc:
-        return False, None, f"connect: {exc}"
-    try:
-        writer.write(request)
-        await writer.drain()
-        ttft, tail = None, b""
-        while True:
-            chunk = await reader.read(65536)
-            if not chunk:
-                return False, ttft, "closed before [DONE]: " + tail[:80].decode("latin-1")
-            tail = tail[-16:] + chunk
-            if ttft is None and b"data: {" in tail:
-                ttft = time.perf_counter() - t0
-            if b"data: [DONE]" in tail:
-                return True, ttft, ""
-    except OSError as exc:
-        return False, None, f"{type(exc).__name__}: {exc}"
-    finally:
-        writer.close()
-
-
-async def _sample_rss(sid, peak, stop):
+async def _sample_rss(server, peak, stop):
     while not stop.is_set():
-        peak[0] = max(peak[0], session_rss_bytes(sid))
+        peak[0] = max(peak[0], rss_bytes(server.pids()))
         try:
             await asyncio.wait_for(stop.wait(), 0.25)
         except asyncio.TimeoutError:
@@ -281,24 +163,21 @@ async def _sample_rss(sid, peak, stop):
 async def _streams(server, n, tokens, tpot_ms):
     body = {"model": MODEL, "prompt": PROMPT, "max_tokens": tokens, "temperature": 0,
             "ignore_eos": True, "stream": True}
-    request = post_bytes(server.port, body, {"X-Mock-Tpot-Ms": str(tpot_ms)})
-    sid = server.proc.pid
-    rss_before, peak, stop = session_rss_bytes(sid), [0], asyncio.Event()
-    sampler = asyncio.create_task(_sample_rss(sid, peak, stop))
-    cpu_before, client_before = session_cpu_seconds(sid), time.process_time()
-    t0 = time.perf_counter()
-    results = await asyncio.gather(*(_read_stream(server.port, request, t0) for _ in range(n)))
-    wall = time.perf_counter() - t0
+    request = request_bytes(server, body, {"X-Mock-Tpot-Ms": str(tpot_ms)})
+    rss_before, peak, stop = rss_bytes(server.pids()), [0], asyncio.Event()
+    sampler = asyncio.create_task(_sample_rss(server, peak, stop))
+    cpu_before, client_before = cpu_seconds(server.pids()), time.process_time()
+    results, wall = await gather_streams(server.port, request, n)
     client_cpu = time.process_time() - client_before   # before the sampler's last /proc walk
     stop.set()
     await sampler
-    ttfts = [r[1] for r in results if r[1] is not None]
+    ttfts = [r.ttft_s for r in results if r.ttft_s is not None]
     return {
-        "streams": n, "done": sum(r[0] for r in results), "wall_s": wall,
-        "ideal_s": tokens * tpot_ms / 1000, "ttft_p50_s": pct(ttfts, 0.5), "ttft_p99_s": pct(ttfts, 0.99),
-        "cpu_s": session_cpu_seconds(sid) - cpu_before, "client_cpu_s": client_cpu,
+        "streams": n, "done": sum(r.done for r in results), "wall_s": wall,
+        "ideal_s": tokens * tpot_ms / 1000, "ttft_p50_s": pct(ttfts, 50), "ttft_p99_s": pct(ttfts, 99),
+        "cpu_s": cpu_seconds(server.pids()) - cpu_before, "client_cpu_s": client_cpu,
         "kib_per_stream": max(peak[0] - rss_before, 0) / 1024 / n,
-        "errors": sorted({r[2] for r in results if not r[0]})[:3],
+        "errors": sorted({r.error for r in results if not r.done})[:3],
     }
 
 
@@ -356,8 +235,8 @@ async def _latencies(port, request, count):
 
 async def _stalled(server, n, probes, wait_s):
     body = {"model": MODEL, "prompt": PROMPT, "max_tokens": 16, "temperature": 0}
-    whole = post_bytes(server.port, body)
-    half = post_bytes(server.port, body, cut=len(json.dumps(body)) // 2)
+    whole = request_bytes(server, body)
+    half = request_bytes(server, body, cut=len(orjson.dumps(body)) // 2)
     quiet = await _latencies(server.port, whole, probes)
     answers = []
     stalled = [asyncio.create_task(_stalled_client(server.port, half, answers, wait_s)) for _ in range(n)]
@@ -366,8 +245,8 @@ async def _stalled(server, n, probes, wait_s):
     await asyncio.gather(*stalled)
     statuses, waits = answers[0::2], answers[1::2]
     return {
-        "stalled": n, "p50_quiet_ms": 1000 * pct(quiet, 0.5), "p50_stalled_ms": 1000 * pct(busy, 0.5),
-        "p99_quiet_ms": 1000 * pct(quiet, 0.99), "p99_stalled_ms": 1000 * pct(busy, 0.99),
+        "stalled": n, "p50_quiet_ms": 1000 * percentile(quiet, 50), "p50_stalled_ms": 1000 * percentile(busy, 50),
+        "p99_quiet_ms": 1000 * percentile(quiet, 99), "p99_stalled_ms": 1000 * percentile(busy, 99),
         "answered_400": statuses.count("400"), "other": sorted(set(statuses) - {"400"}),
         "answer_min_s": min(waits), "answer_max_s": max(waits),
     }

@@ -1,4 +1,4 @@
-"""The markdown report of bench/http_bench.py: tables of every cell, the machine,
+"""The markdown report of bench.http_bench: tables of every cell, the machine,
 the versions and the exact command."""
 
 import contextlib
@@ -9,9 +9,9 @@ import platform
 import subprocess
 from pathlib import Path
 
-from http_servers import API_KEY, CASES, PRISM_BIN, ROOT, STREAM_BODY, serving_args
+from bench.harness import API_KEY, PRISM_BIN, ROOT
+from bench.http_servers import CASES, STREAM_BODY, serving_args
 
-NOTES_MARKER = "<!-- Hand-written notes below this line are kept when the report is rewritten. -->"
 # mock/Prism requests/s goals by connection count (issue 9); mock/bare at least BARE_GOAL.
 PRISM_GOALS = {1: 1.2, 64: 1.5}
 BARE_GOAL = 0.6
@@ -237,23 +237,6 @@ def busy_warning(load_before):
     return (f"**The machine was busy** (load average {load_before:.2f} on {cores} cores when the"
             " run began): other processes took CPU from the servers and wrk, so requests/s vary"
             " from round to round; the CPU time per request is the steadier comparison.")
-
-
-def kept_notes(path):
-    """The hand-written notes of an earlier report at `path` (after NOTES_MARKER)."""
-    try:
-        text = path.read_text()
-    except OSError:
-        return ""
-    at = text.find(NOTES_MARKER)
-    return "" if at < 0 else text[at + len(NOTES_MARKER):].strip("\n")
-
-
-def write_report(path, text):
-    """Write `text` to `path`, keeping the earlier report's hand-written notes below NOTES_MARKER."""
-    notes = kept_notes(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text + "\n" + NOTES_MARKER + "\n" + (notes + "\n" if notes else ""))
 
 
 def concurrency_section(servers, extra, args):

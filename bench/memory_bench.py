@@ -1,6 +1,6 @@
 """Peak memory a worker grows by per hostile request, as a multiple of the request's size.
 
-    .venv/bin/python bench/memory_bench.py          # writes bench/results/memory.md
+    .venv/bin/python -m bench.memory_bench          # writes bench/results/memory.md
 
 Starts `python -m mock_server --workers 1` on a free port and, for each kind of request
 (every one at most x-caps.max_body_bytes), resets the worker's peak RSS
@@ -17,8 +17,8 @@ import base64
 import json
 import os
 import platform
-import subprocess
 import sys
+import tempfile
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -26,10 +26,9 @@ from typing import Any
 import httpx
 import zstandard
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-from contract import spec  # noqa: E402
-from reference_impl.launcher import free_port, wait_ready  # noqa: E402
+from bench import harness
+from bench.harness import ROOT, Server, command_line
+from contract import spec
 
 OUT = ROOT / "bench" / "results" / "memory.md"
 MIB = 1 << 20
@@ -95,15 +94,16 @@ def requests(limit: int) -> dict[str, bytes]:
     }
 
 
-def measure(url: str, master: int, raw: bytes, rounds: int) -> tuple[int, int]:
+def measure(server: Server, raw: bytes, rounds: int) -> tuple[int, int]:
     """(status, largest peak growth over `rounds`) for one body."""
+    assert server.proc is not None
     growth, status = 0, 0
     for _ in range(rounds):
-        pid = worker_pid(master)
+        pid = worker_pid(server.proc.pid)
         Path(f"/proc/{pid}/clear_refs").write_text("5")
         before = _kib(pid, "VmRSS")
-        r = httpx.post(url + "/v1/completions", content=raw, timeout=300,
-                       headers={"Authorization": "Bearer bench", "Content-Type": "application/json"})
+        r = httpx.post(server.url + "/v1/completions", content=raw, timeout=300,
+                       headers={**server.headers, "Content-Type": "application/json"})
         status = r.status_code
         growth = max(growth, _kib(pid, "VmHWM") - before)
     return status, growth
@@ -114,35 +114,31 @@ def main() -> int:
     p.add_argument("--rounds", type=int, default=3)
     args = p.parse_args()
     limit = spec().caps["max_body_bytes"]
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
-    proc = subprocess.Popen([sys.executable, "-m", "mock_server", "--port", str(port), "--workers", "1",
-                             "--threads", "4"], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    server = harness.mock("--workers", "1", "--threads", "4")
     try:
-        wait_ready(url, proc, 60, name="the mock", interval=0.2)
-        httpx.post(url + "/v1/completions", timeout=60, json={"model": spec().default_model, "prompt": "a",
-                                                              "max_tokens": 1},
-                   headers={"Authorization": "Bearer bench"})        # warm the worker
+        server.run(Path(tempfile.mkdtemp(prefix="bench-memory-")))
+        httpx.post(server.url + "/v1/completions", timeout=60, headers=server.headers,
+                   json={"model": spec().default_model, "prompt": "a", "max_tokens": 1})   # warm the worker
         rows = []
         for name, raw in requests(limit).items():
-            status, growth = measure(url, proc.pid, raw, args.rounds)
+            status, growth = measure(server, raw, args.rounds)
             rows.append((name, len(raw), status, growth))
             print(f"{name:48s} {len(raw) / MIB:7.2f} MiB  {status}  +{growth / MIB:8.1f} MiB  "
                   f"x{growth / len(raw):8.1f}", flush=True)
     finally:
-        proc.terminate()
-        proc.wait(timeout=30)
-    write(rows, limit)
+        server.stop()
+    write(rows, limit, command_line("memory_bench", sys.argv[1:]))
     return 0
 
 
-def write(rows: list[tuple[str, int, int, int]], limit: int) -> None:
+def write(rows: list[tuple[str, int, int, int]], limit: int, command: str) -> None:
     cap = spec().caps["steering_decoded_bytes"]
     big = [r for r in rows if r[1] >= MIB]
     worst = max(big, key=lambda r: r[3] / r[1])
     small_worst = max((r for r in rows if r[1] < MIB), key=lambda r: r[3])
     lines = [
-        "# Peak memory per hostile request (bench/memory_bench.py)", "",
+        "# Peak memory per hostile request (bench.memory_bench)", "",
+        f"Command: `{command}`.", "",
         f"{datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC, {platform.platform()}, Python {platform.python_version()}; "
         "`python -m mock_server --workers 1 --threads 4`; peak RSS of the worker (VmHWM after "
         "clear_refs) less its RSS before the request, the largest of 3 rounds.", "",

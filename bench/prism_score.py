@@ -1,6 +1,6 @@
 """Score Prism (a generic OpenAPI mock of the same openapi.yaml) with the conformance suite.
 
-    python bench/prism_score.py      # writes conformance/PRISM_SCORE.md and the README's table
+    .venv/bin/python -m bench.prism_score      # writes conformance/PRISM_SCORE.md and the README's table
 
 Prism comes from bench/node_modules (bench/package.json pins it; `npm ci
 --prefix bench` installs it). It shows what a spec-driven mock misses: the
@@ -9,47 +9,30 @@ contract's error bodies, caps and stream rules are not in JSON Schema.
 from __future__ import annotations
 
 import argparse
-import os
 import subprocess
 import sys
+import tempfile
 from collections import Counter
 from pathlib import Path
 
+from bench import harness
+from bench.harness import PRISM_BIN, ROOT, ServerFailed, command_line
+from bench.readme_block import replace_block
+from conformance.checks import REGISTRY
+from conformance.config import RunConfig
+from conformance.registry import select
+from conformance.results import Outcome, RunReport, exit_code
+from conformance.runner import run
 
-ROOT = Path(__file__).resolve().parent.parent
-PRISM = ROOT / "bench" / "node_modules" / ".bin" / "prism"
 OUT = ROOT / "conformance" / "PRISM_SCORE.md"
 README = ROOT / "README.md"
+COMMAND = command_line("prism_score", [])
 # The README's copy of the score lies between these two lines (rewritten by this script).
-BEGIN, END = "<!-- prism-score: python bench/prism_score.py -->", "<!-- /prism-score -->"
-sys.path.insert(0, str(ROOT))
-
-from bench.readme_block import replace_block  # noqa: E402
-from conformance.checks import REGISTRY  # noqa: E402
-from conformance.config import RunConfig  # noqa: E402
-from conformance.registry import select  # noqa: E402
-from conformance.results import Outcome, RunReport, exit_code  # noqa: E402
-from conformance.runner import run  # noqa: E402
-from reference_impl.launcher import free_port, wait_ready  # noqa: E402
-
-
-def start_prism(port: int) -> subprocess.Popen[bytes]:
-    if not PRISM.exists():
-        subprocess.run(["npm", "ci", "--prefix", str(ROOT / "bench"), "--ignore-scripts", "--no-audit",
-                        "--no-fund"], check=True)
-    proc = subprocess.Popen([str(PRISM), "mock", str(ROOT / "openapi.yaml"), "-h", "127.0.0.1", "-p", str(port),
-                             "-v", "silent"], env={**os.environ, "SCARF_ANALYTICS": "false"},
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-    try:
-        wait_ready(f"http://127.0.0.1:{port}", proc, 60, name="Prism", any_status=True, interval=0.3)
-    except RuntimeError as exc:
-        proc.kill()
-        raise SystemExit(str(exc)) from None
-    return proc
+BEGIN, END = f"<!-- prism-score: {COMMAND} -->", "<!-- /prism-score -->"
 
 
 def version() -> str:
-    return subprocess.run([str(PRISM), "--version"], capture_output=True, text=True).stdout.strip()
+    return subprocess.run([str(PRISM_BIN), "--version"], capture_output=True, text=True).stdout.strip()
 
 
 def summary(report: RunReport) -> str:
@@ -111,14 +94,15 @@ semantics and robust checks exist.
 
 def score(timeout: float, **selection: tuple[str, ...]) -> RunReport:
     """The full profile (narrowed by `selection`) against a Prism of its own."""
-    port = free_port()
-    proc = start_prism(port)
+    prism = harness.prism()
     try:
-        config = RunConfig(f"http://127.0.0.1:{port}", "any-key", profile="full", timeout=timeout, **selection)
+        prism.run(Path(tempfile.mkdtemp(prefix="bench-prism-")))
+        config = RunConfig(prism.url, "any-key", profile="full", timeout=timeout, **selection)
         return run(config, select(REGISTRY, config))
+    except ServerFailed as exc:
+        raise SystemExit(str(exc)) from None
     finally:
-        proc.terminate()
-        proc.wait(timeout=10)
+        prism.stop()
 
 
 def main() -> int:
@@ -129,7 +113,7 @@ def main() -> int:
     # "no HTTP response": the robust: group runs last, against a fresh Prism.
     report = score(args.timeout, skip=("robust",))
     report.results += score(args.timeout, select=("robust:*",)).results
-    OUT.write_text(markdown(report, "python bench/prism_score.py"), encoding="utf-8")
+    OUT.write_text(markdown(report, COMMAND), encoding="utf-8")
     replace_block(README, BEGIN, END, summary(report))
     print(f"{report.count(Outcome.PASSED)}/{len(report.results)} passed; wrote {OUT}")
     return 0

@@ -1,6 +1,6 @@
 """The reference implementation against the same vLLM called directly, side by side, in one run.
 
-    .venv/bin/python bench/reference_bench.py [--requests N] [--rounds R]
+    .venv/bin/python -m bench.reference_bench [--requests N] [--rounds R]
 
 Starts `python -m reference_impl --model models/tiny-llama` (which starts vLLM as
 its child on a port it is told, so the same vLLM can also be called directly),
@@ -24,14 +24,10 @@ codes: 0 measured; 1 a target failed; 2 usage (no vLLM).
 from __future__ import annotations
 
 import argparse
-import concurrent.futures
 import datetime
 import importlib.metadata
-import json
 import os
 import platform
-import shutil
-import signal
 import statistics
 import subprocess
 import sys
@@ -42,103 +38,23 @@ from typing import Any
 
 import httpx
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "bench"))
-from contract import spec  # noqa: E402
-from bench.git_export import export_commit  # noqa: E402
-from http_report import write_report  # noqa: E402
-from reference_impl.launcher import default_python, free_port  # noqa: E402
+from bench import harness
+from bench.harness import MODEL_DIR, ROOT, Endpoint, Server, command_line, cpu_seconds, percentile
+from bench.report import write_report
+from contract import spec
+from reference_impl.launcher import default_python
 
-MODEL_DIR = ROOT / "models" / "tiny-llama"
 DEFAULT_OUT = ROOT / "bench" / "results" / "reference.md"
-KEY = "bench-key"
 MODEL = spec().default_model
 GOAL_ADDED_MS = 2.0
 GOAL_RATIO = 0.95
 GOAL_API_US_PER_TOKEN = 15.0
 COMPLETIONS = spec().completions_path
+VLLM_START_S = 300   # vLLM loads the model and warms up first
 
 
-class Target:
-    """One side of the comparison: a base URL, the headers its clients send, and for an
-    API the processes whose CPU time it costs (gunicorn's master and workers)."""
-
-    def __init__(self, name: str, url: str, headers: dict[str, str]) -> None:
-        self.name, self.url, self.headers = name, url, headers
-        self.pids: list[int] = []
-
-    def client(self) -> httpx.Client:
-        return httpx.Client(base_url=self.url, headers=self.headers, timeout=300)
-
-
-def start(args: argparse.Namespace, log: Path) -> tuple[subprocess.Popen[bytes], Target, Target]:
-    port, vllm_port = free_port(), free_port()
-    cmd = [sys.executable, "-m", "reference_impl", "--model", str(MODEL_DIR), "--port", str(port),
-           "--vllm-port", str(vllm_port), "--keys", KEY, "--workers", str(args.workers)]
-    with open(log, "wb") as out:
-        proc = subprocess.Popen(cmd, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
-    ref = Target("reference", f"http://127.0.0.1:{port}", {"Authorization": f"Bearer {KEY}"})
-    direct = Target("vLLM direct", f"http://127.0.0.1:{vllm_port}", {})
-    wait_healthy(proc, ref, log)
-    return proc, ref, direct
-
-
-def start_upstream_api(name: str, folder: Path, upstream: str, workers: int,
-                       log: Path) -> tuple[subprocess.Popen[bytes], Target]:
-    """`python -m reference_impl --upstream URL`, run from `folder` (this checkout or an
-    export of a commit), healthy; stopped again if it does not get there."""
-    port = free_port()
-    cmd = [sys.executable, "-m", "reference_impl", "--upstream", upstream, "--model", str(MODEL_DIR),
-           "--port", str(port), "--keys", KEY, "--workers", str(workers)]
-    with open(log, "wb") as out:
-        proc = subprocess.Popen(cmd, cwd=folder, env={**os.environ, "PYTHONPATH": str(folder)},
-                                stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
-    target = Target(name, f"http://127.0.0.1:{port}", {"Authorization": f"Bearer {KEY}"})
-    try:
-        wait_healthy(proc, target, log)
-    except RuntimeError:
-        stop(proc)
-        raise
-    return proc, target
-
-
-def start_baseline(ref: str, direct: Target, args: argparse.Namespace,
-                   log: Path) -> tuple[subprocess.Popen[bytes], Target, Path]:
-    """The reference as of git `ref` in front of the same vLLM (`--upstream`): its tracked
-    files exported to a temporary folder (the caller removes it) and run from there."""
-    folder = export_commit(ref, "reference_bench_base_")
-    try:
-        proc, base = start_upstream_api(f"reference@{ref}", folder, direct.url, args.workers, log)
-    except RuntimeError:
-        shutil.rmtree(folder)
-        raise
-    return proc, base, folder
-
-
-def wait_healthy(proc: subprocess.Popen[bytes], target: Target, log: Path) -> None:
-    deadline = time.monotonic() + 300
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"python -m reference_impl exited: {log.read_text(errors='replace')[-3000:]}")
-        try:
-            if httpx.get(target.url + "/health", timeout=2).status_code == 200:
-                target.pids = api_pids(proc.pid)
-                return
-        except httpx.TransportError:
-            pass
-        time.sleep(0.5)
-    raise RuntimeError("python -m reference_impl did not start within 300 s")
-
-
-def stop(proc: subprocess.Popen[bytes]) -> None:
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)   # it stops its vLLM child too
-        try:
-            proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+def client(target: Endpoint) -> httpx.Client:
+    return httpx.Client(base_url=target.url, headers=target.headers, timeout=300)
 
 
 # -- (a) added latency ---------------------------------------------------------------------
@@ -155,117 +71,73 @@ def timed_post(client: httpx.Client, body: dict[str, Any]) -> float:
     return elapsed * 1000
 
 
-def pct(values: list[float], p: int) -> float:
-    return statistics.quantiles(values, n=100, method="inclusive")[p - 1]
-
-
-def api_pids(pid: int) -> list[int]:
-    """The API's processes: gunicorn's master (the CLI) and its workers, not vLLM."""
-    try:
-        children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
-    except OSError:
-        return [pid]
-    return [pid] + [int(c) for c in children
-                    if b"reference_impl.vllm_server" not in Path(f"/proc/{c}/cmdline").read_bytes()]
-
-
-def cpu_seconds(pids: list[int]) -> float:
-    """CPU time of these processes so far: the scheduler's own count of each thread's time
-    on a CPU (/proc/PID/task/TID/schedstat, in ns). /proc/PID/stat's utime and stime are
-    charged by the 100 Hz tick here, and a worker that wakes for a few microseconds per
-    token between ticks is often not charged at all."""
-    total = 0
-    for pid in pids:
-        for task in Path(f"/proc/{pid}/task").iterdir():
-            try:
-                total += int((task / "schedstat").read_text().split()[0])
-            except (OSError, IndexError, ValueError):   # a thread that just ended
-                pass
-    return total / 1e9
-
-
-def latency(apis: list[Target], direct: Target, body: dict[str, Any], n: int) -> dict[str, dict[str, Any]]:
+def latency(apis: list[Server], direct: Endpoint, body: dict[str, Any], n: int) -> dict[str, dict[str, Any]]:
     """n requests to each target, one at a time, in turn (the order rotating each time);
     per API: its p50/p99, vLLM's, the median paired difference, its CPU per request."""
     targets = [*apis, direct]
-    times: dict[str, list[float]] = {t.name: [] for t in targets}
+    times: dict[str, list[float]] = {t.label: [] for t in targets}
     cpu: dict[str, float] = {}
-    clients = {t.name: t.client() for t in targets}
+    clients = {t.label: client(t) for t in targets}
     try:
         for _ in range(20):                                  # warm-up: connections, caches
             for c in clients.values():
                 timed_post(c, body)
         for t in apis:
-            cpu[t.name] = cpu_seconds(t.pids)
+            cpu[t.label] = cpu_seconds(t.pids())
         for i in range(n):
             for t in targets[i % len(targets):] + targets[:i % len(targets)]:
-                times[t.name].append(timed_post(clients[t.name], body))
+                times[t.label].append(timed_post(clients[t.label], body))
         for t in apis:   # an API idles while the others answer: its CPU is its own requests'
-            cpu[t.name] = cpu_seconds(t.pids) - cpu[t.name]
+            cpu[t.label] = cpu_seconds(t.pids()) - cpu[t.label]
     finally:
         for c in clients.values():
             c.close()
-    d = times[direct.name]
-    return {t.name: {"cpu_ms": cpu[t.name] * 1000 / n, "ref_p50": pct(times[t.name], 50),
-                     "ref_p99": pct(times[t.name], 99), "direct_p50": pct(d, 50), "direct_p99": pct(d, 99),
-                     "paired": statistics.median(a - b for a, b in zip(times[t.name], d)), "n": n}
+    d = times[direct.label]
+    return {t.label: {"cpu_ms": cpu[t.label] * 1000 / n, "ref_p50": percentile(times[t.label], 50),
+                     "ref_p99": percentile(times[t.label], 99), "direct_p50": percentile(d, 50),
+                     "direct_p99": percentile(d, 99),
+                     "paired": statistics.median(a - b for a, b in zip(times[t.label], d)), "n": n}
             for t in apis}
 
 
 # -- (b) streaming throughput --------------------------------------------------------------
 
-def one_stream(target: Target, max_tokens: int) -> tuple[int, float]:
-    """(completion tokens, seconds from sending to [DONE]) of one unthrottled stream."""
+def streams(target: Endpoint, count: int, max_tokens: int) -> tuple[int, float]:
+    """(tokens, seconds) of `count` unthrottled streams at once (all tokens, from their usage
+    events; the wall time of the slowest, from sending to `[DONE]`)."""
     body = {"model": MODEL, "prompt": "The sky is", "max_tokens": max_tokens, "temperature": 0,
             "ignore_eos": True, "stream": True, "stream_options": {"include_usage": True}}
-    tokens = 0
-    with target.client() as c:
-        start = time.perf_counter()
-        try:
-            with c.stream("POST", COMPLETIONS, json=body) as reply:
-                if reply.status_code != 200:
-                    raise RuntimeError(f"{target.name} ({target.url}) answered {reply.status_code}")
-                for line in reply.iter_lines():
-                    if line.startswith("data: {") and '"usage"' in line:
-                        usage = json.loads(line[6:]).get("usage")
-                        tokens = usage["completion_tokens"] if usage else tokens
-        except httpx.HTTPError as exc:
-            raise RuntimeError(f"{target.name} ({target.url}): {exc!r}") from None
-        return tokens, time.perf_counter() - start
+    got, seconds = harness.streams(target, body, count)
+    failed = [s.error for s in got if not s.done]
+    if failed:
+        raise RuntimeError(f"{target.label} ({target.url}): {len(failed)} of {count} streams failed: {failed[0]}")
+    return sum(s.tokens for s in got), seconds
 
 
-def streams(target: Target, count: int, max_tokens: int) -> tuple[int, float]:
-    """(tokens, seconds) of `count` streams at once (all tokens, the wall time of the slowest)."""
-    start = time.perf_counter()
-    with concurrent.futures.ThreadPoolExecutor(count) as pool:
-        results = list(pool.map(lambda _: one_stream(target, max_tokens), range(count)))
-    return sum(t for t, _ in results), time.perf_counter() - start
-
-
-def throughput(apis: list[Target], direct: Target, count: int, max_tokens: int,
+def throughput(apis: list[Server], direct: Endpoint, count: int, max_tokens: int,
                rounds: int) -> list[dict[str, Any]]:
     """Tokens/s of each target, and each API's CPU time per token it streamed (over its own rounds)."""
     targets = [*apis, direct]
-    got: dict[str, list[float]] = {t.name: [] for t in targets}
+    got: dict[str, list[float]] = {t.label: [] for t in targets}
     for target in targets:                                   # warm-up: every worker thread, connection
         streams(target, count, 16)
-    api_cpu = {t.name: 0.0 for t in apis}
-    api_tokens = {t.name: 0 for t in apis}
+    api_cpu = {t.label: 0.0 for t in apis}
+    api_tokens = {t.label: 0 for t in apis}
     for i in range(rounds):
         for target in targets[i % len(targets):] + targets[:i % len(targets)]:
-            cpu = cpu_seconds(target.pids) if target.pids else 0.0
+            cpu = cpu_seconds(target.pids())
             tokens, seconds = streams(target, count, max_tokens)
             if target is not direct:
-                api_cpu[target.name] += cpu_seconds(target.pids) - cpu
-                api_tokens[target.name] += tokens
-            got[target.name].append(tokens / seconds)
-    d = statistics.median(got[direct.name])
+                api_cpu[target.label] += cpu_seconds(target.pids()) - cpu
+                api_tokens[target.label] += tokens
+            got[target.label].append(tokens / seconds)
+    d = statistics.median(got[direct.label])
     out = []
     for t in apis:
-        r = statistics.median(got[t.name])
-        out.append({"name": t.name, "ref": r, "direct": d, "ratio": r / d, "rounds_ref": got[t.name],
-                    "rounds_direct": got[direct.name], "count": count, "max_tokens": max_tokens,
-                    "api_us_per_token": 1e6 * api_cpu[t.name] / max(api_tokens[t.name], 1)})
+        r = statistics.median(got[t.label])
+        out.append({"name": t.label, "ref": r, "direct": d, "ratio": r / d, "rounds_ref": got[t.label],
+                    "rounds_direct": got[direct.label], "count": count, "max_tokens": max_tokens,
+                    "api_us_per_token": 1e6 * api_cpu[t.label] / max(api_tokens[t.label], 1)})
     return out
 
 
@@ -297,7 +169,7 @@ def report(args: argparse.Namespace, lat: dict[str, dict[str, dict[str, Any]]], 
     lines = [
         "# The reference implementation vs vLLM called directly", "",
         f"- Date: {now}",
-        f"- Command: `{' '.join(['.venv/bin/python', 'bench/reference_bench.py', *sys.argv[1:]])}`",
+        f"- Command: `{command_line('reference_bench', sys.argv[1:])}`",
         f"- Machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, {mem:.0f} GiB RAM, "
         f"Linux {platform.release()}; vLLM (CPU), the API and the client share these cores; "
         f"load average {load[0]:.2f} before the run, {load[1]:.2f} after",
@@ -360,16 +232,14 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     load_before = os.getloadavg()[0]
     logs = Path(tempfile.mkdtemp(prefix="reference-bench-"))
-    log = logs / "server.log"
-    proc, ref, direct = start(args, log)
-    base_proc: subprocess.Popen[bytes] | None = None
-    base_folder: Path | None = None
+    ref, direct = harness.reference(args.workers)
+    apis = [ref]
+    if args.baseline:   # the reference as of git REF, in front of the same vLLM
+        apis.append(harness.baseline(args.baseline, lambda folder: harness.reference_upstream(
+            direct.url, args.workers, key=f"reference@{args.baseline}", cwd=folder)))
     try:
-        apis = [ref]
-        if args.baseline:
-            log = logs / "baseline.log"
-            base_proc, base, base_folder = start_baseline(args.baseline, direct, args, log)
-            apis.append(base)
+        for api in apis:
+            api.run(logs, VLLM_START_S)
         base_body = {"model": MODEL, "prompt": "The sky is", "temperature": 0, "ignore_eos": True}
         lat = {f"{n}-token completion": latency(apis, direct, {**base_body, "max_tokens": n}, args.requests)
                for n in (1, 16)}
@@ -377,14 +247,11 @@ def main(argv: list[str] | None = None) -> int:
                for row in throughput(apis, direct, count, args.stream_tokens // (1 if count == 1 else 4),
                                      args.rounds)]
     except (RuntimeError, httpx.HTTPError) as exc:
-        print(f"a target failed: {exc}\n{log.read_text(errors='replace')[-3000:]}", file=sys.stderr)
+        print(f"a target failed: {exc} (logs in {logs})", file=sys.stderr)
         return 1
     finally:
-        if base_proc is not None:
-            stop(base_proc)
-        if base_folder is not None:
-            shutil.rmtree(base_folder, ignore_errors=True)
-        stop(proc)
+        for api in reversed(apis):
+            api.stop()
     text = report(args, lat, thr, (load_before, os.getloadavg()[0]))
     write_report(args.out, text)
     print(text)

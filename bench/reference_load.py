@@ -1,6 +1,6 @@
 """The reference under a GPU's load, against a simulated vLLM (bench/fake_vllm.py), in one run.
 
-    .venv/bin/python bench/reference_load.py [--streams 8,64,256] [--tokens 64] [--step-ms 20]
+    .venv/bin/python -m bench.reference_load [--streams 8,64,256] [--tokens 64] [--step-ms 20]
                                              [--rounds 3] [--baseline REF]
 
 On this machine's CPU, vLLM makes ~350 tokens/s in all (bench/reference_bench.py), so what
@@ -24,139 +24,64 @@ and prints it. Exit codes: 0 measured; 1 a target failed; 2 usage (no models/tin
 from __future__ import annotations
 
 import argparse
-import asyncio
 import datetime
 import os
 import platform
-import re
-import shutil
 import signal
-import socket
 import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
 import httpx
-import orjson
-import uvloop
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "bench"))
-from bench.git_export import export_commit  # noqa: E402
-from http_report import write_report  # noqa: E402
-from reference_bench import (  # noqa: E402
-    GOAL_API_US_PER_TOKEN, GOAL_RATIO, MODEL, MODEL_DIR, Target, cpu_seconds, start_upstream_api, stop,
-)
-from reference_impl.launcher import free_port  # noqa: E402
-from contract import spec  # noqa: E402
+from bench import harness
+from bench.harness import MODEL_DIR, ROOT, Endpoint, command_line, cpu_seconds
+from bench.reference_bench import GOAL_API_US_PER_TOKEN, GOAL_RATIO, MODEL
+from bench.report import write_report
 
 DEFAULT_OUT = ROOT / "bench" / "results" / "reference_load.md"
-COMPLETIONS = spec().completions_path
-PROMPT_IDS = [128000, 791, 13180, 374]
-USAGE = re.compile(rb'"completion_tokens":(\d+)')
+PROMPT_IDS = [128000, 791, 13180, 374]   # "The sky is" as token ids: what the API sends vLLM
 
 
-def _start(cmd: list[str], log: Path, what: str) -> tuple[subprocess.Popen[bytes], int]:
-    """Run `cmd` plus `--port P` and wait until P takes connections."""
-    port = free_port()
-    with open(log, "wb") as out:
-        proc = subprocess.Popen([*cmd, "--port", str(port)], cwd=ROOT, stdout=out, stderr=subprocess.STDOUT,
-                                start_new_session=True)
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline and proc.poll() is None:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            return proc, port
-        except OSError:
-            time.sleep(0.2)
-    stop(proc)
-    raise RuntimeError(f"{what} did not start: {log.read_text(errors='replace')[-2000:]}")
+def streams(target: Endpoint, count: int, tokens: int) -> tuple[int, float]:
+    """(tokens, seconds) of `count` streams opened at once (tokens from their usage events,
+    the wall time of the slowest)."""
+    body = {"model": MODEL, "prompt": PROMPT_IDS, "max_tokens": tokens, "temperature": 0,
+            "ignore_eos": True, "stream": True, "stream_options": {"include_usage": True}}
+    got, seconds = harness.streams(target, body, count)
+    for stream in got:
+        if not stream.done or stream.usage_tokens is None:
+            raise RuntimeError(f"port {target.port}: {stream.error or 'no usage event before [DONE]'}")
+    return sum(s.tokens for s in got), seconds
 
 
-def start_fake(step_ms: float, log: Path) -> tuple[subprocess.Popen[bytes], Target]:
-    proc, port = _start([sys.executable, str(ROOT / "bench" / "fake_vllm.py"), "--step-ms", str(step_ms),
-                         "--model", MODEL], log, "the fake vLLM")
-    return proc, Target("vLLM direct (fake)", f"http://127.0.0.1:{port}", {})
-
-
-def start_relay(upstream: Target, log: Path) -> tuple[subprocess.Popen[bytes], Target]:
-    """bench/relay.py: bytes copied and nothing else, the floor under the API's CPU per token."""
-    proc, port = _start([sys.executable, str(ROOT / "bench" / "relay.py"), "--upstream", upstream.url],
-                        log, "the relay")
-    target = Target("relay (the floor)", f"http://127.0.0.1:{port}", {})
-    target.pids = [proc.pid]
-    return proc, target
-
-
-# -- the load client ---------------------------------------------------------------------------
-
-def request_bytes(target: Target, tokens: int) -> bytes:
-    """One streaming POST, the prompt as token ids ("The sky is"): what the API sends vLLM."""
-    body = orjson.dumps({"model": MODEL, "prompt": PROMPT_IDS, "max_tokens": tokens, "temperature": 0,
-                         "ignore_eos": True, "stream": True, "stream_options": {"include_usage": True}})
-    host = target.url.removeprefix("http://")
-    head = "".join(f"{k}: {v}\r\n" for k, v in target.headers.items())
-    return (f"POST {COMPLETIONS} HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n"
-            f"Content-Length: {len(body)}\r\n{head}\r\n").encode() + body
-
-
-async def one_stream(port: int, request: bytes) -> int:
-    """Completion tokens of one stream, from its usage event; read to `data: [DONE]`."""
-    reader, writer = await asyncio.open_connection("127.0.0.1", port)
-    try:
-        writer.write(request)
-        tail = b""
-        while b"data: [DONE]" not in tail:
-            chunk = await reader.read(65536)
-            if not chunk:
-                raise RuntimeError(f"port {port}: closed before [DONE]: {tail[-200:]!r}")
-            tail = tail[-1024:] + chunk
-        found = USAGE.findall(tail)
-        if not found:
-            raise RuntimeError(f"port {port}: no usage event before [DONE]")
-        return int(found[-1])
-    finally:
-        writer.close()
-
-
-async def _streams(port: int, request: bytes, count: int) -> tuple[int, float]:
-    start = time.perf_counter()
-    tokens = await asyncio.gather(*(one_stream(port, request) for _ in range(count)))
-    return sum(tokens), time.perf_counter() - start
-
-
-def streams(target: Target, count: int, tokens: int) -> tuple[int, float]:
-    """(tokens, seconds) of `count` streams opened at once (the wall time of the slowest)."""
-    port = int(target.url.rsplit(":", 1)[1])
-    return uvloop.run(_streams(port, request_bytes(target, tokens), count))
-
-
-def cell(targets: list[Target], count: int, tokens: int, rounds: int) -> dict[str, dict[str, Any]]:
+def cell(targets: list[Endpoint], count: int, tokens: int, rounds: int,
+         direct: Endpoint) -> dict[str, dict[str, Any]]:
     """Each target `rounds` times, in turn (the order rotating); per target its median tokens/s,
-    and for an API its CPU per token and per stream in its median round (and each round's)."""
+    and for an API (any but `direct`) its CPU per token and per stream in its median round (and
+    each round's)."""
     for target in targets:   # warm-up: connections to the fake vLLM, the workers' first requests
         streams(target, count, 4)
-    rates: dict[str, list[float]] = {t.name: [] for t in targets}
-    cpu: dict[str, list[float]] = {t.name: [] for t in targets}   # seconds, per round
+    rates: dict[str, list[float]] = {t.label: [] for t in targets}
+    cpu: dict[str, list[float]] = {t.label: [] for t in targets}   # seconds, per round
     for i in range(rounds):
         for target in targets[i % len(targets):] + targets[:i % len(targets)]:
-            before = cpu_seconds(target.pids) if target.pids else 0.0
+            before = cpu_seconds(target.pids())
             got, seconds = streams(target, count, tokens)
             if got != count * tokens:
-                raise RuntimeError(f"{target.name}: {got} tokens, expected {count * tokens}")
-            if target.pids:
-                cpu[target.name].append(cpu_seconds(target.pids) - before)
-            rates[target.name].append(got / seconds)
+                raise RuntimeError(f"{target.label}: {got} tokens, expected {count * tokens}")
+            if target is not direct:
+                cpu[target.label].append(cpu_seconds(target.pids()) - before)
+            rates[target.label].append(got / seconds)
     # The median round: one round that another process's burst landed on moves a sum.
-    return {t.name: {"rate": statistics.median(rates[t.name]), "rounds": rates[t.name],
-                     "us_rounds": [1e6 * c / (count * tokens) for c in cpu[t.name]],
-                     "us_per_token": 1e6 * statistics.median(cpu[t.name] or [0]) / (count * tokens),
-                     "ms_per_stream": 1e3 * statistics.median(cpu[t.name] or [0]) / count, "api": bool(t.pids)}
+    return {t.label: {"rate": statistics.median(rates[t.label]), "rounds": rates[t.label],
+                      "us_rounds": [1e6 * c / (count * tokens) for c in cpu[t.label]],
+                      "us_per_token": 1e6 * statistics.median(cpu[t.label] or [0]) / (count * tokens),
+                      "ms_per_stream": 1e3 * statistics.median(cpu[t.label] or [0]) / count,
+                      "api": t is not direct}
             for t in targets}
 
 
@@ -172,11 +97,11 @@ def report(args: argparse.Namespace, cells: dict[int, dict[str, dict[str, Any]]]
     lines = [
         "# The reference under a GPU's load (a simulated vLLM)", "",
         f"- Date: {now}",
-        f"- Command: `{' '.join(['.venv/bin/python', 'bench/reference_load.py', *sys.argv[1:]])}`",
+        f"- Command: `{command_line('reference_load', sys.argv[1:])}`",
         f"- Machine: {platform.machine()}, {os.cpu_count()} cores, Linux {platform.release()}; the fake vLLM, "
         f"the API and the client share these cores; load average {load[0]:.2f} before the run, {load[1]:.2f} after",
         f"- git {git}, Python {platform.python_version()}",
-        f"- Upstream: `bench/fake_vllm.py --step-ms {args.step_ms:g}`: one token to every open request each "
+        f"- Upstream: `python -m bench.fake_vllm --step-ms {args.step_ms:g}`: one token to every open request each "
         f"{args.step_ms:g} ms, in vLLM 0.32's bytes. The API: `python -m reference_impl --upstream ... "
         f"--workers {args.workers}` (gunicorn, gevent workers){baseline}",
         f"- Each stream: {args.tokens} tokens (`ignore_eos`, `include_usage`); all streams of a cell opened "
@@ -221,36 +146,28 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     load_before = os.getloadavg()[0]
     logs = Path(tempfile.mkdtemp(prefix="reference-load-"))
-    procs: list[subprocess.Popen[bytes]] = []
-    folder: Path | None = None
+    servers: list[harness.Server] = []
     try:
-        fake, direct = start_fake(args.step_ms, logs / "fake.log")
-        procs.append(fake)
-        proc, ref = start_upstream_api("reference", ROOT, direct.url, args.workers, logs / "reference.log")
-        procs.append(proc)
-        targets = [ref]
-        if args.baseline:
-            folder = export_commit(args.baseline, "reference_load_base_")
-            proc, base = start_upstream_api(f"reference@{args.baseline}", folder, direct.url, args.workers,
-                                            logs / "base.log")
-            procs.append(proc)
-            targets.append(base)
-        proc, floor = start_relay(direct, logs / "relay.log")
-        procs.append(proc)
-        targets += [floor, direct]
+        direct = harness.fake_vllm(args.step_ms, MODEL)
+        servers.append(direct.run(logs, 30))
+        servers.append(harness.reference_upstream(direct.url, args.workers).run(logs))
+        if args.baseline:   # the reference as of git REF, in front of the same fake vLLM
+            servers.append(harness.baseline(args.baseline, lambda folder: harness.reference_upstream(
+                direct.url, args.workers, key=f"reference@{args.baseline}", cwd=folder)))
+            servers[-1].run(logs)
+        servers.append(harness.relay(direct.url).run(logs, 30))
+        targets = [*servers[1:], direct]
         cells = {}
         for count in args.streams:
             print(f"{count} streams ...", file=sys.stderr, flush=True)
-            cells[count] = cell(targets, count, args.tokens, args.rounds)
+            cells[count] = cell(targets, count, args.tokens, args.rounds, direct)
     except (RuntimeError, OSError, httpx.HTTPError) as exc:
         print(f"a target failed: {exc} (logs in {logs})", file=sys.stderr)
         return 1
     finally:
-        for proc in reversed(procs):
-            stop(proc)
-        if folder is not None:
-            shutil.rmtree(folder, ignore_errors=True)
-    text = report(args, cells, direct.name, (load_before, os.getloadavg()[0]))
+        for server in reversed(servers):
+            server.stop()
+    text = report(args, cells, direct.label, (load_before, os.getloadavg()[0]))
     write_report(args.out, text)
     print(text)
     return 0

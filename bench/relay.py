@@ -1,25 +1,21 @@
 """The floor under any gevent API in front of vLLM: a relay that only copies bytes.
 
-    .venv/bin/python bench/relay.py --upstream http://127.0.0.1:8001 --port 8002
+    .venv/bin/python -m bench.relay --upstream http://127.0.0.1:8001 --port 8002
 
 Each client connection gets its own connection upstream; the relay copies the client's
 bytes to it as they come, and what the upstream answers back, one send per read, until the
 end of a chunked body (`0\\r\\n\\r\\n`), and closes. It parses nothing, checks nothing, and
 holds no Flask, no WSGI and no JSON: its CPU per streamed token is what a read from vLLM's
 socket and a write to the client's cost under gevent on this machine, which no API in
-Python can go below (bench/reference_load.py measures it beside the reference). For one
+Python can go below (bench.reference_load measures it beside the reference). For one
 streamed request per connection, as the load client sends them; it is a measuring stick,
 not a proxy.
 """
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import gevent.monkey
 
 gevent.monkey.patch_all()
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import argparse  # noqa: E402
 from collections.abc import Callable  # noqa: E402

@@ -1,6 +1,6 @@
 """Score plain vLLM (no API layer in front) with the conformance suite: the second foil beside Prism.
 
-    python bench/vllm_score.py      # writes conformance/VLLM_SCORE.md and the README's table
+    .venv/bin/python -m bench.vllm_score      # writes conformance/VLLM_SCORE.md and the README's table
 
 vLLM's own OpenAI server (`python -m vllm.entrypoints.openai.api_server`, from
 .venv-vllm, with its defaults and `--api-key`) serves models/tiny-llama as
@@ -17,25 +17,23 @@ import sys
 import tempfile
 import time
 from collections import Counter
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+from bench.harness import MODEL_DIR, ROOT, command_line
+from bench.readme_block import replace_block
+from conformance.checks import REGISTRY
+from conformance.config import RunConfig
+from conformance.registry import select
+from conformance.results import Outcome, RunReport, exit_code
+from conformance.runner import run
+from contract import spec
+from reference_impl.launcher import VllmProcess, default_python
+
 OUT = ROOT / "conformance" / "VLLM_SCORE.md"
 README = ROOT / "README.md"
-MODEL_DIR = ROOT / "models" / "tiny-llama"
 KEY = "vllm-score-key"
+COMMAND = command_line("vllm_score", [])
 # The README's copy of the table lies between these two lines (rewritten by this script).
-BEGIN, END = "<!-- vllm-score: python bench/vllm_score.py -->", "<!-- /vllm-score -->"
-sys.path.insert(0, str(ROOT))
-
-from bench.readme_block import replace_block  # noqa: E402
-from conformance.checks import REGISTRY  # noqa: E402
-from conformance.config import RunConfig  # noqa: E402
-from conformance.registry import select  # noqa: E402
-from conformance.results import Outcome, RunReport, exit_code  # noqa: E402
-from conformance.runner import run  # noqa: E402
-from contract import spec  # noqa: E402
-from reference_impl.launcher import VllmProcess, default_python  # noqa: E402
+BEGIN, END = f"<!-- vllm-score: {COMMAND} -->", "<!-- /vllm-score -->"
 
 
 def vllm_version() -> str:
@@ -93,7 +91,7 @@ vLLM {version} (`python -m vllm.entrypoints.openai.api_server --model models/tin
 {report.server_max_model_len}) against the full profile, in {duration:.0f} s:
 {table(report)}
 
-{ledger(report)}Regenerate with `python bench/vllm_score.py` (it starts vLLM from .venv-vllm, about a
+{ledger(report)}Regenerate with `{COMMAND}` (it starts vLLM from .venv-vllm, about a
 minute on a CPU). `tests/test_vllm_conformance.py` runs the same in CI.
 
 Failed checks outside the golden cases:

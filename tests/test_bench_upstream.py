@@ -6,63 +6,36 @@ read would measure error paths.
 from __future__ import annotations
 
 import json
-import socket
-import subprocess
-import sys
-import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import httpx
 import pytest
 
 from api_server import ServerConfig, create_app
+from bench import harness
 from bench.fake_vllm import TOKENS
 from reference_impl.engine import VllmEngine
-from reference_impl.launcher import free_port
 from tests.test_reference_engine import AUTH, KEY, MODEL, events
 
-ROOT = Path(__file__).resolve().parent.parent
 PROMPT = [128000, 791, 13180, 374]
 
 
-def _serve(*args: str) -> subprocess.Popen[bytes]:
-    return subprocess.Popen([sys.executable, *args], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-
-
-def _wait_port(port: int, proc: subprocess.Popen[bytes]) -> None:
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        assert proc.poll() is None, f"{proc.args} exited with {proc.returncode}"
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            return
-        except OSError:
-            time.sleep(0.1)
-    raise AssertionError(f"nothing listens on {port}")
-
-
 @pytest.fixture(scope="module")
-def upstreams() -> Iterator[tuple[str, str]]:
-    """(the fake vLLM's URL, the relay's URL in front of it)."""
-    fake_port, relay_port = free_port(), free_port()
-    fake = _serve("bench/fake_vllm.py", "--port", str(fake_port), "--step-ms", "2", "--model", MODEL)
-    relay = None
+def upstreams(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[harness.Server, harness.Server]]:
+    """The fake vLLM and the relay in front of it, as bench.reference_load starts them."""
+    logs = tmp_path_factory.mktemp("upstreams")
+    fake = harness.fake_vllm(2, MODEL).run(logs)
+    relay = harness.relay(fake.url)
     try:
-        _wait_port(fake_port, fake)
-        relay = _serve("bench/relay.py", "--upstream", f"http://127.0.0.1:{fake_port}", "--port", str(relay_port))
-        _wait_port(relay_port, relay)
-        yield f"http://127.0.0.1:{fake_port}", f"http://127.0.0.1:{relay_port}"
+        yield fake, relay.run(logs)
     finally:
-        for proc in (relay, fake):
-            if proc is not None:
-                proc.terminate()
-                proc.wait(10)
+        relay.stop()
+        fake.stop()
 
 
 @pytest.mark.parametrize("stream", [True, False])
 def test_the_reference_reads_the_fake_vllm(upstreams: tuple[str, str], stream: bool) -> None:
-    engine = VllmEngine(upstreams[0], MODEL)
+    engine = VllmEngine(upstreams[0].url, MODEL)
     app = create_app(ServerConfig(keys=(KEY,)), engine)
     body = {"model": MODEL, "prompt": PROMPT, "max_tokens": 5, "stream": stream,
             "stream_options": {"include_usage": True}} if stream else {"model": MODEL, "prompt": PROMPT, "max_tokens": 5}
@@ -90,8 +63,8 @@ def test_the_reference_reads_the_fake_vllm(upstreams: tuple[str, str], stream: b
 def test_the_relay_passes_the_stream_through_unchanged(upstreams: tuple[str, str]) -> None:
     body = {"prompt": PROMPT, "max_tokens": 3, "stream": True, "stream_options": {"include_usage": True}}
     got = []
-    for url in upstreams:   # each on a connection of its own, as the relay serves one request per connection
-        with httpx.Client(base_url=url, headers={"X-Request-Id": "abc"}) as c:
+    for server in upstreams:   # each on a connection of its own, as the relay serves one request per connection
+        with httpx.Client(base_url=server.url, headers={"X-Request-Id": "abc"}) as c:
             got.append(c.post("/v1/completions", json=body).text)
     direct, relayed = ([json.loads(line[6:]) if line.startswith("data: {") else line
                         for line in text.split("\n\n") if line] for text in got)
