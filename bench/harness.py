@@ -90,18 +90,19 @@ class Server(Endpoint):
 
     def __init__(self, key: str, argv: list[str], port: int, *, label: str | None = None,
                  api_key: str | None = None, cwd: Path = ROOT, env: dict[str, str] | None = None,
-                 ready: str = "health", grace: float = 10, scratch: Path | None = None) -> None:
+                 ready: str = "health", grace: float = 10, prepare: Callable[[], None] | None = None) -> None:
         super().__init__(key, port, api_key, label)
         self.argv, self.cwd, self.env, self.ready, self.grace = argv, cwd, env or {}, ready, grace
-        self.scratch = scratch   # a folder of its own (a baseline's export), removed by `stop`
+        self.prepare = prepare   # what must be there before it starts (Prism's install)
+        self.scratch: Path | None = None   # a folder of its own (a baseline's export), removed by `stop`
         self.proc: subprocess.Popen[bytes] | None = None
         self.log: Path | None = None
         self.failure: str | None = None   # why a bench that goes on without it could not use it
 
     def start(self, logdir: Path) -> Server:
         """Start the process (not waiting for it); its output goes to LOGDIR/KEY.log."""
-        if self.argv[0] == str(PRISM_BIN):
-            ensure_prism()
+        if self.prepare is not None:
+            self.prepare()
         self.log = logdir / f"{self.key}.log"
         env = {k: v for k, v in os.environ.items() if not k.startswith("MOCK_")}   # a bench sets its own
         with open(self.log, "wb") as log:
@@ -184,10 +185,11 @@ def bare(*args: str, key: str = "bare", label: str | None = None) -> Server:
 
 
 def prism(key: str = "prism") -> Server:
-    """Prism mocking openapi.yaml, unchanged, logging off; it has no /health of its own."""
+    """Prism mocking openapi.yaml, unchanged, logging off; ready once it answers anything."""
     port = free_port()
     argv = [str(PRISM_BIN), "mock", str(ROOT / "openapi.yaml"), "-h", "127.0.0.1", "-v", "silent", "-p", str(port)]
-    return Server(key, argv, port, label="Prism", api_key=API_KEY, env={"SCARF_ANALYTICS": "false"}, ready="any")
+    return Server(key, argv, port, label="Prism", api_key=API_KEY, env={"SCARF_ANALYTICS": "false"}, ready="any",
+                  prepare=ensure_prism)
 
 
 def reference(workers: int) -> tuple[Server, Endpoint]:

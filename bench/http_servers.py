@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from api_server.serve import add_arguments
 from bench import harness
-from bench.harness import API_KEY, Server, ServerFailed  # noqa: F401  (ServerFailed: http_bench's)
+from bench.harness import Server
 
 MODEL = "llama-8b"
 PROMPT = "The sky is"

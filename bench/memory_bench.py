@@ -127,11 +127,11 @@ def main() -> int:
                   f"x{growth / len(raw):8.1f}", flush=True)
     finally:
         server.stop()
-    write(rows, limit, command_line("memory_bench", sys.argv[1:]))
+    write(rows, limit, args.rounds, command_line("memory_bench", sys.argv[1:]))
     return 0
 
 
-def write(rows: list[tuple[str, int, int, int]], limit: int, command: str) -> None:
+def write(rows: list[tuple[str, int, int, int]], limit: int, rounds: int, command: str) -> None:
     cap = spec().caps["steering_decoded_bytes"]
     big = [r for r in rows if r[1] >= MIB]
     worst = max(big, key=lambda r: r[3] / r[1])
@@ -141,7 +141,7 @@ def write(rows: list[tuple[str, int, int, int]], limit: int, command: str) -> No
         f"Command: `{command}`.", "",
         f"{datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC, {platform.platform()}, Python {platform.python_version()}; "
         "`python -m mock_server --workers 1 --threads 4`; peak RSS of the worker (VmHWM after "
-        "clear_refs) less its RSS before the request, the largest of 3 rounds.", "",
+        f"clear_refs) less its RSS before the request, the largest of {rounds} rounds.", "",
         f"**Bound: a request of 1 MiB to {limit / MIB:g} MiB grows the worker by at most "
         f"{worst[3] / worst[1]:.1f} x its size** (worst: {worst[0]}). A smaller request grows it by at most "
         f"{small_worst[3] / MIB:.1f} MiB ({small_worst[0]}): a steering vector may decode to "
