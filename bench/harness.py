@@ -170,11 +170,13 @@ def wait_port(port: int, proc: subprocess.Popen[bytes], timeout: float, name: st
     raise RuntimeError(f"{name} took no connection on port {port} within {timeout:.0f} s")
 
 
-def mock(*args: str, key: str = "mock", label: str | None = None, cwd: Path = ROOT) -> Server:
-    """`python -m mock_server` with these options (from `cwd`: this checkout or a baseline's)."""
+def mock(*args: str, key: str = "mock", label: str | None = None, cwd: Path = ROOT,
+         env: dict[str, str] | None = None) -> Server:
+    """`python -m mock_server` with these options and variables (from `cwd`: this checkout or
+    a baseline's)."""
     port = free_port()
     argv = [sys.executable, "-m", "mock_server", "--host", "127.0.0.1", "--port", str(port), *args]
-    return Server(key, argv, port, label=label, api_key=API_KEY, cwd=cwd, env={"PYTHONPATH": str(cwd)})
+    return Server(key, argv, port, label=label, api_key=API_KEY, cwd=cwd, env={**(env or {}), "PYTHONPATH": str(cwd)})
 
 
 def bare(*args: str, key: str = "bare", label: str | None = None) -> Server:

@@ -1,6 +1,6 @@
 """What each patch of api_server/patches.py buys, on and off side by side in one run.
 
-    .venv/bin/python bench/patches_bench.py [--rounds R] [--requests N]
+    .venv/bin/python -m bench.patches_bench [--rounds R] [--requests N]
 
 Three measurements, each round running every variant in turn (so that the machine's
 load falls on all of them), the median round shown:
@@ -13,8 +13,9 @@ load falls on all of them), the median round shown:
    patches.ShortcutFlask's, then its ensure_sync by one that returns the function as it
    is (measured and dropped: patches.py says why); us a request.
 3. The mock itself (`python -m mock_server --workers 1`) with ACS_PATCHES=1 and =0: the
-   server's CPU time per request (all its processes, from /proc) for 16-token
-   completions over one keep-alive connection, and per token of a stream.
+   server's CPU time per request (all its processes, the harness's count) for 16-token
+   completions over one keep-alive connection, and per token of a stream (read by the
+   harness's load client).
 
 Prints a markdown table; nothing is written.
 """
@@ -26,30 +27,27 @@ import io
 import json
 import os
 import statistics
-import subprocess
-import sys
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+import gevent.socket
+from flask import Flask
+from gunicorn import util
+from gunicorn.config import Config
+from gunicorn.http import wsgi
+from gunicorn.http.parser import RequestParser
 
-import gevent.socket  # noqa: E402
-from flask import Flask  # noqa: E402
-from gunicorn import util  # noqa: E402
-from gunicorn.config import Config  # noqa: E402
-from gunicorn.http import wsgi  # noqa: E402
-from gunicorn.http.parser import RequestParser  # noqa: E402
+from api_server import patches
+from bench import harness
+from bench.harness import API_KEY as KEY
+from bench.harness import Server, cpu_seconds
 
-from api_server import patches  # noqa: E402
-from reference_impl.launcher import free_port, stop_process, wait_ready  # noqa: E402
-
-KEY = "bench-key"
 BODY = json.dumps({"model": "llama-8b", "prompt": "The sky is", "max_tokens": 16, "temperature": 0}).encode()
 STREAM_TOKENS = 512
-STREAM = json.dumps({"model": "llama-8b", "prompt": "The sky is", "max_tokens": STREAM_TOKENS, "temperature": 0,
-                     "ignore_eos": True, "stream": True}).encode()
+STREAM = {"model": "llama-8b", "prompt": "The sky is", "max_tokens": STREAM_TOKENS, "temperature": 0,
+          "ignore_eos": True, "stream": True}
 REQUEST = (b"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer " + KEY.encode()
            + b"\r\nContent-Type: application/json\r\nContent-Length: " + str(len(BODY)).encode()
            + b"\r\n\r\n" + BODY)
@@ -123,52 +121,30 @@ FLASK = {
 
 
 # -- 3. the mock ------------------------------------------------------------------------
-def server_cpu_s(pid: int) -> float:
-    """CPU seconds of every process in the server's process group."""
-    total = 0
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[2]) == pid:   # pgrp
-            total += int(fields[11]) + int(fields[12])
-    return total / os.sysconf("SC_CLK_TCK")
+def start_mock(patched: bool, logs: Path) -> Server:
+    env = {patches.ENV: "1" if patched else "0"}
+    return harness.mock("--workers", "1", "--log-level", "warning", key=f"mock-patches-{env[patches.ENV]}",
+                        env=env).run(logs)
 
 
-def start_mock(patched: bool) -> tuple[subprocess.Popen[bytes], int]:
-    port = free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MOCK_")}
-    env[patches.ENV] = "1" if patched else "0"
-    proc = subprocess.Popen([sys.executable, "-m", "mock_server", "--host", "127.0.0.1", "--port", str(port),
-                             "--workers", "1", "--log-level", "warning"], cwd=ROOT, env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-    wait_ready(f"http://127.0.0.1:{port}", proc, 60, name="mock", interval=0.2)
-    return proc, port
-
-
-def mock_round(proc: subprocess.Popen[bytes], port: int, n: int) -> tuple[float, float]:
+def mock_round(server: Server, n: int) -> tuple[float, float]:
     """CPU us per 16-token request, and per streamed token."""
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
-    headers = {"Authorization": f"Bearer {KEY}", "Content-Type": "application/json"}
-    cpu = server_cpu_s(proc.pid)
+    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=60)
+    headers = {**server.headers, "Content-Type": "application/json"}
+    cpu = cpu_seconds(server.pids())
     for _ in range(n):
         conn.request("POST", "/v1/completions", BODY, headers)
         r = conn.getresponse()
         r.read()
         assert r.status == 200, r.status
-    per_request = (server_cpu_s(proc.pid) - cpu) / n * 1e6
-    streams = max(1, n // 30)
-    cpu = server_cpu_s(proc.pid)
-    for _ in range(streams):
-        conn.request("POST", "/v1/completions", STREAM, headers)
-        r = conn.getresponse()
-        r.read()
-        assert r.status == 200, r.status
-    per_token = (server_cpu_s(proc.pid) - cpu) / (streams * STREAM_TOKENS) * 1e6
+    per_request = (cpu_seconds(server.pids()) - cpu) / n * 1e6
     conn.close()
+    streams = max(1, n // 30)
+    cpu = cpu_seconds(server.pids())
+    for _ in range(streams):
+        (stream,), _ = harness.streams(server, STREAM)
+        assert stream.done and stream.tokens == STREAM_TOKENS, stream
+    per_token = (cpu_seconds(server.pids()) - cpu) / (streams * STREAM_TOKENS) * 1e6
     return per_request, per_token
 
 
@@ -206,20 +182,23 @@ def main() -> None:
             f_rows[name].append(per_call_us(fn, args.requests))
     wsgi.Response, util.http_date, wsgi.WSGIErrorsWrapper = STOCK
 
-    servers = {"ACS_PATCHES=1": start_mock(True), "ACS_PATCHES=0": start_mock(False)}
-    m_req: dict[str, list[float]] = {name: [] for name in servers}
-    m_tok: dict[str, list[float]] = {name: [] for name in servers}
+    logs = Path(tempfile.mkdtemp(prefix="bench-patches-"))
+    servers: dict[str, Server] = {}
+    m_req: dict[str, list[float]] = {name: [] for name in ("ACS_PATCHES=1", "ACS_PATCHES=0")}
+    m_tok: dict[str, list[float]] = {name: [] for name in m_req}
     try:
-        for proc, port in servers.values():
-            mock_round(proc, port, 200)   # warm
+        for name in m_req:
+            servers[name] = start_mock(name.endswith("1"), logs)
+        for server in servers.values():
+            mock_round(server, 200)   # warm
         for _ in range(args.rounds):
-            for name, (proc, port) in servers.items():
-                per_request, per_token = mock_round(proc, port, args.requests // 3)
+            for name, server in servers.items():
+                per_request, per_token = mock_round(server, args.requests // 3)
                 m_req[name].append(per_request)
                 m_tok[name].append(per_token)
     finally:
-        for proc, _ in servers.values():
-            stop_process(proc)
+        for server in servers.values():
+            server.stop()
     print(f"{args.rounds} rounds, {args.requests} requests a variant and round "
           f"(the mock: {args.requests // 3}, and {max(1, args.requests // 90)} streams of {STREAM_TOKENS} tokens)\n")
     print(table("1. gunicorn's request path, in process", g_rows, "stock gunicorn", "us a request"), "\n")

@@ -16,8 +16,8 @@ from tests.test_bench_upstream import upstreams  # noqa: F401  (the fake vLLM an
 from tests.test_reference_engine import MODEL
 
 ROOT = Path(__file__).resolve().parent.parent
-BENCHES = ("budget_bench", "conformance_bench", "core_bench", "http_bench", "memory_bench", "prism_score",
-           "reference_bench", "reference_load", "vllm_score", "fake_vllm", "relay", "bare_app")
+BENCHES = ("budget_bench", "conformance_bench", "core_bench", "http_bench", "memory_bench", "patches_bench",
+           "prism_score", "reference_bench", "reference_load", "vllm_score", "fake_vllm", "relay", "bare_app")
 
 
 def body(tokens: int, usage: bool = True) -> dict[str, object]:
