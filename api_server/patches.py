@@ -1,9 +1,11 @@
 """Every replacement of a third party's internals the servers make, in one module.
 
 Each patch says why it exists and what it saves, measured on and off side by side in one
-run: `.venv/bin/python bench/patches_bench.py` (9 rounds, medians; 2026-12-01, 2 shared
-cores, gunicorn 27.0.1, Flask 3.1.3). All together they take the mock's CPU time per
-16-token request from 510 to 380 us (0.75) and per streamed token from 3.0 to 2.4 us.
+run: `.venv/bin/python bench/patches_bench.py` (9 rounds, medians; two runs on
+2026-12-01, 2 shared cores, gunicorn 27.0.1, Flask 3.1.3; each gain below is "run 1 /
+run 2"). All together they take the mock's CPU time per 16-token request from 510 to 380
+us (0.75) / 640 to 530 us (0.83); per streamed token 3.0 -> 2.4 us / 3.6 -> 3.6 us, at the
+measurement's resolution (0.6 us).
 
 `ACS_PATCHES=0` in the environment turns them all off (read when an app is built and
 when a worker starts): gunicorn's and Flask's own code then runs unchanged, and both
@@ -11,11 +13,12 @@ servers pass their tests so (scripts/test.sh runs them once that way). Every pac
 patched has an upper version pin in pyproject.toml, and tests/test_patches.py fails when
 a name a patch relies on stops being looked up.
 
-Measured and dropped: gevent's `StreamServer.max_accept = 1` (gunicorn >= 25 sets it
-on each server itself when there is more than one worker) and Flask's `ensure_sync`
-returning the function as it is (0.2 us of 154, within noise). Not patches: the
-workers' `handle_error`, `timeout_ctx`, `handle` and `handle_request`
-(api_server/worker.py) override gunicorn's worker methods and call on to gunicorn's.
+Dropped: gevent's `StreamServer.max_accept = 1` (redundant: gunicorn >= 25 sets it on
+each server itself when there is more than one worker), and Flask's `ensure_sync`
+returning the function as it is (measured: 0.2 / 2.5 us of 154 / 186, within the
+rounds' spread). Not patches: the workers' `handle_error`, `timeout_ctx`, `handle` and
+`handle_request` (api_server/worker.py) override gunicorn's worker methods and call on
+to gunicorn's.
 """
 from __future__ import annotations
 
@@ -40,8 +43,8 @@ def enabled() -> bool:
 
 # -- gunicorn: its Response, Date header and wsgi.errors --------------------------------
 class OneWriteResponse(wsgi.Response):  # type: ignore[misc]
-    """gunicorn's response, with one send per write (saves 6.1 us of gunicorn's 61 a
-    request, 0.90, on a gevent socket pair; the client's second wake-up comes on top).
+    """gunicorn's response, with one send per write (saves 6.1 / 9.6 us of gunicorn's
+    61 / 70 a request, 0.90 / 0.86, on a gevent socket pair; the client's second wake-up comes on top).
 
     gunicorn sends the head and each body piece with a sendall each: two send calls,
     two TCP segments and two wake-ups of the client for a one-piece JSON answer; and
@@ -97,7 +100,7 @@ _date = (0, "")
 
 def http_date(timestamp: float | None = None) -> str:
     """gunicorn's Date header, formatted once a second instead of once a response
-    (saves 4.0 us of 61 a request, 0.94)."""
+    (saves 4.0 / 6.6 us a request, 0.94 / 0.91)."""
     global _date
     if timestamp is not None:
         return _format_date(timestamp)  # type: ignore[no-any-return]
@@ -113,7 +116,7 @@ _ErrorsWrapper = wsgi.WSGIErrorsWrapper
 class LazyErrors(io.RawIOBase):
     """wsgi.errors: gunicorn's WSGIErrorsWrapper, built when something is written.
     gunicorn builds one for every request, a logger lookup under logging's lock, for a
-    stream this app never writes to (saves 3.9 us of 61 a request, 0.94)."""
+    stream this app never writes to (saves 3.9 / 4.6 us a request, 0.94 / 0.94)."""
 
     def __init__(self, cfg: Any) -> None:
         self._cfg = cfg
@@ -145,7 +148,7 @@ class ReadOnceConfig:
     by name and asks it for its value on every read, and gunicorn reads ~22 per request
     (the limits, the proxy and forwarding rules, is_ssl...). A worker's settings never
     change (a reload starts new workers), so the first read of each is kept (saves
-    13.7 us of 61 a request, 0.78)."""
+    13.7 / 15.4 us a request, 0.78 / 0.78)."""
 
     def __init__(self, cfg: Any) -> None:
         self._cfg = cfg
@@ -165,7 +168,8 @@ def worker_config(cfg: Any) -> Any:
 class ShortcutFlask(Flask):
     """Flask binds the URL map to the whole environ (trusted hosts, host parsing and
     checks), where the spec's routes are a method and a path alone: no host, subdomain
-    or scheme part (saves 8.4 us of the mock app's 154 a request, 0.95)."""
+    or scheme part (saves 8.4 / 14.4 us of the mock
+    app's 154 / 186 a request, 0.95 / 0.92)."""
 
     def create_url_adapter(self, request: Request | None) -> MapAdapter | None:
         if request is None:   # an app context outside a request: Flask's
