@@ -1,0 +1,32 @@
+"""robust:disconnect.* — clients that reset the connection mid-body and as a stream starts."""
+from __future__ import annotations
+
+import json
+
+from conformance.checks.robust.raw import COMPLETIONS, TAGS, healthy_after, minimal, request_headers, target_of
+from conformance.context import Context
+from conformance.rawhttp import exchange
+from conformance.registry import register
+
+
+@register("robust:disconnect.mid_body", tags=TAGS)
+def disconnect_mid_body(ctx: Context) -> None:
+    """A client that resets the connection halfway through its body leaves the server healthy."""
+    body = json.dumps(minimal(ctx), separators=(",", ":")).encode()
+    target = target_of(ctx)
+    for _ in range(5):
+        head = target.head("POST", COMPLETIONS, request_headers(ctx, body, close=False))
+        exchange(target, [head + body[: len(body) // 2]], bound=ctx.config.timeout, linger_reset=True)
+    healthy_after(ctx)
+
+
+@register("robust:disconnect.mid_stream", tags=TAGS, tokens=lambda config: 5)
+def disconnect_mid_stream(ctx: Context) -> None:
+    """Clients that reset the connection as a stream starts leave the server healthy (5 streams of max_tokens 1)."""
+    body = json.dumps(minimal(ctx, stream=True), separators=(",", ":")).encode()
+    target = target_of(ctx)
+    for _ in range(5):
+        head = target.head("POST", COMPLETIONS, request_headers(ctx, body, close=False))
+        exchange(target, [head + body], bound=ctx.config.timeout, linger_reset=True)
+    ctx.client.add_tokens(5)
+    healthy_after(ctx)

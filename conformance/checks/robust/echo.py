@@ -1,0 +1,37 @@
+"""robust:echo.* — long input values (a model name, an unknown key, a path) quoted back at most
+x-caps.quoted_chars characters."""
+from __future__ import annotations
+
+from conformance.checks.robust.raw import (TAGS, cut, distinctive, healthy_after, minimal, post, refused, send,
+                                           target_of)
+from conformance.context import Context
+from conformance.expect import error_body, message
+from conformance.registry import register
+
+
+@register("robust:echo.model", tags=TAGS)
+def echo_model(ctx: Context) -> None:
+    """A 256 KiB model name: 404 quoting at most x-caps.quoted_chars of it."""
+    name = distinctive(1 << 18)
+    refused(ctx, post(ctx, minimal(ctx, model=name)), "a 256 KiB model name",
+            error_body("model_not_found", message("model_not_found", model=cut(name)), "model"), echo=name)
+    healthy_after(ctx)
+
+
+@register("robust:echo.unknown_key", tags=TAGS)
+def echo_unknown_key(ctx: Context) -> None:
+    """A 256 KiB unknown key: 400 with the key cut in the message and the param."""
+    key = distinctive(1 << 18)
+    refused(ctx, post(ctx, {**minimal(ctx), key: 1}), "a 256 KiB unknown key",
+            error_body("invalid_request", message("unknown_field", field=cut(key)), cut(key)), echo=key)
+    healthy_after(ctx)
+
+
+@register("robust:echo.path", tags=TAGS)
+def echo_path(ctx: Context) -> None:
+    """A 2,000-character unknown path: 404 quoting at most x-caps.quoted_chars of it."""
+    path = "/v1/" + distinctive(2000)
+    full = target_of(ctx).prefix + path
+    refused(ctx, send(ctx, "GET", path), "a long unknown path",
+            error_body("not_found", message("not_found", method="GET", path=cut(full))), echo=path)
+    healthy_after(ctx)

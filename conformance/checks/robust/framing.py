@@ -1,0 +1,138 @@
+"""robust:http.* — HTTP framing an HTTP client would never send: a short or stalled body,
+Content-Length with Transfer-Encoding, malformed or ambiguous heads, pipelining."""
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from conformance.checks.robust.raw import (COMPLETIONS, HEALTH, TAGS, UNKNOWN, answered, error_shaped,
+                                           healthy_after, minimal, refused, request_headers, shown, target_of)
+from conformance.context import Context
+from conformance.expect import error_body, message
+from conformance.rawhttp import RawExchange, exchange
+from conformance.registry import register
+from contract import spec
+
+
+def malformed() -> dict[str, Any]:
+    return error_body("invalid_request", message("malformed_http"))
+
+
+@register("robust:http.short_body", tags=TAGS)
+def short_body(ctx: Context) -> None:
+    """Valid JSON shorter than its Content-Length, then a half-close: never executed; 400 malformed HTTP, then close."""
+    body = json.dumps(minimal(ctx), separators=(",", ":")).encode()
+    target = target_of(ctx)
+    head = target.head("POST", COMPLETIONS, request_headers(ctx, body, length=len(body) + 50, close=False))
+    ex = exchange(target, [head + body], expect=2, bound=ctx.config.timeout, half_close=True)
+    refused(ctx, ex, "a body 50 bytes short", malformed())
+    _closed_after_one(ctx, ex, "a body 50 bytes short")
+    healthy_after(ctx)
+
+
+@register("robust:http.stalled_body", tags=TAGS)
+def stalled_body(ctx: Context) -> None:
+    """Part of a body, then nothing: 400 malformed HTTP once the server's body-read timeout passes
+    (x-caps.body_read_seconds). Runs with --stall-seconds: how long to wait for that answer."""
+    wait = ctx.config.stall_seconds
+    if not wait:
+        ctx.skip(f"waits for the server's body-read timeout ({spec().caps['body_read_seconds']} s by the "
+                 "spec); pass --stall-seconds to run it")
+    body = json.dumps(minimal(ctx), separators=(",", ":")).encode()
+    target = target_of(ctx)
+    head = target.head("POST", COMPLETIONS, request_headers(ctx, body, close=False))
+    ex = exchange(target, [head + body[:10]], expect=2, bound=wait)
+    refused(ctx, ex, "a stalled body", malformed())
+    _closed_after_one(ctx, ex, "a stalled body")
+    # A body over the cap is refused at once, but a server that reads the rest before
+    # answering (so the client reads a 413, not a reset) must not wait for it for ever.
+    limit = spec().caps["max_body_bytes"]
+    head = target.head("POST", COMPLETIONS, request_headers(ctx, body, length=limit + 1, close=False))
+    ex = exchange(target, [head + body[:10]], expect=2, bound=wait)
+    refused(ctx, ex, "a stalled body over the cap",
+            error_body("request_too_large", message("request_too_large", limit=limit)))
+    _closed_after_one(ctx, ex, "a stalled body over the cap")
+    healthy_after(ctx)
+
+
+def _closed_after_one(ctx: Context, ex: RawExchange, what: str) -> None:
+    """Where the next request would start is unknown: the server answers once, then closes."""
+    ctx.expect(len(ex.responses) <= 1 and ex.closed, f"{what}: the connection stays open after the answer",
+               expected="closed after one answer", received={"responses": len(ex.responses), "closed": ex.closed})
+
+
+@register("robust:http.cl_te", tags=TAGS)
+def cl_te(ctx: Context) -> None:
+    """Content-Length and Transfer-Encoding together, hiding a second request: one answer, never two."""
+    target = target_of(ctx)
+    smuggled = target.head("GET", UNKNOWN, [("Authorization", f"Bearer {ctx.client.api_key}")])
+    chunked = b"0\r\n\r\n" + smuggled
+    head = target.head("POST", COMPLETIONS, [
+        ("Authorization", f"Bearer {ctx.client.api_key}"), ("Content-Type", "application/json"),
+        ("Content-Length", str(len(chunked))), ("Transfer-Encoding", "chunked")])
+    ex = exchange(target, [head + chunked], expect=2, bound=min(ctx.config.timeout, 5.0))
+    response = answered(ctx, ex, "CL and TE")
+    if response is not None and response.status >= 400:
+        error_shaped(ctx, response, "CL and TE")
+    ctx.expect(response is None or response.status < 500, "CL and TE: a server error", received=shown(response))
+    ctx.expect(len(ex.responses) <= 1, "the request hidden in the body was answered (smuggled)",
+               expected="one answer", received=[shown(r) for r in ex.responses])
+    healthy_after(ctx)
+
+
+def _framings(ctx: Context, body: bytes) -> dict[str, bytes]:
+    """Request heads a lenient or a strict parser may take differently; the body is refused either way."""
+    auth = f"Authorization: Bearer {ctx.client.api_key}"
+    host = f"Host: {target_of(ctx).host_header}"
+    line = f"POST {target_of(ctx).prefix}{COMPLETIONS} HTTP/1.1"
+
+    def head(*lines: str, sep: str = "\r\n") -> bytes:
+        return (sep.join([line, host, auth, "Content-Type: application/json", *lines]) + sep + sep).encode("latin-1")
+    n = len(body)
+    return {
+        "Content-Length -1": head("Content-Length: -1") + body,
+        "Content-Length 1e3": head("Content-Length: 1e3") + body,
+        "two differing Content-Lengths": head(f"Content-Length: {n}", "Content-Length: 5") + body,
+        "Content-Length with a sign": head(f"Content-Length: +{n}") + body,
+        "bare LF line endings": head(f"Content-Length: {n}", sep="\n") + body,
+        "an obsolete folded header": head("X-Conformance: a", " folded", f"Content-Length: {n}") + body,
+        "a NUL in a header value": head("X-Conformance: a\0b", f"Content-Length: {n}") + body,
+        "a header name with a space": head("X Conformance: a", f"Content-Length: {n}") + body,
+        "HTTP/2.0 on an HTTP/1.1 connection": head(f"Content-Length: {n}").replace(b"HTTP/1.1", b"HTTP/2.0", 1) + body,
+        "Transfer-Encoding gzip, chunked": head("Transfer-Encoding: gzip, chunked") + b"0\r\n\r\n",
+        "a chunk extension of 100,000 bytes": head("Transfer-Encoding: chunked")
+        + f"{n:x};".encode() + b"x" * 100_000 + b"\r\n" + body + b"\r\n0\r\n\r\n",
+        "3,000 trailers": head("Transfer-Encoding: chunked") + f"{n:x}\r\n".encode() + body + b"\r\n0\r\n"
+        + b"".join(b"X-T%d: x\r\n" % i for i in range(3000)) + b"\r\n",
+    }
+
+
+@register("robust:http.framing", tags=TAGS)
+def framing(ctx: Context) -> None:
+    """Malformed or ambiguous framing (bad Content-Lengths, bare LFs, folded headers, NULs, HTTP/2.0 on
+    HTTP/1.1, odd Transfer-Encodings, huge chunk extensions and trailers): refused in the error shape."""
+    body = json.dumps({**minimal(ctx), "conformance_unknown_field": 1}, separators=(",", ":")).encode()
+    for name, data in _framings(ctx, body).items():
+        ex = exchange(target_of(ctx), [data], bound=ctx.config.timeout)
+        refused(ctx, ex, name)
+    healthy_after(ctx)
+
+
+@register("robust:http.pipelining", tags=TAGS)
+def pipelining(ctx: Context) -> None:
+    """20 requests sent at once on one connection: answered in order (200 and 404 alternating), each whole."""
+    target = target_of(ctx)
+    paths = [HEALTH if i % 2 == 0 else UNKNOWN for i in range(20)]
+    auth = [("Authorization", f"Bearer {ctx.client.api_key}")]
+    data = b"".join(target.head("GET", p, auth + ([("Connection", "close")] if i == len(paths) - 1 else []))
+                    for i, p in enumerate(paths))
+    ex = exchange(target, [data], expect=len(paths), bound=ctx.config.timeout)
+    if answered(ctx, ex, "pipelined requests") is None:
+        return
+    got = [r.status for r in ex.responses]
+    want = [200 if p == HEALTH else spec().error_codes["not_found"]["status"] for p in paths]
+    ctx.equal("the statuses of the pipelined requests", want, got)
+    for response, path in zip(ex.responses, paths):
+        if path == UNKNOWN:
+            error_shaped(ctx, response, f"pipelined GET {path}")
+    healthy_after(ctx)

@@ -1,0 +1,151 @@
+"""The raw layer of the robust: checks: sending over raw sockets (conformance/rawhttp.py,
+which knows nothing of checks) with the run's key and bound, and the judging every family
+shares: an answer at all (no hang), the error shape, the whole body where the spec fixes it,
+no input quoted back past x-caps.quoted_chars, and a server still healthy afterwards."""
+from __future__ import annotations
+
+import json
+import secrets
+from collections.abc import Sequence
+from typing import Any
+
+from conformance.checks.common import schema_errors
+from conformance.context import Context
+from conformance.expect import REQUEST_ID_MASK, error_body, message, request_id_re
+from conformance.rawhttp import RawExchange, RawResponse, Target, exchange
+from contract import spec
+
+
+COMPLETIONS = "/v1/completions"
+HEALTH = "/health"
+UNKNOWN = "/v1/conformance-robust-unknown"
+TAGS = ("robust",)
+
+
+# -- sending -----------------------------------------------------------------------------
+
+def target_of(ctx: Context) -> Target:
+    return Target.from_base_url(ctx.config.base_url)
+
+
+def request_headers(ctx: Context, body: bytes | None, extra: Sequence[tuple[str, str]] = (), *,
+             length: int | None = None, close: bool = True) -> list[tuple[str, str]]:
+    out = [("Authorization", f"Bearer {ctx.client.api_key}")]
+    if body is not None:
+        out += [("Content-Type", "application/json"),
+                ("Content-Length", str(len(body) if length is None else length))]
+    out += list(extra)
+    if close:
+        out.append(("Connection", "close"))
+    return out
+
+
+def send(ctx: Context, method: str, path: str, body: bytes | None = None, *,
+         extra: Sequence[tuple[str, str]] = (), **kw: Any) -> RawExchange:
+    head = target_of(ctx).head(method, path, request_headers(ctx, body, extra))
+    return exchange(target_of(ctx), [head + (body or b"")], bound=ctx.config.timeout, **kw)
+
+
+def post(ctx: Context, payload: Any) -> RawExchange:
+    raw = payload if isinstance(payload, bytes) else json.dumps(payload, separators=(",", ":")).encode()
+    return send(ctx, "POST", COMPLETIONS, raw)
+
+
+def minimal(ctx: Context, **fields: Any) -> dict[str, Any]:
+    return {"model": ctx.config.model, "prompt": [0], "max_tokens": 1, **fields}
+
+
+# -- judging -----------------------------------------------------------------------------
+
+def shown(response: RawResponse | None) -> Any:
+    if response is None:
+        return None
+    text = response.body[:600].decode("utf-8", "replace")
+    return {"status": response.status, "body": text + ("..." if len(response.body) > 600 else "")}
+
+
+def answered(ctx: Context, ex: RawExchange, what: str) -> RawResponse | None:
+    """The first response, or a finding: no connection, a hang, or a close without an answer."""
+    if ex.error is not None:
+        ctx.fail(f"{what}: no connection: {ex.error}")
+        return None
+    if ex.first is None:
+        reason = (f"no answer within {ctx.config.timeout:g} s (a hang)" if ex.timed_out
+                  else "the connection closed without an answer")
+        ctx.fail(f"{what}: {reason}", received=ex.data[:300].decode("latin-1"))
+    for response in ex.responses:       # a broken server's accepted request counts against the ceiling
+        data = response.json() if response.status == 200 else None
+        usage = data.get("usage") if isinstance(data, dict) else None
+        if isinstance(usage, dict) and isinstance(usage.get("completion_tokens"), int):
+            ctx.client.add_tokens(usage["completion_tokens"])
+    return ex.first
+
+
+def error_shaped(ctx: Context, response: RawResponse, what: str) -> bool:
+    """A status below 500 and at least 400, the ErrorBody shape, X-Request-Id equal to its request_id."""
+    ok = ctx.expect(response.status < 500, f"{what}: a server error", expected="a 4xx", received=shown(response))
+    ok &= ctx.expect(400 <= response.status, f"{what}: not refused", expected="a 4xx", received=shown(response))
+    data = response.json()
+    problems = schema_errors(data, spec().schema("ErrorBody")) if data is not None else ["not JSON"]
+    ok &= ctx.expect(not problems, f"{what}: the error body is not the API's shape",
+                     expected="ErrorBody", received={"problems": problems, **(shown(response) or {})})
+    rid = response.headers.get("x-request-id")
+    ok &= ctx.expect(rid is not None and bool(request_id_re().fullmatch(rid)) and
+                     isinstance(data, dict) and data.get("request_id") == rid,
+                     f"{what}: X-Request-Id missing or not the body's request_id", received=rid)
+    return ok
+
+
+def refused(ctx: Context, ex: RawExchange, what: str, body: dict[str, Any] | None = None,
+            echo: str | None = None) -> RawResponse | None:
+    """Answered, in the error shape; the whole body when the spec fixes it; `echo` not quoted back."""
+    response = answered(ctx, ex, what)
+    if response is None:
+        return None
+    error_shaped(ctx, response, what)
+    if body is not None:
+        data = response.json()
+        if isinstance(data, dict) and "request_id" in data:
+            data = {**data, "request_id": REQUEST_ID_MASK}
+        ctx.equal(f"{what}: the body", body, data)
+        status = spec().error_codes[body["error"]["code"]]["status"]
+        ctx.expect(response.status == status, f"{what}: status {response.status}, expected {status}",
+                   expected=status, received=response.status)
+    if echo is not None:
+        not_echoed(ctx, echo, response, what)
+    return response
+
+
+def not_echoed(ctx: Context, sent: str, response: RawResponse, what: str) -> None:
+    """No more than x-caps.quoted_chars characters of `sent` come back, in body or headers."""
+    window = sent[:spec().caps["quoted_chars"] + 1]
+    text = response.body.decode("utf-8", "replace") + json.dumps(response.headers)
+    ctx.expect(window not in text and json.dumps(window)[1:-1] not in text,
+               f"{what}: the input comes back past {spec().caps['quoted_chars']} characters",
+               expected=f"at most {spec().caps['quoted_chars']} characters of it",
+               received={"bytes": len(response.body), **(shown(response) or {})})
+
+
+def healthy_after(ctx: Context) -> None:
+    ex = exchange(target_of(ctx), [target_of(ctx).head("GET", HEALTH, [("Connection", "close")])],
+                  bound=ctx.config.timeout)
+    response = answered(ctx, ex, f"GET {HEALTH} afterwards")
+    if response is not None:
+        ctx.expect(response.status == 200, f"the server is unhealthy afterwards: GET {HEALTH} answered "
+                   f"{response.status}", expected=200, received=shown(response))
+
+
+def cut(text: str) -> str:
+    """How an error quotes an input value (x-caps.quoted_chars, x-messages.cut_mark)."""
+    limit = spec().caps["quoted_chars"]
+    return text if len(text) <= limit else text[:limit] + spec().messages["cut_mark"]
+
+
+def invalid_json() -> dict[str, Any]:
+    return error_body("invalid_json", message("invalid_json"))
+
+
+def distinctive(n: int) -> str:
+    """A distinctive input value of n characters."""
+    seed = "conformance-" + secrets.token_hex(8) + "-"
+    return (seed * (n // len(seed) + 1))[:n]

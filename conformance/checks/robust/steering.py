@@ -1,0 +1,81 @@
+"""robust:steering.* — steering vectors as compression bombs: a frame that declares 1 TiB,
+vectors that decode past x-caps.steering_decoded_bytes, frames with more or less than they declare."""
+from __future__ import annotations
+
+import base64
+import struct
+from typing import Any
+
+import zstandard
+
+from conformance.checks.robust.raw import TAGS, healthy_after, minimal, post, refused
+from conformance.context import Context
+from conformance.expect import steering_body
+from conformance.registry import register
+from contract import spec
+
+
+def _tensor(frame: bytes, shape: list[int]) -> dict[str, Any]:
+    return {"data": base64.b64encode(frame).decode(), "dtype": "float32",
+            "original_dtype": "torch.float32", "shape": shape, "compression": "zstd"}
+
+
+def _zeros(size: int) -> bytes:
+    return zstandard.ZstdCompressor(write_content_size=True).compress(bytes(size))
+
+
+def _steer(ctx: Context, *vectors: dict[str, Any]) -> dict[str, Any]:
+    return minimal(ctx, apply_steering_vectors=[{"activations": v, "layer_indices": [0]} for v in vectors])
+
+
+def _declaring(frame: bytes, size: int) -> bytes:
+    """The frame with its header's content size rewritten to `size`, in the 8-byte field
+    (RFC 8878 3.1.1.1: descriptor, window descriptor unless single-segment, dictionary id, size)."""
+    fhd = frame[4]
+    single = fhd & 0x20
+    at = 5 + (0 if single else 1) + (0, 1, 2, 4)[fhd & 3]
+    old = (1 if single else 0, 2, 4, 8)[fhd >> 6]
+    return frame[:4] + bytes([(fhd & 0x3F) | 0xC0]) + frame[5:at] + struct.pack("<Q", size) + frame[at + old:]
+
+
+@register("robust:steering.positions", tags=TAGS)
+def steering_positions(ctx: Context) -> None:
+    """A 200-byte frame declaring 1 TiB (shape [1, 67108864, hidden], sizes agreeing): 400 before anything is decoded."""
+    hidden, positions = ctx.model.hidden_size, 67108864
+    frame = _declaring(_zeros(4 * hidden), positions * hidden * 4)
+    param = "apply_steering_vectors[0]"
+    refused(ctx, post(ctx, _steer(ctx, _tensor(frame, [1, positions, hidden]))), "1 TiB declared",
+            steering_body("positions", param, got=positions, max_model_len=ctx.max_model_len))
+    healthy_after(ctx)
+
+
+@register("robust:steering.decoded_cap", tags=TAGS)
+def steering_decoded_cap(ctx: Context) -> None:
+    """Vectors of zeros that decode past x-caps.steering_decoded_bytes in all: 400 on the one that passes it."""
+    hidden, cap = ctx.model.hidden_size, spec().caps["steering_decoded_bytes"]
+    positions = max(1, min(ctx.max_model_len, cap // (hidden * 4)))
+    size = positions * hidden * 4
+    count = cap // size + 1
+    frame = _zeros(size)
+    vectors = [_tensor(frame, [1, positions, hidden])] * count
+    param = f"apply_steering_vectors[{count - 1}]"
+    refused(ctx, post(ctx, _steer(ctx, *vectors)), f"{count} vectors of {size} bytes",
+            steering_body("decoded_cap", param, cap=cap, total=count * size))
+    healthy_after(ctx)
+
+
+@register("robust:steering.frames", tags=TAGS)
+def steering_frames(ctx: Context) -> None:
+    """One zstd frame and nothing after it, inflating to exactly its declared size: trailing bytes, a
+    second frame, and a header that lies (the data inflates past it, or short of it) get 400."""
+    hidden = ctx.model.hidden_size
+    want = hidden * 4
+    good = _zeros(want)
+    cases = {"trailing bytes": good + b"junk", "a second frame": good + good,
+             "inflating past its size": _declaring(_zeros(want + 4096), want),
+             "inflating short of its size": _declaring(_zeros(want // 2), want)}
+    param = "apply_steering_vectors[0]"
+    for name, frame in cases.items():
+        refused(ctx, post(ctx, _steer(ctx, _tensor(frame, [1, hidden]))), name,
+                steering_body("zstd", param))
+    healthy_after(ctx)
