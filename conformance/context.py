@@ -101,7 +101,7 @@ class Context:
     def expect_request_id(self, reply: Reply, *, in_body: bool) -> None:
         """X-Request-Id on every response, in the spec's format; equal to the body's request_id."""
         header = reply.request_id_header
-        pattern = request_id_re()
+        pattern = request_id_re(self.api)
         self.expect(header is not None, "no X-Request-Id header", expected=pattern.pattern,
                     received=None, reply=reply)
         if header is not None:
@@ -132,7 +132,7 @@ class Context:
 
     def expect_error(self, reply: Reply, body: dict[str, Any], status: int | None = None) -> None:
         from conformance.expect import status_of
-        self.expect_response(reply, status or status_of(body["error"]["code"]), body)
+        self.expect_response(reply, status or status_of(self.api, body["error"]["code"]), body)
 
 
 def _summary(reply: Reply) -> Any:

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
-from contract import spec
+from contract import Spec
 
 # How many sequences / tokens a field may ask for, read the way a lax server reads it.
 COUNT_FIELDS = ("n", "best_of")
@@ -30,9 +30,8 @@ LENGTH_FIELDS = ("max_tokens", "max_completion_tokens")
 
 
 @cache
-def generating_paths() -> frozenset[str]:
-    """Paths whose POST takes a JSON body: the only requests that can make a server generate."""
-    api = spec()
+def generating_paths(api: Spec) -> frozenset[str]:
+    """Paths of `api` whose POST takes a JSON body: the only requests that can make a server generate."""
     out = set()
     for route in api.routes:
         if route.method == "POST" and route.has_body:
@@ -98,10 +97,17 @@ def worst_case(body: Any, max_model_len: int, end_tokens: frozenset[int] = froze
 
 @dataclass(frozen=True)
 class CostModel:
-    """What the ledger knows of the deployment: its max_model_len (GET /v1/models) and the
-    end tokens it has shown it stops at when they are the only allowed_token_ids."""
+    """What the ledger knows of the deployment: its max_model_len (GET /v1/models), the paths
+    that can generate (the spec's: generating_paths), and the end tokens it has shown it stops
+    at when they are the only allowed_token_ids."""
     max_model_len: int
+    generating: frozenset[str]
     end_tokens: frozenset[int] = frozenset()
+
+    @classmethod
+    def of(cls, api: Spec, max_model_len: int) -> "CostModel":
+        """The cost model of a deployment of `api` with this max_model_len."""
+        return cls(max_model_len, generating_paths(api))
 
     def body(self, body: Any) -> int:
         """Worst case of a JSON body sent to a generating route."""
@@ -111,7 +117,7 @@ class CostModel:
                 early_close: int = 0) -> int:
         """Worst case of one request (0 if it cannot generate); a stream the suite closes after
         `stop_after_events` events costs at most `early_close`."""
-        if method.upper() != "POST" or path.split("?", 1)[0] not in generating_paths():
+        if method.upper() != "POST" or path.split("?", 1)[0] not in self.generating:
             return 0
         worst = self.body(body)
         return min(worst, early_close) if stop_after_events is not None else worst

@@ -20,7 +20,7 @@ from typing import Any
 
 from conformance.client import Reply, StreamReply
 from conformance.spec_rules import all_rule_keys, rule_for
-from contract import Spec, spec
+from contract import Spec
 
 REQUEST_SCHEMA = "CompletionRequest"
 CATEGORIES = ("routes", "fields_valid", "fields_invalid", "rules", "error_codes", "statuses",
@@ -31,9 +31,8 @@ def _param_root(param: Any) -> str | None:
     return re.split(r"[.\[]", param, maxsplit=1)[0] if isinstance(param, str) else None
 
 
-def universe(*, exhausted_key: bool = False, api: Spec | None = None) -> dict[str, list[str]]:
-    """What a run could cover, each category read from the spec (default: contract.spec())."""
-    api = api if api is not None else spec()
+def universe(api: Spec, *, exhausted_key: bool = False) -> dict[str, list[str]]:
+    """What a run could cover, each category read from `api`."""
     codes = [code for code, entry in api.error_codes.items()
              if entry.get("conformance") is None
              or (entry["conformance"] == "exhausted-key" and exhausted_key)]
@@ -61,9 +60,9 @@ def universe(*, exhausted_key: bool = False, api: Spec | None = None) -> dict[st
 class Coverage:
     """Collects what the run's answers exercised; thread-safe (checks may run threads)."""
 
-    def __init__(self, *, exhausted_key: bool = False, api: Spec | None = None) -> None:
-        self.api = api if api is not None else spec()
-        self.universe = universe(exhausted_key=exhausted_key, api=self.api)
+    def __init__(self, api: Spec, *, exhausted_key: bool = False) -> None:
+        self.api = api
+        self.universe = universe(api, exhausted_key=exhausted_key)
         self.seen: dict[str, set[str]] = {c: set() for c in CATEGORIES}
         self._lock = threading.Lock()
         self._header_names = {h.lower(): h for h in self.universe["headers"]}

@@ -91,7 +91,7 @@ def print_dry_run(checks: Sequence[Check], config: RunConfig, console: Console) 
     table.add_column("tags")
     table.add_column("tokens ≤", justify="right")
     table.add_column("if not conforming ≤", justify="right")
-    cost = CostModel(config.api.models[config.model].max_model_len)
+    cost = CostModel.of(config.api, config.api.models[config.model].max_model_len)
     for check in checks:
         table.add_row(check.id, ", ".join(check.all_tags), str(check.token_bound(config)),
                       str(check.worst_case(config, cost)))

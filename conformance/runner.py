@@ -94,7 +94,7 @@ def execute(check: Check, ctx: Context, cost: int | None = None) -> CheckResult:
 
 
 def _cost(ctx: Context) -> CostModel:
-    return ctx.client.cost or CostModel(ctx.max_model_len)
+    return ctx.client.cost or CostModel.of(ctx.api, ctx.max_model_len)
 
 
 def probe_end_tokens(ctx: Context) -> None:
@@ -150,7 +150,7 @@ def connect(config: RunConfig, transport: httpx.BaseTransport | None = None) -> 
     client = Client(config.base_url, config.api_key, timeout=config.timeout, transport=transport)
     try:
         ctx = Context(config, client, discover(client, config.model, config.api))
-        client.ceiling, client.cost = config.token_ceiling, CostModel(ctx.max_model_len)
+        client.ceiling, client.cost = config.token_ceiling, CostModel.of(config.api, ctx.max_model_len)
         return ctx
     except BaseException:
         client.close()
@@ -166,7 +166,7 @@ def run(config: RunConfig, checks: Sequence[Check], *, progress: Progress | None
     start = time.perf_counter()
     ctx = connect(config, transport)
     results: dict[str, CheckResult] = {}
-    coverage = Coverage(exhausted_key=bool(config.exhausted_key), api=ctx.api)
+    coverage = Coverage(ctx.api, exhausted_key=bool(config.exhausted_key))
     ctx.client.observers.append(coverage.observe_reply)
     current = [""]                     # the id of the check running now
     for observer in observers:

@@ -61,25 +61,26 @@ def _templates(api: Spec) -> tuple[RuleTemplate, ...]:
     return tuple(out)
 
 
-def templates(api: Spec | None = None) -> tuple[RuleTemplate, ...]:
-    """Every rule's template, of `api` (default: contract.spec())."""
-    return _templates(api if api is not None else spec())
+def templates(api: Spec) -> tuple[RuleTemplate, ...]:
+    """Every rule's template, of `api`."""
+    return _templates(api)
 
 
-def all_rule_keys(api: Spec | None = None) -> list[str]:
+def all_rule_keys(api: Spec) -> list[str]:
     """Every rule of the spec, as `group:id`."""
     return [t.key for t in templates(api)]
 
 
 def rule_for(error: Any, api: Spec | None = None) -> str | None:
-    """The `group:id` of the rule whose code and message template the error body matches."""
+    """The `group:id` of the rule of `api` whose code and message template the error body matches.
+    The suite passes its run's spec; `api` defaults to contract.spec() for callers outside it."""
     if not isinstance(error, dict):
         return None
     err = error.get("error") if isinstance(error.get("error"), dict) else error
     code, message, param = err.get("code"), err.get("message"), err.get("param")
     if not isinstance(message, str):
         return None
-    for t in templates(api):
+    for t in templates(api if api is not None else spec()):
         if t.code != code or not t.pattern.match(message):
             continue
         # Model rules name the param they found (params lists the candidates).

@@ -40,13 +40,13 @@ def test_the_full_profile_covers_every_rule_error_code_and_status() -> None:
 
 
 def test_the_universe_is_read_from_the_spec() -> None:
-    u = universe()
+    u = universe(spec())
     raw = spec().raw
     assert len(u["rules"]) == sum(len(raw[g]) for g in ("x-rules", "x-model-rules", "x-token-rules"))
     assert set(u["fields_valid"]) == set(spec().schema("CompletionRequest")["properties"])
     faults = {c for c, e in raw["x-error-codes"].items() if e.get("conformance")}
     assert set(u["error_codes"]) == set(raw["x-error-codes"]) - faults
-    with_key = universe(exhausted_key=True)
+    with_key = universe(spec(), exhausted_key=True)
     assert set(with_key["error_codes"]) - set(u["error_codes"]) == {
         c for c, e in raw["x-error-codes"].items() if e.get("conformance") == "exhausted-key"}
 
@@ -58,15 +58,15 @@ def test_a_header_only_unprovokable_codes_carry_is_out_of_the_universe() -> None
     by_fault = {h for e in codes.values() if e.get("conformance") == "fault" for h in e.get("headers", [])}
     assert by_option and by_fault   # the spec has both kinds (x-should-retry, Retry-After)
     everything = set(raw["components"]["headers"])
-    assert set(universe()["headers"]) == everything - by_option - by_fault
-    assert set(universe(exhausted_key=True)["headers"]) == everything - by_fault
+    assert set(universe(spec())["headers"]) == everything - by_option - by_fault
+    assert set(universe(spec(), exhausted_key=True)["headers"]) == everything - by_fault
 
 
 def test_a_rule_added_to_the_spec_is_in_the_universe_and_uncovered() -> None:
     raw = copy.deepcopy(spec().raw)
     raw["x-token-rules"].append({"id": "new_rule", "param": "n", "code": "invalid_request",
                                  "message": "A new rule about {n}."})
-    cov = Coverage(api=Spec(path=spec().path, raw=raw))
+    cov = Coverage(Spec(path=spec().path, raw=raw))
     assert "x-token-rules:new_rule" in cov.universe["rules"]
     error = {"error": {"message": "A new rule about 3.", "type": "invalid_request_error",
                        "param": "n", "code": "invalid_request"}, "request_id": "req_0"}
@@ -76,5 +76,5 @@ def test_a_rule_added_to_the_spec_is_in_the_universe_and_uncovered() -> None:
     assert "x-token-rules:new_rule" not in summary["rules"]["not_covered"]
     assert "n" not in summary["fields_invalid"]["not_covered"]
     assert summary["fields_valid"]["covered"] == 0
-    assert summary["statuses"]["not_covered"] == [s for s in universe()["statuses"] if s != "400"]
-    assert summary["headers"]["not_covered"] == [h for h in universe()["headers"] if h != "X-Request-Id"]
+    assert summary["statuses"]["not_covered"] == [s for s in universe(spec())["statuses"] if s != "400"]
+    assert summary["headers"]["not_covered"] == [h for h in universe(spec())["headers"] if h != "X-Request-Id"]

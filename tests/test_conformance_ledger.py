@@ -16,7 +16,7 @@ from rich.console import Console
 
 from conformance.checks import REGISTRY
 from conformance.checks.golden import refusal_request, worst_case as golden_worst
-from conformance.checks.schema import _Ledger
+from conformance.checks.schema import _Ledger, schemathesis_spec
 from conformance.client import Client, OverCeiling
 from conformance.config import CHEAP_TOKENS, DEFAULT_TOKEN_CEILING, RunConfig
 from conformance.context import Context
@@ -61,15 +61,15 @@ def test_worst_case_of_a_body(body: Any, worst: int) -> None:
 
 def test_end_tokens_shorten_only_once_the_server_showed_it_honours_them() -> None:
     body = {"prompt": [0], "max_tokens": 50, "n": 2, "allowed_token_ids": sorted(EOS)}
-    assert CostModel(SERVED_LEN).body(body) == 100
-    assert CostModel(SERVED_LEN, EOS).body(body) == 2
-    assert CostModel(SERVED_LEN, EOS).body({**body, "ignore_eos": True}) == 100
-    assert CostModel(SERVED_LEN, EOS).body({**body, "allowed_token_ids": [*EOS, 5]}) == 100
+    assert CostModel.of(spec(), SERVED_LEN).body(body) == 100
+    assert CostModel(SERVED_LEN, generating_paths(spec()), EOS).body(body) == 2
+    assert CostModel(SERVED_LEN, generating_paths(spec()), EOS).body({**body, "ignore_eos": True}) == 100
+    assert CostModel(SERVED_LEN, generating_paths(spec()), EOS).body({**body, "allowed_token_ids": [*EOS, 5]}) == 100
 
 
 def test_only_posts_with_a_json_body_can_generate() -> None:
-    cost = CostModel(SERVED_LEN)
-    assert COMPLETIONS in generating_paths()
+    cost = CostModel.of(spec(), SERVED_LEN)
+    assert COMPLETIONS in generating_paths(spec())
     assert cost.request("GET", COMPLETIONS, b'{"prompt": "x"}') == 0
     assert cost.request("POST", "/v1/models", b'{"prompt": "x"}') == 0
     assert cost.request("POST", COMPLETIONS, b"not json") == 0
@@ -207,17 +207,17 @@ def test_every_report_names_the_checks_skipped_for_the_ceiling() -> None:
 def test_the_full_profile_plans_within_the_ceiling_for_a_server_that_does_not_conform() -> None:
     config = RunConfig("http://x", "k", profile="full")
     selected = select(REGISTRY, config)
-    served = CostModel(spec().models[MODEL].max_model_len, EOS)
+    served = CostModel(spec().models[MODEL].max_model_len, generating_paths(spec()), EOS)
     assert token_bound(selected, config, served) <= DEFAULT_TOKEN_CEILING
     # every check that expects a refusal asks for little, however the server answers
     refused = [c for c in load_cases() if c.expect_status != 200]
-    dear = {c.id: golden_worst(c, served, MODEL) for c in refused if golden_worst(c, served, MODEL) > CHEAP_TOKENS}
+    dear = {c.id: golden_worst(c, served, config) for c in refused if golden_worst(c, served, config) > CHEAP_TOKENS}
     assert dear == {}
 
 
 def test_the_cheap_golden_requests_are_fresh() -> None:
     """python -m conformance.golden.cheap rewrites the file."""
-    assert CHEAP_FILE.read_text(encoding="utf-8") == render_cheap()
+    assert CHEAP_FILE.read_text(encoding="utf-8") == render_cheap(spec())
 
 
 def test_a_refused_golden_case_keeps_its_body_and_gains_only_the_cheap_fields() -> None:
@@ -249,8 +249,8 @@ class _Case:
 
 def test_negative_schemathesis_bodies_get_the_cheap_fields_and_the_ceiling_holds() -> None:
     with Client("http://x", "k", transport=httpx.MockTransport(LaxServer())) as client:
-        client.ceiling, client.cost = 10, CostModel(SERVED_LEN)
-        ledger = _Ledger(client, "negative")
+        client.ceiling, client.cost = 10, CostModel.of(spec(), SERVED_LEN)
+        ledger = _Ledger(client, "negative", schemathesis_spec(spec()), spec())
         case = _Case({"model": MODEL, "prompt": 7})
         ledger.before(case)
         assert case.body == {"model": MODEL, "prompt": 7, "max_tokens": 1, "n": 1}
@@ -262,7 +262,7 @@ def test_negative_schemathesis_bodies_get_the_cheap_fields_and_the_ceiling_holds
         with pytest.raises(OverCeiling):
             ledger.before(_Case({"model": MODEL, "prompt": 7}))
         assert ledger.withheld == 1
-        positive = _Ledger(client, "positive")
+        positive = _Ledger(client, "positive", schemathesis_spec(spec()), spec())
         body = {"model": MODEL, "prompt": [0]}
         with pytest.raises(OverCeiling):
             positive.before(_Case(body))
@@ -289,14 +289,14 @@ def _sent_through_schemathesis(body: dict[str, Any]) -> tuple[dict[str, Any], Cl
     """One negative case of /v1/completions through schemathesis's call and the ledger's hooks:
     the body the lax server received, and the client that kept the ledger."""
     import schemathesis
-    from conformance.checks.schema import _LEDGERS, schemathesis_spec
-    raw = schemathesis_spec()
+    from conformance.checks.schema import _LEDGERS
+    raw = schemathesis_spec(spec())
     case = schemathesis.openapi.from_dict(raw)[COMPLETIONS]["POST"].Case(
         body=copy.deepcopy(body), media_type="application/json")
     server = LaxServer()
     client = Client("http://lax.test", "k", transport=httpx.MockTransport(server))
-    client.ceiling, client.cost = 10 ** 9, CostModel(SERVED_LEN)
-    _LEDGERS.append(_Ledger(client, "negative", raw))
+    client.ceiling, client.cost = 10 ** 9, CostModel.of(spec(), SERVED_LEN)
+    _LEDGERS.append(_Ledger(client, "negative", raw, spec()))
     try:
         case.call(app=_wsgi(server), base_url="http://lax.test")
     finally:

@@ -11,7 +11,7 @@ from conformance.checks import REGISTRY
 from conformance.checks.schema import BEYOND_SCHEMA, _never_accepted, narrowed_spec, schemathesis_spec
 from conformance.client import Client
 from conformance.config import DEFAULT_TOKEN_CEILING, RunConfig
-from conformance.expect import error_body, event_schemas, request_id_re
+from conformance.expect import error_body, request_id_re
 from conformance.golden import load_cases
 from conformance.registry import Check, Registry, select, token_bound
 from conformance.reports.html import render
@@ -161,16 +161,16 @@ def test_client_closes_a_stream_after_n_events() -> None:
 # -- what is expected comes from the spec ----------------------------------------------------
 
 def test_expectations_come_from_the_spec() -> None:
-    assert request_id_re().fullmatch(new_request_id())
-    body = error_body("deadline_infeasible", "m", "max_tokens")
+    assert request_id_re(spec()).fullmatch(new_request_id())
+    body = error_body(spec(), "deadline_infeasible", "m", "max_tokens")
     assert body["error"]["type"] == spec().error_codes["deadline_infeasible"]["type"]
     op = spec().operation("createCompletion")
-    assert set(event_schemas()) == set(op["responses"]["200"]["content"]["text/event-stream"]["x-event-schemas"])
+    assert set(spec().event_schemas) == set(op["responses"]["200"]["content"]["text/event-stream"]["x-event-schemas"])
 
 
 def test_the_narrowed_spec_is_valid_openapi_and_only_narrows() -> None:
     from openapi_spec_validator import validate
-    raw = narrowed_spec(spec().default_model)
+    raw = narrowed_spec(spec(), spec().default_model)
     validate(raw)
     narrowed = raw["components"]["schemas"]["CompletionRequest"]
     original = spec().schema("CompletionRequest")
@@ -180,7 +180,7 @@ def test_the_narrowed_spec_is_valid_openapi_and_only_narrows() -> None:
     assert narrowed["allOf"] == spec().schema("CompletionRequest")["allOf"]
     assert all(any(str(code).startswith("2") for code in op["responses"])
                for item in raw["paths"].values() for op in item.values())
-    validate(schemathesis_spec())
+    validate(schemathesis_spec(spec()))
 
 
 # -- reports -------------------------------------------------------------------------------
@@ -222,4 +222,4 @@ def test_html_report_is_self_contained_and_escaped() -> None:
 
 def test_only_the_chat_refusal_is_never_accepted() -> None:
     """schemathesis's positive_data_acceptance is not held against an operation with no 2xx."""
-    assert _never_accepted(schemathesis_spec()) == {"POST /v1/chat/completions"}
+    assert _never_accepted(schemathesis_spec(spec())) == {"POST /v1/chat/completions"}

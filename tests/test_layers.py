@@ -174,3 +174,44 @@ def test_the_cycle_finder_finds_a_cycle_through_three_modules() -> None:
     graph = {"a": {"b"}, "b": {"c"}, "c": {"a", "d"}, "d": set()}
     assert cycles(graph) == [["a", "b", "c"]]
     assert cycles({**graph, "c": {"d"}}) == []
+
+
+# Where the suite may call contract.spec(): its entry points, and the defaults of an
+# optional `api` argument that callers outside the suite leave out. Everything else
+# reads the run's spec from what it is given (RunConfig.api, ctx.api).
+SPEC_CALLS_ALLOWED = {
+    ("conformance/cli.py", "main"), ("conformance/cli.py", "diff_main"),
+    ("conformance/golden/cheap.py", "__main__"),
+    ("conformance/spec_rules.py", "rule_for"),
+    ("conformance/golden/record.py", "corpus"), ("conformance/golden/record.py", "record"),
+    ("conformance/golden/generate.py", "generate"),
+}
+
+
+def spec_calls(path: Path) -> Iterator[tuple[str, int]]:
+    """(the enclosing function, or __main__ / <module>, line) of every call of spec()."""
+    def visit(node: ast.AST, where: str) -> Iterator[tuple[str, int]]:
+        for child in ast.iter_child_nodes(node):
+            inner = where
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                inner = child.name
+            elif isinstance(child, ast.If) and "__main__" in ast.unparse(child.test):
+                inner = "__main__"
+            if (isinstance(child, ast.Call) and isinstance(child.func, (ast.Name, ast.Attribute))
+                    and (getattr(child.func, "id", None) or getattr(child.func, "attr", None)) == "spec"):
+                yield where, child.lineno
+            yield from visit(child, inner)
+    yield from visit(ast.parse(path.read_text(), str(path)), "<module>")
+
+
+def test_the_suite_reads_the_global_spec_only_at_its_entry_points() -> None:
+    found = [f"{rel}:{line} in {where}" for path in modules("conformance")
+             for rel in [path.relative_to(ROOT).as_posix()]
+             for where, line in spec_calls(path) if (rel, where) not in SPEC_CALLS_ALLOWED]
+    assert found == []
+
+
+def test_spec_calls_are_found_at_module_level_and_in_functions(tmp_path: Path) -> None:
+    source = tmp_path / "m.py"
+    source.write_text("X = spec().caps\ndef f():\n    return contract.spec()\nif __name__ == '__main__':\n    spec()\n")
+    assert list(spec_calls(source)) == [("<module>", 1), ("f", 3), ("__main__", 5)]

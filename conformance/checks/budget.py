@@ -8,10 +8,8 @@ from __future__ import annotations
 
 import re
 
-from conformance.checks.common import COMPLETIONS
 from conformance.context import Context
 from conformance.registry import register
-from contract import spec
 
 
 def template_regex(template: str) -> re.Pattern[str]:
@@ -28,16 +26,16 @@ def exhausted_key(ctx: Context) -> None:
     if not key:
         ctx.skip("needs a key whose Budget is spent: pass --exhausted-key KEY")
     body = {"model": ctx.config.model, "prompt": [0], "max_tokens": 1, "n": 1}
-    reply = ctx.client.post(COMPLETIONS, body, auth=f"Bearer {key}")
+    reply = ctx.client.post(ctx.api.completions_path, body, auth=f"Bearer {key}")
     code = "insufficient_quota"
-    ctx.expect_status(reply, spec().error_codes[code]["status"], fatal=True)
+    ctx.expect_status(reply, ctx.api.error_codes[code]["status"], fatal=True)
     error = reply.data.get("error", {}) if isinstance(reply.data, dict) else {}
-    ctx.equal("type, code and param", [spec().error_codes[code]["type"], code, None],
+    ctx.equal("type, code and param", [ctx.api.error_codes[code]["type"], code, None],
               [error.get("type"), error.get("code"), error.get("param")], reply)
-    pattern = template_regex(spec().messages[code])
+    pattern = template_regex(ctx.api.messages[code])
     ctx.expect(bool(pattern.fullmatch(str(error.get("message")))), "the message does not follow its template",
-               expected=spec().messages[code], received=error.get("message"), reply=reply)
+               expected=ctx.api.messages[code], received=error.get("message"), reply=reply)
     ctx.expect_request_id(reply, in_body=True)
     # x-should-retry: false, so that SDKs do not retry a spent Budget (x-error-codes headers)
-    for name, value in spec().error_headers(code).items():
+    for name, value in ctx.api.error_headers(code).items():
         ctx.equal(f"the {name} header", value, reply.headers.get(name), reply)

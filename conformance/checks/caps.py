@@ -11,17 +11,15 @@ closed after its first chunk). One past the limit nothing is generated.
 """
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
-from conformance.checks.common import COMPLETIONS, first_chunk_accepted
+from conformance.checks.common import first_chunk_accepted
 from conformance.config import CHEAP_TOKENS, RunConfig
 from conformance.context import Context
 from conformance.cost import CostModel
 from conformance.expect import error_body, message, token_rule_body
 from conformance.golden import padded_body
 from conformance.registry import register
-from contract import spec
 
 # Token id 0 is in every vocabulary and is short in JSON, so a max_model_len
 # prompt stays far below the body cap.
@@ -32,21 +30,17 @@ def _body(ctx: Context, prompt_tokens: int, **fields: Any) -> dict[str, Any]:
     return {"model": ctx.config.model, "prompt": [PROMPT_ID] * prompt_tokens, **fields}
 
 
-def _caps() -> dict[str, int]:
-    return spec().caps
-
-
 def _no_stream_limit_worst(config: RunConfig, cost: CostModel) -> int:
     """One prompt token and max_tokens at the no-stream cap, stopped by the end tokens: a server
     that ignores them (until it has shown it honours them) writes all of it."""
-    eos = list(spec().models[config.model].eos_token_ids)
-    return cost.body({"prompt": [PROMPT_ID], "max_tokens": _caps()["max_tokens_without_stream"],
+    eos = list(config.api.models[config.model].eos_token_ids)
+    return cost.body({"prompt": [PROMPT_ID], "max_tokens": config.api.caps["max_tokens_without_stream"],
                       "allowed_token_ids": eos})
 
 
 def _fits_body(ctx: Context, prompt_tokens: int) -> None:
     # two bytes per id ("0,"): skip rather than send a body the 413 rule would refuse first
-    if 2 * prompt_tokens + 256 > _caps()["max_body_bytes"]:
+    if 2 * prompt_tokens + 256 > ctx.api.caps["max_body_bytes"]:
         ctx.skip(f"a prompt of {prompt_tokens} token ids does not fit the body cap")
 
 
@@ -54,7 +48,7 @@ def _accepted(ctx: Context, body: dict[str, Any], *, stream: bool = False) -> No
     """The request must be accepted; only the first event of a stream is read."""
     if stream:
         return first_chunk_accepted(ctx, body)
-    reply = ctx.client.post(COMPLETIONS, body)
+    reply = ctx.client.post(ctx.api.completions_path, body)
     ctx.expect_status(reply, 200)
 
 
@@ -64,7 +58,7 @@ def _accepted(ctx: Context, body: dict[str, Any], *, stream: bool = False) -> No
           worst=_no_stream_limit_worst)
 def without_stream_limit(ctx: Context) -> None:
     """max_tokens at the no-stream cap is accepted (it stops at once: allowed_token_ids = end tokens)."""
-    cap = _caps()["max_tokens_without_stream"]
+    cap = ctx.api.caps["max_tokens_without_stream"]
     if 1 + cap > ctx.max_model_len:
         ctx.skip(f"max_model_len {ctx.max_model_len} cannot hold a 1-token prompt and {cap} tokens")
     _accepted(ctx, _body(ctx, 1, max_tokens=cap, allowed_token_ids=list(ctx.model.eos_token_ids)))
@@ -77,19 +71,19 @@ def without_stream_past(ctx: Context) -> None:
     The prompt fills the context (max_model_len - 1 token ids): x-token-rules checks the
     no-stream cap first, and a server that wrongly accepts the request has room for one token.
     """
-    cap = _caps()["max_tokens_without_stream"]
+    cap = ctx.api.caps["max_tokens_without_stream"]
     _fits_body(ctx, ctx.max_model_len)
-    reply = ctx.client.post(COMPLETIONS, _body(ctx, ctx.max_model_len - 1, max_tokens=cap + 1))
-    ctx.expect_error(reply, token_rule_body("deadline_infeasible", cap=cap, max_tokens=cap + 1,
-                                            minutes=_caps()["wait_seconds"] // 60))
+    reply = ctx.client.post(ctx.api.completions_path, _body(ctx, ctx.max_model_len - 1, max_tokens=cap + 1))
+    ctx.expect_error(reply, token_rule_body(ctx.api, "deadline_infeasible", cap=cap, max_tokens=cap + 1,
+                                            minutes=ctx.api.caps["wait_seconds"] // 60))
 
 
 # -- prompts x n x max_tokens ---------------------------------------------------
 
 def _split(ctx: Context) -> tuple[int, int]:
     """(n, max_tokens) with n x max_tokens = the cap, each sequence fitting max_model_len."""
-    cap = _caps()["max_generated_tokens"]
-    n_max = spec().schema("CompletionRequest")["properties"]["n"]["maximum"]
+    cap = ctx.api.caps["max_generated_tokens"]
+    n_max = ctx.api.schema("CompletionRequest")["properties"]["n"]["maximum"]
     for n in range(1, n_max + 1):
         if cap % n == 0 and 1 + cap // n <= ctx.max_model_len:
             return n, cap // n
@@ -108,11 +102,11 @@ def generated_limit(ctx: Context) -> None:
 def generated_past(ctx: Context) -> None:
     """max_tokens one past the generated-token cap's split: 400 invalid_request, param max_tokens."""
     n, max_tokens = _split(ctx)
-    cap = _caps()["max_generated_tokens"]
+    cap = ctx.api.caps["max_generated_tokens"]
     # a stream, closed after its first event should a server wrongly accept it
-    reply = ctx.client.stream(COMPLETIONS, _body(ctx, 1, n=n, max_tokens=max_tokens + 1, stream=True),
+    reply = ctx.client.stream(ctx.api.completions_path, _body(ctx, 1, n=n, max_tokens=max_tokens + 1, stream=True),
                               stop_after_events=1)
-    ctx.expect_error(reply, token_rule_body("generated_tokens_cap", cap=cap, n=n, max_tokens=max_tokens + 1,
+    ctx.expect_error(reply, token_rule_body(ctx.api, "generated_tokens_cap", cap=cap, n=n, max_tokens=max_tokens + 1,
                                             prompts=1, total=n * (max_tokens + 1)))
 
 
@@ -130,8 +124,8 @@ def context_past(ctx: Context) -> None:
     """A prompt of max_model_len token ids and max_tokens 1: 400 context_length_exceeded."""
     length = ctx.max_model_len
     _fits_body(ctx, length)
-    reply = ctx.client.post(COMPLETIONS, _body(ctx, length, max_tokens=1))
-    ctx.expect_error(reply, token_rule_body("context_length", max_model_len=length, total=length + 1,
+    reply = ctx.client.post(ctx.api.completions_path, _body(ctx, length, max_tokens=1))
+    ctx.expect_error(reply, token_rule_body(ctx.api, "context_length", max_model_len=length, total=length + 1,
                                             prompt_tokens=length, max_tokens=1))
 
 
@@ -147,8 +141,8 @@ def prompt_past(ctx: Context) -> None:
     """Without max_tokens, a prompt of max_model_len leaves none: 400 context_length_exceeded, param prompt."""
     length = ctx.max_model_len
     _fits_body(ctx, length)
-    reply = ctx.client.post(COMPLETIONS, _body(ctx, length))
-    ctx.expect_error(reply, token_rule_body("prompt_too_long", max_model_len=length, prompt_tokens=length))
+    reply = ctx.client.post(ctx.api.completions_path, _body(ctx, length))
+    ctx.expect_error(reply, token_rule_body(ctx.api, "prompt_too_long", max_model_len=length, prompt_tokens=length))
 
 
 # -- the capture: Layers x (prompt + max_tokens - 1) ------------------------------
@@ -168,8 +162,8 @@ def capture_past(ctx: Context) -> None:
     """One Layer x (capture cap + 1) positions: 400 invalid_request, param output_residual_stream."""
     cap = ctx.model.capture_cap
     _fits_body(ctx, cap + 1)
-    reply = ctx.client.post(COMPLETIONS, _body(ctx, cap + 1, max_tokens=1, output_residual_stream=[0]))
-    ctx.expect_error(reply, token_rule_body("capture_cap", cap=cap, layers=1, positions=cap + 1,
+    reply = ctx.client.post(ctx.api.completions_path, _body(ctx, cap + 1, max_tokens=1, output_residual_stream=[0]))
+    ctx.expect_error(reply, token_rule_body(ctx.api, "capture_cap", cap=cap, layers=1, positions=cap + 1,
                                             total=cap + 1))
 
 
@@ -178,23 +172,26 @@ def capture_past(ctx: Context) -> None:
 @register("caps:body.limit", tags=("caps", "http"), tokens=1)
 def body_limit(ctx: Context) -> None:
     """A body of exactly max_body_bytes is read and accepted."""
-    content = padded_body(_body(ctx, 1, max_tokens=1), _caps()["max_body_bytes"])
-    reply = ctx.client.request("POST", COMPLETIONS, content=content)
+    content = padded_body(_body(ctx, 1, max_tokens=1), ctx.api.caps["max_body_bytes"])
+    reply = ctx.client.request("POST", ctx.api.completions_path, content=content)
     ctx.expect_status(reply, 200)
 
 
 @register("caps:body.limit+1", tags=("caps", "http"), worst=1)
 def body_past(ctx: Context) -> None:
     """One byte more: 413 request_too_large."""
-    limit = _caps()["max_body_bytes"]
-    reply = ctx.client.request("POST", COMPLETIONS, content=padded_body(_body(ctx, 1, max_tokens=1), limit + 1))
-    ctx.expect_error(reply, error_body("request_too_large", message("request_too_large", limit=limit)))
+    limit = ctx.api.caps["max_body_bytes"]
+    reply = ctx.client.request("POST", ctx.api.completions_path,
+                               content=padded_body(_body(ctx, 1, max_tokens=1), limit + 1))
+    ctx.expect_error(reply, error_body(ctx.api, "request_too_large",
+                                       message(ctx.api, "request_too_large", limit=limit)))
 
 
 @register("caps:body.limit+1.chat", tags=("caps", "http"), worst=1)
 def body_past_chat(ctx: Context) -> None:
     """The body cap holds on every route: 413 on POST /v1/chat/completions too (size comes first)."""
-    limit = _caps()["max_body_bytes"]
+    limit = ctx.api.caps["max_body_bytes"]
     body = {"model": ctx.config.model, "max_tokens": 1, "n": 1, "messages": [{"role": "user", "content": "hi"}]}
     reply = ctx.client.request("POST", "/v1/chat/completions", content=padded_body(body, limit + 1))
-    ctx.expect_error(reply, error_body("request_too_large", message("request_too_large", limit=limit)))
+    ctx.expect_error(reply, error_body(ctx.api, "request_too_large",
+                                       message(ctx.api, "request_too_large", limit=limit)))

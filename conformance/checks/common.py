@@ -9,9 +9,7 @@ import jsonschema
 
 from conformance.client import AUTH_DEFAULT, StreamReply
 from conformance.context import Context
-from contract import spec
 
-COMPLETIONS = spec().completions_path
 SCHEMA_ERRORS_SHOWN = 5
 
 
@@ -35,7 +33,7 @@ def schema_errors(instance: Any, schema: dict[str, Any]) -> list[str]:
 
 
 def open_stream(ctx: Context, body: dict[str, Any], **kw: Any) -> StreamReply:
-    reply = ctx.client.stream(COMPLETIONS, {**body, "stream": True}, **kw)
+    reply = ctx.client.stream(ctx.api.completions_path, {**body, "stream": True}, **kw)
     ctx.expect_status(reply, 200, fatal=True)
     if "text/event-stream" not in reply.headers.get("content-type", ""):
         ctx.stop("the stream's Content-Type is not text/event-stream", expected="text/event-stream",
@@ -43,11 +41,13 @@ def open_stream(ctx: Context, body: dict[str, Any], **kw: Any) -> StreamReply:
     return reply
 
 
-def first_chunk_accepted(ctx: Context, body: dict[str, Any], *, path: str = COMPLETIONS,
+def first_chunk_accepted(ctx: Context, body: dict[str, Any], *, path: str | None = None,
                          headers: dict[str, str] | None = None, auth: str | None = AUTH_DEFAULT) -> None:
     """A stream is accepted: 200 and a first content chunk. Then the suite hangs up:
-    the cheap way to see a large request accepted without paying for all of it."""
-    reply = ctx.client.stream(path, {**body, "stream": True}, headers=headers, auth=auth, stop_after_events=1)
+    the cheap way to see a large request accepted without paying for all of it (`path`: the
+    spec's completions path unless given)."""
+    reply = ctx.client.stream(path or ctx.api.completions_path, {**body, "stream": True}, headers=headers,
+                              auth=auth, stop_after_events=1)
     ctx.expect_status(reply, 200, fatal=True)
     ctx.expect(bool(reply.parsed.events) and reply.parsed.events[0].kind == "content",
                "the first event of the accepted stream is not a content chunk",

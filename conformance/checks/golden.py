@@ -27,12 +27,11 @@ from typing import Any
 
 from conformance.checks.common import first_chunk_accepted
 from conformance.client import AUTH_DEFAULT
-from conformance.config import CHEAP_TOKENS
+from conformance.config import CHEAP_TOKENS, RunConfig
 from conformance.context import Context
-from conformance.cost import CostModel, generating_paths
+from conformance.cost import CostModel
 from conformance.golden import HERE, Case, load_cases
 from conformance.registry import REGISTRY, Check
-from contract import spec
 
 # Golden tags that name a feature a user may include or skip (see README).
 LENS_FIELDS = {"output_residual_stream": "activations", "apply_steering_vectors": "steering",
@@ -96,12 +95,12 @@ def _accepted_body(case: Case, model_eos: list[int]) -> tuple[dict[str, Any], bo
     return body, False
 
 
-def worst_case(case: Case, cost: CostModel, model: str) -> int:
+def worst_case(case: Case, cost: CostModel, config: RunConfig) -> int:
     """What the case may cost if the server does not conform."""
-    if case.method != "POST" or case.path not in generating_paths():
+    if case.method != "POST" or case.path not in cost.generating:
         return 0
     if case.expect_status == 200:
-        body, closed_early = _accepted_body(case, list(spec().models[model].eos_token_ids))
+        body, closed_early = _accepted_body(case, list(config.api.models[config.model].eos_token_ids))
         return min(cost.body(body), CHEAP_TOKENS) if closed_early else cost.body(body)
     body, closed_early = refusal_request(case)
     worst = cost.body(case.body or b"" if body is None else body)
@@ -143,8 +142,8 @@ def _accepted(case: Case, ctx: Context, auth: str) -> None:
     ctx.expect_request_id(reply, in_body=False)
 
 
-def _case_worst(case: Case, config: Any, cost: CostModel) -> int:
-    return worst_case(case, cost, config.model)
+def _case_worst(case: Case, config: RunConfig, cost: CostModel) -> int:
+    return worst_case(case, cost, config)
 
 
 def register_golden(cases: list[Case] | None = None) -> list[Check]:

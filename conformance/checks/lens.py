@@ -15,19 +15,19 @@ from typing import Any
 
 import zstandard
 
-from conformance.checks.common import COMPLETIONS, open_stream, schema_errors
+from conformance.checks.common import open_stream, schema_errors
 from conformance.context import Context
 from conformance.expect import steering_body
 from conformance.registry import register
-from contract import spec
+from contract import Spec
 
 PROMPT = [0, 1, 2, 3, 4]
 MAX_TOKENS = 2
 
 
-def storage_dtype(model_dtype: str) -> tuple[str, str]:
+def storage_dtype(api: Spec, model_dtype: str) -> tuple[str, str]:
     """(dtype on the wire, original_dtype) for the model's dtype, from the spec's dtype pairs."""
-    pairs = spec().model_rules["steering_vector"]["dtype_pairs"]
+    pairs = api.model_rules["steering_vector"]["dtype_pairs"]
     original = f"torch.{model_dtype}"
     return next((wire, orig) for wire, orig in pairs.items() if orig == original)
 
@@ -59,14 +59,14 @@ def _check_activations(ctx: Context, acts: Any, generated: int, reply: Any) -> N
     """layers as asked; shape [layers, prompt + generated - 1, hidden]; data decodes to that many bytes."""
     if not ctx.expect(isinstance(acts, dict), "no activations in the response", reply=reply):
         return
-    errors = schema_errors(acts, spec().schema("Activations"))
+    errors = schema_errors(acts, ctx.api.schema("Activations"))
     if not ctx.expect(not errors, "the activations do not match their schema", received=errors, reply=reply):
         return
     ctx.equal("activations.layers (the requested layers, ascending)", _layers(ctx), acts["layers"], reply)
     tensor = acts["residual_stream"]
     shape = [len(_layers(ctx)), len(PROMPT) + generated - 1, ctx.model.hidden_size]
     ctx.equal("the residual stream's shape", shape, tensor["shape"], reply)
-    wire, original = storage_dtype(ctx.model.dtype)
+    wire, original = storage_dtype(ctx.api, ctx.model.dtype)
     ctx.equal("the residual stream's dtypes", [wire, original], [tensor["dtype"], tensor["original_dtype"]], reply)
     want = math.prod(tensor["shape"]) * itemsize(tensor["dtype"])
     try:
@@ -91,7 +91,7 @@ def activations_shape(ctx: Context) -> None:
     layers asked in descending order come back ascending (the Activations schema says so)."""
     body = {"model": ctx.config.model, "prompt": PROMPT, "max_tokens": MAX_TOKENS, "ignore_eos": True,
             "output_residual_stream": _layers(ctx)[::-1]}
-    reply = ctx.client.post(COMPLETIONS, body)
+    reply = ctx.client.post(ctx.api.completions_path, body)
     ctx.expect_status(reply, 200, fatal=True)
     data = reply.data if isinstance(reply.data, dict) else {}
     _check_activations(ctx, data.get("activations"), _generated(data.get("usage")), reply)
@@ -117,7 +117,7 @@ def steering_accepted(ctx: Context) -> None:
     """A valid vector over the first and last layer is accepted."""
     body = {"model": ctx.config.model, "prompt": PROMPT, "max_tokens": MAX_TOKENS,
             "apply_steering_vectors": [zero_vector(ctx.model.hidden_size, _layers(ctx))]}
-    reply = ctx.client.post(COMPLETIONS, body)
+    reply = ctx.client.post(ctx.api.completions_path, body)
     ctx.expect_status(reply, 200)
 
 
@@ -128,20 +128,20 @@ def bad_second_vector(ctx: Context) -> None:
     bad = zero_vector(hidden - 1, [0])
     body = {"model": ctx.config.model, "prompt": PROMPT, "max_tokens": MAX_TOKENS,
             "apply_steering_vectors": [zero_vector(hidden, [0]), bad]}
-    reply = ctx.client.post(COMPLETIONS, body)
+    reply = ctx.client.post(ctx.api.completions_path, body)
     param = "apply_steering_vectors[1]"
-    ctx.expect_error(reply, steering_body("hidden", param, got=hidden - 1, hidden_size=hidden))
+    ctx.expect_error(reply, steering_body(ctx.api, "hidden", param, got=hidden - 1, hidden_size=hidden))
 
 
 @register("lens:layer_out_of_range", tags=("activations",), worst=MAX_TOKENS)
 def layer_out_of_range(ctx: Context) -> None:
     """output_residual_stream naming the layer count itself: 400 (x-model-rules layer_in_range)."""
-    rule = spec().model_rules["layer_in_range"]
+    rule = ctx.api.model_rules["layer_in_range"]
     layers = ctx.model.num_layers
     body = {"model": ctx.config.model, "prompt": PROMPT, "max_tokens": MAX_TOKENS,
             "output_residual_stream": [layers]}
-    reply = ctx.client.post(COMPLETIONS, body)
+    reply = ctx.client.post(ctx.api.completions_path, body)
     from conformance.expect import error_body
     param = rule["params"][0]
-    ctx.expect_error(reply, error_body(rule["code"], rule["message"].format(
+    ctx.expect_error(reply, error_body(ctx.api, rule["code"], rule["message"].format(
         layer=layers, param=param, num_layers=layers), param))

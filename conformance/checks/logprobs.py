@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from conformance.checks.common import COMPLETIONS, open_stream
+from conformance.checks.common import open_stream
 from conformance.context import Context
 from conformance.registry import register
 
@@ -46,7 +46,7 @@ def check_logprobs(ctx: Context, text: str, lp: Any, tokens: int | None, reply: 
 @register("logprobs:consistent", tags=("logprobs",), tokens=MAX_TOKENS)
 def consistent(ctx: Context) -> None:
     """Without stream: one entry per generated token, joined tokens = text, offsets follow the text."""
-    reply = ctx.client.post(COMPLETIONS, _body(ctx))
+    reply = ctx.client.post(ctx.api.completions_path, _body(ctx))
     ctx.expect_status(reply, 200, fatal=True)
     for choice in reply.data.get("choices", []):
         check_logprobs(ctx, choice.get("text", ""), choice.get("logprobs"), MAX_TOKENS, reply,
@@ -71,7 +71,7 @@ def stream(ctx: Context) -> None:
 @register("logprobs:prompt_logprobs", tags=("logprobs",), tokens=MAX_TOKENS)
 def prompt_logprobs(ctx: Context) -> None:
     """prompt_logprobs: one entry per prompt token, the first null."""
-    reply = ctx.client.post(COMPLETIONS, _body(ctx, prompt_logprobs=1))
+    reply = ctx.client.post(ctx.api.completions_path, _body(ctx, prompt_logprobs=1))
     ctx.expect_status(reply, 200, fatal=True)
     for choice in reply.data.get("choices", []):
         entries = choice.get("prompt_logprobs")

@@ -3,22 +3,21 @@ from __future__ import annotations
 
 import secrets
 
-from conformance.checks.common import COMPLETIONS
 from conformance.context import Context
 from conformance.expect import error_body, message
 from conformance.registry import register
-from contract import spec
+from contract import Spec
 
 MODELS = "/v1/models"
 UNKNOWN_PATH = "/v1/conformance-unknown-route"
 
 
-def _allowed(path: str) -> list[str]:
-    return sorted(r.method for r in spec().routes if r.path == path)
+def _allowed(api: Spec, path: str) -> list[str]:
+    return sorted(r.method for r in api.routes if r.path == path)
 
 
-def _unused_method(path: str) -> str:
-    return next(m for m in ("DELETE", "PUT", "PATCH", "GET", "POST") if m not in _allowed(path))
+def _unused_method(api: Spec, path: str) -> str:
+    return next(m for m in ("DELETE", "PUT", "PATCH", "GET", "POST") if m not in _allowed(api, path))
 
 
 # A request that expects a refusal still asks for one token of one sequence: a server
@@ -36,16 +35,17 @@ def _minimal(ctx: Context) -> dict:
 def unknown_route(ctx: Context) -> None:
     """An unknown path: 404 not_found in the error shape."""
     reply = ctx.client.request("GET", UNKNOWN_PATH)
-    ctx.expect_error(reply, error_body("not_found", message("not_found", method="GET", path=UNKNOWN_PATH)))
+    ctx.expect_error(reply, error_body(ctx.api, "not_found",
+                                       message(ctx.api, "not_found", method="GET", path=UNKNOWN_PATH)))
 
 
 @register("routes:unknown_method", tags=("routes", "http"))
 def unknown_method(ctx: Context) -> None:
     """A wrong method on each known route: 405 method_not_allowed, with Allow listing the spec's methods."""
-    for path in dict.fromkeys(r.path for r in spec().routes):
-        method, allow = _unused_method(path), _allowed(path)
+    for path in dict.fromkeys(r.path for r in ctx.api.routes):
+        method, allow = _unused_method(ctx.api, path), _allowed(ctx.api, path)
         reply = ctx.client.request(method, path)
-        ctx.expect_error(reply, error_body("method_not_allowed", message(
+        ctx.expect_error(reply, error_body(ctx.api, "method_not_allowed", message(ctx.api, 
             "method_not_allowed", method=method, path=path, allow=", ".join(allow))))
         got = sorted(m.strip().upper() for m in reply.headers.get("allow", "").split(",") if m.strip())
         ctx.equal(f"the Allow header of {method} {path}", allow, got, reply)
@@ -58,7 +58,7 @@ def models(ctx: Context) -> None:
     reply = ctx.client.request("GET", MODELS)
     ctx.expect_status(reply, 200, fatal=True)
     ctx.expect_request_id(reply, in_body=False)
-    errors = schema_errors(reply.data, spec().schema("ModelList"))
+    errors = schema_errors(reply.data, ctx.api.schema("ModelList"))
     ctx.expect(not errors, "the models list does not match ModelList", expected="ModelList",
                received=errors, reply=reply)
     ids = {m.get("id"): m for m in (reply.data or {}).get("data", []) if isinstance(m, dict)} \
@@ -70,7 +70,7 @@ def models(ctx: Context) -> None:
 @register("routes:health", tags=("routes",))
 def health(ctx: Context) -> None:
     """The readiness route answers 200 without a key (security: [] in the spec)."""
-    path = next(r.path for r in spec().routes if r.method == "GET" and not r.needs_auth)
+    path = next(r.path for r in ctx.api.routes if r.method == "GET" and not r.needs_auth)
     reply = ctx.client.request("GET", path, auth=None)
     ctx.expect_status(reply, 200)
     ctx.expect_request_id(reply, in_body=False)
@@ -81,17 +81,19 @@ def chat_refused(ctx: Context) -> None:
     """POST /v1/chat/completions: 400 with the documentation's message, param null."""
     reply = ctx.client.post("/v1/chat/completions", {"model": ctx.config.model, "max_tokens": 1, "n": 1,
                                                      "messages": [{"role": "user", "content": "hi"}]})
-    ctx.expect_error(reply, error_body("invalid_request", message("chat_refused")))
+    ctx.expect_error(reply, error_body(ctx.api, "invalid_request", message(ctx.api, "chat_refused")))
 
 
 # -- auth ------------------------------------------------------------------------
 
-def _expect_401(ctx: Context, auth: str | None, path: str = COMPLETIONS) -> None:
-    if path == COMPLETIONS:
+def _expect_401(ctx: Context, auth: str | None, path: str | None = None) -> None:
+    """401 invalid_api_key at `path` (a completion when None or the completions path)."""
+    if path in (None, ctx.api.completions_path):
+        path = ctx.api.completions_path
         reply = ctx.client.post(path, _minimal(ctx), auth=auth)
     else:
         reply = ctx.client.request("GET", path, auth=auth)
-    ctx.expect_error(reply, error_body("invalid_api_key", message("invalid_api_key")))
+    ctx.expect_error(reply, error_body(ctx.api, "invalid_api_key", message(ctx.api, "invalid_api_key")))
 
 
 @register("auth:missing_key", tags=("auth",), worst=REFUSED_WORST)

@@ -47,11 +47,10 @@ from schemathesis.engine import events, from_schema
 from conformance.client import OVER_CEILING, Client, OverCeiling, Reply, StreamReply
 from conformance.config import RunConfig
 from conformance.context import LEDGER_NOTES, Context
-from conformance.expect import event_schemas
 from conformance.registry import REGISTRY, Check
 from conformance.results import Exchange, Finding, quote
 from conformance.sse import parse_lines
-from contract import spec
+from contract import Spec
 
 STREAM_CHECK = "stream_event_conformance"
 FINDINGS_SHOWN = 10          # per check; the rest are counted
@@ -77,7 +76,7 @@ def stream_event_conformance(ctx: Any, response: Any, case: Any) -> bool | None:
         return None
     lines = [(0.0, line) for line in response.content.decode("utf-8", "replace").splitlines()]
     parsed = parse_lines(lines)
-    schemas = event_schemas()
+    schemas = _LEDGERS[-1].api.event_schemas   # the run in progress's spec (it runs only in one)
     problems = list(parsed.framing_errors)
     for i, event in enumerate(parsed.events):
         if event.kind not in schemas:
@@ -106,12 +105,11 @@ def _error_keys(validator: jsonschema.protocols.Validator, body: Any) -> frozens
 
 
 class _Ledger:
-    def __init__(self, client: Client, mode: str, raw: dict[str, Any] | None = None) -> None:
-        self.client, self.mode = client, mode
+    def __init__(self, client: Client, mode: str, raw: dict[str, Any], api: Spec) -> None:
+        self.client, self.mode, self.api = client, mode, api   # api: the run's spec, `raw` made from it
         self.sent = self.withheld = self.withheld_worst = 0   # requests that can generate
         # the spec schemathesis generated from: the negative bodies are invalid against it
-        spec_raw = schemathesis_spec() if raw is None else raw
-        self.registry = Registry().with_resource(SPEC_URI, Resource(spec_raw, DRAFT202012))
+        self.registry = Registry().with_resource(SPEC_URI, Resource(raw, DRAFT202012))
         self.validators: dict[tuple[str, str, str], jsonschema.protocols.Validator] = {}
 
     def _body_validator(self, case: Any) -> jsonschema.protocols.Validator:
@@ -181,12 +179,12 @@ def check_names() -> list[str]:
 BEYOND_SCHEMA = ("apply_steering_vectors",)
 
 
-def schemathesis_spec() -> dict[str, Any]:
-    """openapi.yaml as schemathesis reads it (its own copy, for the runs to change)."""
-    return copy.deepcopy(spec().raw)
+def schemathesis_spec(api: Spec) -> dict[str, Any]:
+    """The run's openapi.yaml as schemathesis reads it (its own copy, for the runs to change)."""
+    return copy.deepcopy(api.raw)
 
 
-def narrowed_spec(model: str) -> dict[str, Any]:
+def narrowed_spec(api: Spec, model: str) -> dict[str, Any]:
     """openapi.yaml with CompletionRequest limited to cheap requests every rule accepts.
 
     The cross-field rules are in the schema itself (its allOf), and so are the
@@ -195,7 +193,7 @@ def narrowed_spec(model: str) -> dict[str, Any]:
     prompt, n = 1, a required small max_tokens, min_tokens at most 1, no
     steering vectors (the lens checks cover them).
     """
-    raw = schemathesis_spec()
+    raw = schemathesis_spec(api)
     # An operation without a 2xx response (the chat refusal) has no positive data.
     raw["paths"] = {path: {m: op for m, op in item.items()
                            if any(str(code).startswith("2") for code in op["responses"])}
@@ -320,13 +318,13 @@ def run_schemathesis(ctx: Context) -> dict[str, list[Finding]]:
         return ctx.memo["schemathesis"]
     findings: dict[str, list[Finding]] = {}
     runs: list[tuple[str, dict[str, Any], tuple[str, ...]]] = [
-        ("negative", schemathesis_spec(), ("coverage", "fuzzing"))]
+        ("negative", schemathesis_spec(ctx.api), ("coverage", "fuzzing"))]
     if ctx.config.full:
-        runs.append(("positive", narrowed_spec(ctx.config.model), PHASES))
+        runs.append(("positive", narrowed_spec(ctx.api, ctx.config.model), PHASES))
     ctx.memo["schemathesis"] = findings
-    refused = _never_accepted(schemathesis_spec())
+    refused = _never_accepted(schemathesis_spec(ctx.api))
     for mode, raw, phases in runs:
-        _LEDGERS.append(_Ledger(ctx.client, mode, raw))
+        _LEDGERS.append(_Ledger(ctx.client, mode, raw, ctx.api))
         try:
             recorders = list(_run(ctx.config, raw, mode, phases))
         finally:

@@ -24,13 +24,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from conformance.checks.common import COMPLETIONS, open_stream
+from conformance.checks.common import open_stream
 from conformance.checks.streams import PROMPTS
 from conformance.client import Reply, StreamReply
 from conformance.config import CLOCK_SLACK_S
 from conformance.context import Context
 from conformance.registry import register
-from contract import spec
 
 N, MAX_TOKENS = 2, 2            # 2 prompts x n = 2 x 2 tokens: 8 tokens
 PROBE = "a"                     # a string of one token whose text is itself (any byte-level BPE)
@@ -98,7 +97,7 @@ def _send(ctx: Context, key: str, body: dict[str, Any], stream: bool) -> Sent:
         if stream:
             reply: Reply = open_stream(ctx, {**body, "stream_options": {"include_usage": True}})
         else:
-            reply = ctx.client.post(COMPLETIONS, body)
+            reply = ctx.client.post(ctx.api.completions_path, body)
         ctx.memo[memo] = Sent(reply, (start, time.time()))
     sent: Sent = ctx.memo[memo]
     ctx.expect_status(sent.reply, 200, fatal=True)
@@ -186,7 +185,7 @@ def model(ctx: Context, stream: bool) -> None:
 def completion_id(ctx: Context, stream: bool) -> None:
     """`id` is x-request-id.completion_prefix and the hex digits of X-Request-Id, the same in every chunk."""
     sent = exhausting(ctx, stream)
-    rid = spec().request_id
+    rid = ctx.api.request_id
     header = sent.reply.request_id_header or ""
     want = rid["completion_prefix"] + header.removeprefix(rid["prefix"])
     ids = [h.get("id") for h in sent.heads()]

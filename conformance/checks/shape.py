@@ -21,7 +21,6 @@ from conformance.client import Reply
 from conformance.context import Context
 from conformance.registry import register
 
-COMPLETIONS = "/v1/completions"
 PROMPT = "The sky is"
 ASCII_IDS = list(range(10))
 MAX_TOKENS, LOGPROBS = 4, 1
@@ -63,7 +62,7 @@ def offsets_of(tokens: list[str]) -> list[int]:
 @register("shape:text_offset", tags=("logprobs",), tokens=MAX_TOKENS)
 def text_offset(ctx: Context) -> None:
     """text_offset is the running sum of the token texts' lengths, special tokens counted (echo included)."""
-    reply = ctx.client.post(COMPLETIONS, _body(ctx))
+    reply = ctx.client.post(ctx.api.completions_path, _body(ctx))
     for choice in _choices(ctx, reply):
         lp = _logprobs(ctx, choice, reply)
         ctx.equal(f"choice {choice.get('index')}: text_offset", offsets_of(lp["tokens"]), lp["text_offset"], reply)
@@ -76,7 +75,7 @@ def tokens_join_text(ctx: Context) -> None:
     texts = set(special(ctx).values())
     bos = special(ctx).get(ctx.spec_model.bos_token_id)
     for echo in (True, False):
-        reply = ctx.client.post(COMPLETIONS, _body(ctx, echo=echo))
+        reply = ctx.client.post(ctx.api.completions_path, _body(ctx, echo=echo))
         for choice in _choices(ctx, reply):
             lp = _logprobs(ctx, choice, reply)
             where = f"echo {str(echo).lower()}, choice {choice.get('index')}"
@@ -93,7 +92,7 @@ def bos_echo(ctx: Context) -> None:
     bos_id = ctx.spec_model.bos_token_id
     bos = special(ctx)[bos_id]
     prompt = [bos_id, 0, 1, 2]
-    reply = ctx.client.post(COMPLETIONS, _body(ctx, prompt=prompt))
+    reply = ctx.client.post(ctx.api.completions_path, _body(ctx, prompt=prompt))
     for choice in _choices(ctx, reply):
         lp = _logprobs(ctx, choice, reply)
         where = f"choice {choice.get('index')}"
@@ -107,7 +106,7 @@ def bos_echo(ctx: Context) -> None:
 @register("shape:top_logprobs_hold_the_token", tags=("logprobs",), tokens=MAX_TOKENS)
 def top_logprobs_hold_the_token(ctx: Context) -> None:
     """Each top_logprobs entry holds the sampled token (special tokens by their text), with its logprob."""
-    reply = ctx.client.post(COMPLETIONS, _body(ctx, echo=False, logprobs=2))
+    reply = ctx.client.post(ctx.api.completions_path, _body(ctx, echo=False, logprobs=2))
     for choice in _choices(ctx, reply):
         lp = _logprobs(ctx, choice, reply)
         for i, (token, value, top) in enumerate(zip(lp["tokens"], lp["token_logprobs"], lp["top_logprobs"])):
@@ -124,7 +123,7 @@ def token_ids(ctx: Context) -> None:
     """With return_token_ids: token_ids has completion_tokens entries over the choices (n = 2),
     prompt_token_ids the prompt's, and logprobs one entry per token id."""
     prompt = [ctx.spec_model.bos_token_id, 0, 1]
-    reply = ctx.client.post(COMPLETIONS, _body(ctx, prompt=prompt, echo=False, n=2, temperature=1,
+    reply = ctx.client.post(ctx.api.completions_path, _body(ctx, prompt=prompt, echo=False, n=2, temperature=1,
                                                return_token_ids=True))
     choices = _choices(ctx, reply)
     usage = reply.data.get("usage") or {}
@@ -145,7 +144,7 @@ def stream_joins_to_whole(ctx: Context) -> None:
     """A stream's chunks of a choice join to the same text and logprobs as the whole response
     (echo included; text_offset runs on across the chunks)."""
     body = _body(ctx, temperature=0)
-    whole = _choices(ctx, ctx.client.post(COMPLETIONS, body))
+    whole = _choices(ctx, ctx.client.post(ctx.api.completions_path, body))
     reply = open_stream(ctx, body)
     joined: dict[int, dict[str, Any]] = {}
     for event in reply.parsed.events:

@@ -8,12 +8,10 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from conformance.checks.common import COMPLETIONS, open_stream, schema_errors
+from conformance.checks.common import open_stream, schema_errors
 from conformance.client import Reply, StreamReply
 from conformance.context import Context
-from conformance.expect import event_schemas
 from conformance.registry import register
-from contract import spec
 
 PROMPTS = [[0, 1, 2], [3, 4]]       # two token-id prompts of known lengths
 N, MAX_TOKENS = 2, 3
@@ -72,7 +70,7 @@ def event_schema(ctx: Context) -> None:
 
 
 def _check_event_schemas(ctx: Context, reply: StreamReply) -> None:
-    schemas = event_schemas()
+    schemas = ctx.api.event_schemas
     ctx.expect(bool(reply.parsed.events), "the stream has no events", reply=reply)
     for i, event in enumerate(reply.parsed.events):
         if event.kind not in schemas:
@@ -131,20 +129,20 @@ def stream_usage(ctx: Context) -> None:
 @register("usage:arithmetic", tags=("usage",), tokens=12)
 def usage_arithmetic(ctx: Context) -> None:
     """Without stream: the same usage arithmetic, and one choice per prompt x n, indexed in order."""
-    reply = ctx.client.post(COMPLETIONS, many_choices_body(ctx))
+    reply = ctx.client.post(ctx.api.completions_path, many_choices_body(ctx))
     ctx.expect_status(reply, 200, fatal=True)
     data = reply.data if isinstance(reply.data, dict) else {}
     ctx.equal("the usage", expected_usage(), data.get("usage"), reply)
     indexes = [c.get("index") for c in data.get("choices", []) if isinstance(c, dict)]
     ctx.equal("the choice indexes", list(range(len(PROMPTS) * N)), indexes, reply)
-    errors = schema_errors(data, spec().schema("Completion"))
+    errors = schema_errors(data, ctx.api.schema("Completion"))
     ctx.expect(not errors, "the Completion does not match its schema", received=errors, reply=reply)
 
 
 @register("stream:error_event", tags=("streaming",), tokens=12)
 def error_event(ctx: Context) -> None:
     """An error after the stream started is one ErrorBody event, then [DONE] (mock: X-Mock-Stream-Error-After)."""
-    header = next(h for h in spec().mock_headers if h.endswith("Stream-Error-After"))
+    header = next(h for h in ctx.api.mock_headers if h.endswith("Stream-Error-After"))
     reply = open_stream(ctx, many_choices_body(ctx), headers={header: "1"})
     order = kinds(reply)
     if "error" not in order:
@@ -154,10 +152,10 @@ def error_event(ctx: Context) -> None:
     _check_event_schemas(ctx, reply)
 
 
-def _slow_header() -> tuple[str, str]:
+def _slow_header(ctx: Context) -> tuple[str, str]:
     """The mock's time-to-first-token header, set past one keepalive interval."""
-    name = next(h for h in spec().mock_headers if h.endswith("Ttft-Ms"))
-    return name, str(int((spec().caps["keepalive_seconds"] + 1.5) * 1000))
+    name = next(h for h in ctx.api.mock_headers if h.endswith("Ttft-Ms"))
+    return name, str(int((ctx.api.caps["keepalive_seconds"] + 1.5) * 1000))
 
 
 @register("stream:keepalive", tags=("streaming",), tokens=2)
@@ -167,8 +165,8 @@ def keepalive(ctx: Context) -> None:
     The mock is slowed by its X-Mock-Ttft-Ms header; another server that
     ignores it streams fast, and the check is skipped (no quiet gap to judge).
     """
-    interval = spec().caps["keepalive_seconds"]
-    name, value = _slow_header()
+    interval = ctx.api.caps["keepalive_seconds"]
+    name, value = _slow_header(ctx)
     body = {"model": ctx.config.model, "prompt": [0], "max_tokens": 2, "ignore_eos": True}
     reply = open_stream(ctx, body, headers={name: value})
     times = [0.0] + [t for t, line in reply.lines if line]
@@ -215,7 +213,7 @@ def text_equals(ctx: Context) -> None:
     retried once before it counts.
     """
     for _ in range(2):
-        plain = ctx.client.post(COMPLETIONS, seeded_body(ctx))
+        plain = ctx.client.post(ctx.api.completions_path, seeded_body(ctx))
         ctx.expect_status(plain, 200, fatal=True)
         streamed = open_stream(ctx, seeded_body(ctx))
         if texts(plain) == texts(streamed):
@@ -228,7 +226,7 @@ def seed_reproduces(ctx: Context) -> None:
     """The same request with the same seed gets the same text (two of three tries agree)."""
     replies = []
     for _ in range(3):
-        reply = ctx.client.post(COMPLETIONS, seeded_body(ctx))
+        reply = ctx.client.post(ctx.api.completions_path, seeded_body(ctx))
         ctx.expect_status(reply, 200, fatal=True)
         replies.append(texts(reply))
         if len(replies) >= 2 and any(replies[-1] == r for r in replies[:-1]):

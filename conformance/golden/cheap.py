@@ -11,7 +11,8 @@ original one (same code, param and message).
 
 The contract decides that here, offline, so the suite (conformance/checks) never
 runs the core's validators against the servers it judges; `python -m
-conformance.golden.cheap` rewrites the file and a test checks it is fresh. A
+conformance.golden.cheap` rewrites the file (from contract.spec(), its one default) and a test
+checks it is fresh. A
 case missing from the file (or whose body changed since) is sent as it is and
 counted at its worst case.
 """
@@ -24,10 +25,9 @@ from typing import Any
 
 from conformance.cost import CostModel, generating_paths
 from conformance.golden import HERE, Case, load_cases
-from contract import ApiError, spec, validate_completion
+from contract import ApiError, ModelInfo, Spec, spec, validate_completion
 
 OUT = HERE / "cheap_requests.json"
-COMPLETIONS = spec().completions_path
 CHEAP_FIELDS = {"max_tokens": 1, "n": 1}
 STREAM_FIELD = {"stream": True}
 # Statuses decided by the body's bytes, which must stay as they are.
@@ -59,24 +59,21 @@ def verdict(body: dict[str, Any]) -> tuple[Any, ...] | None:
     return None
 
 
-def _generating(path: str) -> bool:
-    return path in generating_paths()
+def _model(api: Spec, body: dict[str, Any]) -> ModelInfo:
+    """The body's model, or the spec's default one."""
+    return api.models.get(body.get("model")) or api.models[api.default_model]
 
 
-def _end_tokens(body: dict[str, Any]) -> dict[str, Any]:
-    model = spec().models.get(body.get("model")) or spec().models[spec().default_model]
-    return {"allowed_token_ids": list(model.eos_token_ids)}
-
-
-def derive(case: Case) -> dict[str, Any] | None:
-    """{"add": fields, "close_after_first_event": bool} for a refused case, or None."""
+def derive(case: Case, api: Spec) -> dict[str, Any] | None:
+    """{"add": fields, "close_after_first_event": bool} for a refused case of `api`, or None."""
     body = json_object(case)
     if (case.expect_status == 200 or case.expect_status in SIZE_STATUSES or body is None
-            or case.method != "POST" or not _generating(case.path)):
+            or case.method != "POST" or case.path not in generating_paths(api)):
         return None
     # the chat route is refused whatever the body; a body the contract accepts is refused
     # before it is read (key, media type): either way added fields change nothing
-    original = verdict(body) if case.path == COMPLETIONS else None
+    completions = case.path == api.completions_path
+    original = verdict(body) if completions else None
     if original == NOT_COMPARABLE:
         return None
 
@@ -86,36 +83,36 @@ def derive(case: Case) -> dict[str, Any] | None:
     missing = {k: v for k, v in CHEAP_FIELDS.items() if k not in body}
     add = next((e for e in (missing, *({k: v} for k, v in missing.items())) if e and alike(e)), {})
     close = False
-    model = spec().models.get(body.get("model")) or spec().models[spec().default_model]
-    if CostModel(model.max_model_len).body({**body, **add}) > 1 and case.path == COMPLETIONS:
+    end_tokens = {"allowed_token_ids": list(_model(api, body).eos_token_ids)}
+    if CostModel.of(api, _model(api, body).max_model_len).body({**body, **add}) > 1 and completions:
         if body.get("stream") is True:
             close = True
         elif "stream" not in body and alike({**add, **STREAM_FIELD}):
             add, close = {**add, **STREAM_FIELD}, True
-        elif "allowed_token_ids" not in body and alike({**add, **_end_tokens(body)}):
-            add = {**add, **_end_tokens(body)}
+        elif "allowed_token_ids" not in body and alike({**add, **end_tokens}):
+            add = {**add, **end_tokens}
     if not add and not close:
         return None
     return {"body_sha256": body_digest(case.body), "add": add, "close_after_first_event": close}
 
 
-def table(cases: list[Case] | None = None) -> dict[str, Any]:
+def table(api: Spec, cases: list[Case] | None = None) -> dict[str, Any]:
     out = {}
     for case in cases if cases is not None else load_cases():
-        entry = derive(case)
+        entry = derive(case, api)
         if entry is not None:
             out[case.id] = entry
     return out
 
 
-def render(cases: list[Case] | None = None) -> str:
-    return json.dumps(table(cases), indent=1, sort_keys=True) + "\n"
+def render(api: Spec, cases: list[Case] | None = None) -> str:
+    return json.dumps(table(api, cases), indent=1, sort_keys=True) + "\n"
 
 
-def write(path: Path = OUT) -> Path:
-    path.write_text(render(), encoding="utf-8")
+def write(api: Spec, path: Path = OUT) -> Path:
+    path.write_text(render(api), encoding="utf-8")
     return path
 
 
 if __name__ == "__main__":
-    print(write())
+    print(write(spec()))

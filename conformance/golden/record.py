@@ -25,17 +25,18 @@ from typing import Any
 
 import httpx
 
-from contract import spec
+from contract import Spec, spec
 
 HERE = Path(__file__).resolve().parent / "recorded"
-COMPLETIONS = "/v1/completions"
 BANG = 0                      # "!" in the Llama 3 vocabulary: a one-character token
 SKY = [791, 13180, 374]       # "The", " sky", " is"
 
 
-def corpus(model: str | None = None) -> dict[str, dict[str, Any]]:
-    """id -> request body: every response feature, each with a fixed structure."""
-    m = spec().models[model or spec().default_model]
+def corpus(model: str | None = None, api: Spec | None = None) -> dict[str, dict[str, Any]]:
+    """id -> request body: every response feature, each with a fixed structure (`api`: the spec
+    the model is read from, contract.spec() by default; `model`: its default model by default)."""
+    api = api if api is not None else spec()
+    m = api.models[model or api.default_model]
     bos, eos = m.bos_token_id, m.eos_token_ids[0]
     base = {"model": m.name, "prompt": "The sky is", "max_tokens": 3, "seed": 1, "allowed_token_ids": [BANG]}
     eos_only = {**base, "allowed_token_ids": [eos]}
@@ -219,14 +220,16 @@ def answer_shape(reply: httpx.Response, body: dict[str, Any]) -> dict[str, Any]:
     return {"status": reply.status_code, "media": media, "body": shape(reply.json(), body)}
 
 
-def record(client: httpx.Client, model: str | None = None) -> dict[str, Any]:
-    """Every corpus request's answer shape, and the deployment's model numbers they depend on."""
+def record(client: httpx.Client, model: str | None = None, api: Spec | None = None) -> dict[str, Any]:
+    """Every corpus request's answer shape, and the deployment's model numbers they depend on
+    (`api` and `model` default as corpus's)."""
+    api = api if api is not None else spec()
     models = client.get("/v1/models").json()["data"]
-    name = model or spec().default_model
+    name = model or api.default_model
     entry = next(m for m in models if m["id"] == name)
     shapes = {}
-    for cid, body in corpus(name).items():
-        shapes[cid] = answer_shape(client.post(COMPLETIONS, json=body), body)
+    for cid, body in corpus(name, api).items():
+        shapes[cid] = answer_shape(client.post(api.completions_path, json=body), body)
     numbers = {k: entry[k] for k in ("max_model_len", "num_layers", "hidden_size")}
     return {"model": name, "numbers": numbers, "shapes": shapes}
 

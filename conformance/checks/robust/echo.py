@@ -14,7 +14,8 @@ def echo_model(ctx: Context) -> None:
     """A 256 KiB model name: 404 quoting at most x-caps.quoted_chars of it."""
     name = distinctive(1 << 18)
     refused(ctx, post(ctx, minimal(ctx, model=name)), "a 256 KiB model name",
-            error_body("model_not_found", message("model_not_found", model=cut(name)), "model"), echo=name)
+            error_body(ctx.api, "model_not_found", message(ctx.api, "model_not_found", model=cut(ctx, name)),
+                       "model"), echo=name)
     healthy_after(ctx)
 
 
@@ -23,7 +24,8 @@ def echo_unknown_key(ctx: Context) -> None:
     """A 256 KiB unknown key: 400 with the key cut in the message and the param."""
     key = distinctive(1 << 18)
     refused(ctx, post(ctx, {**minimal(ctx), key: 1}), "a 256 KiB unknown key",
-            error_body("invalid_request", message("unknown_field", field=cut(key)), cut(key)), echo=key)
+            error_body(ctx.api, "invalid_request", message(ctx.api, "unknown_field", field=cut(ctx, key)),
+                       cut(ctx, key)), echo=key)
     healthy_after(ctx)
 
 
@@ -33,5 +35,6 @@ def echo_path(ctx: Context) -> None:
     path = "/v1/" + distinctive(2000)
     full = target_of(ctx).prefix + path
     refused(ctx, send(ctx, "GET", path), "a long unknown path",
-            error_body("not_found", message("not_found", method="GET", path=cut(full))), echo=path)
+            error_body(ctx.api, "not_found", message(ctx.api, "not_found", method="GET", path=cut(ctx, full))),
+            echo=path)
     healthy_after(ctx)

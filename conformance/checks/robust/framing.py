@@ -5,17 +5,16 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from conformance.checks.robust.raw import (COMPLETIONS, HEALTH, TAGS, UNKNOWN, answered, error_shaped,
+from conformance.checks.robust.raw import (HEALTH, TAGS, UNKNOWN, answered, error_shaped,
                                            healthy_after, minimal, refused, request_headers, shown, target_of)
 from conformance.context import Context
 from conformance.expect import error_body, message
 from conformance.rawhttp import RawExchange, exchange
 from conformance.registry import register
-from contract import spec
 
 
-def malformed() -> dict[str, Any]:
-    return error_body("invalid_request", message("malformed_http"))
+def malformed(ctx: Context) -> dict[str, Any]:
+    return error_body(ctx.api, "invalid_request", message(ctx.api, "malformed_http"))
 
 
 @register("robust:http.short_body", tags=TAGS)
@@ -23,9 +22,9 @@ def short_body(ctx: Context) -> None:
     """Valid JSON shorter than its Content-Length, then a half-close: never executed; 400 malformed HTTP, then close."""
     body = json.dumps(minimal(ctx), separators=(",", ":")).encode()
     target = target_of(ctx)
-    head = target.head("POST", COMPLETIONS, request_headers(ctx, body, length=len(body) + 50, close=False))
+    head = target.head("POST", ctx.api.completions_path, request_headers(ctx, body, length=len(body) + 50, close=False))
     ex = exchange(target, [head + body], expect=2, bound=ctx.config.timeout, half_close=True)
-    refused(ctx, ex, "a body 50 bytes short", malformed())
+    refused(ctx, ex, "a body 50 bytes short", malformed(ctx))
     _closed_after_one(ctx, ex, "a body 50 bytes short")
     healthy_after(ctx)
 
@@ -36,21 +35,21 @@ def stalled_body(ctx: Context) -> None:
     (x-caps.body_read_seconds). Runs with --stall-seconds: how long to wait for that answer."""
     wait = ctx.config.stall_seconds
     if not wait:
-        ctx.skip(f"waits for the server's body-read timeout ({spec().caps['body_read_seconds']} s by the "
+        ctx.skip(f"waits for the server's body-read timeout ({ctx.api.caps['body_read_seconds']} s by the "
                  "spec); pass --stall-seconds to run it")
     body = json.dumps(minimal(ctx), separators=(",", ":")).encode()
     target = target_of(ctx)
-    head = target.head("POST", COMPLETIONS, request_headers(ctx, body, close=False))
+    head = target.head("POST", ctx.api.completions_path, request_headers(ctx, body, close=False))
     ex = exchange(target, [head + body[:10]], expect=2, bound=wait)
-    refused(ctx, ex, "a stalled body", malformed())
+    refused(ctx, ex, "a stalled body", malformed(ctx))
     _closed_after_one(ctx, ex, "a stalled body")
     # A body over the cap is refused at once, but a server that reads the rest before
     # answering (so the client reads a 413, not a reset) must not wait for it for ever.
-    limit = spec().caps["max_body_bytes"]
-    head = target.head("POST", COMPLETIONS, request_headers(ctx, body, length=limit + 1, close=False))
+    limit = ctx.api.caps["max_body_bytes"]
+    head = target.head("POST", ctx.api.completions_path, request_headers(ctx, body, length=limit + 1, close=False))
     ex = exchange(target, [head + body[:10]], expect=2, bound=wait)
     refused(ctx, ex, "a stalled body over the cap",
-            error_body("request_too_large", message("request_too_large", limit=limit)))
+            error_body(ctx.api, "request_too_large", message(ctx.api, "request_too_large", limit=limit)))
     _closed_after_one(ctx, ex, "a stalled body over the cap")
     healthy_after(ctx)
 
@@ -67,7 +66,7 @@ def cl_te(ctx: Context) -> None:
     target = target_of(ctx)
     smuggled = target.head("GET", UNKNOWN, [("Authorization", f"Bearer {ctx.client.api_key}")])
     chunked = b"0\r\n\r\n" + smuggled
-    head = target.head("POST", COMPLETIONS, [
+    head = target.head("POST", ctx.api.completions_path, [
         ("Authorization", f"Bearer {ctx.client.api_key}"), ("Content-Type", "application/json"),
         ("Content-Length", str(len(chunked))), ("Transfer-Encoding", "chunked")])
     ex = exchange(target, [head + chunked], expect=2, bound=min(ctx.config.timeout, 5.0))
@@ -84,7 +83,7 @@ def _framings(ctx: Context, body: bytes) -> dict[str, bytes]:
     """Request heads a lenient or a strict parser may take differently; the body is refused either way."""
     auth = f"Authorization: Bearer {ctx.client.api_key}"
     host = f"Host: {target_of(ctx).host_header}"
-    line = f"POST {target_of(ctx).prefix}{COMPLETIONS} HTTP/1.1"
+    line = f"POST {target_of(ctx).prefix}{ctx.api.completions_path} HTTP/1.1"
 
     def head(*lines: str, sep: str = "\r\n") -> bytes:
         return (sep.join([line, host, auth, "Content-Type: application/json", *lines]) + sep + sep).encode("latin-1")
@@ -130,7 +129,7 @@ def pipelining(ctx: Context) -> None:
     if answered(ctx, ex, "pipelined requests") is None:
         return
     got = [r.status for r in ex.responses]
-    want = [200 if p == HEALTH else spec().error_codes["not_found"]["status"] for p in paths]
+    want = [200 if p == HEALTH else ctx.api.error_codes["not_found"]["status"] for p in paths]
     ctx.equal("the statuses of the pipelined requests", want, got)
     for response, path in zip(ex.responses, paths):
         if path == UNKNOWN:

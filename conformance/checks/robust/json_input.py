@@ -11,7 +11,7 @@ def json_constants(ctx: Context) -> None:
     """NaN, Infinity and -Infinity literals are not JSON: 400 invalid_json."""
     for literal in ("NaN", "Infinity", "-Infinity"):
         raw = f'{{"model":"{ctx.config.model}","prompt":[0],"max_tokens":1,"temperature":{literal}}}'.encode()
-        refused(ctx, post(ctx, raw), f"temperature {literal}", invalid_json())
+        refused(ctx, post(ctx, raw), f"temperature {literal}", invalid_json(ctx))
     healthy_after(ctx)
 
 

@@ -5,15 +5,14 @@ from conformance.checks.robust.raw import TAGS, healthy_after, minimal, post, re
 from conformance.context import Context
 from conformance.expect import error_body
 from conformance.registry import register
-from contract import spec
 
 
 @register("robust:priority.int64_string", tags=TAGS)
 def priority_int64_string(ctx: Context) -> None:
     """priority as a string past the int64 range is refused like the number."""
-    schema = spec().schema("CompletionRequest")["properties"]["priority"]["anyOf"][0]
+    schema = ctx.api.schema("CompletionRequest")["properties"]["priority"]["anyOf"][0]
     for value in (schema["maximum"] + 1, schema["minimum"] - 1, 10 ** 19 - 1):
         refused(ctx, post(ctx, minimal(ctx, priority=str(value))), f"priority {value!r} as a string",
-                error_body("invalid_request", spec().messages["range"]["pattern"].format(param="priority"),
+                error_body(ctx.api, "invalid_request", ctx.api.messages["range"]["pattern"].format(param="priority"),
                            "priority"))
     healthy_after(ctx)

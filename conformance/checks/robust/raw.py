@@ -13,10 +13,8 @@ from conformance.checks.common import schema_errors
 from conformance.context import Context
 from conformance.expect import REQUEST_ID_MASK, error_body, message, request_id_re
 from conformance.rawhttp import RawExchange, RawResponse, Target, exchange
-from contract import spec
 
 
-COMPLETIONS = "/v1/completions"
 HEALTH = "/health"
 UNKNOWN = "/v1/conformance-robust-unknown"
 TAGS = ("robust",)
@@ -48,7 +46,7 @@ def send(ctx: Context, method: str, path: str, body: bytes | None = None, *,
 
 def post(ctx: Context, payload: Any) -> RawExchange:
     raw = payload if isinstance(payload, bytes) else json.dumps(payload, separators=(",", ":")).encode()
-    return send(ctx, "POST", COMPLETIONS, raw)
+    return send(ctx, "POST", ctx.api.completions_path, raw)
 
 
 def minimal(ctx: Context, **fields: Any) -> dict[str, Any]:
@@ -86,11 +84,11 @@ def error_shaped(ctx: Context, response: RawResponse, what: str) -> bool:
     ok = ctx.expect(response.status < 500, f"{what}: a server error", expected="a 4xx", received=shown(response))
     ok &= ctx.expect(400 <= response.status, f"{what}: not refused", expected="a 4xx", received=shown(response))
     data = response.json()
-    problems = schema_errors(data, spec().schema("ErrorBody")) if data is not None else ["not JSON"]
+    problems = schema_errors(data, ctx.api.schema("ErrorBody")) if data is not None else ["not JSON"]
     ok &= ctx.expect(not problems, f"{what}: the error body is not the API's shape",
                      expected="ErrorBody", received={"problems": problems, **(shown(response) or {})})
     rid = response.headers.get("x-request-id")
-    ok &= ctx.expect(rid is not None and bool(request_id_re().fullmatch(rid)) and
+    ok &= ctx.expect(rid is not None and bool(request_id_re(ctx.api).fullmatch(rid)) and
                      isinstance(data, dict) and data.get("request_id") == rid,
                      f"{what}: X-Request-Id missing or not the body's request_id", received=rid)
     return ok
@@ -108,7 +106,7 @@ def refused(ctx: Context, ex: RawExchange, what: str, body: dict[str, Any] | Non
         if isinstance(data, dict) and "request_id" in data:
             data = {**data, "request_id": REQUEST_ID_MASK}
         ctx.equal(f"{what}: the body", body, data)
-        status = spec().error_codes[body["error"]["code"]]["status"]
+        status = ctx.api.error_codes[body["error"]["code"]]["status"]
         ctx.expect(response.status == status, f"{what}: status {response.status}, expected {status}",
                    expected=status, received=response.status)
     if echo is not None:
@@ -118,11 +116,11 @@ def refused(ctx: Context, ex: RawExchange, what: str, body: dict[str, Any] | Non
 
 def not_echoed(ctx: Context, sent: str, response: RawResponse, what: str) -> None:
     """No more than x-caps.quoted_chars characters of `sent` come back, in body or headers."""
-    window = sent[:spec().caps["quoted_chars"] + 1]
+    window = sent[:ctx.api.caps["quoted_chars"] + 1]
     text = response.body.decode("utf-8", "replace") + json.dumps(response.headers)
     ctx.expect(window not in text and json.dumps(window)[1:-1] not in text,
-               f"{what}: the input comes back past {spec().caps['quoted_chars']} characters",
-               expected=f"at most {spec().caps['quoted_chars']} characters of it",
+               f"{what}: the input comes back past {ctx.api.caps['quoted_chars']} characters",
+               expected=f"at most {ctx.api.caps['quoted_chars']} characters of it",
                received={"bytes": len(response.body), **(shown(response) or {})})
 
 
@@ -135,14 +133,14 @@ def healthy_after(ctx: Context) -> None:
                    f"{response.status}", expected=200, received=shown(response))
 
 
-def cut(text: str) -> str:
+def cut(ctx: Context, text: str) -> str:
     """How an error quotes an input value (x-caps.quoted_chars, x-messages.cut_mark)."""
-    limit = spec().caps["quoted_chars"]
-    return text if len(text) <= limit else text[:limit] + spec().messages["cut_mark"]
+    limit = ctx.api.caps["quoted_chars"]
+    return text if len(text) <= limit else text[:limit] + ctx.api.messages["cut_mark"]
 
 
-def invalid_json() -> dict[str, Any]:
-    return error_body("invalid_json", message("invalid_json"))
+def invalid_json(ctx: Context) -> dict[str, Any]:
+    return error_body(ctx.api, "invalid_json", message(ctx.api, "invalid_json"))
 
 
 def distinctive(n: int) -> str:

@@ -12,7 +12,6 @@ from conformance.checks.robust.raw import TAGS, healthy_after, minimal, post, re
 from conformance.context import Context
 from conformance.expect import steering_body
 from conformance.registry import register
-from contract import spec
 
 
 def _tensor(frame: bytes, shape: list[int]) -> dict[str, Any]:
@@ -45,14 +44,14 @@ def steering_positions(ctx: Context) -> None:
     frame = _declaring(_zeros(4 * hidden), positions * hidden * 4)
     param = "apply_steering_vectors[0]"
     refused(ctx, post(ctx, _steer(ctx, _tensor(frame, [1, positions, hidden]))), "1 TiB declared",
-            steering_body("positions", param, got=positions, max_model_len=ctx.max_model_len))
+            steering_body(ctx.api, "positions", param, got=positions, max_model_len=ctx.max_model_len))
     healthy_after(ctx)
 
 
 @register("robust:steering.decoded_cap", tags=TAGS)
 def steering_decoded_cap(ctx: Context) -> None:
     """Vectors of zeros that decode past x-caps.steering_decoded_bytes in all: 400 on the one that passes it."""
-    hidden, cap = ctx.model.hidden_size, spec().caps["steering_decoded_bytes"]
+    hidden, cap = ctx.model.hidden_size, ctx.api.caps["steering_decoded_bytes"]
     positions = max(1, min(ctx.max_model_len, cap // (hidden * 4)))
     size = positions * hidden * 4
     count = cap // size + 1
@@ -60,7 +59,7 @@ def steering_decoded_cap(ctx: Context) -> None:
     vectors = [_tensor(frame, [1, positions, hidden])] * count
     param = f"apply_steering_vectors[{count - 1}]"
     refused(ctx, post(ctx, _steer(ctx, *vectors)), f"{count} vectors of {size} bytes",
-            steering_body("decoded_cap", param, cap=cap, total=count * size))
+            steering_body(ctx.api, "decoded_cap", param, cap=cap, total=count * size))
     healthy_after(ctx)
 
 
@@ -77,5 +76,5 @@ def steering_frames(ctx: Context) -> None:
     param = "apply_steering_vectors[0]"
     for name, frame in cases.items():
         refused(ctx, post(ctx, _steer(ctx, _tensor(frame, [1, hidden]))), name,
-                steering_body("zstd", param))
+                steering_body(ctx.api, "zstd", param))
     healthy_after(ctx)

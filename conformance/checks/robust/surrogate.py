@@ -22,7 +22,7 @@ def surrogate_escaped(ctx: Context) -> None:
     """A lone surrogate escape (\\ud800, \\udc00\\ud800) in the prompt, a key, the model, stop, priority: 400 invalid_json."""
     for lone in (b"\\ud800", b"\\udc00\\ud800"):
         for place, raw in _surrogate_bodies(ctx, lone).items():
-            refused(ctx, post(ctx, raw), f"{lone.decode()} in {place}", invalid_json())
+            refused(ctx, post(ctx, raw), f"{lone.decode()} in {place}", invalid_json(ctx))
     healthy_after(ctx)
 
 
@@ -30,5 +30,5 @@ def surrogate_escaped(ctx: Context) -> None:
 def surrogate_raw_bytes(ctx: Context) -> None:
     """A surrogate written as raw bytes ED A0 80 (not UTF-8) anywhere in the body: 400 invalid_json."""
     for place, raw in _surrogate_bodies(ctx, b"\xed\xa0\x80").items():
-        refused(ctx, post(ctx, raw), f"raw ED A0 80 in {place}", invalid_json())
+        refused(ctx, post(ctx, raw), f"raw ED A0 80 in {place}", invalid_json(ctx))
     healthy_after(ctx)
