@@ -11,10 +11,9 @@ original one (same code, param and message).
 
 The contract decides that here, offline, so the suite (conformance/checks) never
 runs the core's validators against the servers it judges; `python -m
-conformance.golden.cheap` rewrites the file (from contract.spec(), its one default) and a test
-checks it is fresh. A
-case missing from the file (or whose body changed since) is sent as it is and
-counted at its worst case.
+conformance.golden.cheap` rewrites the file (from contract.spec(); the functions take the
+spec) and a test checks it is fresh. A case missing from the file (or whose body changed
+since) is sent as it is and counted at its worst case.
 """
 from __future__ import annotations
 
