@@ -15,7 +15,7 @@ import functools
 import logging
 import time
 from collections.abc import Callable, Mapping
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from flask import Flask, Response, g, request
 from werkzeug.exceptions import HTTPException
@@ -34,7 +34,12 @@ from contract import (
 )
 from contract.http import match_route, preflight
 
+if TYPE_CHECKING:
+    from prometheus_client import CollectorRegistry
+
 log = logging.getLogger("api_server")
+
+METRICS_PATH = "/metrics"
 
 
 def served_models(s: Spec, config: ServerConfig, served: Mapping[str, ModelInfo] | None) -> dict[str, ModelInfo]:
@@ -49,14 +54,16 @@ def served_models(s: Spec, config: ServerConfig, served: Mapping[str, ModelInfo]
 
 
 def create_app(config: ServerConfig, engine: Engine, models: Mapping[str, ModelInfo] | None = None,
-               hook: Hook | None = None, api: Spec | None = None) -> Flask:
+               hook: Hook | None = None, api: Spec | None = None,
+               registry: CollectorRegistry | None = None) -> Flask:
     """A server of this API over `engine` (the mock's fake one, or vLLM).
 
     `models` replaces the spec's models (a deployment whose model differs from the
     spec's, say): GET /v1/models and validation use them; config.max_model_len
     still applies on top. `hook` adds what the API itself does not do (the mock's
     faults and latency); a server of the real API passes none. `api` is the spec
-    (spec() by default)."""
+    (spec() by default). `registry` holds the app's metrics (GET /metrics), and any
+    the server adds (a new one by default)."""
     if not isinstance(engine, Engine):   # its capabilities are Engine's methods: fail at start
         raise TypeError(f"{type(engine).__name__} is not an api_server.Engine (api_server/engine.py)")
     api = api if api is not None else spec()
@@ -68,7 +75,12 @@ def create_app(config: ServerConfig, engine: Engine, models: Mapping[str, ModelI
     app = flask_class()(__name__)   # Flask, or Flask with its URL map bound more cheaply (patches.py)
     # No MAX_CONTENT_LENGTH: werkzeug's would refuse a chunked body of exactly the cap;
     # completions.read_body cuts a chunked body off at the cap itself.
-    app.state = State(api, config, models, engine, open_budget(config), hook, int(time.time()))  # type: ignore[attr-defined]
+    # prometheus_client is imported now, not with this module: it picks its multiprocess
+    # mode once, from a variable that serve.prepare sets after the servers' mains import us.
+    from api_server.metrics import ApiMetrics, new_registry
+    registry = registry if registry is not None else new_registry()
+    app.state = State(api, config, models, engine, open_budget(config), hook, int(time.time()),  # type: ignore[attr-defined]
+                      ApiMetrics(registry))
     app.register_error_handler(ApiError, _api_error)
     app.register_error_handler(HTTPException, _http_error)
     app.register_error_handler(Exception, _unexpected)
@@ -82,6 +94,8 @@ def create_app(config: ServerConfig, engine: Engine, models: Mapping[str, ModelI
     for route in api.routes:
         app.add_url_rule(route.path, route.operation_id, _admitted(views[route.operation_id]),
                          methods=[route.method], provide_automatic_options=False)
+    # The server's, not the API's (as vLLM's /metrics is no part of OpenAI's API): no key.
+    app.add_url_rule(METRICS_PATH, "metrics", _metrics, methods=["GET"], provide_automatic_options=False)
     return app
 
 
@@ -103,6 +117,7 @@ def _admitted(view: Callable[[], Response]) -> Callable[[], Response]:
         except ApiError as error:
             return _error_response(error)
         response.headers[REQUEST_ID] = rid
+        state().metrics.responded(req.url_rule.rule, response.status_code)
         return response
     return admitted
 
@@ -141,6 +156,8 @@ def _error_response(error: ApiError) -> Response:
         response.headers["Connection"] = "close"
     if isinstance(error, RequestTooLarge):
         _drain(response)
+    rule = request.url_rule
+    state().metrics.responded(rule.rule if rule is not None else None, error.status, error.code)
     return response
 
 
@@ -174,6 +191,10 @@ def _unexpected(error: Exception) -> Response:
 # -- small routes ---------------------------------------------------------------------
 def _json(obj: Any, status: int = 200) -> Response:
     return Response(dumps(obj), status=status, content_type=JSON)
+
+
+def _metrics() -> Response:
+    return Response(state().metrics.exposition(), content_type=state().metrics.content_type)
 
 
 def _health() -> Response:

@@ -16,8 +16,8 @@ from api_server.engine import Batches, Engine, ErrorEvent, Event, StreamEvent
 from api_server.responses import CLAMPED, DONE, JSON, KEEPALIVE, Assembler, Meta, completion_id, dumps, sse
 from api_server.state import State, state
 from contract import (
-    ApiError, CompletionRequest, Hold, InternalError, InvalidRequest, RequestTooLarge, parse_json, spec,
-    validate_completion,
+    ApiError, CompletionRequest, Hold, InsufficientQuota, InternalError, InvalidRequest, RequestTooLarge,
+    parse_json, spec, validate_completion,
 )
 
 log = logging.getLogger("api_server")
@@ -31,7 +31,11 @@ def create_completion() -> Response:
     key: str = g.api_key   # preflight's: this route needs a key
     req = validate_completion(parse_json(read_body()), models=s.models)
     engine = s.engine if s.hook is None else s.hook.engine(request.headers, req, s.engine)
-    held = s.budget.reserve(key, req)
+    try:
+        held = s.budget.reserve(key, req)
+    except InsufficientQuota:
+        s.metrics.budget_refused.inc()
+        raise
     if held.max_tokens != req.max_tokens:   # the Budget clamped it: what runs is the Hold's
         req = dataclasses.replace(req, max_tokens=held.max_tokens)
     run = _Run(s, engine, req, rid, key, held)
@@ -52,6 +56,10 @@ class _Run:
         if not self._settled:   # once, whether the stream ended, failed or was never read
             self._settled = True
             self.s.budget.settle(self.key, self.held, self.asm.used)
+            metrics = self.s.metrics
+            metrics.generated_tokens.inc(self.asm.completion_tokens)
+            if self.s.config.budget_tokens is not None:
+                metrics.budget_spent.inc(self.asm.used)
 
 
 def _complete(run: _Run, headers: dict[str, str]) -> Response:
@@ -74,7 +82,7 @@ def _open_stream(run: _Run, headers: dict[str, str]) -> Response:
     body write anyway). An error after the first batch is an error event."""
     first: Sequence[StreamEvent] | None
     try:
-        batches = run.engine.stream(run.req, run.rid, run.s.config.keepalive_seconds)
+        batches = run.engine.stream(run.req, run.rid, run.s.config.stream_interval)
         try:
             first = next(batches)
         except StopIteration:   # the engine ended without an event: [DONE] alone
@@ -82,13 +90,16 @@ def _open_stream(run: _Run, headers: dict[str, str]) -> Response:
     except BaseException:
         run.settle()
         raise
-    body = _stream(run.asm, first, batches, run.settle, run.rid)
+    keepalive = KEEPALIVE if run.s.config.keepalive else None   # 0 s: off, as in vLLM
+    body = _stream(run.asm, first, batches, run.settle, run.rid, keepalive)
+    run.s.metrics.open_streams.inc()
     response = Response(body, mimetype="text/event-stream",
                         headers={**headers, "Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
     # The body may never be read (the client left first): closing the batches stops the
     # engine (a pump's thread, vLLM's request); the body's own close does it when it was read.
     response.call_on_close(batches.close)
     response.call_on_close(run.settle)
+    response.call_on_close(run.s.metrics.open_streams.dec)
     return response
 
 
@@ -157,16 +168,17 @@ def stall_bound(environ: dict[str, Any]) -> Iterator[None]:
 
 
 def _stream(asm: Assembler, first: Sequence[StreamEvent] | None, batches: Batches,
-            settle: Callable[[], None], rid: str) -> Iterator[bytes]:
+            settle: Callable[[], None], rid: str, keepalive: bytes | None) -> Iterator[bytes]:
     """The SSE body: `first` (the batch the route already read; None when there was
     none), then the rest of `batches`. Events that are ready together leave in one write;
-    a keepalive comment fills each quiet interval; an error after the start (raised, or
-    an ErrorEvent) is an error event."""
+    `keepalive` (a comment; None: nothing) fills each quiet interval; an error after the
+    start (raised, or an ErrorEvent) is an error event."""
     out: list[bytes] = []
     try:
         for batch in chain([] if first is None else [first], batches):
             if not batch:
-                yield KEEPALIVE
+                if keepalive is not None:
+                    yield keepalive
                 continue
             failure = batch[-1] if isinstance(batch[-1], ErrorEvent) else None   # (once a batch)
             for event in cast("list[Event]", batch if failure is None else batch[:-1]):

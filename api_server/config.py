@@ -8,6 +8,7 @@ drift from openapi.yaml.
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -16,6 +17,38 @@ from typing import ClassVar, TypeVar
 from contract import spec
 
 C = TypeVar("C", bound="ServerConfig")
+
+# With keepalives off (keepalive_seconds 0, as vLLM's 0 means), a quiet stream's engine
+# still hands back this often (Engine.stream's interval), and the route writes nothing.
+QUIET_WAKE_S = 60.0
+
+
+class ConfigError(ValueError):
+    """A setting out of its range; the message names the option (and its variable)."""
+
+
+@dataclass(frozen=True)
+class Bound:
+    """The range of a numeric setting: at least `low` (above it when not `low_ok`), at
+    most `high` when given; always finite."""
+    low: float
+    low_ok: bool = True
+    high: float | None = None
+    note: str = ""
+
+    def holds(self, value: float) -> bool:
+        return (math.isfinite(value) and (value >= self.low if self.low_ok else value > self.low)
+                and (self.high is None or value <= self.high))
+
+    def __str__(self) -> str:
+        if self.high is not None:
+            return f"between {self.low:g} and {self.high:g}"
+        return f"{'>=' if self.low_ok else '>'} {self.low:g}{self.note}"
+
+
+AT_LEAST_0 = Bound(0)
+ABOVE_0 = Bound(0, low_ok=False)
+FRACTION = Bound(0, high=1)
 
 
 def _keepalive_default() -> float:
@@ -45,6 +78,40 @@ class ServerConfig:
     # A deployment's max_model_len per model name (the spec's value otherwise).
     max_model_len: Mapping[str, int] = field(default_factory=dict)
 
+    # The range of each numeric setting, checked whenever a config is made, so that a bad
+    # option or variable fails at start with its name; a subclass adds its own.
+    bounds: ClassVar[Mapping[str, Bound]] = {
+        "budget_tokens": AT_LEAST_0,
+        "keepalive_seconds": Bound(0, note=" (0 turns keepalives off)"),
+        "body_read_seconds": ABOVE_0,
+    }
+
+    def __post_init__(self) -> None:
+        for name, bound in self.bounds.items():
+            value = getattr(self, name)
+            if value is not None and not bound.holds(value):
+                raise ConfigError(f"{self.option(name)} must be {bound}, got {value!r}")
+        for model, length in self.max_model_len.items():
+            if length < 1:
+                raise ConfigError(f"{self.option('max_model_len')} must be >= 1, got {model}={length}")
+
+    @classmethod
+    def option(cls, name: str) -> str:
+        """A setting's command-line option, with its variable: `--ttft-ms (MOCK_TTFT_MS)`."""
+        flag = "--" + name.replace("_", "-")
+        return f"{flag} ({cls.env_prefix}{name.upper()})" if cls.env_prefix else flag
+
+    @property
+    def keepalive(self) -> bool:
+        """Whether a quiet stream sends `: keepalive` (keepalive_seconds 0: never)."""
+        return self.keepalive_seconds > 0
+
+    @property
+    def stream_interval(self) -> float:
+        """The longest a stream's engine waits before handing back (Engine.stream's
+        interval): the keepalive interval, or QUIET_WAKE_S with keepalives off."""
+        return self.keepalive_seconds if self.keepalive else QUIET_WAKE_S
+
     @classmethod
     def from_env(cls: type[C], environ: Mapping[str, str] | None = None,
                  prefix: str | None = None, **overrides: object) -> C:
@@ -56,20 +123,25 @@ class ServerConfig:
         for f in dataclasses.fields(cls):
             raw = environ.get(prefix + f.name.upper())
             if raw is not None and raw != "":
-                values[f.name] = _parse(f.name, raw)
+                try:
+                    values[f.name] = _parse(f.name, str(f.type), raw)
+                except ValueError:
+                    raise ConfigError(f"{prefix}{f.name.upper()} is not valid: {raw!r}") from None
         values.update({k: v for k, v in overrides.items() if v is not None})
         return cls(**values)  # type: ignore[arg-type]
 
 
-def _parse(name: str, raw: str) -> object:
+def _parse(name: str, kind: str, raw: str) -> object:
+    """A variable's value, by its field's name and annotation (`int | None`, `float`...)."""
     if name == "keys":
         return parse_keys(raw)
-    if name in ("budget_dir", "budget_url"):
-        return raw
-    if name == "budget_tokens":
-        return int(raw)
     if name == "max_model_len":
         return parse_max_model_len(raw)
+    types = set(kind.replace(" ", "").split("|"))
+    if "str" in types:
+        return raw
+    if "int" in types:
+        return int(raw)
     return float(raw)
 
 

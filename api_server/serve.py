@@ -9,7 +9,11 @@ thread per open request, `--worker gthread --threads N`) stays available.
 from __future__ import annotations
 
 import argparse
+import atexit
 import gc
+import os
+import shutil
+import tempfile
 from collections.abc import Callable
 from typing import Any
 
@@ -23,33 +27,67 @@ DEFAULT_CONNECTIONS = 4096
 DEFAULT_THREADS = 32
 DEFAULT_GRACEFUL_TIMEOUT = 5
 BACKLOG = 4096
+MULTIPROC_DIR = "PROMETHEUS_MULTIPROC_DIR"   # api_server/metrics.py reads it
 # Seconds an idle keep-alive connection waits for its next request (gunicorn's keepalive).
 IDLE_CONNECTION_S = 5
 
 
+def at_least(low: int, high: int | None = None) -> Callable[[str], int]:
+    """An argparse type: an integer of at least `low` (and at most `high`); argparse's
+    message names the option when it is not."""
+    def parse(raw: str) -> int:
+        try:
+            value = int(raw)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not an integer: {raw!r}") from None
+        if value < low or (high is not None and value > high):
+            bound = f">= {low}" if high is None else f"between {low} and {high}"
+            raise argparse.ArgumentTypeError(f"must be {bound}, got {value}")
+        return value
+    return parse
+
+
+PORT = at_least(0, 65535)
+
+
 def add_arguments(p: argparse.ArgumentParser, env: Callable[[str, str], str | None], workers: int) -> None:
-    """--workers, --worker, --connections, --threads, --graceful-timeout: the options both servers share."""
-    p.add_argument("--workers", type=int, default=int(env("WORKERS", str(workers)) or workers),
+    """--workers, --worker, --connections, --threads, --graceful-timeout: the options both
+    servers share. Their defaults are strings (the variable's, or ours), which argparse
+    checks as it checks the command line's, so a bad variable names its option too."""
+    p.add_argument("--workers", type=at_least(1), default=env("WORKERS", str(workers)),
                    help="worker processes")
     p.add_argument("--worker", choices=sorted(WORKERS), default=env("WORKER", DEFAULT_WORKER),
                    help="gevent: a greenlet per connection (default); gthread: a thread per request")
-    p.add_argument("--connections", type=int,
-                   default=int(env("CONNECTIONS", str(DEFAULT_CONNECTIONS)) or DEFAULT_CONNECTIONS),
+    p.add_argument("--connections", type=at_least(1), default=env("CONNECTIONS", str(DEFAULT_CONNECTIONS)),
                    help="open connections per gevent worker")
-    p.add_argument("--threads", type=int, default=int(env("THREADS", str(DEFAULT_THREADS)) or DEFAULT_THREADS),
+    p.add_argument("--threads", type=at_least(1), default=env("THREADS", str(DEFAULT_THREADS)),
                    help="threads per gthread worker: the open requests one worker serves at once")
-    p.add_argument("--graceful-timeout", type=int,
-                   default=int(env("GRACEFUL_TIMEOUT", str(DEFAULT_GRACEFUL_TIMEOUT)) or DEFAULT_GRACEFUL_TIMEOUT),
+    p.add_argument("--graceful-timeout", type=at_least(0),
+                   default=env("GRACEFUL_TIMEOUT", str(DEFAULT_GRACEFUL_TIMEOUT)),
                    help="on SIGTERM, seconds that requests in flight get to finish")
 
 
 def prepare(worker: str) -> None:
-    """Patch the standard library for gevent before the app is built: the app is built
-    in gunicorn's master (preload), and its locks, sockets and threads (the stream
-    pump's, the reference's connection pool) must be gevent's in the workers."""
+    """Before the app is built (in gunicorn's master: preload): patch the standard library
+    for gevent, since the app's locks, sockets and threads (the stream pump's, the
+    reference's connection pool) must be gevent's in the workers; and give the metrics a
+    directory of their own, so that every worker writes there and one scrape sums them
+    (prometheus_client reads PROMETHEUS_MULTIPROC_DIR when it is imported)."""
     if worker == "gevent":
         from gevent import monkey
         monkey.patch_all()
+    if not os.environ.get(MULTIPROC_DIR):
+        os.environ[MULTIPROC_DIR] = path = tempfile.mkdtemp(prefix="acs-metrics-")
+        master = os.getpid()
+        # Removed when the master exits, not when a worker does (it runs atexit too).
+        atexit.register(lambda: os.getpid() == master and shutil.rmtree(path, ignore_errors=True))
+
+
+def _child_exit(server: Any, worker: Any) -> None:
+    """gunicorn's hook: a dead worker's gauges (open streams, vLLM's running and waiting)
+    leave the sums."""
+    from prometheus_client import multiprocess
+    multiprocess.mark_process_dead(worker.pid)
 
 
 def gunicorn_options(host: str, port: int, workers: int, threads: int = DEFAULT_THREADS,
@@ -64,6 +102,7 @@ def gunicorn_options(host: str, port: int, workers: int, threads: int = DEFAULT_
         "worker_class": WORKERS[worker], "worker_connections": connections, "backlog": BACKLOG,
         "preload_app": True, "loglevel": log_level, "accesslog": "-" if access_log else None,
         "keepalive": IDLE_CONNECTION_S, "timeout": 60, "graceful_timeout": graceful_timeout,
+        "child_exit": _child_exit,
     }
 
 

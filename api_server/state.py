@@ -16,6 +16,8 @@ from contract import ModelInfo, Spec
 if TYPE_CHECKING:
     from flask import Flask
 
+    from api_server.metrics import ApiMetrics   # (imported by create_app: see there)
+
 
 @dataclass(frozen=True)
 class State:
@@ -26,6 +28,7 @@ class State:
     budget: Budget
     hook: Hook | None
     started: int
+    metrics: "ApiMetrics"
 
 
 def state() -> State:

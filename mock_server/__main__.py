@@ -15,10 +15,11 @@ import sys
 import tempfile
 from collections.abc import Sequence
 
-from api_server.config import parse_keys, parse_max_model_len
-from api_server.serve import add_arguments, gunicorn_options, prepare, serve
+from api_server.config import ConfigError, parse_keys, parse_max_model_len
+from api_server.serve import PORT, add_arguments, gunicorn_options, prepare, serve
 from contract.version import VersionAction
 from mock_server.config import MockConfig
+from mock_server.profiles import PROFILES
 
 
 def _env(name: str, default: str | None = None) -> str | None:
@@ -29,7 +30,7 @@ def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m mock_server", description=__doc__.splitlines()[0])
     p.add_argument("--version", action=VersionAction)
     p.add_argument("--host", default=_env("HOST", "127.0.0.1"))
-    p.add_argument("--port", type=int, default=int(_env("PORT", "8000") or 8000))
+    p.add_argument("--port", type=PORT, default=_env("PORT", "8000"))
     add_arguments(p, _env, os.cpu_count() or 1)
     p.add_argument("--keys", help="comma-separated API keys (default: any non-empty Bearer key)")
     p.add_argument("--budget-tokens", type=int, help="tokens per key (default: unlimited)")
@@ -38,27 +39,45 @@ def parser() -> argparse.ArgumentParser:
                                         "(default: the SQLite file in --budget-dir)")
     p.add_argument("--ttft-ms", type=float, help="simulated time to first token")
     p.add_argument("--tpot-ms", type=float, help="simulated time per output token")
-    p.add_argument("--keepalive-seconds", type=float, help="interval of ': keepalive' in streams")
+    p.add_argument("--keepalive-seconds", type=float,
+                   help="interval of ': keepalive' in streams; 0 turns them off, as in vLLM")
     p.add_argument("--body-read-seconds", type=float,
                    help="a client's read silent this long gets 400 (default: the spec's x-caps)")
     p.add_argument("--fault-rate", type=float, help="fraction of requests failed with a random status")
     p.add_argument("--stream-error-rate", type=float, help="fraction of streams broken by an error event")
     p.add_argument("--eos-rate", type=float, help="chance per token of an end-of-text token")
     p.add_argument("--max-model-len", help="'4096' for every model, or 'llama-8b=4096,...'")
+    load = p.add_argument_group("load model (off unless --max-num-seqs or --load-profile is given)")
+    load.add_argument("--load-profile", choices=sorted(PROFILES),
+                      help="a named profile's numbers (mock_server/profiles.py); the options below override them")
+    load.add_argument("--max-num-seqs", type=int, help="the running batch, per worker, as vLLM's option")
+    load.add_argument("--max-num-queued-reqs", type=int,
+                      help="the waiting queue per worker; when it is full: 503 with Retry-After (default: unbounded)")
+    load.add_argument("--prefill-ms-per-token", type=float, help="prefill time per prompt token, after --ttft-ms")
+    load.add_argument("--time-factor-under-load", type=float,
+                      help="a decode step's slowdown with max-num-seqs running (1: none)")
+    load.add_argument("--jitter", type=float, help="each wait varies by up to this fraction of itself")
+    load.add_argument("--load-seed", type=int, help="the jitter's seed")
+    p.add_argument("--control-file", help="a JSON file of settings the running mock rereads when it changes")
     p.add_argument("--log-level", default=_env("LOG_LEVEL", "warning"))
     p.add_argument("--access-log", action="store_true", help="log every request to stderr")
     return p
 
 
 def config_from(args: argparse.Namespace) -> MockConfig:
-    """MOCK_* variables, overridden by the options given on the command line."""
+    """MOCK_* variables, overridden by the options given on the command line (ConfigError
+    names the option of a value out of its range)."""
     config = MockConfig.from_env(
         keys=parse_keys(args.keys) if args.keys else None,
         budget_tokens=args.budget_tokens, budget_dir=args.budget_dir, budget_url=args.budget_url,
         ttft_ms=args.ttft_ms, tpot_ms=args.tpot_ms, keepalive_seconds=args.keepalive_seconds,
         body_read_seconds=args.body_read_seconds, fault_rate=args.fault_rate,
         stream_error_rate=args.stream_error_rate, eos_rate=args.eos_rate,
-        max_model_len=parse_max_model_len(args.max_model_len) if args.max_model_len else None)
+        max_model_len=parse_max_model_len(args.max_model_len) if args.max_model_len else None,
+        load_profile=args.load_profile, max_num_seqs=args.max_num_seqs,
+        max_num_queued_reqs=args.max_num_queued_reqs, prefill_ms_per_token=args.prefill_ms_per_token,
+        time_factor_under_load=args.time_factor_under_load, jitter=args.jitter, load_seed=args.load_seed,
+        control_file=args.control_file)
     if config.budget_tokens is not None and config.budget_dir is None and not config.budget_url:
         # Made before the fork, so that every worker spends from the same file.
         config = dataclasses.replace(config, budget_dir=tempfile.mkdtemp(prefix="mock-budget-"))
@@ -66,11 +85,16 @@ def config_from(args: argparse.Namespace) -> MockConfig:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = parser().parse_args(argv)
+    p = parser()
+    args = p.parse_args(argv)
+    try:
+        config = config_from(args)
+    except ConfigError as error:
+        p.error(str(error))
     prepare(args.worker)   # before the app's modules are imported
     from mock_server.server import create_app  # after parsing, so --help is instant
 
-    app = create_app(config_from(args))
+    app = create_app(config)
     serve(app, gunicorn_options(args.host, args.port, args.workers, args.threads, args.log_level,
                                 args.access_log, args.worker, args.connections, args.graceful_timeout))
     return 0

@@ -13,7 +13,7 @@ import math
 import random
 import time
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from api_server.engine import Batches, ChoiceDelta, Engine, ErrorEvent, Event
 from api_server.hooks import Headers
@@ -21,7 +21,13 @@ from api_server.pacing import Pump
 from contract import ApiError, CompletionRequest, InvalidRequest, Spec, spec
 from contract.errors import error_class
 from mock_server.config import MockConfig
+from mock_server.control import Control
 from mock_server.latency import paced, paced_batches
+from mock_server.load import Loaded, Scheduler
+from mock_server.metered import Metered
+
+if TYPE_CHECKING:   # (imported by create_app: api_server/metrics.py says why)
+    from mock_server.metrics import VllmMetrics
 
 STATUS = "X-Mock-Status"
 STREAM_ERROR_AFTER = "X-Mock-Stream-Error-After"
@@ -61,23 +67,35 @@ def _number(headers: Headers, name: str, default: float, integer: bool = False) 
 
 
 class Faults:
-    """The mock's hook (api_server/hooks.py): its headers and the configured fault rates."""
+    """The mock's hook (api_server/hooks.py): its headers, the configured fault rates and
+    latency (live: control.py), the load model (load.py), and vLLM's metrics of it all."""
 
-    def __init__(self, config: MockConfig, s: Spec | None = None) -> None:
+    def __init__(self, config: MockConfig, s: Spec | None = None, metrics: VllmMetrics | None = None) -> None:
         check_spec(s if s is not None else spec())
-        self.config = config
+        self.settings = Control(config)
         self.rng = random.Random()
+        if metrics is None:   # a hook of its own: its metrics in a registry of their own
+            from mock_server.metrics import VllmMetrics, new_registry
+            metrics = VllmMetrics(new_registry())
+        self.metrics = metrics
+        self.scheduler = Scheduler(self.settings, self.metrics)
 
     def engine(self, headers: Headers, req: CompletionRequest, engine: Engine) -> Engine:
-        """The engine for this request: `engine`, or `engine` with the latency and the
-        stream error asked for. A forced status is raised here: after validation, before
-        the Budget holds anything, as the real API refuses a request."""
-        ttft_s, tpot_s, forced, after = read(headers, self.config, self.rng, req.max_tokens)
+        """The engine for this request, observed in vLLM's metrics: `engine`, or `engine`
+        with the load model, the latency and the stream error asked for. A forced status
+        is raised here: after validation, before the Budget holds anything, as the real
+        API refuses a request; a full queue is refused when the engine starts."""
+        config = self.settings()
+        ttft_s, tpot_s, forced, after = read(headers, config, self.rng, req.max_tokens)
         if forced is not None:
             raise forced_error(forced, req)
-        if not ttft_s and not tpot_s and after is None:
-            return engine
-        return Simulated(engine, ttft_s, tpot_s, after)
+        if config.loaded:
+            engine = Loaded(engine, self.scheduler, ttft_s, tpot_s)
+            if after is not None:
+                engine = Simulated(engine, 0, 0, after)
+        elif ttft_s or tpot_s or after is not None:
+            engine = Simulated(engine, ttft_s, tpot_s, after)
+        return Metered(engine, self.metrics, req.body["model"])
 
 
 class Simulated(Engine):

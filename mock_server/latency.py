@@ -1,11 +1,22 @@
-"""Simulated latency: the mock's time to first token and per output token."""
+"""Simulated latency: the mock's time to first token and per output token.
+
+The waits are `Steps`: the seconds before each step (0: the first token). Fixed ones
+come from --ttft-ms/--tpot-ms and the X-Mock-* headers; the load model's (load.py)
+depend on the prompt and on how many sequences run at each step."""
 from __future__ import annotations
 
 import time
 from collections.abc import Callable, Generator, Iterator
+from typing import TypeAlias
 
 from api_server.engine import ChoiceDelta, Event
 from api_server.pacing import BATCH
+
+Steps: TypeAlias = Callable[[int], float]   # seconds to wait before step n (0: the first token)
+
+
+def fixed(ttft_s: float, tpot_s: float) -> Steps:
+    return lambda step: ttft_s if step == 0 else tpot_s
 
 
 def paced(events: Iterator[Event], ttft_s: float, tpot_s: float,
@@ -17,23 +28,24 @@ def paced(events: Iterator[Event], ttft_s: float, tpot_s: float,
     """
     if not ttft_s and not tpot_s:
         return events   # no latency asked for: no extra generator per event
-    return _paced(events, ttft_s, tpot_s, sleep)
+    return paced_steps(events, fixed(ttft_s, tpot_s), sleep)
 
 
-def _paced(events: Iterator[Event], ttft_s: float, tpot_s: float,
-           sleep: Callable[[float], object]) -> Iterator[Event]:
+def paced_steps(events: Iterator[Event], steps: Steps,
+                sleep: Callable[[float], object] = time.sleep) -> Iterator[Event]:
+    """`events` with `steps(n)` seconds waited before step n."""
     # A delta may carry several tokens (the fake engine's whole choices without
     # stream): it takes one step per token. Steps so far = the most tokens any one
-    # choice has had; each new step waits (the first ttft_s, the others tpot_s).
+    # choice has had; each new step waits steps(n).
     counts: dict[int, int] = {}
-    steps = 0
+    done = 0
     for event in events:
         if isinstance(event, ChoiceDelta):
             count = counts.get(event.index, 0) + max(1, len(event.token_ids))
             counts[event.index] = count
-            while steps < count:
-                sleep(ttft_s if steps == 0 else tpot_s)
-                steps += 1
+            while done < count:
+                sleep(steps(done))
+                done += 1
         yield event
 
 
@@ -54,6 +66,11 @@ class Schedule:
 
 def paced_batches(events: Iterator[Event], ttft_s: float, tpot_s: float,
                   interval: float) -> Generator[list[Event], None, None]:
+    return stepped_batches(events, fixed(ttft_s, tpot_s), interval)
+
+
+def stepped_batches(events: Iterator[Event], steps: Steps,
+                    interval: float) -> Generator[list[Event], None, None]:
     """A stream's batches (Engine.stream) of `events`, an engine's that never waits,
     paced in the request's own thread: an event not yet due ends the batch before it,
     and the wait for it (time.sleep: a greenlet's under gevent) yields [] for each
@@ -61,10 +78,10 @@ def paced_batches(events: Iterator[Event], ttft_s: float, tpot_s: float,
     token would cost more CPU than the rest of a paced stream. What `events` raises
     comes after the events before it, as pacing.batched has it."""
     schedule = Schedule()
-    steps = paced(events, ttft_s, tpot_s, schedule)
+    timed = paced_steps(events, steps, schedule)
     batch: list[Event] = []
     try:
-        for event in steps:
+        for event in timed:
             if batch and schedule.due > time.monotonic():
                 yield batch   # the events before it leave now
                 batch = []

@@ -1,5 +1,5 @@
 """The mock's app: the API server (api_server/) over the fake engine, with the mock's
-faults and simulated latency as its hook."""
+faults, simulated latency and load model as its hook, and vLLM's metrics beside the API's."""
 from __future__ import annotations
 
 from collections.abc import Mapping
@@ -18,8 +18,13 @@ def create_app(config: MockConfig | None = None, engine: Engine | None = None,
                models: Mapping[str, ModelInfo] | None = None, api: Spec | None = None) -> Flask:
     """The mock (MockConfig.from_env() when no config is given); `engine` replaces the
     fake one, `models` the spec's models (config.max_model_len still applies on top)."""
+    # prometheus_client is imported now, after serve.prepare (api_server/metrics.py).
+    from mock_server.metrics import VllmMetrics, new_registry
+
     config = config if config is not None else MockConfig.from_env()
     api = api if api is not None else spec()
     if engine is None:
         engine = FakeEngine(served_models(api, config, models).values(), config.eos_rate, api)
-    return create_api_app(config, engine, models, Faults(config, api), api)
+    registry = new_registry()
+    hook = Faults(config, api, VllmMetrics(registry))
+    return create_api_app(config, engine, models, hook, api, registry)

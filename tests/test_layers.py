@@ -27,8 +27,8 @@ STDLIB = set(sys.stdlib_module_names) | {"__future__"}
 LAYERS: dict[str, set[str]] = {
     "contract": {"yaml", "openapi_spec_validator", "fastjsonschema", "jsonschema_rs", "quicktok",
                  "zstandard", "numpy"},
-    "api_server": {"contract", "flask", "werkzeug", "gunicorn", "gevent", "redis", "orjson"},
-    "mock_server": {"contract", "api_server", "flask", "numpy"},
+    "api_server": {"contract", "flask", "werkzeug", "gunicorn", "gevent", "redis", "orjson", "prometheus_client"},
+    "mock_server": {"contract", "api_server", "flask", "numpy", "prometheus_client"},
     "reference_impl": {"contract", "api_server", "httpx", "orjson"},
     "conformance": {"contract", "httpx", "schemathesis", "rich", "jsonschema", "referencing", "zstandard", "yaml",
                     "pytest"},
@@ -39,6 +39,7 @@ EXTRA: dict[str, set[str]] = {
     "reference_impl/transport.py": {"httpcore"},              # httpx's own pool, with a network backend
     "reference_impl/wire.py": {"httptools", "gevent"},        # vLLM's answers parsed in C; gevent's Timeout
     "conformance/golden/generate.py": {"numpy"},               # writes steering vectors' wire form
+    "mock_server/testing.py": {"httpx", "anyio", "pytest"},     # client developers' transports and fixture
 }
 # conformance reads the spec through contract, never the core's validators.
 CONFORMANCE_CONTRACT_NAMES = {"spec", "Spec", "ModelInfo", "SpecError"}

@@ -106,3 +106,62 @@ def test_paced_counts_a_delta_of_many_tokens_as_that_many_steps() -> None:
     waits: list[float] = []
     events = [ChoiceDelta(0, "xyz", [1, 2, 3]), ChoiceDelta(1, "xy", [1, 2]), Usage(1, 5)]
     assert len(list(paced(iter(events), 0.5, 0.1, waits.append))) == 3 and waits == [0.5, 0.1, 0.1]
+
+
+# -- options checked at start -----------------------------------------------------------
+def start_error(capsys: pytest.CaptureFixture[str], *argv: str) -> str:
+    """What `python -m mock_server ARGV` says when it refuses to start (argparse's exit 2)."""
+    from mock_server.__main__ import main
+    with pytest.raises(SystemExit) as info:
+        main(list(argv))
+    assert info.value.code == 2
+    return capsys.readouterr().err.strip().splitlines()[-1]
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["--keepalive-seconds", "-1"], "--keepalive-seconds (MOCK_KEEPALIVE_SECONDS) must be >= 0 (0 turns keepalives off), got -1.0"),
+    (["--ttft-ms", "-5"], "--ttft-ms (MOCK_TTFT_MS) must be >= 0, got -5.0"),
+    (["--fault-rate", "1.5"], "--fault-rate (MOCK_FAULT_RATE) must be between 0 and 1, got 1.5"),
+    (["--eos-rate", "nan"], "--eos-rate (MOCK_EOS_RATE) must be between 0 and 1, got nan"),
+    (["--body-read-seconds", "0"], "--body-read-seconds (MOCK_BODY_READ_SECONDS) must be > 0, got 0.0"),
+    (["--max-num-seqs", "0"], "--max-num-seqs (MOCK_MAX_NUM_SEQS) must be >= 1, got 0"),
+    (["--max-num-seqs", "2", "--max-num-queued-reqs", "-1"],
+     "--max-num-queued-reqs (MOCK_MAX_NUM_QUEUED_REQS) must be >= 0, got -1"),
+    (["--max-num-seqs", "2", "--time-factor-under-load", "0.5"],
+     "--time-factor-under-load (MOCK_TIME_FACTOR_UNDER_LOAD) must be >= 1, got 0.5"),
+    (["--max-num-queued-reqs", "3"], "--max-num-queued-reqs (MOCK_MAX_NUM_QUEUED_REQS) needs --max-num-seqs (MOCK_MAX_NUM_SEQS)"),
+    (["--workers", "0"], "argument --workers: must be >= 1, got 0"),
+    (["--port", "70000"], "argument --port: must be between 0 and 65535, got 70000"),
+    (["--graceful-timeout", "-1"], "argument --graceful-timeout: must be >= 0, got -1"),
+])
+def test_an_option_out_of_range_is_refused_at_start_naming_it(capsys: pytest.CaptureFixture[str],
+                                                              argv: list[str], message: str) -> None:
+    assert start_error(capsys, *argv) == f"python -m mock_server: error: {message}"
+
+
+def test_a_bad_variable_is_refused_naming_it(capsys: pytest.CaptureFixture[str],
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MOCK_TPOT_MS", "fast")
+    assert start_error(capsys).endswith("error: MOCK_TPOT_MS is not valid: 'fast'")
+    monkeypatch.setenv("MOCK_TPOT_MS", "-1")
+    assert start_error(capsys).endswith("error: --tpot-ms (MOCK_TPOT_MS) must be >= 0, got -1.0")
+    monkeypatch.delenv("MOCK_TPOT_MS")
+    monkeypatch.setenv("MOCK_WORKERS", "0")
+    assert start_error(capsys).endswith("error: argument --workers: must be >= 1, got 0")
+
+
+def test_keepalive_zero_turns_keepalives_off() -> None:
+    """As in vLLM: no `: keepalive` line, however long the first token takes."""
+    from mock_server import create_app
+    from tests.mock_helpers import AUTH, completion_body, parse_sse
+
+    def comments(keepalive_s: float) -> list[str]:
+        client = create_app(MockConfig(keepalive_seconds=keepalive_s)).test_client()
+        r = client.post(spec().completions_path, json=completion_body(stream=True),
+                        headers={**AUTH, "X-Mock-Ttft-Ms": "300"})
+        stream = parse_sse(r.get_data(as_text=True))
+        assert stream.events[-1] == "[DONE]" and stream.chunks
+        return stream.comments
+
+    assert comments(0.05) and set(comments(0.05)) == {"keepalive"}   # the contrast: on, they come
+    assert comments(0) == []

@@ -1,0 +1,72 @@
+"""Each request of the mock observed in vLLM's metrics (metrics.py) when it ends."""
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+from api_server.engine import Batches, ChoiceDelta, Engine, Event, StreamEvent, Usage
+from contract import CompletionRequest
+
+if TYPE_CHECKING:   # (imported by create_app: api_server/metrics.py says why)
+    from mock_server.metrics import VllmMetrics
+
+
+class _Clock:
+    """One request's times: from its start, its first and its last token."""
+
+    __slots__ = ("start", "first", "last", "usage")
+
+    def __init__(self) -> None:
+        self.start = time.monotonic()
+        self.first: float | None = None
+        self.last = 0.0
+        self.usage: Usage | None = None
+
+    def see(self, event: StreamEvent) -> None:
+        if isinstance(event, ChoiceDelta):
+            self.last = time.monotonic()
+            if self.first is None:
+                self.first = self.last
+        elif isinstance(event, Usage):
+            self.usage = event
+
+
+class Metered(Engine):
+    """`engine`, its requests observed in vLLM's metrics when they end (or are left)."""
+
+    def __init__(self, engine: Engine, metrics: VllmMetrics, model: str) -> None:
+        self.engine, self.metrics, self.model = engine, metrics, model
+
+    def generate(self, req: CompletionRequest, request_id: str) -> Iterator[Event]:
+        clock = _Clock()
+        try:
+            for event in self.engine.generate(req, request_id):
+                clock.see(event)
+                yield event
+        finally:
+            self._observe(clock)
+
+    def stream(self, req: CompletionRequest, request_id: str, interval: float) -> Batches:
+        clock = _Clock()
+        batches = self.engine.stream(req, request_id, interval)
+        try:
+            for batch in batches:
+                for event in batch:
+                    clock.see(event)
+                yield batch
+        finally:
+            batches.close()
+            self._observe(clock)
+
+    def _observe(self, clock: _Clock) -> None:
+        m, model = self.metrics, self.model
+        if clock.first is not None:
+            m.ttft.labels(model).observe(clock.first - clock.start)
+        if clock.usage is not None:
+            m.prompt_tokens.labels(model).inc(clock.usage.prompt_tokens)
+            m.generation_tokens.labels(model).inc(clock.usage.completion_tokens)
+            m.e2e.labels(model).observe(time.monotonic() - clock.start)
+            if clock.first is not None and clock.usage.completion_tokens > 1:
+                m.tpot.labels(model).observe((clock.last - clock.first) / (clock.usage.completion_tokens - 1))
+

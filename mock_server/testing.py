@@ -1,0 +1,151 @@
+"""The mock for client developers' unit tests: in the same process, or live on a port.
+
+    from openai import OpenAI, AsyncOpenAI
+    from mock_server.testing import BASE_URL, async_transport, transport
+
+    client = OpenAI(base_url=BASE_URL, api_key="any",
+                    http_client=httpx.Client(transport=transport()))
+    aclient = AsyncOpenAI(base_url=BASE_URL, api_key="any",
+                          http_client=httpx.AsyncClient(transport=async_transport()))
+
+`transport()` runs the mock's WSGI app in the calling thread (httpx's WSGITransport):
+a stream's chunks arrive as the app makes them, simulated latency included.
+`async_transport()` runs the same app in worker threads (anyio's), one step of a
+stream at a time, so an event loop never waits on it. Both take a MockConfig, or its
+fields as keywords (`transport(ttft_ms=50, max_num_seqs=2)`).
+
+`acs_mock`, a pytest fixture (load it with `pytest_plugins = ["mock_server.testing"]`
+in a conftest.py): a live mock on a free port (`python -m mock_server --workers 1`),
+started once per session; `live_mock(*options)` starts one with other options.
+This module needs httpx (the [mock] extra) and, for the fixture, pytest.
+"""
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import anyio.to_thread
+import httpx
+import pytest
+
+from mock_server.config import MockConfig
+
+# Any host: the in-process transports never resolve it.
+BASE_URL = "http://acs-mock/v1"
+START_TIMEOUT_S = 60.0
+
+
+def _app(config: MockConfig | None, settings: dict[str, Any]) -> Any:
+    from mock_server.server import create_app
+    return create_app(config if config is not None else MockConfig(**settings))
+
+
+def transport(config: MockConfig | None = None, **settings: Any) -> httpx.WSGITransport:
+    """An httpx transport that serves every request with a mock in this process."""
+    return httpx.WSGITransport(app=_app(config, settings))
+
+
+class _ThreadedStream(httpx.AsyncByteStream):
+    """A sync response body read one chunk at a time in a worker thread."""
+
+    def __init__(self, stream: httpx.SyncByteStream) -> None:
+        self._stream, self._chunks = stream, iter(stream)
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        while True:
+            chunk = await anyio.to_thread.run_sync(next, self._chunks, None)
+            if chunk is None:
+                return
+            yield chunk
+
+    async def aclose(self) -> None:
+        await anyio.to_thread.run_sync(self._stream.close)
+
+
+class AsyncMockTransport(httpx.AsyncBaseTransport):
+    """The mock in this process for an httpx.AsyncClient: transport()'s, in threads."""
+
+    def __init__(self, sync: httpx.WSGITransport) -> None:
+        self._sync = sync
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        body = await request.aread()
+        plain = httpx.Request(request.method, request.url, headers=request.headers, content=body)
+        response = await anyio.to_thread.run_sync(self._sync.handle_request, plain)
+        stream = response.stream
+        assert isinstance(stream, httpx.SyncByteStream)   # WSGITransport's body
+        return httpx.Response(response.status_code, headers=response.headers, stream=_ThreadedStream(stream),
+                              extensions=response.extensions)
+
+
+def async_transport(config: MockConfig | None = None, **settings: Any) -> AsyncMockTransport:
+    """An httpx async transport that serves every request with a mock in this process."""
+    return AsyncMockTransport(transport(config, **settings))
+
+
+@dataclass
+class LiveMock:
+    """A mock server process: `url` (http://127.0.0.1:PORT), `base_url` (its /v1, for the SDK)."""
+    url: str
+    process: subprocess.Popen[bytes]
+
+    @property
+    def base_url(self) -> str:
+        return self.url + "/v1"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@contextmanager
+def live_mock(*options: str) -> Iterator[LiveMock]:
+    """`python -m mock_server --workers 1 OPTIONS` on a free port, until the block ends."""
+    port = _free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MOCK_")}
+    process = subprocess.Popen([sys.executable, "-m", "mock_server", "--port", str(port), "--workers", "1",
+                                *options], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    mock = LiveMock(f"http://127.0.0.1:{port}", process)
+    try:
+        _wait_ready(mock)
+        yield mock
+    finally:
+        process.terminate()
+        try:
+            process.wait(10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+        if process.stderr is not None:
+            process.stderr.close()
+
+
+def _wait_ready(mock: LiveMock) -> None:
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if mock.process.poll() is not None:
+            err = mock.process.stderr.read().decode(errors="replace") if mock.process.stderr else ""
+            raise RuntimeError(f"the mock exited with {mock.process.returncode}: {err[-2000:]}")
+        try:
+            if httpx.get(mock.url + "/health", timeout=1).status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        time.sleep(0.1)
+    raise RuntimeError(f"the mock did not answer GET /health within {START_TIMEOUT_S} s")
+
+
+@pytest.fixture(scope="session")
+def acs_mock() -> Iterator[LiveMock]:
+    """A live mock on a free port for the whole test session (any Bearer key works)."""
+    with live_mock() as mock:
+        yield mock

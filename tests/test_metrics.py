@@ -1,0 +1,89 @@
+"""GET /metrics on both servers: the API layer's acs_* and, in the mock, vLLM's names for
+what it simulates; with several workers, one scrape sums them all."""
+from __future__ import annotations
+
+import httpx
+
+from api_server.app import METRICS_PATH
+from contract import InsufficientQuota, spec
+from mock_server import MockConfig, create_app
+from tests.metrics_support import value
+from tests.mock_helpers import AUTH, MockProcess, completion_body
+from tests.test_reference_engine import BODY, SKY, api, streamed
+
+COMPLETIONS = spec().completions_path
+MODEL = spec().default_model
+VLLM_NAMES = ("vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:time_to_first_token_seconds",
+              "vllm:time_per_output_token_seconds", "vllm:e2e_request_latency_seconds",
+              "vllm:prompt_tokens_total", "vllm:generation_tokens_total")
+
+
+def mock_client(**settings: object) -> httpx.Client:
+    app = create_app(MockConfig(**settings))   # type: ignore[arg-type]
+    return httpx.Client(transport=httpx.WSGITransport(app=app), base_url="http://mock.test", headers=AUTH)
+
+
+def test_the_reference_counts_responses_by_route_status_and_code() -> None:
+    with api(streamed(SKY)) as c:
+        assert c.post(COMPLETIONS, json=BODY).status_code == 200
+        assert c.post(COMPLETIONS, json=BODY, headers={"Authorization": "Bearer wrong"}).status_code == 401
+        assert c.get("/nowhere").status_code == 404
+        scrape = c.get(METRICS_PATH, headers={})   # no key needed
+    assert scrape.status_code == 200 and scrape.headers["content-type"].startswith("text/plain")
+    text = scrape.text
+    assert value(text, "acs_requests_total", route=COMPLETIONS, status="200", code="") == 1
+    assert value(text, "acs_requests_total", route=COMPLETIONS, status="401", code="invalid_api_key") == 1
+    assert value(text, "acs_requests_total", route="none", status="404", code="not_found") == 1
+    assert value(text, "acs_generated_tokens_total") == 2   # SKY: two completion tokens
+    assert "vllm:" not in text   # the mock's alone
+
+
+def test_open_streams_rise_and_fall() -> None:
+    with mock_client() as c:
+        with c.stream("POST", COMPLETIONS, json=completion_body(stream=True)) as r:
+            during = c.get(METRICS_PATH).text
+            r.read()
+        after = c.get(METRICS_PATH).text
+    assert (value(during, "acs_open_streams"), value(after, "acs_open_streams")) == (1, 0)
+
+
+def test_budget_spent_and_refused() -> None:
+    with mock_client(budget_tokens=30) as c:
+        ok = c.post(COMPLETIONS, json=completion_body(max_tokens=8, ignore_eos=True, min_tokens=8)).json()
+        refused = c.post(COMPLETIONS, json=completion_body(max_tokens=8, prompt="x " * 40))
+        text = c.get(METRICS_PATH).text
+    assert refused.status_code == 429 and refused.json()["error"]["code"] == InsufficientQuota.code
+    assert value(text, "acs_budget_spent_tokens_total") == ok["usage"]["total_tokens"]
+    assert value(text, "acs_budget_refused_total") == 1
+
+
+def test_the_mock_reports_vllms_names() -> None:
+    with mock_client(tpot_ms=1) as c:
+        body = c.post(COMPLETIONS, json=completion_body(max_tokens=6, ignore_eos=True, min_tokens=6)).json()
+        c.post(COMPLETIONS, json=completion_body(max_tokens=6, ignore_eos=True, min_tokens=6, stream=True))
+        text = c.get(METRICS_PATH).text
+    for name in VLLM_NAMES:
+        assert f"\n{name}" in text, name
+    usage = body["usage"]
+    assert value(text, "vllm:prompt_tokens_total", model_name=MODEL) == 2 * usage["prompt_tokens"]
+    assert value(text, "vllm:generation_tokens_total", model_name=MODEL) == 12
+    assert value(text, "vllm:time_to_first_token_seconds_count", model_name=MODEL) == 2
+    assert value(text, "vllm:e2e_request_latency_seconds_count", model_name=MODEL) == 2
+    assert value(text, "vllm:time_per_output_token_seconds_count", model_name=MODEL) >= 1
+    assert value(text, "acs_requests_total", route=COMPLETIONS, status="200", code="") == 2
+
+
+def test_one_scrape_sums_every_worker() -> None:
+    server = MockProcess("--workers", "2").start()
+    try:
+        n = 12
+        for _ in range(n):   # a new connection each, so that both workers answer some
+            assert httpx.post(server.url + COMPLETIONS, json=completion_body(stream=True), headers=AUTH,
+                              timeout=60).status_code == 200
+        scrapes = [httpx.get(server.url + METRICS_PATH, timeout=60).text for _ in range(4)]
+    finally:
+        server.close()
+    for text in scrapes:   # whichever worker answered the scrape
+        assert value(text, "acs_requests_total", route=COMPLETIONS, status="200", code="") == n
+        assert value(text, "vllm:e2e_request_latency_seconds_count", model_name=MODEL) == n
+        assert value(text, "acs_open_streams") == 0
