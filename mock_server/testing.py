@@ -14,9 +14,10 @@ a stream's chunks arrive as the app makes them, simulated latency included.
 stream at a time, so an event loop never waits on it. Both take a MockConfig, or its
 fields as keywords (`transport(ttft_ms=50, max_num_seqs=2)`).
 
-`acs_mock`, a pytest fixture (load it with `pytest_plugins = ["mock_server.testing"]`
-in a conftest.py): a live mock on a free port (`python -m mock_server --workers 1`),
-started once per session; `live_mock(*options)` starts one with other options.
+`acs_mock`, a pytest fixture (`from mock_server.testing import acs_mock` in a
+conftest.py, or `pytest -p mock_server.testing`): a live mock on a free port
+(`python -m mock_server --workers 1`), started once per session; `live_mock(*options)`
+starts one with other options.
 This module needs httpx (the [mock] extra) and, for the fixture, pytest.
 """
 from __future__ import annotations
@@ -37,8 +38,9 @@ import pytest
 
 from mock_server.config import MockConfig
 
-# Any host: the in-process transports never resolve it.
-BASE_URL = "http://acs-mock/v1"
+# Any host: the in-process transports never resolve it. BASE_URL is the SDK's (/v1).
+URL = "http://acs-mock"
+BASE_URL = URL + "/v1"
 START_TIMEOUT_S = 60.0
 
 

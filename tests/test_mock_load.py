@@ -1,0 +1,167 @@
+"""The mock's load model (mock_server/load.py): vLLM's running batch and waiting queue,
+prefill per prompt token, decode steps that slow with the batch, profiles. Order and
+counts, never wall-clock limits."""
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+
+from contract import InferenceUnavailable, spec, validate_completion
+from mock_server.config import MockConfig
+from mock_server.load import Scheduler
+from mock_server.metrics import VllmMetrics, new_registry
+from mock_server.profiles import PROFILES
+from mock_server.testing import transport
+from tests.metrics_support import value
+from tests.mock_helpers import AUTH, completion_body
+
+COMPLETIONS = spec().completions_path
+WAIT_S = 60   # generous: only a bound on a test that would otherwise hang
+
+
+def client(**settings: Any) -> httpx.Client:
+    return httpx.Client(transport=transport(**settings), base_url="http://mock.test", headers=AUTH, timeout=WAIT_S)
+
+
+class Timed:
+    """A stream read in a thread: when each of its chunks came."""
+
+    def __init__(self, c: httpx.Client, **fields: Any) -> None:
+        self.times: list[float] = []
+        self.status: int | None = None
+        self.started = threading.Event()
+        self._thread = threading.Thread(target=self._run, args=(c, fields), daemon=True)
+        self._thread.start()
+
+    def _run(self, c: httpx.Client, fields: dict[str, Any]) -> None:
+        body = completion_body(stream=True, ignore_eos=True, **fields)
+        with c.stream("POST", COMPLETIONS, json=body) as r:
+            self.status = r.status_code
+            for line in r.iter_lines():
+                if line.startswith("data: {"):
+                    self.times.append(time.monotonic())
+                    self.started.set()
+        self.started.set()
+
+    def join(self) -> "Timed":
+        self._thread.join(WAIT_S)
+        assert not self._thread.is_alive()
+        return self
+
+
+def test_with_one_running_sequence_the_second_request_waits_for_the_first() -> None:
+    with client(max_num_seqs=1, tpot_ms=20) as c:
+        first = Timed(c, max_tokens=6)
+        assert first.started.wait(WAIT_S)
+        second = Timed(c, max_tokens=6)
+        first.join(), second.join()
+    assert (first.status, second.status) == (200, 200)
+    assert len(first.times) == len(second.times) == 6
+    assert second.times[0] > first.times[-1]   # its first token after the first's last
+
+
+def test_two_running_sequences_overlap() -> None:
+    with client(max_num_seqs=2, tpot_ms=20) as c:
+        first = Timed(c, max_tokens=6)
+        assert first.started.wait(WAIT_S)
+        second = Timed(c, max_tokens=6)
+        first.join(), second.join()
+    assert second.times[0] < first.times[-1]
+
+
+def test_a_full_queue_is_503_with_retry_after_and_the_next_request_runs_after() -> None:
+    with client(max_num_seqs=1, max_num_queued_reqs=0, tpot_ms=30) as c:
+        running = Timed(c, max_tokens=8)
+        assert running.started.wait(WAIT_S)
+        refused = c.post(COMPLETIONS, json=completion_body())
+        running.join()
+        after = c.post(COMPLETIONS, json=completion_body())
+    want = InferenceUnavailable.from_template("inference_unavailable")
+    rid = refused.headers["x-request-id"]
+    assert refused.status_code == want.status == 503
+    assert refused.json() == want.body(rid)
+    assert refused.headers["retry-after"] == want.headers["Retry-After"]
+    assert after.status_code == 200
+
+
+def test_a_stream_refused_by_a_full_queue_is_an_http_503_too() -> None:
+    with client(max_num_seqs=1, max_num_queued_reqs=0, tpot_ms=30) as c:
+        running = Timed(c, max_tokens=8)
+        assert running.started.wait(WAIT_S)
+        refused = c.post(COMPLETIONS, json=completion_body(stream=True))
+        running.join()
+    assert refused.status_code == 503 and refused.json()["error"]["code"] == InferenceUnavailable.code
+
+
+def test_running_and_waiting_in_vllms_gauges() -> None:
+    with client(max_num_seqs=1, tpot_ms=40) as c:
+        first = Timed(c, max_tokens=10)
+        assert first.started.wait(WAIT_S)
+        second = Timed(c, max_tokens=2)
+        deadline = time.monotonic() + WAIT_S
+        while True:   # until the second is queued
+            text = c.get("/metrics").text
+            if value(text, "vllm:num_requests_waiting") == 1 or time.monotonic() > deadline:
+                break
+        first.join(), second.join()
+        done = c.get("/metrics").text
+    assert (value(text, "vllm:num_requests_running"), value(text, "vllm:num_requests_waiting")) == (1, 1)
+    assert (value(done, "vllm:num_requests_running"), value(done, "vllm:num_requests_waiting")) == (0, 0)
+
+
+# -- the timing, without a server -------------------------------------------------------------
+def scheduler(**settings: Any) -> Scheduler:
+    config = MockConfig(**settings)
+    return Scheduler(lambda: config, VllmMetrics(new_registry()))
+
+
+def request(prompt: str) -> Any:
+    return validate_completion({"model": spec().default_model, "prompt": prompt, "max_tokens": 4})
+
+
+def test_prefill_grows_with_the_prompts_tokens() -> None:
+    s = scheduler(max_num_seqs=4, prefill_ms_per_token=2)
+    short, long = request("Hi"), request("Hi " * 50)
+    tokens = [sum(r.prompt_token_counts) for r in (short, long)]
+    assert [s.steps(r, 0.010, 0.005)(0) for r in (short, long)] == pytest.approx(
+        [0.010 + n * 0.002 for n in tokens])
+
+
+def test_a_decode_step_slows_with_the_batch_up_to_the_factor() -> None:
+    s = scheduler(max_num_seqs=5, time_factor_under_load=3)
+    step = s.steps(request("Hi"), 0, 0.010)
+    seen = []
+    for running in (1, 3, 5):
+        s.running = running
+        seen.append(step(1))
+    assert seen == pytest.approx([0.010, 0.020, 0.030])   # 1 + (3 - 1) x (running - 1) / (5 - 1)
+
+
+def test_jitter_is_seeded_and_bounded() -> None:
+    def draws(seed: int) -> list[float]:
+        step = scheduler(max_num_seqs=1, jitter=0.2, load_seed=seed).steps(request("Hi"), 0, 0.010)
+        return [step(1) for _ in range(50)]
+    assert draws(7) == draws(7) != draws(8)
+    assert all(0.008 <= d <= 0.012 for d in draws(7)) and len(set(draws(7))) == 50
+
+
+def test_a_profile_fills_the_settings_and_options_override_it() -> None:
+    profile = PROFILES["llama-8b-h200"].settings
+    config = MockConfig.from_env({}, load_profile="llama-8b-h200")
+    assert config.loaded and {k: getattr(config, k) for k in profile} == profile
+    env = MockConfig.from_env({"MOCK_LOAD_PROFILE": "llama-8b-h200", "MOCK_MAX_NUM_SEQS": "8"}, tpot_ms=3)
+    assert (env.max_num_seqs, env.tpot_ms, env.ttft_ms) == (8, 3, profile["ttft_ms"])
+
+
+def test_every_profile_is_a_valid_config_that_says_where_its_numbers_come_from() -> None:
+    for name, profile in PROFILES.items():
+        assert MockConfig.from_env({}, load_profile=name).loaded and profile.sources, name
+
+
+def test_the_load_model_is_off_by_default() -> None:
+    assert not MockConfig().loaded and not MockConfig.from_env({}).loaded

@@ -1,0 +1,67 @@
+"""mock_server.testing, as a client developer's unit tests use it: the openai SDK, sync
+and async, over the in-process transports, and the `acs_mock` fixture's live mock."""
+from __future__ import annotations
+
+import asyncio
+
+import httpx
+import openai
+from openai import AsyncOpenAI, OpenAI
+
+from contract import spec
+from mock_server.faults import STATUS
+from mock_server.testing import BASE_URL, URL, LiveMock, acs_mock, async_transport, transport
+from tests.metrics_support import value
+
+__all__ = ["acs_mock"]   # the fixture, imported as a client developer's conftest.py imports it
+
+MODEL = spec().default_model
+
+
+def test_the_sdk_in_process_with_a_stream_that_arrives_as_it_is_made() -> None:
+    shared = transport(tpot_ms=20)
+    with httpx.Client(transport=shared) as http, httpx.Client(transport=shared, base_url=URL) as probe:
+        client = OpenAI(base_url=BASE_URL, api_key="any", http_client=http, max_retries=0)
+        whole = client.completions.create(model=MODEL, prompt="Once", max_tokens=6, seed=4)
+        open_at_first: float | None = None
+        texts = []
+        for chunk in client.completions.create(model=MODEL, prompt="Once", max_tokens=6, seed=4, stream=True):
+            if open_at_first is None:   # the stream is still being made when its first chunk is here
+                open_at_first = value(probe.get("/metrics").text, "acs_open_streams")
+            texts.append(chunk.choices[0].text)
+        after = value(probe.get("/metrics").text, "acs_open_streams")
+    assert "".join(texts) == whole.choices[0].text
+    assert (open_at_first, after) == (1, 0)
+
+
+def test_the_sdks_errors_in_process() -> None:
+    with httpx.Client(transport=transport()) as http:
+        client = OpenAI(base_url=BASE_URL, api_key="any", http_client=http, max_retries=0)
+        try:
+            client.completions.create(model=MODEL, prompt="x", max_tokens=2, extra_headers={STATUS: "503"})
+        except openai.InternalServerError as error:
+            assert error.status_code == 503 and error.code == "inference_unavailable"
+        else:
+            raise AssertionError("no 503")
+
+
+def test_the_async_sdk_in_process() -> None:
+    async def run() -> tuple[str, str, int]:
+        async with httpx.AsyncClient(transport=async_transport(tpot_ms=5)) as http:
+            client = AsyncOpenAI(base_url=BASE_URL, api_key="any", http_client=http, max_retries=0)
+            whole = await client.completions.create(model=MODEL, prompt="Once", max_tokens=5, seed=2)
+            parts, both = [], await asyncio.gather(*[
+                client.completions.create(model=MODEL, prompt="Once", max_tokens=5, seed=2) for _ in range(2)])
+            async for chunk in await client.completions.create(model=MODEL, prompt="Once", max_tokens=5, seed=2,
+                                                               stream=True):
+                parts.append(chunk.choices[0].text)
+            return whole.choices[0].text, "".join(parts), len({c.choices[0].text for c in both})
+    whole, streamed, distinct = asyncio.run(run())
+    assert streamed == whole and distinct == 1
+
+
+def test_the_acs_mock_fixture_is_a_live_mock(acs_mock: LiveMock) -> None:
+    with OpenAI(base_url=acs_mock.base_url, api_key="any", max_retries=0) as client:
+        c = client.completions.create(model=MODEL, prompt="The sky is", max_tokens=3)
+    assert c.object == "text_completion" and acs_mock.base_url.startswith("http://127.0.0.1:")
+    assert httpx.get(acs_mock.url + "/health").json() == {"status": "ok"}
