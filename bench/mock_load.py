@@ -125,8 +125,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     lines += [f"| {c} | {t * 1000:.1f} | {et * 1000:.1f} | {tp * 1000:.2f} | {etp * 1000:.2f} |"
               for c, t, tp, et, etp in rows]
     lines += ["", "TTFT is the client's, from the moment all streams of a step are opened (its "
-              "connections and the mock's own work included: that is the gap to the expected curve at "
-              "one stream); TPOT is each stream's (end - first token) / (tokens - 1), averaged."]
+              "connections and the mock's own work included, on two CPU cores shared with other work); "
+              "TPOT is each stream's (end - first token) / (tokens - 1), averaged. Each wait is jittered "
+              f"by up to {profile.settings.get('jitter', 0):.1%} (seeded), so a point may fall below the curve."]
     report = "\n".join(lines) + "\n"
     write_report(args.out, report)
     print(report)
