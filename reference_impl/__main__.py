@@ -19,8 +19,8 @@ from collections.abc import Mapping, Sequence
 from types import FrameType
 from typing import Any
 
-from api_server.config import ServerConfig, parse_keys
-from api_server.serve import add_arguments, gunicorn_options, prepare, serve
+from api_server.config import ConfigError, ServerConfig, parse_keys
+from api_server.serve import PORT, add_arguments, gunicorn_options, prepare, serve
 from contract.version import VersionAction
 
 log = logging.getLogger("reference_impl")
@@ -39,7 +39,7 @@ def parser() -> argparse.ArgumentParser:
                    help="the API's name of the model, one of openapi.yaml's x-models (default: the first)")
     p.add_argument("--upstream", default=_env("UPSTREAM"), help="front the vLLM at this URL; start none")
     p.add_argument("--host", default=_env("HOST", "127.0.0.1"))
-    p.add_argument("--port", type=int, default=int(_env("PORT", "8000") or 8000))
+    p.add_argument("--port", type=PORT, default=_env("PORT", "8000"))
     add_arguments(p, _env, 2)
     p.add_argument("--keys", default=_env("KEYS"), help="comma-separated API keys (default: any Bearer key)")
     p.add_argument("--budget-tokens", type=int, default=_env("BUDGET_TOKENS"),
@@ -93,6 +93,10 @@ def _stop_on_sigterm(signum: int, frame: FrameType | None) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
+    try:   # a setting out of range stops here, naming its option, before vLLM starts
+        config = api_config(args.keys, args.budget_tokens, args.budget_dir, args.budget_url)
+    except ConfigError as error:
+        parser().error(str(error))
     prepare(args.worker)   # before the app's modules are imported
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s")
     if not args.upstream and not args.model:
@@ -125,7 +129,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not max_model_len:
             raise DeploymentError(f"{url}/v1/models gives no max_model_len: pass --max-model-len")
         models = deployment_models(served, max_model_len, read_model_config(args.model or entry.get("root")))
-        config = api_config(args.keys, args.budget_tokens, args.budget_dir, args.budget_url)
         # The pool to vLLM keeps as many connections as one worker serves requests.
         pool = args.connections if args.worker == "gevent" else args.threads
         app = create_app(config, VllmEngine(url, entry["id"], pool_size=pool), models)
