@@ -17,6 +17,7 @@ queues (see the README); `--workers 1` gives one, as one vLLM engine has.
 """
 from __future__ import annotations
 
+import math
 import random
 import threading
 import time
@@ -78,7 +79,8 @@ class Scheduler:
                 ticket.running = False
             elif ticket in self.waiting:
                 self.waiting.remove(ticket)
-            limit = self.settings().max_num_seqs or 1
+            # Turned off live (no max_num_seqs): every waiting request runs now.
+            limit = self.settings().max_num_seqs or math.inf
             while self.waiting and self.running < limit:
                 self._start(self.waiting.popleft())
             self._report()
