@@ -42,9 +42,15 @@ class ApiMetrics:
                                     registry=registry)
         self.budget_refused = Counter("acs_budget_refused", "Requests the Budget refused (429 insufficient_quota).",
                                       registry=registry)
+        self._responses: dict[tuple[str | None, int, str], Counter] = {}
 
     def responded(self, route: str | None, status: int, code: str = "") -> None:
-        self.requests.labels(route or NO_ROUTE, str(status), code).inc()
+        # Each label set's child once (prometheus_client's `labels()` costs a lock and a lookup).
+        key = (route, status, code)
+        child = self._responses.get(key)
+        if child is None:
+            child = self._responses[key] = self.requests.labels(route or NO_ROUTE, str(status), code)
+        child.inc()
 
     def exposition(self) -> bytes:
         """The text format of every metric: of every worker in multiprocess mode, else the registry's."""

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING
 
 from api_server.engine import Batches, ChoiceDelta, Engine, Event, StreamEvent, Usage
@@ -31,6 +31,20 @@ class _Clock:
         elif isinstance(event, Usage):
             self.usage = event
 
+    def see_batch(self, batch: Sequence[StreamEvent]) -> None:
+        """A stream's batch, looked at once (a look per event cost 0.5 us a token): the
+        events of a batch leave together, deltas first; the Usage comes after the last
+        delta, followed at most by the Activations and an ErrorEvent."""
+        if not batch:
+            return
+        if isinstance(batch[0], ChoiceDelta) or isinstance(batch[-1], ChoiceDelta):
+            self.last = time.monotonic()
+            if self.first is None:
+                self.first = self.last
+        for event in batch[-3:]:
+            if isinstance(event, Usage):
+                self.usage = event
+
 
 class Metered(Engine):
     """`engine`, its requests observed in vLLM's metrics when they end (or are left)."""
@@ -52,21 +66,20 @@ class Metered(Engine):
         batches = self.engine.stream(req, request_id, interval)
         try:
             for batch in batches:
-                for event in batch:
-                    clock.see(event)
+                clock.see_batch(batch)
                 yield batch
         finally:
             batches.close()
             self._observe(clock)
 
     def _observe(self, clock: _Clock) -> None:
-        m, model = self.metrics, self.model
+        m = self.metrics.model(self.model)
         if clock.first is not None:
-            m.ttft.labels(model).observe(clock.first - clock.start)
+            m.ttft.observe(clock.first - clock.start)
         if clock.usage is not None:
-            m.prompt_tokens.labels(model).inc(clock.usage.prompt_tokens)
-            m.generation_tokens.labels(model).inc(clock.usage.completion_tokens)
-            m.e2e.labels(model).observe(time.monotonic() - clock.start)
+            m.prompt_tokens.inc(clock.usage.prompt_tokens)
+            m.generation_tokens.inc(clock.usage.completion_tokens)
+            m.e2e.observe(time.monotonic() - clock.start)
             if clock.first is not None and clock.usage.completion_tokens > 1:
-                m.tpot.labels(model).observe((clock.last - clock.first) / (clock.usage.completion_tokens - 1))
+                m.tpot.observe((clock.last - clock.first) / (clock.usage.completion_tokens - 1))
 

@@ -7,6 +7,8 @@ imported: api_server/metrics.py).
 """
 from __future__ import annotations
 
+from typing import NamedTuple
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 
@@ -40,3 +42,22 @@ class VllmMetrics:
                                      registry=registry)
         self.generation_tokens = Counter("vllm:generation_tokens", "Number of generation tokens processed.",
                                          MODEL, registry=registry)
+        self._models: dict[str, ModelMetrics] = {}
+
+    def model(self, name: str) -> ModelMetrics:
+        """One model's children of the labelled metrics (prometheus_client's `labels()`
+        costs a lock and a lookup each time: once per model here)."""
+        found = self._models.get(name)
+        if found is None:
+            found = self._models[name] = ModelMetrics(
+                self.ttft.labels(name), self.tpot.labels(name), self.e2e.labels(name),
+                self.prompt_tokens.labels(name), self.generation_tokens.labels(name))
+        return found
+
+
+class ModelMetrics(NamedTuple):
+    ttft: Histogram
+    tpot: Histogram
+    e2e: Histogram
+    prompt_tokens: Counter
+    generation_tokens: Counter
