@@ -29,10 +29,9 @@ from api_server.patches import flask_class
 from api_server.responses import CLAMPED, JSON, REQUEST_ID, dumps
 from api_server.state import State, state
 from contract import (
-    ApiError, ChatRefused, InferenceUnavailable, InternalError, InvalidRequest, ModelInfo,
-    RequestTooLarge, Spec, new_request_id, prepare_validation, spec,
+    ApiError, ChatRefused, Contract, InferenceUnavailable, InternalError, InvalidRequest, ModelInfo,
+    RequestTooLarge, Spec, spec,
 )
-from contract.http import match_route, preflight
 
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
@@ -62,7 +61,8 @@ def create_app(config: ServerConfig, engine: Engine, models: Mapping[str, ModelI
     spec's, say): GET /v1/models and validation use them; config.max_model_len
     still applies on top. `hook` adds what the API itself does not do (the mock's
     faults and latency); a server of the real API passes none. `api` is the spec
-    (spec() by default). `registry` holds the app's metrics (GET /metrics), and any
+    (spec() by default): the app's Contract, built from it here, is what every request
+    is checked and every error worded by. `registry` holds the app's metrics (GET /metrics), and any
     the server adds (a new one by default)."""
     if not isinstance(engine, Engine):   # its capabilities are Engine's methods: fail at start
         raise TypeError(f"{type(engine).__name__} is not an api_server.Engine (api_server/engine.py)")
@@ -71,7 +71,8 @@ def create_app(config: ServerConfig, engine: Engine, models: Mapping[str, ModelI
     if REQUEST_ID not in headers or CLAMPED not in headers:
         raise RuntimeError("openapi.yaml lacks the response headers the server sends")
     models = served_models(api, config, models)
-    prepare_validation()   # here, in gunicorn's master: once, not in each worker's first request
+    contract = Contract(api)
+    contract.prepare()   # here, in gunicorn's master: once, not in each worker's first request
     app = flask_class()(__name__)   # Flask, or Flask with its URL map bound more cheaply (patches.py)
     # No MAX_CONTENT_LENGTH: werkzeug's would refuse a chunked body of exactly the cap;
     # completions.read_body cuts a chunked body off at the cap itself.
@@ -79,7 +80,7 @@ def create_app(config: ServerConfig, engine: Engine, models: Mapping[str, ModelI
     # mode once, from a variable that serve.prepare sets after the servers' mains import us.
     from api_server.metrics import ApiMetrics, new_registry
     registry = registry if registry is not None else new_registry()
-    app.state = State(api, config, models, engine, open_budget(config), hook, int(time.time()),  # type: ignore[attr-defined]
+    app.state = State(contract, config, models, engine, open_budget(config), hook, int(time.time()),  # type: ignore[attr-defined]
                       ApiMetrics(registry))
     app.register_error_handler(ApiError, _api_error)
     app.register_error_handler(HTTPException, _http_error)
@@ -106,13 +107,14 @@ def _admitted(view: Callable[[], Response]) -> Callable[[], Response]:
     error handler registry to reach `_api_error`, which answers the same.)"""
     @functools.wraps(view)
     def admitted() -> Response:
-        rid = g.request_id = new_request_id()
+        s = state()
+        rid = g.request_id = s.contract.errors.new_request_id()
         # `request` is a context-local proxy: each attribute read looks the request up again.
         req = request._get_current_object()  # type: ignore[attr-defined]
         try:
             # werkzeug's Headers is the case-insensitive mapping preflight wants, though not a Mapping subclass.
-            g.api_key = preflight(req.method, req.path, cast(Mapping[str, str], req.headers),
-                                  req.content_length, state().config.keys).key
+            g.api_key = s.contract.preflight(req.method, req.path, cast(Mapping[str, str], req.headers),
+                                             req.content_length, s.config.keys).key
             response = view()
         except ApiError as error:
             return _error_response(error)
@@ -126,7 +128,7 @@ def _admitted(view: Callable[[], Response]) -> Callable[[], Response]:
 def _drain(response: Response) -> None:
     """Read and drop the rest of a refused body, so that a client still sending it
     reads our 413 instead of a reset connection; past twice the cap, just close."""
-    limit = 2 * state().spec.caps["max_body_bytes"]
+    limit = 2 * state().contract.spec.caps["max_body_bytes"]
     if request.content_length is not None and request.content_length > limit:
         response.headers["Connection"] = "close"
         return
@@ -144,11 +146,14 @@ def _drain(response: Response) -> None:
 
 
 def _error_response(error: ApiError) -> Response:
+    """The one place an error becomes a response, worded by the app's Contract."""
+    errors = state().contract.errors
     rid = g.get("request_id")
     if rid is None:
-        rid = g.request_id = new_request_id()
-    response = Response(dumps(error.body(rid)), status=error.status, content_type=JSON,
-                        headers={**error.headers, REQUEST_ID: rid})
+        rid = g.request_id = errors.new_request_id()
+    status = errors.status(error)
+    response = Response(dumps(errors.body(error, rid)), status=status, content_type=JSON,
+                        headers={**errors.headers(error), REQUEST_ID: rid})
     allow = getattr(error, "allow", None)
     if allow:
         response.headers["Allow"] = ", ".join(allow)
@@ -157,7 +162,7 @@ def _error_response(error: ApiError) -> Response:
     if isinstance(error, RequestTooLarge):
         _drain(response)
     rule = request.url_rule
-    state().metrics.responded(rule.rule if rule is not None else None, error.status, error.code)
+    state().metrics.responded(rule.rule if rule is not None else None, status, error.code)
     return response
 
 
@@ -167,16 +172,16 @@ def _api_error(error: ApiError) -> Response:
 
 def _http_error(error: HTTPException) -> Response:
     """werkzeug's own errors, as the API's: they should only come from the body read."""
-    api = state().spec
-    limit = api.caps["max_body_bytes"]
+    contract = state().contract
     if error.code == 413:
+        limit = contract.spec.caps["max_body_bytes"]
         return _error_response(RequestTooLarge.from_template("request_too_large", limit=limit))
     if error.code == 400:   # werkzeug's ClientDisconnected: the body ended before Content-Length
-        return _error_response(InvalidRequest(api.messages["malformed_http"]))
+        return _error_response(InvalidRequest.from_template("malformed_http"))
     # Routing's own answers (404, 405, a redirect to a merged-slashes path): the path and
     # method as preflight's first stage judges them, which is what a 404 or 405 says.
     try:
-        match_route(request.method, request.path)
+        contract.match_route(request.method, request.path)
     except ApiError as api_error:
         return _error_response(api_error)
     log.error("unexpected HTTP error %s on %s %s", error.code, request.method, request.path)

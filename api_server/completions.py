@@ -17,8 +17,9 @@ from api_server.responses import CLAMPED, DONE, JSON, KEEPALIVE, Assembler, Meta
 from api_server.state import State, state
 from contract import (
     ApiError, CompletionRequest, Hold, InsufficientQuota, InternalError, InvalidRequest, RequestTooLarge,
-    parse_json, spec, validate_completion,
+    parse_json,
 )
+from contract.errors import Errors
 
 log = logging.getLogger("api_server")
 
@@ -29,7 +30,7 @@ def create_completion() -> Response:
     s = state()
     rid: str = g.request_id
     key: str = g.api_key   # preflight's: this route needs a key
-    req = validate_completion(parse_json(read_body()), models=s.models)
+    req = s.contract.validate_completion(parse_json(read_body(s.contract.spec.caps["max_body_bytes"])), s.models)
     engine = s.engine if s.hook is None else s.hook.engine(request.headers, req, s.engine)
     try:
         held = s.budget.reserve(key, req)
@@ -49,7 +50,7 @@ class _Run:
     def __init__(self, s: State, engine: Engine, req: CompletionRequest, rid: str, key: str,
                  held: Hold) -> None:
         self.s, self.engine, self.req, self.rid, self.key, self.held = s, engine, req, rid, key, held
-        self.asm = Assembler(req, Meta(completion_id(rid), req.body["model"]))
+        self.asm = Assembler(req, Meta(completion_id(rid, s.contract.spec), req.body["model"]))
         self._settled = False
 
     def settle(self) -> None:
@@ -91,7 +92,7 @@ def _open_stream(run: _Run, headers: dict[str, str]) -> Response:
         run.settle()
         raise
     keepalive = KEEPALIVE if run.s.config.keepalive else None   # 0 s: off, as in vLLM
-    body = _stream(run.asm, first, batches, run.settle, run.rid, keepalive)
+    body = _stream(run.asm, first, batches, run.settle, run.rid, keepalive, run.s.contract.errors)
     run.s.metrics.open_streams.inc()
     response = Response(body, mimetype="text/event-stream",
                         headers={**headers, "Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
@@ -103,13 +104,12 @@ def _open_stream(run: _Run, headers: dict[str, str]) -> Response:
     return response
 
 
-def read_body() -> bytes:
-    """The body, cut off at the cap. preflight has refused a Content-Length over the
+def read_body(limit: int) -> bytes:
+    """The body, cut off at the cap (`limit`: x-caps.max_body_bytes). preflight has refused a Content-Length over the
     cap; a chunked body (no Content-Length) is only known to be too large here.
     With a Content-Length, the first read asks for all of it, and usually gets it.
     A body shorter than its Content-Length, or one that sends nothing for
     x-caps.body_read_seconds, is malformed HTTP: never executed, and the connection closes."""
-    limit = spec().caps["max_body_bytes"]
     environ = request.environ
     length = get_content_length(environ)
     # A server that ends the input itself (gunicorn: at Content-Length, or after the last
@@ -141,7 +141,7 @@ def read_body() -> bytes:
 
 def _malformed() -> InvalidRequest:
     g.close_connection = True   # where the next request would start is unknown
-    return InvalidRequest(spec().messages["malformed_http"])
+    return InvalidRequest.from_template("malformed_http")
 
 
 @contextmanager
@@ -168,7 +168,7 @@ def stall_bound(environ: dict[str, Any]) -> Iterator[None]:
 
 
 def _stream(asm: Assembler, first: Sequence[StreamEvent] | None, batches: Batches,
-            settle: Callable[[], None], rid: str, keepalive: bytes | None) -> Iterator[bytes]:
+            settle: Callable[[], None], rid: str, keepalive: bytes | None, errors: Errors) -> Iterator[bytes]:
     """The SSE body: `first` (the batch the route already read; None when there was
     none), then the rest of `batches`. Events that are ready together leave in one write;
     `keepalive` (a comment; None: nothing) fills each quiet interval; an error after the
@@ -192,10 +192,10 @@ def _stream(asm: Assembler, first: Sequence[StreamEvent] | None, batches: Batche
             out.clear()
         yield DONE
     except ApiError as error:
-        yield b"".join(out) + sse(error.body(rid)) + DONE
+        yield b"".join(out) + sse(errors.body(error, rid)) + DONE
     except Exception:
         log.exception("internal error in the stream of %s", rid)
-        yield b"".join(out) + sse(InternalError.from_template("internal_error").body(rid)) + DONE
+        yield b"".join(out) + sse(errors.body(InternalError.from_template("internal_error"), rid)) + DONE
     finally:
         batches.close()
         settle()

@@ -12,7 +12,7 @@ from typing import Any
 
 import orjson
 
-from contract import CompletionRequest, spec
+from contract import CompletionRequest, Spec
 from api_server.engine import Activations, ChoiceDelta, Event, LogprobsDelta, Usage
 
 # Response headers the server sends (components/headers in openapi.yaml; app.py checks at start).
@@ -59,9 +59,9 @@ class Meta:
         return {"id": self.id, "object": "text_completion", "created": self.created, "model": self.model}
 
 
-def completion_id(request_id: str) -> str:
-    """vLLM's `cmpl-` ids, tied to the request id so logs can be joined (x-request-id)."""
-    rid = spec().request_id
+def completion_id(request_id: str, s: Spec) -> str:
+    """vLLM's `cmpl-` ids, tied to the request id so logs can be joined (`s`'s x-request-id)."""
+    rid = s.request_id
     return rid["completion_prefix"] + request_id.removeprefix(rid["prefix"])
 
 

@@ -11,7 +11,7 @@ from api_server.budget_store import Budget
 from api_server.config import ServerConfig
 from api_server.engine import Engine
 from api_server.hooks import Hook
-from contract import ModelInfo, Spec
+from contract import Contract, ModelInfo
 
 if TYPE_CHECKING:
     from flask import Flask
@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class State:
-    spec: Spec
+    contract: Contract   # the app's spec, built once: preflight, validation, error bodies
     config: ServerConfig
     models: Mapping[str, ModelInfo]
     engine: Engine

@@ -3,7 +3,7 @@
 A request line, header or chunked framing that gunicorn refuses never reaches the
 app, and gunicorn would answer with an HTML page and no X-Request-Id. These workers
 answer 400 invalid_request (or 500 internal_error for their own failures) with the
-API's body instead, through the same ApiError.body as every other error.
+API's body instead, through the same Errors.body (the app's Contract's) as every other error.
 
 ApiGeventWorker (the default, serve.py says why) also bounds every read from a
 client: a body that stalls for longer than the body-read timeout (x-caps
@@ -21,7 +21,7 @@ from gunicorn.http.errors import InvalidResponseHeader, InvalidResponseHeaderNam
 from gunicorn.workers.ggevent import GeventWorker
 from gunicorn.workers.gthread import ThreadWorker
 
-from contract import ApiError, InternalError, InvalidRequest, new_request_id, spec
+from contract import ApiError, Errors, InternalError, InvalidRequest
 from api_server.patches import patch_gunicorn, worker_config
 from api_server.responses import dumps
 
@@ -30,11 +30,13 @@ YIELD_S = 1e-6
 REASONS = {400: "Bad Request", 500: "Internal Server Error"}
 
 
-def error_bytes(error: ApiError) -> bytes:
-    """A whole HTTP/1.1 response for `error`; the connection closes after it."""
-    rid = new_request_id()
-    body = dumps(error.body(rid))
-    head = (f"HTTP/1.1 {error.status} {REASONS.get(error.status, '')}\r\n"
+def error_bytes(error: ApiError, errors: Errors) -> bytes:
+    """A whole HTTP/1.1 response for `error`, worded by `errors` (the app's); the
+    connection closes after it."""
+    rid = errors.new_request_id()
+    body = dumps(errors.body(error, rid))
+    status = errors.status(error)
+    head = (f"HTTP/1.1 {status} {REASONS.get(status, '')}\r\n"
             f"Connection: close\r\nContent-Type: application/json\r\n"
             f"Content-Length: {len(body)}\r\nX-Request-Id: {rid}\r\n\r\n")
     return head.encode("latin-1") + body
@@ -44,17 +46,18 @@ class _ApiErrors:
     """handle_error for any gunicorn worker: the API's body, not gunicorn's HTML."""
 
     log: Any
+    wsgi: Any   # the app (app.state.contract words its errors)
 
     def handle_error(self, req: Any, client: socket.socket, addr: Any, exc: BaseException) -> None:
         app_fault = isinstance(exc, (InvalidResponseHeader, InvalidResponseHeaderName))
         if isinstance(exc, ParseException) and not app_fault:
             self.log.warning("Invalid request from %s: %s", (addr or ("",))[0], exc)
-            error: ApiError = InvalidRequest(spec().messages["malformed_http"])
+            error: ApiError = InvalidRequest.from_template("malformed_http")
         else:
             self.log.exception("Error handling request")
             error = InternalError.from_template("internal_error")
         try:
-            client.sendall(error_bytes(error))
+            client.sendall(error_bytes(error, self.wsgi.state.contract.errors))
         except OSError:
             self.log.debug("Failed to send error message.")
 
@@ -72,10 +75,8 @@ class ApiThreadWorker(_ReadOnce, _ApiErrors, ThreadWorker):  # type: ignore[misc
 
 
 def body_read_seconds(app: Any) -> float:
-    """The app's ServerConfig.body_read_seconds (the spec's cap for an app without one)."""
-    config = getattr(getattr(app, "state", None), "config", None)
-    seconds = getattr(config, "body_read_seconds", None)
-    return float(seconds if seconds is not None else spec().caps["body_read_seconds"])
+    """The app's ServerConfig.body_read_seconds."""
+    return float(app.state.config.body_read_seconds)
 
 
 # The connection this greenlet serves (one greenlet per connection): whether a request came.

@@ -34,7 +34,7 @@ from api_server.budget import BudgetStore
 from api_server.budget_redis import RedisBudget
 from bench import harness
 from bench.harness import ROOT, Server, command_line, percentile
-from contract import validate_completion
+from contract import Contract, spec
 from tests.redis_support import RedisServer, missing
 
 OUT = ROOT / "bench" / "results" / "budget.md"
@@ -58,7 +58,7 @@ def timed(fn: Callable[[], object], seconds: float) -> list[float]:
 
 
 def store_cells(stores: dict[str, object], seconds: float) -> list[str]:
-    req = validate_completion(BODY)
+    req = Contract(spec()).validate_completion(BODY)
     rows = []
     for name, store in stores.items():
         def once() -> None:

@@ -19,7 +19,9 @@ import jsonschema
 import numpy as np
 
 from bench.harness import BENCH, command_line, percentile
-from contract import encode_tensor, spec, validate_completion
+from contract import Contract, encode_tensor, spec
+
+validate_completion = Contract(spec()).validate_completion
 
 OUT = BENCH / "results" / "core.md"
 
@@ -80,7 +82,7 @@ def main() -> None:
         f"{platform.machine()}, jsonschema {importlib.metadata.version('jsonschema')}. "
         f"Command: `{command_line('core_bench', ['--seconds', str(args.seconds)])}`.",
         "",
-        "Core: `contract.validate_completion` (schema, rules, model checks, tokenizer, vector decoding, caps).",
+        "Core: `contract.Contract.validate_completion` (schema, rules, model checks, tokenizer, vector decoding, caps).",
         "Naive: `jsonschema.Draft202012Validator(...).validate` on the same schema (schema only).",
         "Targets: (a) under 50 µs, (b) under 50 ms.",
         "",

@@ -24,76 +24,57 @@
 
 A class names its code; the status and type of a code are read from the spec
 (x-error-codes). `error_class` maps a code to its class, from this tree (tests
-check the drawing against it). The text of an error is its exact message. `body()` is the one
-place an error becomes the API's error shape.
+check the drawing against it). An error needs no spec to be raised: its message is
+its exact text, or a `Message` (a template of the spec and its fields). `Errors`,
+built from one spec, is what reads the spec for it: it fills the message and turns
+the error into the API's error shape (`Errors.body`, the one place).
 """
 from __future__ import annotations
 
 import random
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from functools import cache
-from typing import Any, ClassVar, cast
+from typing import TYPE_CHECKING, Any, ClassVar, cast
 
-from contract.spec import spec
-
-
-def new_request_id() -> str:
-    """`req_` + 32 lowercase hex digits (x-request-id). An id labels a request in logs and
-    answers; it is no secret, so the random module's generator makes it (no system call;
-    `random` reseeds it in every forked worker)."""
-    rid = spec().request_id
-    digits = rid["hex_digits"]
-    return rid["prefix"] + format(random.getrandbits(4 * digits), f"0{digits}x")
+if TYPE_CHECKING:
+    from contract.spec import Spec
 
 
 class SpecText(str):
     """Text the core composed from the spec (a steering vector's reason, what a field
-    expects): `fill` quotes it whole. Every other string field is an input value."""
+    expects): a message quotes it whole. Every other string field is an input value."""
 
 
-def cut(value: str) -> str:
-    """An input value as an error may quote it: at most x-caps.quoted_chars characters,
-    then x-messages.cut_mark. A 1 MB model name must not come back in a 1 MB body."""
-    limit = spec().caps["quoted_chars"]
-    return value if len(value) <= limit else value[:limit] + spec().messages["cut_mark"]
+@dataclass(frozen=True)
+class Message:
+    """An error's message as the spec words it: the x-messages template `key`, or a
+    template's own `text` (a rule's, a range's), with the `fields` that fill it. The
+    spec object the error reaches (`Errors`) fills it; a field that is a Message is
+    filled first and quoted whole."""
+    key: str = ""
+    text: str = ""
+    fields: Mapping[str, Any] = field(default_factory=dict)
 
-
-def fill(template: str, **fields: Any) -> str:
-    """The one place a message template is filled: string fields are input values, cut."""
-    return template.format(**{k: v if type(v) is not str else cut(v) for k, v in fields.items()})
+    def __str__(self) -> str:
+        return self.key or self.text
 
 
 class ApiError(Exception):
+    """An error of the API: its code (a class attribute), its message (the exact text, or a
+    Message the spec words) and its param. What the spec decides about it (the message's
+    words, the status, type and headers of its code) `Errors` reads from the spec object."""
     code: ClassVar[str] = "internal_error"
 
-    def __init__(self, message: str, param: str | None = None) -> None:
+    def __init__(self, message: str | Message, param: str | None = None) -> None:
         super().__init__(message)
         self.message = message
-        self.param = None if param is None else cut(param)   # a param can name an unknown key
+        self.param = param
 
     @classmethod
-    def from_template(cls, key: str, param: str | None = None, **fields: Any) -> "ApiError":
-        """Build the error from the x-messages template named `key`."""
-        return cls(fill(spec().messages[key], **fields), param)
-
-    @property
-    def status(self) -> int:
-        return spec().error_codes[self.code]["status"]
-
-    @property
-    def type(self) -> str:
-        return spec().error_codes[self.code]["type"]
-
-    @property
-    def headers(self) -> dict[str, str]:
-        """Headers the response carries besides X-Request-Id (x-should-retry, Retry-After)."""
-        return spec().error_headers(self.code)
-
-    def body(self, request_id: str) -> dict[str, Any]:
-        return {
-            "error": {"message": self.message, "type": self.type,
-                      "param": self.param, "code": self.code},
-            "request_id": request_id,
-        }
+    def from_template(cls, key: str, param: str | None = None, /, **fields: Any) -> "ApiError":
+        """The error whose message is the x-messages template named `key`."""
+        return cls(Message(key=key, fields=fields), param)
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.message!r}, param={self.param!r})"
@@ -122,7 +103,7 @@ class OutOfRange(InvalidRequest):
 class RuleViolation(InvalidRequest):
     """A cross-field, model or size-cap rule; `rule` is its id in the spec."""
 
-    def __init__(self, message: str, param: str | None = None, rule: str = "") -> None:
+    def __init__(self, message: str | Message, param: str | None = None, rule: str = "") -> None:
         super().__init__(message, param)
         self.rule = rule
 
@@ -158,7 +139,7 @@ class ModelNotFound(ApiError):
 class MethodNotAllowed(ApiError):
     code = "method_not_allowed"
 
-    def __init__(self, message: str, param: str | None = None, allow: tuple[str, ...] = ()) -> None:
+    def __init__(self, message: str | Message, param: str | None = None, allow: tuple[str, ...] = ()) -> None:
         super().__init__(message, param)
         self.allow = allow
 
@@ -221,14 +202,72 @@ def error_class(code: str) -> type[ApiError]:
 def rule_error(rule: dict[str, Any], param: str | None = None, /, **fields: Any) -> RuleViolation:
     """The error for a spec rule (x-rules, x-model-rules, x-token-rules entry)."""
     cls = rule_classes()[rule["code"]]
-    return cls(fill(rule["message"], **fields), param or rule.get("param"), rule=rule["id"])
+    return cls(Message(text=rule["message"], fields=fields), param or rule.get("param"), rule=rule["id"])
 
 
-def error_for_status(status: int, message: str, param: str | None = None) -> ApiError:
-    """An error of the first code (in x-error-codes) with this status, for foreign errors
-    at the edge; a 500 or a status the API has no code for is internal_error, with the
-    API's own message (a foreign one is not shown)."""
-    code = next((c for c, v in spec().error_codes.items() if v["status"] == status), None)
-    if code is None or code == InternalError.code:
-        return InternalError(spec().messages["internal_error"])
-    return error_class(code)(message, param)
+class Errors:
+    """One spec's side of the errors: the words of each message, the status, type and
+    headers of each code, the request ids. An error becomes a body here (`body`), the
+    one place; a message is filled here (`message`), the one place, every input value
+    cut to x-caps.quoted_chars characters (and every param: it can name an unknown key)."""
+
+    def __init__(self, spec: Spec) -> None:
+        self.spec = spec
+        self.messages: dict[str, Any] = spec.messages
+        self.codes = spec.error_codes
+        self._limit, self._mark = spec.caps["quoted_chars"], spec.messages["cut_mark"]
+        self._prefix, self._digits = spec.request_id["prefix"], spec.request_id["hex_digits"]
+
+    def new_request_id(self) -> str:
+        """`req_` + 32 lowercase hex digits (x-request-id). An id labels a request in logs and
+        answers; it is no secret, so the random module's generator makes it (no system call;
+        `random` reseeds it in every forked worker)."""
+        return self._prefix + format(random.getrandbits(4 * self._digits), f"0{self._digits}x")
+
+    def cut(self, value: str) -> str:
+        """An input value as an error may quote it: at most x-caps.quoted_chars characters,
+        then x-messages.cut_mark. A 1 MB model name must not come back in a 1 MB body."""
+        return value if len(value) <= self._limit else value[:self._limit] + self._mark
+
+    def fill(self, message: Message) -> str:
+        """A Message in the spec's words: string fields are input values, cut."""
+        template = self.messages[message.key] if message.key else message.text
+        return template.format(**{k: self._field(v) for k, v in message.fields.items()})
+
+    def _field(self, value: Any) -> Any:
+        if isinstance(value, Message):
+            return SpecText(self.fill(value))
+        return self.cut(value) if type(value) is str else value
+
+    def message(self, error: ApiError) -> str:
+        m = error.message
+        return m if isinstance(m, str) else self.fill(m)
+
+    def param(self, error: ApiError) -> str | None:
+        return None if error.param is None else self.cut(error.param)
+
+    def status(self, error: ApiError) -> int:
+        return int(self.codes[error.code]["status"])
+
+    def type(self, error: ApiError) -> str:
+        return str(self.codes[error.code]["type"])
+
+    def headers(self, error: ApiError) -> dict[str, str]:
+        """Headers the response carries besides X-Request-Id (x-should-retry, Retry-After)."""
+        return self.spec.error_headers(error.code)
+
+    def body(self, error: ApiError, request_id: str) -> dict[str, Any]:
+        return {
+            "error": {"message": self.message(error), "type": self.type(error),
+                      "param": self.param(error), "code": error.code},
+            "request_id": request_id,
+        }
+
+    def for_status(self, status: int, message: str, param: str | None = None) -> ApiError:
+        """An error of the first code (in x-error-codes) with this status, for foreign errors
+        at the edge; a 500 or a status the API has no code for is internal_error, with the
+        API's own message (a foreign one is not shown)."""
+        code = next((c for c, v in self.codes.items() if v["status"] == status), None)
+        if code is None or code == InternalError.code:
+            return InternalError.from_template("internal_error")
+        return error_class(code)(message, param)

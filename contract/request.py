@@ -1,32 +1,19 @@
-"""validate_completion: a parsed body in, a checked request out, or the first ApiError.
+"""A request as the core checked it (CompletionRequest), and the body's strict JSON.
 
-Stages, in the spec's order (x-check-order): unknown field, required, type and
-range (their order read from the spec by schema.py), then cross-field rules,
-model, token caps (each needs what the one before gives; load_spec refuses a spec
-that reorders them). The Budget comes after, in the server, through contract.budget.hold.
+contract/api.py's `Contract.validate_completion` builds the request, stage by stage.
 """
 from __future__ import annotations
 
 import json
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from functools import cache
-from typing import Any, Iterator, Mapping
+from typing import Any
 
-from contract.caps import check_generated_cap, resolve_max_tokens
-from contract.errors import ApiError, InvalidJson, ModelNotFound
-from contract.rules import check_model_rules, check_rules, iter_rule_errors
-from contract.schema import request_schema
-from contract.spec import ModelInfo, spec
-from contract.steering import SteeringVector, decode_vectors
+from contract.errors import InvalidJson
+from contract.spec import ModelInfo
+from contract.steering import SteeringVector
 from contract.tokens import encode
-
-
-@cache
-def _request_defaults() -> dict[str, Any]:
-    # Read ~14 times a request (the engine's settings, n, stream): spec().defaults builds
-    # its cache key and looks it up on every call.
-    return spec().defaults("CompletionRequest")
 
 
 @dataclass(frozen=True)
@@ -37,6 +24,8 @@ class CompletionRequest:
     prompt_texts: list[str] | None     # the strings, when the prompts were strings
     max_tokens: int
     max_tokens_defaulted: bool
+    # The spec's x-default of each field: what leaving it out means (the same dict for every request).
+    defaults: Mapping[str, Any] = field(repr=False, compare=False)
     steering: list[SteeringVector] = field(default_factory=list)
 
     def option(self, name: str) -> Any:
@@ -44,7 +33,7 @@ class CompletionRequest:
         body = self.body
         if name in body:
             return body[name]
-        return _request_defaults().get(name)
+        return self.defaults.get(name)
 
     @property
     def n(self) -> int:
@@ -114,9 +103,11 @@ def _has_surrogate(value: Any) -> bool:
     return False
 
 
-def _prompts(body: dict[str, Any], model: ModelInfo) -> tuple[list[list[int]], list[str] | None]:
+def prompts_of(body: dict[str, Any], model: ModelInfo,
+               add_special_default: bool) -> tuple[list[list[int]], list[str] | None]:
+    """The prompt's token ids (strings tokenized), and its strings when it had strings."""
     prompt = body["prompt"]
-    add_special = body.get("add_special_tokens", spec().defaults("CompletionRequest")["add_special_tokens"])
+    add_special = body.get("add_special_tokens", add_special_default)
     if isinstance(prompt, str):
         texts = [prompt]
     elif isinstance(prompt[0], str):
@@ -128,55 +119,13 @@ def _prompts(body: dict[str, Any], model: ModelInfo) -> tuple[list[list[int]], l
     return [encode(model, t, add_special) for t in texts], texts
 
 
-def _prompt_count(prompt: Any) -> int:
+def prompt_count(prompt: Any) -> int:
     """How many prompts: a string or a list of token ids is one."""
     return len(prompt) if isinstance(prompt, list) and prompt and isinstance(prompt[0], (str, list)) else 1
 
 
-def _truncate(prompts: list[list[int]], keep: int | None, model: ModelInfo) -> list[list[int]]:
+def truncate(prompts: list[list[int]], keep: int | None, model: ModelInfo) -> list[list[int]]:
     if keep is None or keep == 0:
         return prompts
     keep = model.max_model_len if keep == -1 else keep
     return [p[-keep:] for p in prompts]
-
-
-def iter_errors(body: dict[str, Any]) -> Iterator[ApiError]:
-    """Every schema error, then (for a body whose schema holds) every broken cross-field rule.
-
-    Diagnostics and the conformance suite want them all; a server wants the first,
-    which is what validate_completion raises.
-    """
-    body = {k: v for k, v in body.items() if v is not None}
-    schema_errors = list(request_schema().iter_errors(body))
-    yield from schema_errors
-    if not schema_errors:
-        yield from iter_rule_errors(body)
-
-
-def prepare_validation() -> None:
-    """Build what validation otherwise builds on first use: the compiled request schema
-    (~20 ms, more on a busy machine). A server calls it before it forks its workers, so
-    that no worker's first request waits for it."""
-    request_schema()
-
-
-def validate_completion(body: Any, models: Mapping[str, ModelInfo] | None = None) -> CompletionRequest:
-    """Check a parsed body against the spec; `models` overrides the spec's (a deployment's max_model_len)."""
-    if not isinstance(body, dict):
-        raise InvalidJson.from_template("not_json_object")
-    body = {k: v for k, v in body.items() if v is not None}
-    request_schema().validate(body)
-    body = request_schema().coerce(body)
-    check_rules(body)
-    models = spec().models if models is None else models
-    model = models.get(body["model"])
-    if model is None:
-        raise ModelNotFound.from_template("model_not_found", "model", model=body["model"])
-    check_model_rules(body, model)
-    steering = decode_vectors(body["apply_steering_vectors"], model) if "apply_steering_vectors" in body else []
-    check_generated_cap(body, _prompt_count(body["prompt"]))
-    prompts, texts = _prompts(body, model)
-    prompts = _truncate(prompts, body.get("truncate_prompt_tokens"), model)
-    max_tokens = resolve_max_tokens(body, [len(p) for p in prompts], model)
-    return CompletionRequest(body, model, prompts, texts, max_tokens,
-                             body.get("max_tokens") is None, steering)

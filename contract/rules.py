@@ -9,35 +9,49 @@ broken) under a microsecond; fastjsonschema would raise inside every anyOf.
 """
 from __future__ import annotations
 
-from functools import cache
 from typing import Any
 
 import jsonschema_rs
 
 from contract.errors import RuleViolation, rule_error
-from contract.spec import ModelInfo, spec
+from contract.spec import ModelInfo, Spec
 
 
-@cache
-def _any_rule() -> Any:
-    return jsonschema_rs.validator_for({"anyOf": [rule["when"] for rule in spec().rules]})
+class Rules:
+    """One spec's cross-field rules (compiled once) and model rules."""
 
+    def __init__(self, spec: Spec) -> None:
+        self._any = jsonschema_rs.validator_for({"anyOf": [rule["when"] for rule in spec.rules]})
+        self._each = [(rule, jsonschema_rs.validator_for(rule["when"])) for rule in spec.rules]
+        self.model_rules = spec.model_rules
+        self._top_k = spec.defaults("CompletionRequest")["top_k"]
 
-@cache
-def _compiled_rules() -> list[tuple[dict[str, Any], Any]]:
-    return [(rule, jsonschema_rs.validator_for(rule["when"])) for rule in spec().rules]
+    def iter_errors(self, body: dict[str, Any]) -> list[RuleViolation]:
+        """Every broken cross-field rule, in the spec's order."""
+        return [rule_error(rule, **body) for rule, check in self._each if check.is_valid(body)]
 
+    def check(self, body: dict[str, Any]) -> None:
+        if not self._any.is_valid(body):
+            return
+        for error in self.iter_errors(body):
+            raise error
 
-def iter_rule_errors(body: dict[str, Any]) -> list[RuleViolation]:
-    """Every broken cross-field rule, in the spec's order."""
-    return [rule_error(rule, **body) for rule, check in _compiled_rules() if check.is_valid(body)]
-
-
-def check_rules(body: dict[str, Any]) -> None:
-    if not _any_rule().is_valid(body):
-        return
-    for error in iter_rule_errors(body):
-        raise error
+    def check_model(self, body: dict[str, Any], model: ModelInfo) -> None:
+        """Ranges that depend on the model (the steering vectors are checked by steering.py)."""
+        rules = self.model_rules
+        for param, ids in _token_id_lists(body):
+            # max() runs in C; a 100,000-token prompt costs one pass.
+            if ids and max(ids) >= model.vocab_size:
+                bad = next(i for i in ids if i >= model.vocab_size)
+                raise rule_error(rules["token_id_in_vocab"], param, token_id=bad, param=param,
+                                 vocab_size=model.vocab_size)
+        if body.get("top_k", self._top_k) > model.vocab_size:
+            raise rule_error(rules["top_k_in_vocab"], "top_k", value=body["top_k"],
+                             vocab_size=model.vocab_size)
+        for layer in body.get("output_residual_stream", ()):
+            if layer >= model.num_layers:
+                raise rule_error(rules["layer_in_range"], "output_residual_stream", layer=layer,
+                                 param="output_residual_stream", num_layers=model.num_layers)
 
 
 def _token_id_lists(body: dict[str, Any]) -> list[tuple[str, list[int]]]:
@@ -51,21 +65,3 @@ def _token_id_lists(body: dict[str, Any]) -> list[tuple[str, list[int]]]:
         if field in body:
             lists.append((field, body[field]))
     return lists
-
-
-def check_model_rules(body: dict[str, Any], model: ModelInfo) -> None:
-    """Ranges that depend on the model (the steering vectors are checked by steering.py)."""
-    rules = spec().model_rules
-    for param, ids in _token_id_lists(body):
-        # max() runs in C; a 100,000-token prompt costs one pass.
-        if ids and max(ids) >= model.vocab_size:
-            bad = next(i for i in ids if i >= model.vocab_size)
-            raise rule_error(rules["token_id_in_vocab"], param, token_id=bad, param=param,
-                             vocab_size=model.vocab_size)
-    if body.get("top_k", spec().defaults("CompletionRequest")["top_k"]) > model.vocab_size:
-        raise rule_error(rules["top_k_in_vocab"], "top_k", value=body["top_k"],
-                         vocab_size=model.vocab_size)
-    for layer in body.get("output_residual_stream", ()):
-        if layer >= model.num_layers:
-            raise rule_error(rules["layer_in_range"], "output_residual_stream", layer=layer,
-                             param="output_residual_stream", num_layers=model.num_layers)

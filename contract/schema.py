@@ -18,8 +18,8 @@ import fastjsonschema
 import jsonschema_rs
 from fastjsonschema import JsonSchemaValueException
 
-from contract.errors import ApiError, InvalidType, MissingField, OutOfRange, SpecText, UnknownField, fill
-from contract.spec import spec
+from contract.errors import ApiError, InvalidType, Message, MissingField, OutOfRange, SpecText, UnknownField
+from contract.spec import Spec
 
 RANGE_KEYWORDS = frozenset({
     "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "minItems", "maxItems",
@@ -52,10 +52,15 @@ def _show(value: Any) -> str:
 
 
 class ObjectSchema:
-    """Strict validation of one closed object schema (the request body)."""
+    """Strict validation of one closed object schema (the request body), with `spec`'s
+    order of stages and range messages."""
 
-    def __init__(self, schema: dict[str, Any]) -> None:
+    def __init__(self, schema: dict[str, Any], spec: Spec) -> None:
         self.schema = schema
+        self.ranges: dict[str, str] = spec.messages["range"]
+        stages = {"unknown_field": self._unknown, "required": self._required,
+                  "type": self._wrong_types, "range": self._out_of_range}
+        self._stages = [stages[stage] for stage in spec.in_check_order(stages)]
         self.properties: dict[str, dict[str, Any]] = schema["properties"]
         self.required: list[str] = schema.get("required", [])
         # Field by field only: the cross-field rules (allOf) are rules.py's stage, after ranges.
@@ -77,22 +82,18 @@ class ObjectSchema:
     def iter_errors(self, body: dict[str, Any]) -> Iterator[ApiError]:
         """Every error, stage by stage in the spec's order (x-check-order); within a
         stage, in body order."""
-        stages = {"unknown_field": self._unknown, "required": self._required,
-                  "type": self._wrong_types, "range": self._out_of_range}
-        for stage in spec().in_check_order(stages):
-            yield from stages[stage](body)
+        for stage in self._stages:
+            yield from stage(body)
 
     def _unknown(self, body: dict[str, Any]) -> Iterator[ApiError]:
-        messages = spec().messages
         for key in body:
             if key not in self.properties:
-                yield UnknownField(fill(messages["unknown_field"], field=key), key)
+                yield UnknownField.from_template("unknown_field", key, field=key)
 
     def _required(self, body: dict[str, Any]) -> Iterator[ApiError]:
-        messages = spec().messages
         for key in self.required:
             if key not in body:
-                yield MissingField(fill(messages["missing_field"], param=key), key)
+                yield MissingField.from_template("missing_field", key, param=key)
 
     def _typed(self, body: dict[str, Any]) -> Iterator[tuple[str, JsonSchemaValueException | None]]:
         """Each known field of the body with its type error (None when its type holds)."""
@@ -108,7 +109,7 @@ class ObjectSchema:
     def _wrong_types(self, body: dict[str, Any]) -> Iterator[ApiError]:
         for key, exc in self._typed(body):
             if exc is not None:
-                yield _map(key, self.properties[key], body[key], exc, types_only=True)
+                yield _map(key, self.properties[key], body[key], exc, self.ranges, types_only=True)
 
     def _out_of_range(self, body: dict[str, Any]) -> Iterator[ApiError]:
         """Ranges of the fields whose type holds (a range means nothing for another type)."""
@@ -118,7 +119,7 @@ class ObjectSchema:
             try:
                 self._ranges[key](body[key])
             except JsonSchemaValueException as exc:
-                yield _map(key, self.properties[key], body[key], exc, types_only=False)
+                yield _map(key, self.properties[key], body[key], exc, self.ranges, types_only=False)
 
 
 _JSON_TYPES = {bool: "boolean", int: "integer", float: "number", str: "string", list: "array",
@@ -182,17 +183,21 @@ def _locate(name: str, schema: dict[str, Any], value: Any, path: list[Any]) -> t
     return param, expected_node, here, full
 
 
-def _expected(node: dict[str, Any], value: Any) -> str:
+def _expected(node: dict[str, Any], value: Any) -> str | Message:
     """What the field expects; a fractional number in an integer field expects an integer."""
     types = node.get("type", [])
     if "integer" in types and isinstance(value, float) and not isinstance(value, bool):
-        return spec().messages["expected_integer"]
-    return node["x-expected"]
+        return Message(key="expected_integer")
+    return SpecText(node["x-expected"])
+
+
+def _range_error(template: str, param: str, value: Any, limit: Any) -> ApiError:
+    fields = {"param": param, "value": _show(value), "limit": SpecText(_show(limit))}
+    return OutOfRange(Message(text=template, fields=fields), param)
 
 
 def _map(name: str, schema: dict[str, Any], value: Any, exc: JsonSchemaValueException,
-         *, types_only: bool) -> ApiError:
-    messages = spec().messages
+         ranges: dict[str, str], *, types_only: bool) -> ApiError:
     path = list(exc.path)
     param, expected_node, here, full = _locate(name, schema, value, path)
     rule = exc.rule
@@ -200,21 +205,21 @@ def _map(name: str, schema: dict[str, Any], value: Any, exc: JsonSchemaValueExce
         allowed = (exc.definition or {}).get("properties", {})
         extra = next(k for k in here if k not in allowed)
         field = f"{full}.{extra}"
-        return UnknownField(fill(messages["unknown_field"], field=field), field)
+        return UnknownField.from_template("unknown_field", field, field=field)
     if rule == "required":
         missing = next(k for k in exc.rule_definition if k not in here)
         field = f"{full}.{missing}"
-        return MissingField(fill(messages["missing_field"], param=field), field)
+        return MissingField.from_template("missing_field", field, param=field)
     if types_only or rule == "type":
-        return InvalidType(fill(messages["invalid_type"],
-                                param=param, expected=SpecText(_expected(expected_node, here))), param)
+        return InvalidType.from_template("invalid_type", param, param=param,
+                                         expected=_expected(expected_node, here))
     if rule == "anyOf":
-        return _map_union(param, exc.definition, here, expected_node["x-expected"])
-    template = messages["range"][rule]
-    return OutOfRange(fill(template, param=param, value=_show(here), limit=SpecText(_show(exc.rule_definition))), param)
+        return _map_union(param, exc.definition, here, expected_node["x-expected"], ranges)
+    return _range_error(ranges[rule], param, here, exc.rule_definition)
 
 
-def _map_union(param: str, definition: dict[str, Any], value: Any, expected: str) -> ApiError:
+def _map_union(param: str, definition: dict[str, Any], value: Any, expected: str,
+               ranges: dict[str, str]) -> ApiError:
     """A union failed on a range: report the range error of the branch whose type fits."""
     for branch in definition["anyOf"]:
         try:
@@ -224,15 +229,8 @@ def _map_union(param: str, definition: dict[str, Any], value: Any, expected: str
         try:
             compile_schema(branch)(value)
         except JsonSchemaValueException as exc:
-            template = spec().messages["range"][exc.rule]
             here = value
             for part in list(exc.path)[1:]:
                 here = here[int(part) if isinstance(here, list) else part]
-            return OutOfRange(fill(template, param=param, value=_show(here),
-                                   limit=SpecText(_show(exc.rule_definition))), param)
-    return InvalidType(fill(spec().messages["invalid_type"], param=param, expected=SpecText(expected)), param)
-
-
-@cache
-def request_schema() -> ObjectSchema:
-    return ObjectSchema(spec().schema("CompletionRequest"))
+            return _range_error(ranges[exc.rule], param, here, exc.rule_definition)
+    return InvalidType.from_template("invalid_type", param, param=param, expected=SpecText(expected))

@@ -65,11 +65,12 @@ class ModelInfo:
     eos_token_ids: tuple[int, ...]
     max_model_len: int
     tokenizer_encoding: str
+    capture_elements: int   # x-caps.capture_elements of the model's spec
 
     @property
     def capture_cap(self) -> int:
         """Layers x tokens one capture may hold: floor(capture_elements / hidden)."""
-        return spec().caps["capture_elements"] // self.hidden_size
+        return self.capture_elements // self.hidden_size
 
 
 @dataclass(frozen=True)
@@ -151,6 +152,7 @@ class Spec:
                 eos_token_ids=tuple(m["eos_token_ids"]),
                 max_model_len=m["max_model_len"],
                 tokenizer_encoding=m["tokenizer"]["encoding"],
+                capture_elements=self.caps["capture_elements"],
             )
             for name, m in self.raw["x-models"].items()
         }
@@ -319,5 +321,6 @@ def load_spec(path: str | os.PathLike[str] | None = None) -> Spec:
 
 @cache
 def spec() -> Spec:
-    """The process's spec, loaded once."""
+    """The process's spec, loaded once: only the default of the entry points (the
+    commands, a factory's default argument); everything below them is handed its Spec."""
     return load_spec()

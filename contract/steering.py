@@ -15,8 +15,8 @@ from typing import Any
 import numpy as np
 import zstandard
 
-from contract.errors import RuleViolation, SpecText, fill, rule_error
-from contract.spec import ModelInfo, spec
+from contract.errors import Message, RuleViolation, rule_error
+from contract.spec import ModelInfo, Spec
 
 _BF16_EXPONENT = 0x7F80  # all exponent bits set: inf or NaN
 
@@ -32,36 +32,37 @@ class SteeringVector:
     wire: dict[str, Any]         # the object as the client sent it, for Inference
 
 
-def decode_vectors(vectors: list[dict[str, Any]], model: ModelInfo) -> list[SteeringVector]:
+def decode_vectors(vectors: list[dict[str, Any]], model: ModelInfo, spec: Spec) -> list[SteeringVector]:
     """Every vector decoded; their decoded bytes in all stay under x-caps.steering_decoded_bytes,
     checked from the shapes before anything is decompressed."""
     decoded, out = 0, []
     for i, v in enumerate(vectors):
-        vector = decode_vector(v, model, f"apply_steering_vectors[{i}]", decoded)
+        vector = decode_vector(v, model, spec, f"apply_steering_vectors[{i}]", decoded)
         decoded += vector.values.nbytes
         out.append(vector)
     return out
 
 
-def decode_vector(obj: dict[str, Any], model: ModelInfo, param: str, decoded_before: int = 0) -> SteeringVector:
-    """One vector; `decoded_before` is what the request's earlier vectors decoded to."""
-    rule = spec().model_rules["steering_vector"]
+def decode_vector(obj: dict[str, Any], model: ModelInfo, spec: Spec, param: str,
+                  decoded_before: int = 0) -> SteeringVector:
+    """One vector, against `spec`'s steering_vector rule and caps; `decoded_before` is what
+    the request's earlier vectors decoded to."""
+    rule = spec.model_rules["steering_vector"]
 
     def bad(reason: str, **fields: Any) -> RuleViolation:
-        text = SpecText(fill(rule["reasons"][reason], **fields))
-        return rule_error(rule, param, param=param, reason=text)
+        return rule_error(rule, param, param=param, reason=Message(text=rule["reasons"][reason], fields=fields))
 
     _check_shape(obj, model, rule, bad)
     acts = obj["activations"]
     dtype, original, shape = acts["dtype"], acts["original_dtype"], acts["shape"]
     # The sizes, from the shape alone, against the cap: nothing is decoded yet.
     total = decoded_before + _decoded_size(shape, dtype)
-    cap = spec().caps["steering_decoded_bytes"]
+    cap = spec.caps["steering_decoded_bytes"]
     if total > cap:
         raise bad("decoded_cap", cap=cap, total=total)
     layers = obj["layer_indices"]
     positions = obj.get("position_indices")
-    defaults = spec().defaults("SteeringVector")  # a field left out or null
+    defaults = spec.defaults("SteeringVector")  # a field left out or null
     scale = obj.get("scale")
     scale = defaults["scale"] if scale is None else scale
     if not math.isfinite(scale):

@@ -13,16 +13,9 @@ import hashlib
 
 import numpy as np
 
-from contract import ModelInfo, encode_tensor, spec
+from contract import ModelInfo, encode_tensor
 
 ROWS_PER_LAYER = 16
-
-
-def _wire(model: ModelInfo) -> tuple[np.dtype, str]:
-    """(storage dtype on the wire, original_dtype) of the model's dtype (the spec's
-    EncodedTensor); bf16 travels as int16."""
-    storage, original = spec().wire_dtypes[model.dtype]
-    return np.dtype(storage), original
 
 
 def _bf16_bits(values: np.ndarray) -> np.ndarray:
@@ -37,37 +30,38 @@ def _bf16_bits(values: np.ndarray) -> np.ndarray:
 _TABLES: dict[tuple[str, int, int, str], np.ndarray] = {}
 
 
-def _table(model: ModelInfo) -> np.ndarray:
-    key = (model.hf_id, model.num_layers, model.hidden_size, model.dtype)
+def _table(model: ModelInfo, storage: str) -> np.ndarray:
+    key = (model.hf_id, model.num_layers, model.hidden_size, storage)
     table = _TABLES.get(key)
     if table is None:
-        table = _TABLES.setdefault(key, _build_table(model))
+        table = _TABLES.setdefault(key, _build_table(model, np.dtype(storage)))
     return table
 
 
-def _build_table(model: ModelInfo) -> np.ndarray:
+def _build_table(model: ModelInfo, storage: np.dtype) -> np.ndarray:
     """[num_layers, ROWS_PER_LAYER, hidden] in the wire dtype; the norm grows with depth."""
     seed = int.from_bytes(hashlib.sha256(f"residual:{model.hf_id}".encode()).digest()[:8], "little")
     rng = np.random.Generator(np.random.PCG64(seed))
     values = rng.standard_normal((model.num_layers, ROWS_PER_LAYER, model.hidden_size), dtype=np.float32)
     values *= (0.05 + 0.02 * np.arange(model.num_layers, dtype=np.float32))[:, None, None]
-    storage, _ = _wire(model)
     return _bf16_bits(values) if storage == np.int16 else values.astype(storage)
 
 
-def warm(model: ModelInfo) -> None:
+def warm(model: ModelInfo, wire: tuple[str, str]) -> None:
     """Build the model's table now (at start), not in the first request."""
-    _table(model)
+    _table(model, wire[0])
 
 
-def capture(model: ModelInfo, layers: list[int], token_ids: list[int]) -> dict:
+def capture(model: ModelInfo, wire: tuple[str, str], layers: list[int], token_ids: list[int]) -> dict:
     """The encoded residual stream of `token_ids` (every prompt token and every
-    generated token but the last) at `layers`: shape [len(layers), positions, hidden]."""
-    table = _table(model)
+    generated token but the last) at `layers`: shape [len(layers), positions, hidden].
+    `wire` is the model's (dtype on the wire, original_dtype): Spec.wire_dtypes; bf16
+    travels as int16."""
+    table = _table(model, wire[0])
     tokens = np.asarray(token_ids, dtype=np.int64)
     positions = np.arange(len(tokens), dtype=np.int64)
     layer_ids = np.asarray(layers, dtype=np.int64)
     rows = (tokens[None, :] * 2654435761 + positions[None, :] * 40503
             + layer_ids[:, None] * 97) % ROWS_PER_LAYER
     values = table[layer_ids[:, None], rows]
-    return encode_tensor(values, _wire(model)[1])
+    return encode_tensor(values, wire[1])

@@ -24,7 +24,7 @@ from api_server.engine import Activations, ChoiceDelta, Engine, Event, LogprobsD
 from contract import CompletionRequest, ModelInfo, Spec, spec
 from contract.tokens import decode
 from mock_server.activations import capture, warm
-from mock_server.logprobs import Ranked, prompt_logprob, rank_positions, row_width, top_logprobs
+from mock_server.logprobs import Ranked, max_top, prompt_logprob, rank_positions, row_width, top_logprobs
 from mock_server.sampler import Choice, Settings, sample_choice
 from mock_server.vocab import Vocab, vocab
 
@@ -71,11 +71,14 @@ class FakeEngine(Engine):
 
     def __init__(self, models: Iterable[ModelInfo] = (), eos_rate: float = 1 / 64,
                  api: Spec | None = None) -> None:
+        api = api if api is not None else spec()
         self.eos_rate = eos_rate
-        self.greedy_below = (api if api is not None else spec()).greedy_below
+        self.greedy_below = api.greedy_below
+        self.wire_dtypes = api.wire_dtypes
+        self.row_width = row_width(max_top(api))
         for model in models:   # build the tables at start, not in the first request
             vocab(model)
-            warm(model)
+            warm(model, self.wire_dtypes[model.dtype])
 
     def generate(self, req: CompletionRequest, request_id: str) -> Iterator[Event]:
         body, model = req.body, req.model
@@ -106,7 +109,8 @@ class FakeEngine(Engine):
                 # is the same in every Python version, so answers survive upgrades too.
                 choice = sample_choice(voc, random.Random(_seed("tokens", key)).random, settings)
                 choices.append(choice)
-                deltas.append(_choice_deltas(req, voc, p * n + j, prompt, text, choice, key, greedy, whole))
+                deltas.append(_choice_deltas(req, voc, p * n + j, prompt, text, choice, key, greedy,
+                                              self.row_width, whole))
         if len(deltas) == 1:
             yield from deltas[0]
         # Choices advance together, one token each per step, as in a batch.
@@ -124,7 +128,7 @@ class FakeEngine(Engine):
         if req.layers:
             generated = choices[0].token_ids
             layers = sorted(req.layers)   # ascending, as vllm-lens returns them; rows follow
-            yield Activations(layers, capture(model, layers, req.prompts[0] + generated[:-1]))
+            yield Activations(layers, capture(model, self.wire_dtypes[model.dtype], layers, req.prompts[0] + generated[:-1]))
 
 
 @dataclass
@@ -138,16 +142,17 @@ class _Echo:
     extra: dict[str, Any]
 
 
-def _echo(req: CompletionRequest, voc: Vocab, prompt: list[int], prompt_text: str | None) -> _Echo:
+def _echo(req: CompletionRequest, voc: Vocab, prompt: list[int], prompt_text: str | None,
+          width: int) -> _Echo:
     body = req.body
     k = body.get("logprobs")
     echo = bool(body.get("echo"))
     ranked: list[Ranked] = []
     if (echo and k is not None) or "prompt_logprobs" in body:
         # A prompt's logprobs depend on the prompt alone, so echo and prompt_logprobs agree.
-        width = max(k or 0, body.get("prompt_logprobs", 0))
-        rows = _rng("prompt", req.model.name, prompt).random((len(prompt), row_width()))
-        ranked = rank_positions(rows, prompt, width, greedy=False, pool=voc.words)
+        shown = max(k or 0, body.get("prompt_logprobs", 0))
+        rows = _rng("prompt", req.model.name, prompt).random((len(prompt), width))
+        ranked = rank_positions(rows, prompt, shown, greedy=False, pool=voc.words)
     texts = [voc.texts[t] for t in prompt] if echo else []
     # A string prompt is echoed as sent; token ids as vLLM decodes them (special tokens kept).
     text = "" if not echo else (prompt_text if prompt_text is not None else decode(req.model, prompt))
@@ -162,19 +167,20 @@ def _echo(req: CompletionRequest, voc: Vocab, prompt: list[int], prompt_text: st
 
 def _choice_deltas(req: CompletionRequest, voc: Vocab, index: int, prompt: list[int],
                    prompt_text: str | None, choice: Choice, key: list[Any],
-                   greedy: bool, whole: bool = False) -> Iterator[ChoiceDelta]:
-    """The choice's deltas: one per token, or with `whole` one holding every token."""
+                   greedy: bool, width: int, whole: bool = False) -> Iterator[ChoiceDelta]:
+    """The choice's deltas: one per token, or with `whole` one holding every token;
+    `width` is a logprobs row's (logprobs.row_width)."""
     k = req.body.get("logprobs")
     ids = choice.token_ids
     if not ids:
         return
-    head = _echo(req, voc, prompt, prompt_text)
+    head = _echo(req, voc, prompt, prompt_text, width)
     # Logprobs write each token as its own text, special tokens included, and text_offset
     # is the running sum of those texts' lengths, the echoed prompt's first (as vLLM 0.32
     # writes them); the choice's text leaves special tokens out when skip_special_tokens says so.
     gen: LogprobsDelta | None = None
     if k is not None:
-        rows = _rng("logprobs", key).random((len(ids), row_width()))
+        rows = _rng("logprobs", key).random((len(ids), width))
         ranked = rank_positions(rows, ids, k, greedy, voc.words)
         tokens = [voc.texts[t] for t in ids]
         offsets = list(accumulate(map(len, tokens), initial=sum(map(len, head.texts))))

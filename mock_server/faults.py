@@ -43,17 +43,13 @@ def check_spec(s: Spec) -> None:
         raise RuntimeError(f"openapi.yaml lacks the mock's headers {missing} or x-mock-faults")
 
 
-def _faults() -> dict[str, Any]:
-    return spec().mock_faults
-
-
-def _invalid(header: str, expected: str) -> InvalidRequest:
-    faults = _faults()
+def _invalid(faults: dict[str, Any], header: str, expected: str) -> InvalidRequest:
     text = faults["expected"][expected].format(statuses=", ".join(map(str, faults["statuses"])))
     return InvalidRequest(faults["invalid_header"].format(header=header, expected=text))
 
 
-def _number(headers: Headers, name: str, default: float, integer: bool = False) -> float:
+def _number(faults: dict[str, Any], headers: Headers, name: str, default: float,
+            integer: bool = False) -> float:
     raw = headers.get(name)
     if raw is None:
         return default
@@ -62,7 +58,7 @@ def _number(headers: Headers, name: str, default: float, integer: bool = False) 
     except ValueError:
         value = -1
     if not math.isfinite(value) or value < 0:
-        raise _invalid(name, "count" if integer else "milliseconds")
+        raise _invalid(faults, name, "count" if integer else "milliseconds")
     return value
 
 
@@ -71,7 +67,8 @@ class Faults:
     latency (live: control.py), the load model (load.py), and vLLM's metrics of it all."""
 
     def __init__(self, config: MockConfig, s: Spec | None = None, metrics: VllmMetrics | None = None) -> None:
-        check_spec(s if s is not None else spec())
+        self.spec = s if s is not None else spec()
+        check_spec(self.spec)
         self.settings = Control(config)
         self.rng = random.Random()
         if metrics is None:   # a hook of its own: its metrics in a registry of their own
@@ -86,25 +83,28 @@ class Faults:
         is raised here: after validation, before the Budget holds anything, as the real
         API refuses a request; a full queue is refused when the engine starts."""
         config = self.settings()
-        ttft_s, tpot_s, forced, after = read(headers, config, self.rng, req.max_tokens)
+        ttft_s, tpot_s, forced, after = read(self.spec.mock_faults, headers, config, self.rng, req.max_tokens)
         if forced is not None:
-            raise forced_error(forced, req)
+            raise forced_error(self.spec, forced, req)
+        error = stream_error(self.spec)
         if config.loaded:
             engine = Loaded(engine, self.scheduler, ttft_s, tpot_s)
             if after is not None:
-                engine = Simulated(engine, 0, 0, after)
+                engine = Simulated(engine, 0, 0, after, error)
         elif ttft_s or tpot_s or after is not None:
-            engine = Simulated(engine, ttft_s, tpot_s, after)
+            engine = Simulated(engine, ttft_s, tpot_s, after, error)
         return Metered(engine, self.metrics, req.body["model"])
 
 
 class Simulated(Engine):
     """`engine` as one request of the mock runs it: `ttft_s` before its first token and
     `tpot_s` before each later step (latency.py); in a stream, the error event of
-    x-mock-faults after `error_after` choice deltas (none without stream)."""
+    x-mock-faults (`error`) after `error_after` choice deltas (none without stream)."""
 
-    def __init__(self, engine: Engine, ttft_s: float, tpot_s: float, error_after: int | None) -> None:
+    def __init__(self, engine: Engine, ttft_s: float, tpot_s: float, error_after: int | None,
+                 error: ApiError) -> None:
         self.engine, self.ttft_s, self.tpot_s, self.error_after = engine, ttft_s, tpot_s, error_after
+        self.error = error
 
     def generate(self, req: CompletionRequest, request_id: str) -> Iterator[Event]:
         return paced(self.engine.generate(req, request_id), self.ttft_s, self.tpot_s, time.sleep)
@@ -119,11 +119,11 @@ class Simulated(Engine):
         else:   # the waits in the pump's thread, whose sleep cancelling wakes
             batches = Pump(lambda sleep: paced(self.engine.generate(req, request_id), self.ttft_s,
                                                self.tpot_s, sleep), interval).batches()
-        return batches if self.error_after is None else _failing(batches, self.error_after)
+        return batches if self.error_after is None else _failing(batches, self.error_after, self.error)
 
 
-def _failing(batches: Batches, after: int) -> Batches:
-    """`batches`, ending with the stream error event in place of choice delta `after`
+def _failing(batches: Batches, after: int, error: ApiError) -> Batches:
+    """`batches`, ending with the stream error event (`error`) in place of choice delta `after`
     (counted from 0): an event even before the first delta, and in the same write as the
     deltas that precede it."""
     sent = 0
@@ -132,7 +132,7 @@ def _failing(batches: Batches, after: int) -> Batches:
             for i, event in enumerate(batch):
                 if isinstance(event, ChoiceDelta):
                     if sent == after:
-                        yield [*batch[:i], ErrorEvent(stream_error())]
+                        yield [*batch[:i], ErrorEvent(error)]
                         return
                     sent += 1
             yield batch
@@ -140,37 +140,37 @@ def _failing(batches: Batches, after: int) -> Batches:
         batches.close()
 
 
-def read(headers: Headers, config: MockConfig, rng: random.Random,
+def read(faults: dict[str, Any], headers: Headers, config: MockConfig, rng: random.Random,
          max_tokens: int) -> tuple[float, float, int | None, int | None]:
     """Read the mock's headers (400 for a bad value) and roll the configured fault rates:
     (ttft_s, tpot_s, forced status, choice deltas before a stream error)."""
-    statuses = _faults()["statuses"]
+    statuses = faults["statuses"]
     forced = None
     if STATUS in headers:
         raw = headers[STATUS].strip()
         if not raw.isdigit() or int(raw) not in statuses:
-            raise _invalid(STATUS, "status")
+            raise _invalid(faults, STATUS, "status")
         forced = int(raw)
     elif config.fault_rate and rng.random() < config.fault_rate:
         forced = rng.choice(statuses)
     after: int | None = None
     if STREAM_ERROR_AFTER in headers:
-        after = int(_number(headers, STREAM_ERROR_AFTER, 0, integer=True))
+        after = int(_number(faults, headers, STREAM_ERROR_AFTER, 0, integer=True))
     elif config.stream_error_rate and rng.random() < config.stream_error_rate:
         after = rng.randrange(max_tokens)
-    return (_number(headers, TTFT_MS, config.ttft_ms) / 1000,
-            _number(headers, TPOT_MS, config.tpot_ms) / 1000, forced, after)
+    return (_number(faults, headers, TTFT_MS, config.ttft_ms) / 1000,
+            _number(faults, headers, TPOT_MS, config.tpot_ms) / 1000, forced, after)
 
 
-def forced_error(status: int, req: CompletionRequest) -> ApiError:
-    """The error the API would send with this status, its message filled as the API would."""
-    code = next(c for c, v in spec().error_codes.items() if v["status"] == status)
-    message = spec().messages[code].format(
-        remaining=0, prompt_tokens=sum(req.prompt_token_counts),
-        sequences=len(req.prompts) * req.n, seconds=spec().caps["wait_seconds"])
-    return error_class(code)(message)
+def forced_error(s: Spec, status: int, req: CompletionRequest) -> ApiError:
+    """The error the API would send with this status (`s`'s first code with it), its
+    message filled as the API would."""
+    code = next(c for c, v in s.error_codes.items() if v["status"] == status)
+    return error_class(code).from_template(
+        code, remaining=0, prompt_tokens=sum(req.prompt_token_counts),
+        sequences=len(req.prompts) * req.n, seconds=s.caps["wait_seconds"])
 
 
-def stream_error() -> ApiError:
-    code = _faults()["stream_error_code"]
-    return error_class(code)(spec().messages[code])
+def stream_error(s: Spec) -> ApiError:
+    code = s.mock_faults["stream_error_code"]
+    return error_class(code).from_template(code)

@@ -13,22 +13,23 @@ from typing import Any
 
 import numpy as np
 
-from contract import spec
+from contract import Spec
 from mock_server.vocab import Vocab
 
 
-def max_top() -> int:
-    """The most alternatives a request may ask for (logprobs / prompt_logprobs maxima)."""
-    props = spec().schema("CompletionRequest")["properties"]
+def max_top(s: Spec) -> int:
+    """The most alternatives a request may ask for (`s`'s logprobs / prompt_logprobs maxima)."""
+    props = s.schema("CompletionRequest")["properties"]
     return max(props["logprobs"]["maximum"], props["prompt_logprobs"]["maximum"])
 
 
 MAX_RANK = 5          # a sampled token is at most this far down the list
 
 
-def row_width() -> int:
-    # rank, first value, one gap per further rank, one pick per alternative
-    return 2 + (max_top() + MAX_RANK) + max_top()
+def row_width(top: int) -> int:
+    """A row's uniforms when up to `top` alternatives are shown (max_top): the rank, the
+    first value, one gap per further rank, one pick per alternative."""
+    return 2 + (top + MAX_RANK) + top
 
 
 @dataclass(frozen=True)
@@ -44,10 +45,10 @@ def rank_positions(uniforms: np.ndarray, token_ids: list[int], k: int, greedy: b
                    pool: np.ndarray) -> list[Ranked]:
     """Rank each actual token and pick the k best alternatives shown beside it.
 
-    `uniforms` has one row of row_width() per token. At temperature 0 the actual
+    `uniforms` has one row of row_width(top) per token. At temperature 0 the actual
     token is always the likeliest (rank 1).
     """
-    top = max_top()
+    top = (uniforms.shape[1] - 2 - MAX_RANK) // 2   # row_width's inverse
     ranks_u, first_u = uniforms[:, 0], uniforms[:, 1]
     gaps_u = uniforms[:, 2:2 + top + MAX_RANK]
     picks_u = uniforms[:, 2 + top + MAX_RANK:]

@@ -17,11 +17,14 @@ import sys
 import tempfile
 from collections.abc import Mapping, Sequence
 from types import FrameType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from api_server.config import ConfigError, ServerConfig, parse_keys
 from api_server.serve import PORT, add_arguments, gunicorn_options, prepare, serve
 from contract.version import VersionAction
+
+if TYPE_CHECKING:
+    from contract import Spec
 
 log = logging.getLogger("reference_impl")
 
@@ -61,16 +64,17 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
-def warm(models: Mapping[str, Any]) -> None:
+def warm(models: Mapping[str, Any], s: Spec) -> None:
     """Compile the core's validators and load the tokenizer now, in gunicorn's master,
-    so that the workers share them instead of each paying ~0.5 s on its first request."""
-    from contract import validate_completion
-    from reference_impl.upstream import request_defaults, vector_defaults
+    so that the workers share them instead of each paying ~0.5 s on its first request.
+    (create_app's Contract compiled its own validators; this one loads the tokenizer.)"""
+    from contract import Contract
+    from reference_impl.upstream import request_defaults
 
+    contract = Contract(s)
     for name in models:
-        validate_completion({"model": name, "prompt": "warm", "max_tokens": 1}, models=models)
-    request_defaults()
-    vector_defaults()
+        contract.validate_completion({"model": name, "prompt": "warm", "max_tokens": 1}, models)
+    request_defaults(s)
 
 
 def api_config(keys: str | None = None, budget_tokens: int | None = None,
@@ -110,7 +114,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     from reference_impl.engine import VllmEngine
     from reference_impl.launcher import VllmProcess, wait_ready
 
-    served = args.served_model_name or spec().default_model
+    api = spec()   # the command's spec: everything below is handed it
+    served = args.served_model_name or api.default_model
     signal.signal(signal.SIGTERM, _stop_on_sigterm)   # gunicorn installs its own once it runs
     vllm: VllmProcess | None = None
     log_file = open(args.vllm_log, "ab") if args.vllm_log else None
@@ -121,18 +126,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         else:
             vllm = VllmProcess(args.model, served, python=args.vllm_python, port=args.vllm_port,
                                max_model_len=args.max_model_len, extra_args=args.vllm_arg,
-                               log_file=log_file).start(args.startup_timeout)
+                               log_file=log_file, api=api).start(args.startup_timeout)
             url = vllm.url
         entry = pick_upstream(upstream_models(url), served)
         # vLLM's /v1/models says max_model_len; a router's (production-stack's) does not.
         max_model_len = entry.get("max_model_len") or args.max_model_len
         if not max_model_len:
             raise DeploymentError(f"{url}/v1/models gives no max_model_len: pass --max-model-len")
-        models = deployment_models(served, max_model_len, read_model_config(args.model or entry.get("root")))
+        models = deployment_models(served, max_model_len, read_model_config(args.model or entry.get("root")), api)
         # The pool to vLLM keeps as many connections as one worker serves requests.
         pool = args.connections if args.worker == "gevent" else args.threads
-        app = create_app(config, VllmEngine(url, entry["id"], pool_size=pool), models)
-        warm(models)
+        app = create_app(config, VllmEngine(url, entry["id"], pool_size=pool, api=api), models, api=api)
+        warm(models, api)
         info = models[served]
         print(f"reference_impl: serving {served} on http://{args.host}:{args.port} with vLLM's "
               f"{entry['id']} at {url} ({info.num_layers} layers, hidden {info.hidden_size}, "

@@ -15,7 +15,7 @@ from typing import Any
 
 import httpx
 
-from contract import ModelInfo, spec
+from contract import ModelInfo, Spec, spec
 
 
 class DeploymentError(Exception):
@@ -48,13 +48,15 @@ def pick_upstream(entries: dict[str, dict[str, Any]], served_name: str) -> dict[
     raise DeploymentError(f"vLLM serves {sorted(entries)}, none named {served_name!r}")
 
 
-def deployment_models(served_name: str, max_model_len: int,
-                      config: dict[str, Any] | None) -> dict[str, ModelInfo]:
-    """The models this deployment serves (one): the spec's entry, its numbers overridden."""
-    base = spec().models.get(served_name)
+def deployment_models(served_name: str, max_model_len: int, config: dict[str, Any] | None,
+                      api: Spec | None = None) -> dict[str, ModelInfo]:
+    """The models this deployment serves (one): the spec's entry (`api`, openapi.yaml's by
+    default), its numbers overridden."""
+    s = api if api is not None else spec()
+    base = s.models.get(served_name)
     if base is None:
         raise DeploymentError(f"{served_name!r} is not a model of openapi.yaml "
-                              f"(x-models: {', '.join(spec().models)})")
+                              f"(x-models: {', '.join(s.models)})")
     overrides: dict[str, Any] = {"max_model_len": int(max_model_len)}
     if config is not None:
         config = config.get("text_config", config)

@@ -76,6 +76,7 @@ class VllmEngine(Engine):
         # The API's wait for Inference: the longest vLLM may stay silent (without stream,
         # vLLM says nothing before it is done, so that is the whole request's time).
         api = api if api is not None else spec()
+        self.spec = api
         self.wait_seconds = float(wait_seconds if wait_seconds is not None else api.caps["wait_seconds"])
         self._transport = transport
         # Kept-alive connections to vLLM: as many as the worker serves requests at once,
@@ -130,7 +131,7 @@ class VllmEngine(Engine):
 
     def _post(self, req: CompletionRequest, request_id: str) -> Exchange:
         assert self._wire is not None
-        return self._wire.post(COMPLETIONS, dumps(upstream_body(req, self.model)), _headers(request_id),
+        return self._wire.post(COMPLETIONS, dumps(upstream_body(req, self.model, self.spec)), _headers(request_id),
                                self.wait_seconds)
 
     def _wire_completion(self, req: CompletionRequest, request_id: str) -> Iterator[Event]:
@@ -140,15 +141,15 @@ class VllmEngine(Engine):
             try:
                 answer = exchange.read_all()
                 if exchange.status != 200:
-                    raise from_vllm(exchange.status or 0, _json(answer))
-                events = Decoder(req).chunk(_json(answer), whole=True)
+                    raise from_vllm(exchange.status or 0, _json(answer), self.spec)
+                events = Decoder(req, self.spec).chunk(_json(answer), whole=True)
             finally:
                 exchange.close()
         yield from events
 
     def _wire_batches(self, req: CompletionRequest, request_id: str,
                       interval: float) -> Generator[list[Event], None, None]:
-        decoder = Decoder(req)
+        decoder = Decoder(req, self.spec)
         sse = SseData()
         with translated(self.wait_seconds):
             exchange = self._post(req, request_id)
@@ -158,7 +159,7 @@ class VllmEngine(Engine):
                 while True:
                     status = exchange.status   # None until vLLM's head is in
                     if status is not None and status != 200:
-                        raise from_vllm(status, _json(exchange.read_all()))
+                        raise from_vllm(status, _json(exchange.read_all()), self.spec)
                     batch: list[Event] = []
                     try:
                         for piece in exchange.take():
@@ -201,15 +202,15 @@ class VllmEngine(Engine):
         if self._wire is not None:
             yield from self._wire_completion(req, request_id)
             return
-        body = upstream_body(req, self.model)
+        body = upstream_body(req, self.model, self.spec)
         request = httpx.Request("POST", self._url, content=dumps(body), headers=_headers(request_id),
                                 extensions=self._extensions)
-        decoder = Decoder(req)
+        decoder = Decoder(req, self.spec)
         with translated(self.wait_seconds):
             response = self.transport().handle_request(request)
             try:
                 if response.status_code != 200:
-                    raise from_vllm(response.status_code, _json(response.read()))
+                    raise from_vllm(response.status_code, _json(response.read()), self.spec)
                 if not body["stream"]:
                     yield from decoder.chunk(_json(response.read()), whole=True)
                     return

@@ -25,7 +25,7 @@ from typing import Any
 
 import httpx
 
-from contract import ApiError, ContextLengthExceeded, DeadlineExceeded, InferenceUnavailable, InvalidRequest, spec
+from contract import ApiError, ContextLengthExceeded, DeadlineExceeded, InferenceUnavailable, InvalidRequest, Spec
 
 log = logging.getLogger("reference_impl")
 
@@ -50,17 +50,18 @@ def deadline_exceeded(seconds: float) -> ApiError:
 
 
 @cache
-def _public_fields() -> frozenset[str]:
-    return frozenset(spec().schema("CompletionRequest")["properties"])
+def _public_fields(s: Spec) -> frozenset[str]:
+    return frozenset(s.schema("CompletionRequest")["properties"])
 
 
-def public_param(param: Any) -> str | None:
-    """`body.prompt.1` -> `prompt`; `input_tokens` -> `prompt`; unknown names -> None."""
+def public_param(param: Any, s: Spec) -> str | None:
+    """`body.prompt.1` -> `prompt`; `input_tokens` -> `prompt`; names that are not fields
+    of `s`'s request -> None."""
     if not isinstance(param, str) or not param:
         return None
     name = re.split(r"[.\[]", param.removeprefix("body."), maxsplit=1)[0]
     name = VLLM_PARAMS.get(name, name)
-    return name if name in _public_fields() else None
+    return name if name in _public_fields(s) else None
 
 
 def _message(text: str) -> str:
@@ -68,14 +69,15 @@ def _message(text: str) -> str:
     return text if len(text) <= MAX_MESSAGE else text[:MAX_MESSAGE - 1] + "…"
 
 
-def from_vllm(status: int, payload: Any) -> ApiError:
-    """The API's error for vLLM's error answer (its status and parsed JSON body)."""
+def from_vllm(status: int, payload: Any, s: Spec) -> ApiError:
+    """The API's error for vLLM's error answer (its status and parsed JSON body), the
+    params named as `s` names them."""
     error = payload.get("error", payload) if isinstance(payload, dict) else None
     message = error.get("message") if isinstance(error, dict) else None
     if status == 400 and isinstance(message, str) and message:
         param = error.get("param")
         cls = ContextLengthExceeded if param in CONTEXT_PARAMS else InvalidRequest
-        return cls(_message(message), public_param(param))
+        return cls(_message(message), public_param(param, s))
     log.error("vLLM answered %s: %.2000r", status, payload)
     return unavailable()
 

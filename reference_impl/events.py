@@ -11,7 +11,7 @@ from collections.abc import Iterable, Iterator
 from functools import cache
 from typing import Any
 
-from contract import CompletionRequest, spec
+from contract import CompletionRequest, Spec
 from contract.tokens import decode
 from api_server.engine import Activations, ChoiceDelta, Event, LogprobsDelta, Usage
 from reference_impl.errors import UpstreamError, error_status, from_vllm
@@ -22,8 +22,8 @@ FINISH_REASONS = (None, "stop", "length")
 
 
 @cache
-def _tensor_fields() -> tuple[str, ...]:
-    return tuple(spec().schema("EncodedTensor")["properties"])
+def _tensor_fields(s: Spec) -> tuple[str, ...]:
+    return tuple(s.schema("EncodedTensor")["properties"])
 
 
 class SseData:
@@ -83,10 +83,11 @@ def sse_data(chunks: Iterable[bytes]) -> Iterator[bytes]:
 
 
 class Decoder:
-    """Turns vLLM's chunks (or its whole Completion) for one request into events."""
+    """Turns vLLM's chunks (or its whole Completion) for one request into events, as
+    the API's spec `s` says them."""
 
-    def __init__(self, req: CompletionRequest) -> None:
-        self.req = req
+    def __init__(self, req: CompletionRequest, s: Spec) -> None:
+        self.req, self.spec = req, s
         self.echo = bool(req.body.get("echo"))
         self.started: set[int] = set()
 
@@ -97,7 +98,7 @@ class Decoder:
         if not isinstance(payload, dict):
             raise UpstreamError(f"a chunk that is not a JSON object: {str(payload)[:200]}")
         if "error" in payload:
-            raise from_vllm(error_status(payload), payload)
+            raise from_vllm(error_status(payload), payload, self.spec)
         try:
             choices = payload["choices"] if whole else payload.get("choices") or []
             events: list[Event] = [self._delta(c) for c in choices]
@@ -143,7 +144,7 @@ class Decoder:
         tensor = payload["residual_stream"]
         # vllm-lens stacks the captured layers in ascending order.
         return Activations(sorted(self.req.body.get("output_residual_stream") or ()),
-                           {k: tensor[k] for k in _tensor_fields()})
+                           {k: tensor[k] for k in _tensor_fields(self.spec)})
 
 
 def _logprobs(lp: Any) -> LogprobsDelta | None:

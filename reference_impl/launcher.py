@@ -22,7 +22,7 @@ from typing import IO, Any
 
 import httpx
 
-from contract import spec
+from contract import Spec, spec
 
 log = logging.getLogger("reference_impl")
 
@@ -66,8 +66,9 @@ class VllmProcess:
     def __init__(self, model: str, served_name: str, *, python: str | None = None,
                  port: int | None = None, max_model_len: int | None = None,
                  extra_args: Sequence[str] = (), log_file: IO[Any] | None = None,
-                 plain: bool = False) -> None:
+                 plain: bool = False, api: Spec | None = None) -> None:
         self.model, self.served_name = model, served_name
+        self.spec = api if api is not None else spec()
         self.python = python or default_python()
         self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
@@ -79,7 +80,7 @@ class VllmProcess:
         self._owner = 0   # the process that started vLLM; gunicorn's forked workers are not it
 
     def command(self) -> list[str]:
-        model_info = spec().models.get(self.served_name)
+        model_info = self.spec.models.get(self.served_name)
         cmd = [self.python, "-m", PLAIN_SERVER_MODULE if self.plain else SERVER_MODULE, "--model", self.model,
                "--served-model-name", self.served_name, "--host", "127.0.0.1", "--port", str(self.port),
                "--disable-uvicorn-access-log"]
@@ -101,7 +102,7 @@ class VllmProcess:
         if self.plain:
             return env
         # vLLM refuses more than 1,024 prompts by default; the API's caps decide instead.
-        env.setdefault("VLLM_MAX_COMPLETION_PROMPTS", str(spec().caps["max_generated_tokens"]))
+        env.setdefault("VLLM_MAX_COMPLETION_PROMPTS", str(self.spec.caps["max_generated_tokens"]))
         return env
 
     def start(self, timeout: float = READY_TIMEOUT_S) -> "VllmProcess":

@@ -16,7 +16,7 @@ import json
 from functools import cache
 from typing import Any
 
-from contract import CompletionRequest, spec
+from contract import CompletionRequest, Spec
 
 # The core applied these to the token ids already: vLLM would apply them twice.
 APPLIED_BY_CORE = frozenset({"add_special_tokens", "truncate_prompt_tokens"})
@@ -29,20 +29,16 @@ NOT_COPIED = APPLIED_BY_CORE | NOT_FOR_VLLM | SET_HERE
 
 
 @cache
-def request_defaults() -> dict[str, Any]:
-    """Every CompletionRequest field with an x-default, less what is set here."""
-    defaults = spec().defaults("CompletionRequest")
+def request_defaults(s: Spec) -> dict[str, Any]:
+    """Every CompletionRequest field with an x-default in `s`, less what is set here."""
+    defaults = s.defaults("CompletionRequest")
     return {k: v for k, v in defaults.items() if k not in NOT_COPIED}
 
 
-@cache
-def vector_defaults() -> dict[str, Any]:
-    return spec().defaults("SteeringVector")
-
-
-def upstream_body(req: CompletionRequest, model: str) -> dict[str, Any]:
-    """The JSON body for vLLM's POST /v1/completions (req.max_tokens is the Hold's)."""
-    body = dict(request_defaults())
+def upstream_body(req: CompletionRequest, model: str, s: Spec) -> dict[str, Any]:
+    """The JSON body for vLLM's POST /v1/completions (req.max_tokens is the Hold's), with
+    `s`'s defaults."""
+    body = dict(request_defaults(s))
     body.update((k, v) for k, v in req.body.items() if k not in NOT_COPIED)
     body["model"] = model
     body["prompt"] = req.prompts[0] if len(req.prompts) == 1 else req.prompts
@@ -59,12 +55,12 @@ def upstream_body(req: CompletionRequest, model: str) -> dict[str, Any]:
     if "output_residual_stream" in req.body:
         xargs["output_residual_stream"] = list(req.body["output_residual_stream"])
     if req.steering:
-        xargs["apply_steering_vectors"] = json.dumps([_vector(v.wire) for v in req.steering])
+        xargs["apply_steering_vectors"] = json.dumps([_vector(v.wire, s) for v in req.steering])
     if xargs:
         body["vllm_xargs"] = xargs
     return body
 
 
-def _vector(wire: dict[str, Any]) -> dict[str, Any]:
+def _vector(wire: dict[str, Any], s: Spec) -> dict[str, Any]:
     """A steering vector as vllm-lens's model reads it: its nulls are defaults there."""
-    return {**vector_defaults(), **{k: v for k, v in wire.items() if v is not None}}
+    return {**s.defaults("SteeringVector"), **{k: v for k, v in wire.items() if v is not None}}

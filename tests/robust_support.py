@@ -18,7 +18,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from contract import InferenceUnavailable, InternalError, new_request_id
+from contract import InferenceUnavailable, InternalError
+from tests.contract_support import CONTRACT
 
 Environ = dict[str, Any]
 StartResponse = Callable[..., Any]
@@ -33,7 +34,7 @@ MODES = ("surrogate_500", "json_500", "steering_500", "priority_accepted", "echo
 
 
 def _error(start_response: StartResponse, error: Any, extra: str = "") -> list[bytes]:
-    body = error.body(new_request_id())
+    body = CONTRACT.errors.body(error, CONTRACT.errors.new_request_id())
     body["error"]["message"] += extra
     raw = json.dumps(body).encode()
     start_response(f"{error.status} X", [("Content-Type", "application/json"), ("Content-Length", str(len(raw))),
@@ -128,7 +129,7 @@ class _Smuggling(socketserver.StreamRequestHandler):
             else:
                 self.rfile.read(int(headers.get("content-length", "0")))
             path = lines[0].split()[1]
-            rid = new_request_id()
+            rid = CONTRACT.errors.new_request_id()
             if path == "/health":
                 status, body = "200 OK", {"status": "ok"}
             else:

@@ -27,13 +27,14 @@ from api_server.budget_redis import PREFIX, RedisBudget
 from api_server.budget_store import Budget, key_id, open_budget
 from api_server.config import ServerConfig
 from conformance.cli import main
-from contract import ApiError, InferenceUnavailable, hold, spec, validate_completion
+from contract import ApiError, InferenceUnavailable, hold, spec
 from tests.mock_helpers import MockProcess, completion_body, free_port, parse_sse
 from tests.redis_support import RedisServer
+from tests.contract_support import CONTRACT
 
 KEY = "redis-test-key"
 BODY = completion_body(max_tokens=40)
-REQ = validate_completion(BODY)
+REQ = CONTRACT.validate_completion(BODY)
 HOLD = hold(REQ.prompt_token_counts, REQ.n, REQ.max_tokens, None).amount
 UNAVAILABLE = spec().error_codes["inference_unavailable"]
 QUOTA = spec().error_codes["insufficient_quota"]
@@ -82,7 +83,7 @@ def test_reserve_clamps_settle_refunds(make_store: Any) -> None:
         store.reserve(KEY, REQ)
     with pytest.raises(ApiError) as core:
         hold(REQ.prompt_token_counts, REQ.n, REQ.max_tokens, 0)
-    assert refused.value.body("r") == core.value.body("r")
+    assert CONTRACT.errors.body(refused.value, "r") == CONTRACT.errors.body(core.value, "r")
     assert store.remaining(KEY) == 0 and store.remaining("someone-else") == initial
 
 
@@ -93,7 +94,7 @@ def test_reserve_clamps_settle_refunds(make_store: Any) -> None:
 ], ids=["one", "two-prompts-n3", "ids-n2"])
 def test_the_script_takes_what_the_cores_hold_takes(redis_server: RedisServer, body: dict[str, Any]) -> None:
     """Every remaining amount around the request's size: the Lua script and contract.hold agree."""
-    req = validate_completion(completion_body(**body))
+    req = CONTRACT.validate_completion(completion_body(**body))
     store = RedisBudget(redis_server.url, 0)
     full = hold(req.prompt_token_counts, req.n, req.max_tokens, None).amount
     for before in range(full + 3):
@@ -103,7 +104,7 @@ def test_the_script_takes_what_the_cores_hold_takes(redis_server: RedisServer, b
         except ApiError as error:
             with pytest.raises(ApiError) as refused:
                 store.reserve(KEY, req)
-            assert refused.value.body("r") == error.body("r")
+            assert CONTRACT.errors.body(refused.value, "r") == CONTRACT.errors.body(error, "r")
             assert store.remaining(KEY) == before
             continue
         assert store.reserve(KEY, req) == expected
@@ -127,7 +128,7 @@ def test_unreachable_redis_is_503_with_one_log_line(caplog: pytest.LogCaptureFix
     for _ in range(3):
         with pytest.raises(ApiError) as refused:
             store.reserve(KEY, REQ)
-        assert refused.value.body("r") == InferenceUnavailable.from_template("inference_unavailable").body("r")
+        assert CONTRACT.errors.body(refused.value, "r") == CONTRACT.errors.body(InferenceUnavailable.from_template("inference_unavailable"), "r")
     store.settle(KEY, hold([1], 1, 1, None), used=1)   # a lost settlement is logged, not raised
     errors = [r.getMessage() for r in caplog.records if "is unreachable" in r.getMessage()]
     assert len(errors) == 1 and "completions get 503 inference_unavailable" in errors[0]
@@ -213,7 +214,7 @@ def test_redis_down_is_503_then_recovers_after_a_restart(tmp_path: Path) -> None
             down = [httpx.post(mock.url + "/v1/completions", json={**BODY, "stream": i % 2 == 0}, timeout=60,
                                headers={"Authorization": f"Bearer {KEY}"}) for i in range(6)]
             in_flight = [f.result() for f in slow]
-        expected = InferenceUnavailable.from_template("inference_unavailable").body("r")
+        expected = CONTRACT.errors.body(InferenceUnavailable.from_template("inference_unavailable"), "r")
         assert [(r.status_code, unavailable_body(r)) for r in down] == [(UNAVAILABLE["status"], expected)] * 6
         assert [status for status, _, _ in in_flight] == [200] * 8      # held before: they finish
         server.start()                                                  # same port, same data

@@ -18,7 +18,8 @@ from conformance.reports.html import render
 from conformance.reports.junit import build
 from conformance.results import CheckResult, Exchange, ExitCode, Finding, Outcome, RunReport, exit_code
 from conformance.sse import parse_lines
-from contract import new_request_id, spec
+from contract import spec
+from tests.contract_support import CONTRACT
 
 
 
@@ -161,7 +162,7 @@ def test_client_closes_a_stream_after_n_events() -> None:
 # -- what is expected comes from the spec ----------------------------------------------------
 
 def test_expectations_come_from_the_spec() -> None:
-    assert request_id_re(spec()).fullmatch(new_request_id())
+    assert request_id_re(spec()).fullmatch(CONTRACT.errors.new_request_id())
     body = error_body(spec(), "deadline_infeasible", "m", "max_tokens")
     assert body["error"]["type"] == spec().error_codes["deadline_infeasible"]["type"]
     op = spec().operation("createCompletion")

@@ -14,11 +14,9 @@ import yaml
 from openapi_spec_validator import validate
 
 import contract
-from contract import (
-    InsufficientQuota, Spec, SpecError, encode_tensor, hold, load_spec, spec, validate_completion,
-)
-from contract.schema import request_schema
+from contract import Contract, InsufficientQuota, Spec, SpecError, encode_tensor, hold, load_spec, spec
 from contract.tokens import encode
+from tests.contract_support import CONTRACT
 
 ROOT = Path(__file__).resolve().parent.parent
 MODEL = spec().default_model
@@ -54,32 +52,32 @@ def test_each_rule_breaks_exactly_when_its_schema_entry_fails() -> None:
     broken = [r["id"] for r in spec().rules
               if not jsonschema.Draft202012Validator(r["schema"]).is_valid(body)]
     assert broken == ["stream_options_without_stream"]
-    assert [e.rule for e in contract.iter_errors(body)] == broken
+    assert [e.rule for e in CONTRACT.iter_errors(body)] == broken
 
 
 def test_llama3_tokenizer_counts_like_vllm() -> None:
     model = spec().models[MODEL]
     assert encode(model, "The sky is", add_special_tokens=False) == [791, 13180, 374]
     assert encode(model, "The sky is") == [model.bos_token_id, 791, 13180, 374]
-    req = validate_completion({"model": MODEL, "prompt": "The sky is", "max_tokens": 1})
+    req = CONTRACT.validate_completion({"model": MODEL, "prompt": "The sky is", "max_tokens": 1})
     assert req.prompt_token_counts == [4]
-    ids = validate_completion({"model": MODEL, "prompt": [1, 2, 3], "max_tokens": 1})
+    ids = CONTRACT.validate_completion({"model": MODEL, "prompt": [1, 2, 3], "max_tokens": 1})
     assert ids.prompt_token_counts == [3]
 
 
 def test_default_max_tokens_is_max_model_len_less_the_prompt_within_the_caps() -> None:
     model, caps = spec().models[MODEL], spec().caps
-    assert validate_completion({"model": MODEL, "prompt": "x"}).max_tokens == caps["max_tokens_without_stream"]
-    assert validate_completion({"model": MODEL, "prompt": "x", "stream": True}).max_tokens == caps["max_generated_tokens"]
+    assert CONTRACT.validate_completion({"model": MODEL, "prompt": "x"}).max_tokens == caps["max_tokens_without_stream"]
+    assert CONTRACT.validate_completion({"model": MODEL, "prompt": "x", "stream": True}).max_tokens == caps["max_generated_tokens"]
     near = model.max_model_len - 10
-    req = validate_completion({"model": MODEL, "prompt": [5] * near})
+    req = CONTRACT.validate_completion({"model": MODEL, "prompt": [5] * near})
     assert req.max_tokens == 10 and req.max_tokens_defaulted
 
 
 def test_a_deployment_sets_its_own_max_model_len() -> None:
     from dataclasses import replace
     small = {MODEL: replace(spec().models[MODEL], max_model_len=64)}
-    assert validate_completion({"model": MODEL, "prompt": [5] * 60}, models=small).max_tokens == 4
+    assert CONTRACT.validate_completion({"model": MODEL, "prompt": [5] * 60}, models=small).max_tokens == 4
 
 
 def test_hold_passes_clamps_and_refuses() -> None:
@@ -88,8 +86,8 @@ def test_hold_passes_clamps_and_refuses() -> None:
     assert hold([4, 4], 2, 10, 20) == contract.Hold(3, True, 20)
     with pytest.raises(InsufficientQuota) as err:
         hold([4, 4], 2, 10, 11)
-    assert err.value.status == spec().error_codes["insufficient_quota"]["status"]
-    assert err.value.message == spec().messages["insufficient_quota"].format(
+    assert CONTRACT.errors.status(err.value) == spec().error_codes["insufficient_quota"]["status"]
+    assert CONTRACT.errors.message(err.value) == spec().messages["insufficient_quota"].format(
         remaining=11, prompt_tokens=8, sequences=4)
 
 
@@ -97,21 +95,21 @@ def test_steering_vectors_decode_to_their_values() -> None:
     model = spec().models[MODEL]
     values = np.arange(2 * model.hidden_size, dtype=np.float32).reshape(2, model.hidden_size)
     wire = {"activations": encode_tensor(values, "torch.float32"), "layer_indices": [3, 4], "scale": 0.5}
-    req = validate_completion({"model": MODEL, "prompt": "x", "max_tokens": 1, "apply_steering_vectors": [wire]})
+    req = CONTRACT.validate_completion({"model": MODEL, "prompt": "x", "max_tokens": 1, "apply_steering_vectors": [wire]})
     (vector,) = req.steering
     assert np.array_equal(vector.values, values) and vector.layer_indices == (3, 4) and vector.scale == 0.5
 
 
 def test_several_errors_come_out_in_the_spec_order() -> None:
     body = {"model": MODEL, "prompt": "x", "temperature": 5, "n": "2", "best_of": 1, "echo": 1}
-    errors = list(request_schema().iter_errors(body))
+    errors = list(CONTRACT.request_schema.iter_errors(body))
     assert [type(e).__name__ for e in errors] == ["UnknownField", "InvalidType", "InvalidType", "OutOfRange"]
     assert [e.param for e in errors] == ["best_of", "n", "echo", "temperature"]
     with pytest.raises(contract.UnknownField):
-        validate_completion(body)
-    assert [e.param for e in contract.iter_errors(body)] == ["best_of", "n", "echo", "temperature"]
+        CONTRACT.validate_completion(body)
+    assert [e.param for e in CONTRACT.iter_errors(body)] == ["best_of", "n", "echo", "temperature"]
     rules = {"model": MODEL, "prompt": ["a", "b"], "output_residual_stream": [0], "stream_options": {}}
-    assert [e.rule for e in contract.iter_errors(rules)] == [
+    assert [e.rule for e in CONTRACT.iter_errors(rules)] == [
         "max_tokens_required", "stream_options_without_stream", "lens_one_prompt"]
 
 
@@ -119,15 +117,17 @@ def test_scale_must_be_finite_even_when_json_cannot_say_it() -> None:
     model = spec().models[MODEL]
     wire = {"activations": encode_tensor(np.zeros((1, model.hidden_size), np.float32), "torch.float32"),
             "layer_indices": [0], "scale": float("inf")}
-    with pytest.raises(contract.RuleViolation, match="scale"):
-        validate_completion({"model": MODEL, "prompt": "x", "max_tokens": 1, "apply_steering_vectors": [wire]})
+    with pytest.raises(contract.RuleViolation) as err:
+        CONTRACT.validate_completion({"model": MODEL, "prompt": "x", "max_tokens": 1, "apply_steering_vectors": [wire]})
+    rule, param = spec().model_rules["steering_vector"], "apply_steering_vectors[0]"
+    assert CONTRACT.errors.message(err.value) == rule["message"].format(param=param, reason=rule["reasons"]["scale"])
 
 
 def test_error_bodies_never_echo_a_whole_input() -> None:
     huge = "x" * 100_000
     with pytest.raises(contract.ApiError) as err:
-        validate_completion({"model": MODEL, "prompt": "x", "stop": [huge] * 5})
-    assert len(json.dumps(err.value.body("req_0"))) < 500
+        CONTRACT.validate_completion({"model": MODEL, "prompt": "x", "stop": [huge] * 5})
+    assert len(json.dumps(CONTRACT.errors.body(err.value, "req_0"))) < 500
 
 
 def test_the_core_imports_no_web_framework_http_client_or_vllm() -> None:
@@ -143,13 +143,13 @@ def test_the_core_imports_no_web_framework_http_client_or_vllm() -> None:
 
 def test_public_names_are_pinned() -> None:
     assert sorted(contract.__all__) == sorted([
-        "ApiError", "ChatRefused", "CompletionRequest", "ContextLengthExceeded", "DeadlineExceeded",
-        "DeadlineInfeasible", "Hold", "InferenceUnavailable", "InsufficientQuota", "InternalError",
-        "InvalidApiKey", "InvalidJson", "InvalidRequest", "InvalidType", "MethodNotAllowed",
-        "MissingField", "ModelInfo", "ModelNotFound", "NotFound", "OutOfRange", "RequestTooLarge",
-        "RuleViolation", "Spec", "SpecError", "SteeringVector", "UnknownField",
-        "UnsupportedMediaType", "encode_tensor", "error_for_status", "hold", "iter_errors", "load_spec",
-        "new_request_id", "parse_json", "prepare_validation", "spec", "validate_completion",
+        "ApiError", "ChatRefused", "CompletionRequest", "ContextLengthExceeded", "Contract",
+        "DeadlineExceeded", "DeadlineInfeasible", "Errors", "Hold", "InferenceUnavailable",
+        "InsufficientQuota", "InternalError", "InvalidApiKey", "InvalidJson", "InvalidRequest",
+        "InvalidType", "Message", "MethodNotAllowed", "MissingField", "ModelInfo", "ModelNotFound",
+        "NotFound", "OutOfRange", "RequestTooLarge", "RuleViolation", "Spec", "SpecError",
+        "SteeringVector", "UnknownField", "UnsupportedMediaType", "encode_tensor", "hold",
+        "load_spec", "parse_json", "spec",
     ])
     for name in contract.__all__:
         assert getattr(contract, name) is not None
@@ -172,12 +172,12 @@ def test_integer_valued_floats_become_ints_where_the_schema_says_integer() -> No
     wire = {"activations": encode_tensor(np.zeros((1, 2, model.hidden_size), np.float32), "torch.float32"),
             "layer_indices": [1.0], "position_indices": [0.0, 1.0]}
     wire["activations"]["shape"] = [1.0, 2.0, float(model.hidden_size)]
-    req = validate_completion({"model": MODEL, "prompt": [[1.0, 2], [3]], "max_tokens": 2.0, "n": 1.0,
+    req = CONTRACT.validate_completion({"model": MODEL, "prompt": [[1.0, 2], [3]], "max_tokens": 2.0, "n": 1.0,
                                "temperature": 1.0, "apply_steering_vectors": [wire]} | {"prompt": [1.0, 2]})
     assert req.prompts == [[1, 2]] and all(type(i) is int for i in req.prompts[0])
     assert type(req.max_tokens) is int and type(req.body["n"]) is int
     assert req.body["temperature"] == 1.0 and req.steering[0].layer_indices == (1,)
-    several = validate_completion({"model": MODEL, "prompt": [[1.0, 2], [3]], "max_tokens": 1})
+    several = CONTRACT.validate_completion({"model": MODEL, "prompt": [[1.0, 2], [3]], "max_tokens": 1})
     assert several.prompts == [[1, 2], [3]]
 
 
@@ -186,18 +186,17 @@ def test_null_inside_a_steering_vector_means_left_out() -> None:
     defaults = spec().schema("SteeringVector")["properties"]
     wire = {"activations": encode_tensor(np.zeros((1, model.hidden_size), np.float32), "torch.float32"),
             "layer_indices": [0], "scale": None, "norm_match": None, "position_indices": None}
-    (vector,) = validate_completion({"model": MODEL, "prompt": "x", "max_tokens": 1,
+    (vector,) = CONTRACT.validate_completion({"model": MODEL, "prompt": "x", "max_tokens": 1,
                                      "apply_steering_vectors": [wire]}).steering
     assert vector.scale == defaults["scale"]["x-default"]
     assert vector.norm_match == defaults["norm_match"]["x-default"]
 
 
 def test_the_body_cap_holds_on_every_route() -> None:
-    from contract.http import preflight
     over = spec().caps["max_body_bytes"] + 1
     for route in spec().routes:
         with pytest.raises(contract.RequestTooLarge):
-            preflight(route.method, route.path, {"Authorization": "Bearer k"}, over, keys=None)
+            CONTRACT.preflight(route.method, route.path, {"Authorization": "Bearer k"}, over, keys=None)
 
 
 def test_the_error_tree_drawn_in_errors_py_is_the_class_tree() -> None:
@@ -217,7 +216,7 @@ def test_the_error_tree_drawn_in_errors_py_is_the_class_tree() -> None:
         if parents:
             assert cls.__bases__[0].__name__ == parents[-1], name
         if match.group(4):
-            assert (cls.code, cls(name).status) == (match.group(4), int(match.group(3))), name
+            assert (cls.code, CONTRACT.errors.status(cls(name))) == (match.group(4), int(match.group(3))), name
         parents.append(name)
         drawn += 1
     assert drawn == len([c for c in vars(errors).values()
@@ -233,26 +232,22 @@ def test_one_code_to_class_table_covers_every_code_of_the_spec() -> None:
                                                        *spec().token_rules.values()]}
 
 
-def test_x_check_order_orders_the_independent_stages(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Swap auth and body_size in the spec's list: a keyless oversized body gets 413, not 401."""
-    import contract.http
-    from contract.http import preflight
-
-    path, over = spec().completions_path, spec().caps["max_body_bytes"] + 1
-    with pytest.raises(contract.InvalidApiKey):
-        preflight("POST", path, {}, over, keys=None)
+def swapped_order(first: str, second: str) -> Contract:
+    """The Contract of a copy of the spec whose x-check-order swaps two stages."""
     raw = copy.deepcopy(spec().raw)
     order = raw["x-check-order"]
-    i, j = order.index("auth"), order.index("body_size")
+    i, j = order.index(first), order.index(second)
     order[i], order[j] = order[j], order[i]
-    swapped = Spec(spec().path, raw)
-    monkeypatch.setattr(contract.http, "spec", lambda: swapped)
-    contract.http._stages.cache_clear()
-    try:
-        with pytest.raises(contract.RequestTooLarge):
-            preflight("POST", path, {}, over, keys=None)
-    finally:
-        contract.http._stages.cache_clear()
+    return Contract(Spec(spec().path, raw))
+
+
+def test_x_check_order_orders_the_independent_stages() -> None:
+    """Swap auth and body_size in the spec's list: a keyless oversized body gets 413, not 401."""
+    path, over = spec().completions_path, spec().caps["max_body_bytes"] + 1
+    with pytest.raises(contract.InvalidApiKey):
+        CONTRACT.preflight("POST", path, {}, over, keys=None)
+    with pytest.raises(contract.RequestTooLarge):
+        swapped_order("auth", "body_size").preflight("POST", path, {}, over, keys=None)
 
 
 def test_a_spec_that_reorders_dependent_stages_fails_at_load(tmp_path: Path) -> None:
@@ -270,18 +265,10 @@ def test_a_spec_that_reorders_dependent_stages_fails_at_load(tmp_path: Path) -> 
         load_spec(bad)
 
 
-def test_x_check_order_orders_the_schema_stages(monkeypatch: pytest.MonkeyPatch) -> None:
-    import contract.schema
-
+def test_x_check_order_orders_the_schema_stages() -> None:
     body = {"model": MODEL, "prompt": "x", "bogus": 1, "max_tokens": "many"}
-    assert isinstance(next(request_schema().iter_errors(body)), contract.UnknownField)
-    raw = copy.deepcopy(spec().raw)
-    order = raw["x-check-order"]
-    i, j = order.index("unknown_field"), order.index("type")
-    order[i], order[j] = order[j], order[i]
-    swapped = Spec(spec().path, raw)
-    monkeypatch.setattr(contract.schema, "spec", lambda: swapped)
-    assert isinstance(next(request_schema().iter_errors(body)), contract.InvalidType)
+    assert isinstance(next(CONTRACT.iter_errors(body)), contract.UnknownField)
+    assert isinstance(next(swapped_order("unknown_field", "type").iter_errors(body)), contract.InvalidType)
 
 
 def test_request_ids_have_the_specs_form_and_differ_in_forked_workers() -> None:
@@ -290,13 +277,13 @@ def test_request_ids_have_the_specs_form_and_differ_in_forked_workers() -> None:
     import os
     rid = spec().request_id
     form = re.compile(re.escape(rid["prefix"]) + f"[0-9a-f]{{{rid['hex_digits']}}}")
-    contract.new_request_id()
+    CONTRACT.errors.new_request_id()
     read, write = os.pipe()
     children = []
     for _ in range(2):
         pid = os.fork()
         if pid == 0:   # pragma: no cover (the child)
-            os.write(write, (contract.new_request_id() + "\n").encode())
+            os.write(write, (CONTRACT.errors.new_request_id() + "\n").encode())
             os._exit(0)
         children.append(pid)
     for pid in children:
@@ -304,6 +291,6 @@ def test_request_ids_have_the_specs_form_and_differ_in_forked_workers() -> None:
     os.close(write)
     with os.fdopen(read) as f:
         ids = f.read().split()
-    ids.append(contract.new_request_id())
+    ids.append(CONTRACT.errors.new_request_id())
     assert len(ids) == 3 and len(set(ids)) == 3
     assert all(form.fullmatch(i) for i in ids)

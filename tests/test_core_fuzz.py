@@ -6,7 +6,8 @@ from typing import Any
 
 import numpy as np
 
-from contract import ApiError, encode_tensor, spec, validate_completion
+from contract import ApiError, encode_tensor, spec
+from tests.contract_support import CONTRACT
 
 ODD_VALUES: list[Any] = [
     None, True, False, 0, 1, -1, 2.0, 1.5, -0.5, 1e300, -1e300, 2**64, 2**63, "", "2", "x", "-5",
@@ -42,7 +43,7 @@ def test_random_bodies_raise_only_api_errors() -> None:
             steer = key == "apply_steering_vectors" and rng.random() < 0.5
             body[key] = rng.choice(vectors) if steer else rng.choice(values)
         try:
-            validate_completion(body)
+            CONTRACT.validate_completion(body)
             outcome = "ok"
         except ApiError as exc:
             outcome = exc.code

@@ -8,8 +8,8 @@ import pytest
 
 from conformance.golden import Case, load_cases, mask
 from conformance.golden.generate import GENERATED_FILES, generate, render
-from contract import ApiError, hold, new_request_id, parse_json, spec, validate_completion
-from contract.http import preflight
+from contract import ApiError, hold, parse_json, spec
+from tests.contract_support import CONTRACT
 
 CASES = load_cases()
 
@@ -20,14 +20,14 @@ def run_in_process(case: Case) -> tuple[int, dict[str, Any] | None]:
         headers["Authorization"] = "Bearer golden-key"
     elif case.auth != "none":
         headers["Authorization"] = case.auth
-    rid = new_request_id()
+    rid = CONTRACT.errors.new_request_id()
     try:
-        admitted = preflight(case.method, case.path, headers, case.content_length, keys=None)
+        admitted = CONTRACT.preflight(case.method, case.path, headers, case.content_length, keys=None)
         if admitted.route.has_body:
-            req = validate_completion(parse_json(case.body or b""))
+            req = CONTRACT.validate_completion(parse_json(case.body or b""))
             hold(req.prompt_token_counts, req.n, req.max_tokens, remaining=None)
     except ApiError as exc:
-        return exc.status, exc.body(rid)
+        return CONTRACT.errors.status(exc), CONTRACT.errors.body(exc, rid)
     return 200, None
 
 

@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 import zstandard
 
-from contract import ApiError, InvalidJson, encode_tensor, parse_json, spec, validate_completion
+from contract import ApiError, InvalidJson, encode_tensor, parse_json, spec
+from tests.contract_support import CONTRACT
 
 MODEL = spec().default_model
 
@@ -21,14 +22,14 @@ def body(**fields: Any) -> dict[str, Any]:
 
 def refusal(raw: bytes) -> ApiError:
     with pytest.raises(ApiError) as info:
-        validate_completion(parse_json(raw))
+        CONTRACT.validate_completion(parse_json(raw))
     return info.value
 
 
 def error_of(payload: dict[str, Any]) -> dict[str, Any]:
     with pytest.raises(ApiError) as info:
-        validate_completion(payload)
-    return info.value.body("req_x")["error"]
+        CONTRACT.validate_completion(payload)
+    return CONTRACT.errors.body(info.value, "req_x")["error"]
 
 
 # -- text that is not Unicode scalar values --------------------------------------------
@@ -51,7 +52,7 @@ PLACES = {
 def test_a_lone_surrogate_escape_anywhere_is_invalid_json(place: str, lone: str) -> None:
     error = refusal(PLACES[place](lone).encode())
     assert isinstance(error, InvalidJson)
-    assert error.body("req_x")["error"] == {"message": spec().messages["invalid_json"],
+    assert CONTRACT.errors.body(error, "req_x")["error"] == {"message": spec().messages["invalid_json"],
                                            "type": "invalid_request_error", "param": None,
                                            "code": "invalid_json"}
 
@@ -64,12 +65,12 @@ def test_a_raw_surrogate_in_utf8_is_invalid_json(place: str) -> None:
 
 def test_a_surrogate_pair_is_a_character_and_is_accepted() -> None:
     raw = f'{{"model":"{MODEL}","prompt":"smile \\ud83d\\ude00","max_tokens":1}}'.encode()
-    assert validate_completion(parse_json(raw)).prompt_texts == ["smile \U0001F600"]
+    assert CONTRACT.validate_completion(parse_json(raw)).prompt_texts == ["smile \U0001F600"]
 
 
 def test_an_escaped_backslash_before_u_d800_is_plain_text() -> None:
     raw = f'{{"model":"{MODEL}","prompt":"\\\\ud800","max_tokens":1}}'.encode()
-    assert validate_completion(parse_json(raw)).prompt_texts == ["\\ud800"]
+    assert CONTRACT.validate_completion(parse_json(raw)).prompt_texts == ["\\ud800"]
 
 
 def test_a_utf8_bom_is_ignored_and_other_encodings_are_not_json() -> None:
@@ -154,7 +155,7 @@ def test_the_decoded_cap_counts_every_vector_of_the_request() -> None:
     per = cap // 2 // (model.hidden_size * 4)          # two of these fit, a third does not
     one = vector(zeros(1, per, model.hidden_size))
     size = per * model.hidden_size * 4
-    assert len(validate_completion(body(apply_steering_vectors=[one, one])).steering) == 2
+    assert len(CONTRACT.validate_completion(body(apply_steering_vectors=[one, one])).steering) == 2
     assert error_of(body(apply_steering_vectors=[one, one, one])) == steering_error(
         "decoded_cap", index=2, cap=cap, total=3 * size)
 
@@ -165,8 +166,8 @@ INT64 = spec().schema("CompletionRequest")["properties"]["priority"]["anyOf"][0]
 
 @pytest.mark.parametrize("value", [INT64["maximum"], INT64["minimum"], 0, -1, 7])
 def test_priority_strings_in_the_int64_range_are_accepted(value: int) -> None:
-    validate_completion(body(priority=str(value)))
-    validate_completion(body(priority=value))
+    CONTRACT.validate_completion(body(priority=str(value)))
+    CONTRACT.validate_completion(body(priority=value))
 
 
 @pytest.mark.parametrize("value", [INT64["maximum"] + 1, INT64["minimum"] - 1, 9999999999999999999])
@@ -188,8 +189,8 @@ def test_a_long_model_name_is_cut_in_the_message() -> None:
     """Issue 10: a 1 MB model name came back in a 1 MB 404."""
     name = "m" * 1_000_000
     with pytest.raises(ApiError) as info:
-        validate_completion(body(model=name))
-    assert info.value.body("req_x")["error"] == {
+        CONTRACT.validate_completion(body(model=name))
+    assert CONTRACT.errors.body(info.value, "req_x")["error"] == {
         "message": spec().messages["model_not_found"].format(model=cut(name)),
         "type": "invalid_request_error", "param": "model", "code": "model_not_found"}
 
@@ -208,9 +209,9 @@ def test_a_value_of_exactly_quoted_chars_is_quoted_whole() -> None:
 
 
 def test_fill_cuts_input_strings_but_not_numbers() -> None:
-    from contract.errors import fill
+    from contract import Message
     long = "z" * 500
-    assert fill("{a} {b}", a=long, b=10 ** 30) == f"{cut(long)} {10 ** 30}"
+    assert CONTRACT.errors.fill(Message(text="{a} {b}", fields={"a": long, "b": 10 ** 30})) == f"{cut(long)} {10 ** 30}"
 
 
 # -- the generated-token cap comes before the tokenizer ------------------------------------

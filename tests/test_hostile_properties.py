@@ -17,8 +17,9 @@ import zstandard
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from contract import ApiError, encode_tensor, parse_json, spec, validate_completion
+from contract import ApiError, encode_tensor, parse_json, spec
 from tests.mock_helpers import AUTH
+from tests.contract_support import CONTRACT
 
 pytest_plugins = ["tests.mock_fixtures"]
 
@@ -98,9 +99,9 @@ def bodies(draw: st.DrawFn) -> bytes:
 # -- the core ----------------------------------------------------------------------------
 def _core(raw: bytes) -> None:
     try:
-        validate_completion(parse_json(raw))
+        CONTRACT.validate_completion(parse_json(raw))
     except ApiError as error:
-        out = json.dumps(error.body("req_x"), ensure_ascii=False).encode("utf-8")   # encodable, always
+        out = json.dumps(CONTRACT.errors.body(error, "req_x"), ensure_ascii=False).encode("utf-8")   # encodable, always
         assert len(out) < 4096, out[:300]                                           # and small: no echo
 
 
@@ -130,7 +131,7 @@ def test_a_frame_declaring_far_more_than_it_holds_is_refused_without_allocating(
     acts = {"data": base64.b64encode(lying).decode(), "dtype": "float32", "original_dtype": "torch.float32",
             "shape": [1, HIDDEN], "compression": "zstd"}
     with pytest.raises(ApiError):
-        validate_completion({"model": MODEL, "prompt": "a", "max_tokens": 1,
+        CONTRACT.validate_completion({"model": MODEL, "prompt": "a", "max_tokens": 1,
                              "apply_steering_vectors": [{"activations": acts, "layer_indices": [0]}]})
 
 

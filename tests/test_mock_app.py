@@ -17,14 +17,12 @@ import api_server
 from api_server import Engine, ServerConfig
 from api_server.responses import DONE, KEEPALIVE, sse
 from conformance.checks.common import schema_errors
-from contract import (
-    ApiError, CompletionRequest, InferenceUnavailable, InternalError, hold, spec,
-    validate_completion,
-)
+from contract import ApiError, CompletionRequest, InferenceUnavailable, InternalError, hold, spec
 from mock_server import MockConfig, create_app
 from mock_server.fake_engine import FakeEngine
 from mock_server.faults import STATUS, STREAM_ERROR_AFTER, TPOT_MS, TTFT_MS
 from tests.mock_helpers import AUTH, completion_body, parse_sse
+from tests.contract_support import CONTRACT
 
 RID = re.compile(rf"{spec().request_id['prefix']}[0-9a-f]{{{spec().request_id['hex_digits']}}}")
 MODEL = spec().models[spec().default_model]
@@ -49,8 +47,8 @@ def error_of(call: Any) -> ApiError:
 
 def assert_error(response: Any, error: ApiError) -> None:
     body = response.get_json()
-    assert response.status_code == error.status
-    assert body == error.body(body["request_id"])
+    assert response.status_code == CONTRACT.errors.status(error)
+    assert body == CONTRACT.errors.body(error, body["request_id"])
     assert response.headers["X-Request-Id"] == body["request_id"]
     assert RID.fullmatch(body["request_id"])
 
@@ -88,7 +86,7 @@ def test_a_deployment_max_model_len_is_reported_and_enforced() -> None:
     body = completion_body(max_tokens=short)
     r = client.post("/v1/completions", json=body, headers=AUTH)
     models = {MODEL.name: dataclasses.replace(MODEL, max_model_len=short)}
-    assert_error(r, error_of(lambda: validate_completion(body, models=models)))
+    assert_error(r, error_of(lambda: CONTRACT.validate_completion(body, models=models)))
 
 
 # Werkzeug would answer some of these itself: OPTIONS with an Allow header, a doubled
@@ -99,8 +97,7 @@ def test_a_deployment_max_model_len_is_reported_and_enforced() -> None:
                                          ("POST", "/v1//completions"),
                                          ("GET", "/v1//models"), ("POST", "/v1/completions/")])
 def test_unknown_routes_and_methods_get_the_api_error(client: FlaskClient, method: str, path: str) -> None:
-    from contract.http import match_route
-    error = error_of(lambda: match_route(method, path))
+    error = error_of(lambda: CONTRACT.match_route(method, path))
     r = client.open(path, method=method, headers=AUTH)
     assert_error(r, error)
     if r.status_code == 405:
@@ -150,7 +147,7 @@ def test_media_type_and_json(client: FlaskClient) -> None:
 def test_validation_errors_are_the_cores(client: FlaskClient, fields: dict[str, Any]) -> None:
     body = completion_body(**fields)
     assert_error(client.post("/v1/completions", json=body, headers=AUTH),
-                 error_of(lambda: validate_completion(body)))
+                 error_of(lambda: CONTRACT.validate_completion(body)))
 
 
 # -- the engine's failures ------------------------------------------------------------
@@ -178,7 +175,7 @@ def test_an_engine_error_is_an_api_error_without_internals(error: Exception, str
 
 def test_a_stream_that_fails_at_once_settles_its_hold(tmp_path: Any) -> None:
     body = completion_body(stream=True, max_tokens=20)
-    prompt_tokens = sum(validate_completion(body).prompt_token_counts)
+    prompt_tokens = sum(CONTRACT.validate_completion(body).prompt_token_counts)
     app = create_app(MockConfig(budget_tokens=1000, budget_dir=str(tmp_path)),
                      engine=BrokenEngine(InferenceUnavailable.from_template("inference_unavailable")))
     r = app.test_client().post("/v1/completions", json=body, headers=AUTH)
@@ -221,7 +218,7 @@ def test_an_engine_error_mid_stream_is_an_error_event_then_done() -> None:
     stream = parse_sse(r.get_data(as_text=True))
     rid = r.headers["X-Request-Id"]
     assert len(stream.chunks) == 3
-    assert stream.events[-2:] == [InternalError.from_template("internal_error").body(rid), "[DONE]"]
+    assert stream.events[-2:] == [CONTRACT.errors.body(InternalError.from_template("internal_error"), rid), "[DONE]"]
 
 
 class BrokenFakeEngine(FakeEngine):
@@ -250,7 +247,7 @@ def test_the_in_thread_engine_fails_mid_stream_with_an_error_event() -> None:
     stream = parse_sse(r.get_data(as_text=True))
     rid = r.headers["X-Request-Id"]
     assert r.status_code == 200 and len(stream.chunks) == 3
-    assert stream.events[-2:] == [InternalError.from_template("internal_error").body(rid), "[DONE]"]
+    assert stream.events[-2:] == [CONTRACT.errors.body(InternalError.from_template("internal_error"), rid), "[DONE]"]
 
 
 # -- faults ---------------------------------------------------------------------------
@@ -288,7 +285,7 @@ def test_x_mock_stream_error_after(client: FlaskClient) -> None:
     stream = parse_sse(r.get_data(as_text=True))
     rid = r.headers["X-Request-Id"]
     assert r.status_code == 200 and len(stream.chunks) == 2
-    assert stream.events[-2:] == [InferenceUnavailable.from_template("inference_unavailable").body(rid), "[DONE]"]
+    assert stream.events[-2:] == [CONTRACT.errors.body(InferenceUnavailable.from_template("inference_unavailable"), rid), "[DONE]"]
 
 
 @pytest.mark.parametrize("engine", [FakeEngine(), BrokenEngine(RuntimeError("never reached"), after=10**6)],
@@ -331,7 +328,7 @@ def test_configured_fault_rates() -> None:
 # -- the Budget's headers -------------------------------------------------------------
 def test_clamped_max_tokens_header_and_429(tmp_path: Any) -> None:
     body = completion_body(max_tokens=50, ignore_eos=True)
-    req = validate_completion(body)
+    req = CONTRACT.validate_completion(body)
     budget = sum(req.prompt_token_counts) + 10
     client = create_app(MockConfig(budget_tokens=budget, budget_dir=str(tmp_path))).test_client()
     r = client.post("/v1/completions", json=body, headers=AUTH)
@@ -364,12 +361,10 @@ def test_a_server_may_serve_other_models() -> None:
     assert client.post("/v1/completions", json=completion_body(model="tiny"), headers=AUTH).status_code == 200
     body = completion_body()
     assert_error(client.post("/v1/completions", json=body, headers=AUTH),
-                 error_of(lambda: validate_completion(body, models={"tiny": other})))
+                 error_of(lambda: CONTRACT.validate_completion(body, models={"tiny": other})))
 
 
 def test_the_app_compiles_the_request_schema_before_any_request() -> None:
     """Built in gunicorn's master (preload), so no worker's first request compiles it."""
-    from contract.schema import request_schema
-    request_schema.cache_clear()
-    create_app(MockConfig())
-    assert request_schema.cache_info().currsize == 1
+    contract = create_app(MockConfig()).state.contract
+    assert {"request_schema", "rules"} <= set(vars(contract))   # its cached validators, built

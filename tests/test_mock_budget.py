@@ -11,12 +11,13 @@ from typing import Any
 import httpx
 import pytest
 
-from contract import ApiError, hold, spec, validate_completion
+from contract import ApiError, hold, spec
 from api_server.budget import BudgetStore
 from tests.mock_helpers import KEY, MockProcess, completion_body, parse_sse
+from tests.contract_support import CONTRACT
 
 BODY = completion_body(max_tokens=40)
-REQ = validate_completion(BODY)
+REQ = CONTRACT.validate_completion(BODY)
 HOLD = hold(REQ.prompt_token_counts, REQ.n, REQ.max_tokens, None).amount
 THREADS = 32
 QUOTA_STATUS = spec().error_codes["insufficient_quota"]["status"]
@@ -40,7 +41,7 @@ def test_429_is_the_cores_error(tmp_path: Path) -> None:
         store.reserve(KEY, REQ)
     with pytest.raises(ApiError) as core:
         hold(REQ.prompt_token_counts, REQ.n, REQ.max_tokens, 1)
-    assert info.value.body("r") == core.value.body("r")
+    assert CONTRACT.errors.body(info.value, "r") == CONTRACT.errors.body(core.value, "r")
     assert store.remaining(KEY) == 1   # a refused Hold takes nothing
 
 

@@ -9,12 +9,13 @@ import numpy as np
 import pytest
 import zstandard
 
-from contract import spec, validate_completion
+from contract import spec
 from contract.tokens import decode
 from api_server.engine import Activations, ChoiceDelta, Event, Usage
 from mock_server.fake_engine import FakeEngine
 from api_server.responses import Assembler, Meta
 from mock_server.vocab import vocab
+from tests.contract_support import CONTRACT
 
 MODEL = spec().models[spec().default_model]
 
@@ -25,12 +26,12 @@ def engine() -> FakeEngine:
 
 
 def run(engine: FakeEngine, **fields: Any) -> list[Event]:
-    req = validate_completion({"model": MODEL.name, "prompt": "The sky is", "max_tokens": 24, **fields})
+    req = CONTRACT.validate_completion({"model": MODEL.name, "prompt": "The sky is", "max_tokens": 24, **fields})
     return list(engine.generate(req, "req_test"))
 
 
 def completion(engine: FakeEngine, **fields: Any) -> dict[str, Any]:
-    req = validate_completion({"model": MODEL.name, "prompt": "The sky is", "max_tokens": 24, **fields})
+    req = CONTRACT.validate_completion({"model": MODEL.name, "prompt": "The sky is", "max_tokens": 24, **fields})
     asm = Assembler(req, Meta("cmpl-test", MODEL.name, created=0))
     for event in engine.generate(req, "req_test"):
         asm.feed(event)
@@ -114,7 +115,7 @@ def test_echo_puts_the_prompt_first_with_a_null_first_logprob(engine: FakeEngine
     choice = completion(engine, seed=2, echo=True, logprobs=2, prompt="The sky is blue")["choices"][0]
     assert choice["text"].startswith("The sky is blue")
     lp = choice["logprobs"]
-    prompt_ids = validate_completion({"model": MODEL.name, "prompt": "The sky is blue"}).prompts[0]
+    prompt_ids = CONTRACT.validate_completion({"model": MODEL.name, "prompt": "The sky is blue"}).prompts[0]
     # Special tokens are written as their text, as vLLM writes them; the text leaves BOS out.
     assert lp["tokens"][:len(prompt_ids)] == [vocab(MODEL).texts[t] for t in prompt_ids]
     assert lp["tokens"][0] == "<|begin_of_text|>" and lp["text_offset"][:2] == [0, len("<|begin_of_text|>")]
@@ -124,7 +125,7 @@ def test_echo_puts_the_prompt_first_with_a_null_first_logprob(engine: FakeEngine
 
 
 def test_prompt_logprobs_in_vllms_format(engine: FakeEngine) -> None:
-    req = validate_completion({"model": MODEL.name, "prompt": "The sky is", "max_tokens": 2, "prompt_logprobs": 3})
+    req = CONTRACT.validate_completion({"model": MODEL.name, "prompt": "The sky is", "max_tokens": 2, "prompt_logprobs": 3})
     choice = completion(engine, prompt_logprobs=3, max_tokens=2)["choices"][0]
     entries = choice["prompt_logprobs"]
     assert len(entries) == len(req.prompts[0]) and entries[0] is None
@@ -149,7 +150,7 @@ def test_choices_run_over_prompts_first_then_n_and_usage_counts_prompts_once(eng
     body = completion(engine, prompt=["a b c", "d"], n=3, max_tokens=4, seed=1, temperature=1,
                       return_token_ids=True)
     assert [c["index"] for c in body["choices"]] == list(range(6))
-    req = validate_completion({"model": MODEL.name, "prompt": ["a b c", "d"], "max_tokens": 1})
+    req = CONTRACT.validate_completion({"model": MODEL.name, "prompt": ["a b c", "d"], "max_tokens": 1})
     counts = req.prompt_token_counts
     assert [c["prompt_token_ids"] for c in body["choices"]] == [p for p in req.prompts for _ in range(3)]
     generated = sum(len(c["token_ids"]) for c in body["choices"])
@@ -213,7 +214,7 @@ def test_allowed_token_ids_keep_out_the_end_tokens_they_do_not_name() -> None:
 
 def test_a_stop_string_waits_until_more_than_min_tokens_tokens_are_out(engine: FakeEngine) -> None:
     """As vLLM's detokenizer: a stop string that every token matches fires on token min_tokens + 1."""
-    (token,) = [t for t in validate_completion({"model": MODEL.name, "prompt": "a"}).prompts[0]
+    (token,) = [t for t in CONTRACT.validate_completion({"model": MODEL.name, "prompt": "a"}).prompts[0]
                 if t != MODEL.bos_token_id]
     for min_tokens in (0, 1, 3):
         choice = completion(engine, prompt="a", allowed_token_ids=[token], stop=["a"], min_tokens=min_tokens,
@@ -223,7 +224,7 @@ def test_a_stop_string_waits_until_more_than_min_tokens_tokens_are_out(engine: F
 
 
 def test_return_token_ids(engine: FakeEngine) -> None:
-    req = validate_completion({"model": MODEL.name, "prompt": "The sky is", "max_tokens": 24})
+    req = CONTRACT.validate_completion({"model": MODEL.name, "prompt": "The sky is", "max_tokens": 24})
     body = completion(engine, seed=3, return_token_ids=True)
     choice = body["choices"][0]
     assert choice["prompt_token_ids"] == req.prompts[0]

@@ -23,6 +23,7 @@ from tests.mock_helpers import (
     AUTH, KEEPALIVE_S, MockProcess, RawResponse, completion_body, parse_sse, raw_request, read_http_response,
     strip_volatile,
 )
+from tests.contract_support import CONTRACT
 
 pytest_plugins = ["tests.mock_fixtures"]
 
@@ -117,7 +118,7 @@ def test_stream_error_after_n_chunks(mock_http: httpx.Client) -> None:
     stream = parse_sse(r.text)
     rid = r.headers["X-Request-Id"]
     assert len(stream.chunks) == 3
-    assert stream.events[-2:] == [InferenceUnavailable.from_template("inference_unavailable").body(rid), "[DONE]"]
+    assert stream.events[-2:] == [CONTRACT.errors.body(InferenceUnavailable.from_template("inference_unavailable"), rid), "[DONE]"]
 
 
 # -- determinism ----------------------------------------------------------------------
@@ -199,7 +200,7 @@ def test_malformed_http_gets_the_api_error_not_html_or_500(mock_url: str, data: 
     rid = re.search(rb"X-Request-Id: (\S+)", head)
     assert head.startswith(b"HTTP/1.1 400 ") and rid is not None
     error = InvalidRequest(spec().messages["malformed_http"])
-    assert json.loads(body) == error.body(rid.group(1).decode())
+    assert json.loads(body) == CONTRACT.errors.body(error, rid.group(1).decode())
 
 
 def test_a_first_request_slower_than_the_idle_bound_is_still_answered(mock_url: str) -> None:

@@ -10,10 +10,11 @@ import openai
 import pytest
 from openai import AsyncOpenAI, OpenAI
 
-from contract import ApiError, spec, validate_completion
+from contract import ApiError, spec
 from mock_server import MockConfig, create_app
 from mock_server.faults import STATUS, STREAM_ERROR_AFTER
 from tests.mock_helpers import KEY
+from tests.contract_support import CONTRACT
 
 pytest_plugins = ["tests.mock_fixtures"]
 
@@ -58,7 +59,7 @@ def test_stream(client: OpenAI) -> None:
 
 def expected(body: dict[str, Any]) -> ApiError:
     with pytest.raises(ApiError) as info:
-        validate_completion(body)
+        CONTRACT.validate_completion(body)
     return info.value
 
 
@@ -74,9 +75,10 @@ def test_errors_are_the_sdks_own_classes(client: OpenAI, fields: dict[str, Any],
         client.completions.create(**{k: v for k, v in body.items() if k in ("model", "prompt", "n")},
                                   max_tokens=body["max_tokens"])
     e = info.value
-    assert (e.status_code, e.code, e.param, e.type) == (want.status, want.code, want.param, want.type)
-    assert e.body == want.body(e.request_id)["error"]   # the SDK keeps the error object
-    assert e.request_id is not None and want.message in e.message
+    errors = CONTRACT.errors
+    assert (e.status_code, e.code, e.param, e.type) == (errors.status(want), want.code, want.param, errors.type(want))
+    assert e.body == CONTRACT.errors.body(want, e.request_id)["error"]   # the SDK keeps the error object
+    assert e.request_id is not None and CONTRACT.errors.message(want) in e.message
 
 
 def test_a_bad_key_is_authentication_error(mock_url: str) -> None:

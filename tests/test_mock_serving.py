@@ -19,6 +19,7 @@ from api_server.budget import BudgetStore
 from contract import InvalidRequest, spec
 from mock_server.faults import TPOT_MS
 from tests.mock_helpers import AUTH, KEY, MockProcess, completion_body, raw_request, read_http_response
+from tests.contract_support import CONTRACT
 
 BODY_READ_S = 0.5   # short, so that the test is; the default is the spec's x-caps value
 # More stalled clients than the old thread pool had threads (2 workers x 16).
@@ -62,7 +63,7 @@ def test_a_stalled_body_gets_the_malformed_http_400_after_the_timeout(
             head, body = read_http_response(s)
             rid = re.search(rb"X-Request-Id: (\S+)", head)
             assert head.startswith(b"HTTP/1.1 400 ") and rid is not None, head
-            assert json.loads(body) == error.body(rid.group(1).decode())
+            assert json.loads(body) == CONTRACT.errors.body(error, rid.group(1).decode())
     finally:
         for s in stalled:
             s.close()

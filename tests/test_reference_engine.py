@@ -16,12 +16,13 @@ import numpy as np
 import pytest
 
 from api_server import ServerConfig, create_app
-from contract import InferenceUnavailable, encode_tensor, spec, validate_completion
+from contract import InferenceUnavailable, encode_tensor, spec
 from reference_impl.__main__ import api_config
 from reference_impl.deployment import DeploymentError, deployment_models
 from reference_impl.engine import VllmEngine
 from reference_impl.upstream import upstream_body
 from tests.mock_helpers import parse_sse
+from tests.contract_support import CONTRACT
 
 KEY = "k"
 AUTH = {"Authorization": f"Bearer {KEY}"}
@@ -110,8 +111,8 @@ BODY = {"model": MODEL, "prompt": "The sky is", "max_tokens": 2}
 # -- what the API sends vLLM ---------------------------------------------------------------
 
 def test_explicit_max_tokens_and_every_spec_default() -> None:
-    req = validate_completion({"model": MODEL, "prompt": "The sky is", "stream": True})
-    body = upstream_body(dataclasses.replace(req, max_tokens=7), "served")
+    req = CONTRACT.validate_completion({"model": MODEL, "prompt": "The sky is", "stream": True})
+    body = upstream_body(dataclasses.replace(req, max_tokens=7), "served", spec())
     props = spec().schema("CompletionRequest")["properties"]
     defaults = {k: p["x-default"] for k, p in props.items() if "x-default" in p}
     assert body["max_tokens"] == 7 and body["model"] == "served"
@@ -122,7 +123,7 @@ def test_explicit_max_tokens_and_every_spec_default() -> None:
     assert body["stream"] is True and body["stream_options"] == {"include_usage": True}
     assert body["return_token_ids"] is True
     assert "add_special_tokens" not in body and "vllm_xargs" not in body
-    plain = upstream_body(validate_completion({"model": MODEL, "prompt": "x", "max_tokens": 1}), MODEL)
+    plain = upstream_body(CONTRACT.validate_completion({"model": MODEL, "prompt": "x", "max_tokens": 1}), MODEL, spec())
     assert plain["stream"] is False and "stream_options" not in plain   # one request, one answer
 
 
@@ -130,18 +131,18 @@ def test_only_spec_fields_and_vllm_xargs_go_to_vllm() -> None:
     hidden = spec().models[MODEL].hidden_size
     vector = {"activations": encode_tensor(np.zeros((1, hidden), np.float32), "torch.float32"),
               "layer_indices": [0], "scale": None}
-    req = validate_completion({"model": MODEL, "prompt": [[1, 2], [3]], "n": 2, "max_tokens": 3,
+    req = CONTRACT.validate_completion({"model": MODEL, "prompt": [[1, 2], [3]], "n": 2, "max_tokens": 3,
                                "temperature": 0.5, "priority": "-3", "user": "u" * 100,
                                "truncate_prompt_tokens": 1, "prompt_logprobs": 2})
-    body = upstream_body(req, MODEL)
+    body = upstream_body(req, MODEL, spec())
     allowed = set(spec().schema("CompletionRequest")["properties"]) | {"vllm_xargs"}
     assert set(body) <= allowed
     assert body["prompt"] == [[2], [3]] and body["priority"] == -3 and "user" not in body
     assert body["stream"] is False and "stream_options" not in body   # prompt_logprobs: vLLM streams none
     assert "truncate_prompt_tokens" not in body                      # applied by the core already
-    lens = validate_completion({"model": MODEL, "prompt": "x", "max_tokens": 1,
+    lens = CONTRACT.validate_completion({"model": MODEL, "prompt": "x", "max_tokens": 1,
                                 "output_residual_stream": [3, 1], "apply_steering_vectors": [vector]})
-    xargs = upstream_body(lens, MODEL)["vllm_xargs"]
+    xargs = upstream_body(lens, MODEL, spec())["vllm_xargs"]
     assert xargs["output_residual_stream"] == [3, 1]
     (sent,) = json.loads(xargs["apply_steering_vectors"])     # vllm-lens reads a JSON string
     assert sent["scale"] == 1 and sent["norm_match"] is False and "position_indices" not in sent
@@ -270,7 +271,7 @@ def test_vllm_on_a_closed_port_is_503_with_the_apis_body_stream_or_not() -> None
             for stream in (False, True):
                 r = c.post("/v1/completions", json={**BODY, "stream": stream})
                 assert (r.status_code, r.headers["content-type"]) == (503, "application/json"), stream
-                assert r.json() == expected.body(r.headers["X-Request-Id"])
+                assert r.json() == CONTRACT.errors.body(expected, r.headers["X-Request-Id"])
     finally:
         engine.close()
 

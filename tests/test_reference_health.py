@@ -9,6 +9,7 @@ from contract import InferenceUnavailable, spec
 from api_server import ServerConfig, create_app
 from reference_impl.engine import VllmEngine
 from reference_impl.health import CACHE_S, HEALTH_PATH, UpstreamHealth
+from tests.contract_support import CONTRACT
 
 UPSTREAM = "http://upstream.test"
 
@@ -65,7 +66,7 @@ def test_the_apis_health_follows_the_upstream() -> None:
     upstream.status = 503
     down = client.get("/health")
     body = down.get_json()
-    expected = InferenceUnavailable.from_template("inference_unavailable").body(body["request_id"])
+    expected = CONTRACT.errors.body(InferenceUnavailable.from_template("inference_unavailable"), body["request_id"])
     assert (down.status_code, body) == (spec().error_codes["inference_unavailable"]["status"], expected)
     assert down.headers["X-Request-Id"] == body["request_id"]
     assert upstream.asked == [HEALTH_PATH, HEALTH_PATH]

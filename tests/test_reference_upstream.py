@@ -20,6 +20,7 @@ from contract import InferenceUnavailable, spec
 from reference_impl.health import CACHE_S
 from reference_impl.launcher import free_port, stop_process, wait_ready
 from tests.conformance_support import serve
+from tests.contract_support import CONTRACT
 
 ROOT = Path(__file__).resolve().parent.parent
 SERVED = spec().default_model
@@ -88,6 +89,6 @@ def test_behind_a_router_it_serves_with_the_options_max_model_len_and_the_router
             time.sleep(CACHE_S / 10)
         body = health.json()
         assert (health.status_code, body) == (
-            status, InferenceUnavailable.from_template("inference_unavailable").body(body["request_id"]))
+            status, CONTRACT.errors.body(InferenceUnavailable.from_template("inference_unavailable"), body["request_id"]))
     finally:
         stop_process(proc, timeout=30)

@@ -25,6 +25,7 @@ from api_server import ServerConfig, create_app
 from contract import spec
 from reference_impl.engine import VllmEngine
 from tests.test_reference_engine import AUTH, BODY, KEY, MODEL, SKY, completion, content, events, sse
+from tests.contract_support import CONTRACT
 
 SKY_EVENTS = [event + b"\n\n" for event in SKY.split(b"\n\n") if event]
 VLLM_400 = {"error": {"message": "This model's maximum context length is 8 tokens. (parameter=input_tokens, value=9)",
@@ -312,7 +313,6 @@ def test_generate_streams_over_the_same_client_and_closing_it_closes_vllms_strea
     """`generate` (what a pump runs, for a server whose hook paces the events) reads the
     same way, each read waiting up to the API's wait; closed early, it drops vLLM's stream."""
     from api_server.engine import ChoiceDelta, Usage
-    from contract import validate_completion
 
     def endless(conn: socket.socket, body: dict[str, Any], number: int) -> None:
         conn.sendall(stream_head())
@@ -323,7 +323,7 @@ def test_generate_streams_over_the_same_client_and_closing_it_closes_vllms_strea
     for script, expect_closed in ((sky, False), (endless, True)):
         vllm = Vllm(script)
         engine = VllmEngine(vllm.url, MODEL)
-        req = validate_completion({**BODY, "stream": True}, models=spec().models)
+        req = CONTRACT.validate_completion({**BODY, "stream": True}, models=spec().models)
         try:
             got = engine.generate(req, "req_1")
             first = next(got)

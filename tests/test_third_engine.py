@@ -53,7 +53,7 @@ class Replay(Engine):
 
 def test_the_full_profile_passes_against_a_third_engine() -> None:
     config = MockConfig()
-    app = api_server.create_app(config, Replay(FakeEngine(spec().models.values())), hook=Faults(config))
+    app = api_server.create_app(config, Replay(FakeEngine(spec().models.values())), hook=Faults(config, spec()))
     with serve(app) as url:
         # robust: needs gunicorn, not werkzeug's development server, as against the mock
         # (tests/test_conformance_discrimination.py); it tests the HTTP server, not the engine.

@@ -19,12 +19,13 @@ from __future__ import annotations
 
 import hashlib
 import json
+from functools import cache
 from pathlib import Path
 from typing import Any
 
 from conformance.cost import CostModel, generating_paths
 from conformance.golden import HERE, Case, load_cases
-from contract import ApiError, ModelInfo, Spec, spec, validate_completion
+from contract import ApiError, Contract, ModelInfo, Spec, spec
 
 OUT = HERE / "cheap_requests.json"
 CHEAP_FIELDS = {"max_tokens": 1, "n": 1}
@@ -47,12 +48,18 @@ def json_object(case: Case) -> dict[str, Any] | None:
     return body if isinstance(body, dict) and json.dumps(body).encode() == case.body else None
 
 
-def verdict(body: dict[str, Any]) -> tuple[Any, ...] | None:
+@cache
+def _contract(api: Spec) -> Contract:
+    return Contract(api)
+
+
+def verdict(contract: Contract, body: dict[str, Any]) -> tuple[Any, ...] | None:
     """The contract's refusal of a completion body (code, param, message), or None."""
     try:
-        validate_completion(body)
+        contract.validate_completion(body)
     except ApiError as exc:
-        return exc.code, exc.param, exc.message
+        error = contract.errors.body(exc, "")["error"]
+        return exc.code, error["param"], error["message"]
     except Exception:   # noqa: BLE001 (anything else cannot be compared: keep the case as it is)
         return NOT_COMPARABLE
     return None
@@ -72,12 +79,13 @@ def derive(case: Case, api: Spec) -> dict[str, Any] | None:
     # the chat route is refused whatever the body; a body the contract accepts is refused
     # before it is read (key, media type): either way added fields change nothing
     completions = case.path == api.completions_path
-    original = verdict(body) if completions else None
+    contract = _contract(api)
+    original = verdict(contract, body) if completions else None
     if original == NOT_COMPARABLE:
         return None
 
     def alike(extra: dict[str, Any]) -> bool:
-        return original is None or verdict({**body, **extra}) == original
+        return original is None or verdict(contract, {**body, **extra}) == original
 
     missing = {k: v for k, v in CHEAP_FIELDS.items() if k not in body}
     add = next((e for e in (missing, *({k: v} for k, v in missing.items())) if e and alike(e)), {})
