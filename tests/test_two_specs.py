@@ -1,0 +1,121 @@
+"""Two apps over two Specs in one process, each checked by its own (issue 24).
+
+The second spec is a copy of openapi.yaml with smaller caps and its own words for
+two errors, loaded from a file as any spec is: no global is swapped, and each app
+answers with its own spec's caps, statuses and messages.
+"""
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from flask.testing import FlaskClient
+
+from conformance.golden import padded_body
+from contract import ApiError, Contract, Spec, load_spec
+from mock_server import MockConfig, create_app
+from tests.mock_helpers import AUTH, completion_body
+
+TOKEN_RULE = "generated_tokens_cap"
+
+
+def smaller(raw: dict[str, Any]) -> dict[str, Any]:
+    """A copy of a spec with smaller caps, and its own words for two errors."""
+    raw = copy.deepcopy(raw)
+    caps = raw["x-caps"]
+    caps["max_body_bytes"] //= 1024
+    caps["max_generated_tokens"] //= 4
+    caps["max_tokens_without_stream"] = min(caps["max_tokens_without_stream"], caps["max_generated_tokens"])
+    raw["x-messages"]["request_too_large"] = "Over {limit} bytes: the small spec's own words."
+    rule = next(r for r in raw["x-token-rules"] if r["id"] == TOKEN_RULE)
+    rule["message"] = "The small spec caps generated tokens at {cap}; this request asks {total}."
+    return raw
+
+
+@pytest.fixture(scope="module")
+def specs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Spec, Spec]:
+    default = load_spec()
+    path: Path = tmp_path_factory.mktemp("small") / "openapi.yaml"
+    path.write_text(yaml.safe_dump(smaller(default.raw), sort_keys=False), encoding="utf-8")
+    return default, load_spec(path)
+
+
+@pytest.fixture(scope="module")
+def clients(specs: tuple[Spec, Spec]) -> tuple[FlaskClient, FlaskClient]:
+    # Both built before either answers: neither app's checks may come from the other's spec.
+    apps = [create_app(MockConfig(), api=s) for s in specs]
+    return apps[0].test_client(), apps[1].test_client()
+
+
+def post(client: FlaskClient, data: bytes) -> Any:
+    return client.post("/v1/completions", data=data, headers={**AUTH, "Content-Type": "application/json"})
+
+
+def error_body(s: Spec, code: str, message: str, param: str | None, request_id: str) -> dict[str, Any]:
+    """The API's error shape, from the raw spec `s`: its code's type, the given words."""
+    return {"error": {"message": message, "type": s.error_codes[code]["type"], "param": param, "code": code},
+            "request_id": request_id}
+
+
+def test_the_small_spec_differs_where_the_tests_look(specs: tuple[Spec, Spec]) -> None:
+    default, small = specs
+    assert small.caps["max_body_bytes"] < default.caps["max_body_bytes"]
+    assert small.caps["max_generated_tokens"] < default.caps["max_generated_tokens"]
+    assert small.messages["request_too_large"] != default.messages["request_too_large"]
+
+
+@pytest.mark.parametrize("which", [0, 1], ids=["default", "small"])
+def test_each_app_takes_a_body_of_its_own_cap_and_refuses_one_byte_more(
+        specs: tuple[Spec, Spec], clients: tuple[FlaskClient, FlaskClient], which: int) -> None:
+    s, client = specs[which], clients[which]
+    cap = s.caps["max_body_bytes"]
+    body = completion_body(max_tokens=1)
+    assert post(client, padded_body(body, cap)).status_code == 200
+    r = post(client, padded_body(body, cap + 1))
+    code = "request_too_large"
+    assert r.status_code == s.error_codes[code]["status"]
+    rid = r.headers["X-Request-Id"]
+    assert r.get_json() == error_body(s, code, s.messages[code].format(limit=cap), None, rid)
+
+
+def test_a_body_over_the_small_cap_is_refused_by_the_small_app_alone(
+        specs: tuple[Spec, Spec], clients: tuple[FlaskClient, FlaskClient]) -> None:
+    default, small = specs
+    data = padded_body(completion_body(max_tokens=1), small.caps["max_body_bytes"] + 1)
+    assert len(data) < default.caps["max_body_bytes"]
+    assert post(clients[0], data).status_code == 200
+    r = post(clients[1], data)
+    assert r.get_json() == error_body(
+        small, "request_too_large", small.messages["request_too_large"].format(limit=small.caps["max_body_bytes"]),
+        None, r.headers["X-Request-Id"])
+
+
+def test_each_app_caps_generated_tokens_by_its_own_spec(
+        specs: tuple[Spec, Spec], clients: tuple[FlaskClient, FlaskClient]) -> None:
+    default, small = specs
+    max_tokens = small.caps["max_generated_tokens"] + 1
+    assert max_tokens <= min(default.caps["max_generated_tokens"], default.caps["max_tokens_without_stream"])
+    data = json.dumps(completion_body(max_tokens=max_tokens)).encode()
+    assert post(clients[0], data).status_code == 200
+    r = post(clients[1], data)
+    rule = small.token_rules[TOKEN_RULE]
+    message = rule["message"].format(cap=small.caps["max_generated_tokens"], total=max_tokens)
+    assert r.status_code == small.error_codes[rule["code"]]["status"]
+    assert r.get_json() == error_body(small, rule["code"], message, rule["param"], r.headers["X-Request-Id"])
+
+
+def test_two_contracts_word_the_same_error_each_by_its_own_spec(specs: tuple[Spec, Spec]) -> None:
+    default, small = specs
+    body = completion_body(max_tokens=default.caps["max_generated_tokens"] + 1)
+    for s in specs:
+        contract = Contract(s)
+        with pytest.raises(ApiError) as info:
+            contract.validate_completion(body)
+        rule = s.token_rules[TOKEN_RULE]
+        assert contract.errors.message(info.value) == rule["message"].format(
+            cap=s.caps["max_generated_tokens"], n=1, max_tokens=body["max_tokens"], prompts=1,
+            total=body["max_tokens"])
