@@ -262,12 +262,3 @@ class Errors:
                       "param": self.param(error), "code": error.code},
             "request_id": request_id,
         }
-
-    def for_status(self, status: int, message: str, param: str | None = None) -> ApiError:
-        """An error of the first code (in x-error-codes) with this status, for foreign errors
-        at the edge; a 500 or a status the API has no code for is internal_error, with the
-        API's own message (a foreign one is not shown)."""
-        code = next((c for c, v in self.codes.items() if v["status"] == status), None)
-        if code is None or code == InternalError.code:
-            return InternalError.from_template("internal_error")
-        return error_class(code)(message, param)
