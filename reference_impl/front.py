@@ -19,11 +19,10 @@ import sys
 from collections.abc import Callable
 
 from contract import (
-    ApiError, InferenceUnavailable, InternalError, InvalidRequest, MethodNotAllowed, NotFound, RequestTooLarge,
-    Spec, spec as default_spec,
+    ApiError, Contract, Errors, InferenceUnavailable, InternalError, InvalidRequest, MethodNotAllowed, NotFound,
+    RequestTooLarge, Spec, spec as default_spec,
 )
 from contract.errors import SpecText
-from contract.http import match_route
 
 PREFIX = "/.acs-front/"          # the error pages' internal locations
 REQUEST_ID = "$request_id"       # nginx's 32 hex digits: x-request-id's prefix goes before it
@@ -39,7 +38,7 @@ SAFE_PATH = r"^[A-Za-z0-9/._~-]{1,%d}$"
 #   413: over client_max_body_size, which sits above the API's own cap.
 #   500: nginx's own failure.  502, 503, 504: the API did not answer.
 PAGES: dict[str, tuple[tuple[int, ...], Callable[[Spec], ApiError]]] = {
-    "malformed": ((400, 408, 414, 494, 501, 505), lambda s: InvalidRequest(s.messages["malformed_http"])),
+    "malformed": ((400, 408, 414, 494, 501, 505), lambda s: InvalidRequest.from_template("malformed_http")),
     "too_large": ((413,), lambda s: RequestTooLarge.from_template("request_too_large",
                                                                   limit=s.caps["max_body_bytes"])),
     "internal": ((500,), lambda s: InternalError.from_template("internal_error")),
@@ -47,26 +46,28 @@ PAGES: dict[str, tuple[tuple[int, ...], Callable[[Spec], ApiError]]] = {
 }
 
 
-def _literal(error: ApiError, request_id: str, variables: tuple[str, ...] = ()) -> str:
+def _literal(errors: Errors, error: ApiError, request_id: str, variables: tuple[str, ...] = ()) -> str:
     """`error`'s body as an nginx string literal; it may hold nginx's `variables` and the request id's."""
-    text = json.dumps(error.body(request_id), ensure_ascii=False, separators=(",", ":"))
+    text = json.dumps(errors.body(error, request_id), ensure_ascii=False, separators=(",", ":"))
     if "'" in text or "\\" in text or text.count("$") != sum(text.count(v) for v in (REQUEST_ID, *variables)):
         raise ValueError(f"an error body nginx cannot quote as it is: {text}")
     return "'" + text + "'"
 
 
-def _answer(error: ApiError, request_id: str, indent: str, variables: tuple[str, ...] = ()) -> list[str]:
-    """The directives that send `error` (add_header is not inherited into an `if`: each block names all)."""
-    headers = {"X-Request-Id": request_id, **error.headers}
+def _answer(errors: Errors, error: ApiError, request_id: str, indent: str,
+            variables: tuple[str, ...] = ()) -> list[str]:
+    """The directives that send `error`, as `errors` (the spec's) word it (add_header is not
+    inherited into an `if`: each block names all)."""
+    headers = {"X-Request-Id": request_id, **errors.headers(error)}
     if isinstance(error, MethodNotAllowed):
         headers["Allow"] = f'"{", ".join(error.allow)}"'
     return ([f"{indent}add_header {k} {v} always;" for k, v in headers.items()]
-            + [f"{indent}return {error.status} {_literal(error, request_id, variables)};"])
+            + [f"{indent}return {errors.status(error)} {_literal(errors, error, request_id, variables)};"])
 
 
-def _route_answer(method: str, path: str) -> ApiError:
+def _route_answer(contract: Contract, method: str, path: str) -> ApiError:
     try:
-        match_route(method, path)
+        contract.match_route(method, path)
     except ApiError as error:
         return error
     raise ValueError(f"the spec declares {method} {path}, which nginx refuses itself")
@@ -74,6 +75,8 @@ def _route_answer(method: str, path: str) -> ApiError:
 
 def nginx_errors(spec: Spec) -> str:
     """The nginx file for the API's `server` block (`include acs-errors.conf;`)."""
+    contract = Contract(spec)
+    errors = contract.errors
     rid = spec.request_id["prefix"] + REQUEST_ID
     out = [f"# Written by `python -m reference_impl.front` from openapi.yaml {spec.raw['info']['version']}: "
            "do not edit.", "# The front's own refusals in the API's error shape (reference_impl/DEPLOY.md, Fronts).",
@@ -84,15 +87,15 @@ def nginx_errors(spec: Spec) -> str:
             "error_page 404 405 = @acs_route;", ""]
     for name, (_, make) in PAGES.items():
         out += [f"location = {PREFIX}{name} {{", "    internal;", "    default_type application/json;",
-                *_answer(make(spec), rid, "    "), "}", ""]
+                *_answer(errors, make(spec), rid, "    "), "}", ""]
     # What the API answers on a path nginx refused the method of: 405 with Allow on a route, else 404.
     out += ["location @acs_route {", "    default_type application/json;",
             f"    set {PATH} \"{spec.messages['cut_mark']}\";",
             f"    if ($uri ~ \"{SAFE_PATH % spec.caps['quoted_chars']}\") {{ set {PATH} $uri; }}"]
     for path in sorted({r.path for r in spec.routes}):
-        out += [f"    if ($uri = {path}) {{", *_answer(_route_answer("TRACE", path), rid, "        "), "    }"]
+        out += [f"    if ($uri = {path}) {{", *_answer(errors, _route_answer(contract, "TRACE", path), rid, "        "), "    }"]
     unknown = NotFound.from_template("not_found", method=SpecText(METHOD), path=SpecText(PATH))
-    out += [*_answer(unknown, rid, "    ", (METHOD, PATH)), "}"]
+    out += [*_answer(errors, unknown, rid, "    ", (METHOD, PATH)), "}"]
     return "\n".join(out) + "\n"
 
 

@@ -16,9 +16,9 @@ from conformance.cli import main as conformance
 from contract import (
     InferenceUnavailable, InvalidRequest, MethodNotAllowed, NotFound, RequestTooLarge, spec,
 )
-from contract.http import match_route
 from reference_impl.front import ingress_nginx, nginx_errors
 from reference_impl.launcher import free_port
+from tests.contract_support import CONTRACT
 from tests.mock_helpers import AUTH, KEY, MockProcess, completion_body, parse_sse, read_http_response
 from tests.nginx_support import SHIPPED, NginxFront
 
@@ -41,8 +41,8 @@ def _error(response: httpx.Response, expected: Exception) -> None:
     """The whole body is `expected`'s, its request_id the X-Request-Id nginx sent."""
     body = response.json()
     assert response.headers["x-request-id"] == body["request_id"]
-    assert body == expected.body(body["request_id"])
-    assert response.status_code == expected.status
+    assert body == CONTRACT.errors.body(expected, body["request_id"])
+    assert response.status_code == CONTRACT.errors.status(expected)
 
 
 def test_the_shipped_error_pages_are_written_from_the_spec() -> None:
@@ -54,7 +54,7 @@ def test_nginx_refusals_are_the_api_error_bodies(front: tuple[MockProcess, Nginx
     with httpx.Client(base_url=nginx.url, headers=AUTH, timeout=30) as client:
         response = client.request("TRACE", "/v1/completions")
         with pytest.raises(MethodNotAllowed) as refused:
-            match_route("TRACE", "/v1/completions")
+            CONTRACT.match_route("TRACE", "/v1/completions")
         _error(response, refused.value)
         assert response.headers["allow"] == ", ".join(refused.value.allow)
         _error(client.request("TRACE", "/no/such/route"),
@@ -74,7 +74,7 @@ def test_nginx_refusals_are_the_api_error_bodies(front: tuple[MockProcess, Nginx
         head, body = read_http_response(s)
     assert head.startswith(b"HTTP/1.1 400 ")
     data = json.loads(body)
-    assert data == InvalidRequest(spec().messages["malformed_http"]).body(data["request_id"])
+    assert data == CONTRACT.errors.body(InvalidRequest(spec().messages["malformed_http"]), data["request_id"])
 
 
 def test_an_api_that_does_not_answer_is_503_inference_unavailable() -> None:
@@ -85,7 +85,7 @@ def test_an_api_that_does_not_answer_is_503_inference_unavailable() -> None:
         nginx.close()
     error = InferenceUnavailable.from_template("inference_unavailable")
     _error(response, error)
-    for name, value in error.headers.items():
+    for name, value in CONTRACT.errors.headers(error).items():
         assert response.headers[name] == value
 
 
