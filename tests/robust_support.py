@@ -37,7 +37,7 @@ def _error(start_response: StartResponse, error: Any, extra: str = "") -> list[b
     body = CONTRACT.errors.body(error, CONTRACT.errors.new_request_id())
     body["error"]["message"] += extra
     raw = json.dumps(body).encode()
-    start_response(f"{error.status} X", [("Content-Type", "application/json"), ("Content-Length", str(len(raw))),
+    start_response(f"{CONTRACT.errors.status(error)} X", [("Content-Type", "application/json"), ("Content-Length", str(len(raw))),
                                          ("X-Request-Id", body["request_id"])])
     return [raw]
 

@@ -296,7 +296,7 @@ def test_x_mock_stream_error_after_0_is_an_error_event_not_an_http_error(engine:
                     headers={**AUTH, STREAM_ERROR_AFTER: "0"})
     rid = r.headers["X-Request-Id"]
     assert r.status_code == 200
-    assert r.get_data() == sse(InferenceUnavailable.from_template("inference_unavailable").body(rid)) + DONE
+    assert r.get_data() == sse(CONTRACT.errors.body(InferenceUnavailable.from_template("inference_unavailable"), rid)) + DONE
 
 
 def test_without_the_mocks_hook_the_mock_headers_are_ignored_entirely() -> None:

@@ -28,6 +28,7 @@ from mock_server.config import MockConfig
 from mock_server.fake_engine import FakeEngine
 from mock_server.faults import Faults
 from tests.conformance_support import serve
+from tests.contract_support import CONTRACT
 
 KEY = "conformance-test-key"
 
@@ -78,8 +79,8 @@ def test_health_is_the_engines_readiness() -> None:
         "status": "ok"}
     r = api_server.create_app(ServerConfig(), Down(source)).test_client().get("/health")
     expected = InferenceUnavailable.from_template("inference_unavailable")
-    assert r.status_code == expected.status
-    assert r.json == expected.body(r.headers["X-Request-Id"])
+    assert r.status_code == CONTRACT.errors.status(expected)
+    assert r.json == CONTRACT.errors.body(expected, r.headers["X-Request-Id"])
 
 
 def test_an_engine_is_an_engine_or_the_app_does_not_start() -> None:
