@@ -27,7 +27,7 @@ def smaller(raw: dict[str, Any]) -> dict[str, Any]:
     """A copy of a spec with smaller caps, and its own words for two errors."""
     raw = copy.deepcopy(raw)
     caps = raw["x-caps"]
-    caps["max_body_bytes"] //= 1024
+    caps["max_body_bytes"] //= 2
     caps["max_generated_tokens"] //= 4
     caps["max_tokens_without_stream"] = min(caps["max_tokens_without_stream"], caps["max_generated_tokens"])
     raw["x-messages"]["request_too_large"] = "Over {limit} bytes: the small spec's own words."
