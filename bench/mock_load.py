@@ -31,7 +31,7 @@ from pathlib import Path
 from bench import harness
 from bench.harness import ROOT, command_line
 from bench.report import write_report
-from contract import spec, validate_completion
+from contract import Contract, spec
 from mock_server.profiles import PROFILES
 
 RESULTS = ROOT / "bench" / "results"
@@ -95,7 +95,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = p.parse_args(argv)
     counts = [int(c) for c in args.concurrency.split(",")]
     profile = PROFILES[args.profile]
-    prompt_tokens = sum(validate_completion({"model": spec().default_model, "prompt": PROMPT,
+    prompt_tokens = sum(Contract(spec()).validate_completion({"model": spec().default_model, "prompt": PROMPT,
                                              "max_tokens": 1}).prompt_token_counts)
     server = harness.mock("--workers", "1", "--load-profile", args.profile, "--max-num-seqs",
                           str(args.max_num_seqs), "--keepalive-seconds", "0", key="mock-load")

@@ -11,7 +11,7 @@ from typing import Any
 import httpx
 import pytest
 
-from contract import InferenceUnavailable, spec, validate_completion
+from contract import InferenceUnavailable, spec
 from mock_server.config import MockConfig
 from mock_server.load import Scheduler
 from mock_server.metrics import VllmMetrics, new_registry
@@ -19,6 +19,7 @@ from mock_server.profiles import PROFILES
 from mock_server.testing import transport
 from tests.metrics_support import value
 from tests.mock_helpers import AUTH, completion_body
+from tests.contract_support import CONTRACT
 
 COMPLETIONS = spec().completions_path
 WAIT_S = 60   # generous: only a bound on a test that would otherwise hang
@@ -83,9 +84,9 @@ def test_a_full_queue_is_503_with_retry_after_and_the_next_request_runs_after() 
         after = c.post(COMPLETIONS, json=completion_body())
     want = InferenceUnavailable.from_template("inference_unavailable")
     rid = refused.headers["x-request-id"]
-    assert refused.status_code == want.status == 503
-    assert refused.json() == want.body(rid)
-    assert refused.headers["retry-after"] == want.headers["Retry-After"]
+    assert refused.status_code == CONTRACT.errors.status(want) == 503
+    assert refused.json() == CONTRACT.errors.body(want, rid)
+    assert refused.headers["retry-after"] == CONTRACT.errors.headers(want)["Retry-After"]
     assert after.status_code == 200
 
 
@@ -121,7 +122,7 @@ def scheduler(**settings: Any) -> Scheduler:
 
 
 def request(prompt: str) -> Any:
-    return validate_completion({"model": spec().default_model, "prompt": prompt, "max_tokens": 4})
+    return CONTRACT.validate_completion({"model": spec().default_model, "prompt": prompt, "max_tokens": 4})
 
 
 def test_prefill_grows_with_the_prompts_tokens() -> None:
