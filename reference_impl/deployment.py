@@ -13,9 +13,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-import httpx
-
 from contract import ModelInfo, Spec, spec
+from reference_impl.wire import get
 
 
 class DeploymentError(Exception):
@@ -34,9 +33,11 @@ def read_model_config(model: str | None) -> dict[str, Any] | None:
 
 def upstream_models(base_url: str, timeout: float = 10.0) -> dict[str, dict[str, Any]]:
     """vLLM's GET /v1/models: served name -> its entry (id, root, max_model_len, ...)."""
-    reply = httpx.get(base_url.rstrip("/") + "/v1/models", timeout=timeout)
-    reply.raise_for_status()
-    return {m["id"]: m for m in reply.json()["data"]}
+    url = base_url.rstrip("/") + "/v1/models"
+    status, body = get(url, timeout)
+    if status != 200:
+        raise DeploymentError(f"{url} answered {status}: {body[:200]!r}")
+    return {m["id"]: m for m in json.loads(body)["data"]}
 
 
 def pick_upstream(entries: dict[str, dict[str, Any]], served_name: str) -> dict[str, Any]:

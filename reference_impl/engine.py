@@ -24,53 +24,44 @@ deadline is the same either way: the read timeout is the API's wait, and
 vLLM sends nothing before it is done. (vLLM computes prompt_logprobs only
 without stream, and the API refuses them with stream.)
 
-How: over http:// the engine's own client (wire.py: httptools' parser, and reads that
+How: the reference's one client to vLLM (wire.py: httptools' parser, and reads that
 wait at most a keepalive interval), so the app reads a stream in the request's own
 greenlet through `stream`, with no pump and no hand-off per token, and what one read
-from vLLM brings leaves in one write. Over https://, or through a transport handed in
-(the tests'), httpx, its stream in a pump (Engine.stream's default). Foreign exceptions
-(httpx's, which wire.py raises too, and vLLM's error bodies) become the API's errors in
-one place, reference_impl/errors.py.
+from vLLM brings leaves in one write. Foreign exceptions (wire.py's, and vLLM's error
+bodies) become the API's errors in one place, reference_impl/errors.py.
 """
 from __future__ import annotations
 
 import json
-import os
-import threading
 import time
 from collections.abc import Generator, Iterator
-from urllib.parse import urlsplit
 
-import httpx
 import orjson
 
 from api_server.engine import Batches, Engine, Event
 from api_server.responses import REQUEST_ID, dumps
 from contract import CompletionRequest, Spec, spec
 from reference_impl.errors import UpstreamError, from_vllm, translated
-from reference_impl.events import Decoder, SseData, sse_data
+from reference_impl.events import Decoder, SseData
 from reference_impl.health import UpstreamHealth
-from reference_impl.transport import OneWriteTransport
 from reference_impl.upstream import upstream_body
 from reference_impl.wire import Exchange, Pool
 
 COMPLETIONS = "/v1/completions"   # vLLM's OpenAI route (not ours: the upstream's)
 CONNECT_TIMEOUT_S = 5.0
-DRAIN_CHUNKS = 4   # chunks read after `[DONE]` at most (_drain)
+DRAIN_CHUNKS = 4   # chunks read after `[DONE]` at most (the body's end, so the connection is kept)
 # A kept-alive connection to vLLM is dropped after this many idle seconds, before vLLM's
-# uvicorn closes it (VLLM_HTTP_TIMEOUT_KEEP_ALIVE, 5 s by default): at httpx's default (also
-# 5 s) a request could be sent on a connection that vLLM was closing at that moment, and
-# fail with "Server disconnected without sending a response".
+# uvicorn closes it (VLLM_HTTP_TIMEOUT_KEEP_ALIVE, 5 s by default): at 5 s a request could be
+# sent on a connection that vLLM was closing at that moment, and fail.
 KEEPALIVE_EXPIRY_S = 3.0
 
 
 class VllmEngine(Engine):
     """The engine protocol over vLLM at `base_url`, which serves the model as `model`. Its
-    `stream` reads vLLM with a bounded wait (over http://), and it is `ready` when vLLM is."""
+    `stream` reads vLLM with a bounded wait, and it is `ready` when vLLM is."""
 
     def __init__(self, base_url: str, model: str, *, wait_seconds: float | None = None,
-                 transport: httpx.BaseTransport | None = None, api: Spec | None = None,
-                 pool_size: int = 64) -> None:
+                 api: Spec | None = None, pool_size: int = 64) -> None:
         self.base_url = base_url.rstrip("/")
         self.model = model
         # The API's wait for Inference: the longest vLLM may stay silent (without stream,
@@ -78,59 +69,29 @@ class VllmEngine(Engine):
         api = api if api is not None else spec()
         self.spec = api
         self.wait_seconds = float(wait_seconds if wait_seconds is not None else api.caps["wait_seconds"])
-        self._transport = transport
         # Kept-alive connections to vLLM: as many as the worker serves requests at once,
         # so that a burst of streams does not open (and then drop) a connection each.
         self.pool_size = pool_size
-        self._lock = threading.Lock()
-        self._pool: httpx.BaseTransport | None = None
-        self._pid = 0
-        # The streams' own client (reference_impl/wire.py), for vLLM over http://; a
-        # transport handed in (the tests') serves the streams too, through a Pump.
-        self._wire: Pool | None = None
-        if transport is None and urlsplit(self.base_url).scheme == "http":
-            self._wire = Pool(self.base_url, connect_timeout=CONNECT_TIMEOUT_S,
-                              keepalive_expiry=KEEPALIVE_EXPIRY_S, max_idle=pool_size)
-        self._url = httpx.URL(self.base_url + COMPLETIONS)
-        # The timeouts as httpx.Client would put them on each request.
-        self._extensions = {"timeout": httpx.Timeout(self.wait_seconds, connect=CONNECT_TIMEOUT_S).as_dict()}
-        self.health = UpstreamHealth(self.base_url, transport=transport)
+        self._wire = Pool(self.base_url, connect_timeout=CONNECT_TIMEOUT_S,
+                          keepalive_expiry=KEEPALIVE_EXPIRY_S, max_idle=pool_size)
+        self.health = UpstreamHealth(self.base_url)
 
     def ready(self) -> bool:
         """The upstream's readiness (its GET /health, cached briefly): the API's /health."""
         return self.health.ready()
 
-    def transport(self) -> httpx.BaseTransport:
-        """One connection pool per process: gunicorn forks the workers after the app is built.
-        The engine sends its requests through the transport itself, without an httpx.Client:
-        the Client's layer (URL merging, cookies, auth, redirects, hooks) cost about 0.1 ms
-        of CPU per request here, and vLLM needs none of it."""
-        with self._lock:
-            if self._pool is None or self._pid != os.getpid():
-                limits = httpx.Limits(max_connections=None, max_keepalive_connections=self.pool_size,
-                                      keepalive_expiry=KEEPALIVE_EXPIRY_S)
-                self._pool = self._transport or OneWriteTransport(limits)
-                self._pid = os.getpid()
-            return self._pool
-
     def close(self) -> None:
-        with self._lock:
-            if self._pool is not None and self._pid == os.getpid():
-                self._pool.close()
-            self._pool = None
-        if self._wire is not None:
-            self._wire.close()
+        self._wire.close()
 
     def stream(self, req: CompletionRequest, request_id: str, interval: float) -> Batches:
-        """Engine.stream, read in the caller's thread or greenlet over http:// (no pump, no
-        hand-off per token): the events of one read from vLLM come in one list (the app
-        writes them at once). Over https:// or a transport handed in, the default: a pump."""
-        if self._wire is None or not req.stream:
+        """Engine.stream, read in the caller's thread or greenlet (no pump, no hand-off per
+        token): the events of one read from vLLM come in one list (the app writes them at
+        once). A request without stream gets the default (a pump over generate)."""
+        if not req.stream:
             return super().stream(req, request_id, interval)
         return self._wire_batches(req, request_id, interval)
 
     def _post(self, req: CompletionRequest, request_id: str) -> Exchange:
-        assert self._wire is not None
         return self._wire.post(COMPLETIONS, dumps(upstream_body(req, self.model, self.spec)), _headers(request_id),
                                self.wait_seconds)
 
@@ -179,7 +140,9 @@ class VllmEngine(Engine):
                         if batch:
                             yield batch
                         return
-                    if exchange.complete:
+                    if exchange.complete:   # (the events before the cut leave first)
+                        if batch:
+                            yield batch
                         raise UpstreamError("the stream ended without data: [DONE]")
                     if batch:
                         yield batch
@@ -191,44 +154,16 @@ class VllmEngine(Engine):
                 exchange.close()
 
     def generate(self, req: CompletionRequest, request_id: str) -> Iterator[Event]:
-        if self._wire is not None and req.stream:   # (a wrapper of the engine may run a stream so)
-            batches = self._wire_batches(req, request_id, self.wait_seconds)
-            try:
-                for batch in batches:
-                    yield from batch
-            finally:
-                batches.close()   # closed early (the client left): vLLM's connection closes now
-            return
-        if self._wire is not None:
+        if not req.stream:
             yield from self._wire_completion(req, request_id)
             return
-        body = upstream_body(req, self.model, self.spec)
-        request = httpx.Request("POST", self._url, content=dumps(body), headers=_headers(request_id),
-                                extensions=self._extensions)
-        decoder = Decoder(req, self.spec)
-        with translated(self.wait_seconds):
-            response = self.transport().handle_request(request)
-            try:
-                if response.status_code != 200:
-                    raise from_vllm(response.status_code, _json(response.read()), self.spec)
-                if not body["stream"]:
-                    yield from decoder.chunk(_json(response.read()), whole=True)
-                    return
-                chunks = response.iter_bytes()
-                for data in sse_data(chunks):
-                    yield from decoder.chunk(_json(data))
-                _drain(chunks)
-            finally:
-                response.close()
-
-
-def _drain(chunks: Iterator[bytes]) -> None:
-    """Read what follows `[DONE]` (the chunked body's last, empty chunk), so the connection
-    goes back to the pool: httpx closes a connection whose response was not read to its end,
-    and the next stream would pay a connect (and vLLM a new connection) again. An upstream
-    that sends more than a few chunks after `[DONE]` loses its connection instead."""
-    for _ in zip(range(DRAIN_CHUNKS), chunks):
-        pass
+        # (a wrapper of the engine may run a stream so)
+        batches = self._wire_batches(req, request_id, self.wait_seconds)
+        try:
+            for batch in batches:
+                yield from batch
+        finally:
+            batches.close()   # closed early (the client left): vLLM's connection closes now
 
 
 def _json(raw: bytes) -> object:

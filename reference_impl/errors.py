@@ -1,8 +1,9 @@
-"""vLLM's errors and httpx's exceptions, translated once into the API's errors.
+"""vLLM's errors and the client's exceptions (reference_impl/wire.py), translated once into
+the API's errors.
 
-    httpx.ConnectError, ConnectTimeout, PoolTimeout,
-    RemoteProtocolError, ReadError, ...           -> InferenceUnavailable (503)
-    httpx.ReadTimeout, WriteTimeout               -> DeadlineExceeded (504)
+    WireError: not reachable, a connection that
+    failed, an answer that makes no sense         -> InferenceUnavailable (503)
+    WireTimeout: silent past the wait             -> DeadlineExceeded (504)
     vLLM 400 (before or during a stream)          -> InvalidRequest / ContextLengthExceeded (400):
                                                      Inference's message, the public param
     any other vLLM status, an unreadable answer   -> InferenceUnavailable (503), logged
@@ -23,9 +24,8 @@ from contextlib import contextmanager
 from functools import cache
 from typing import Any
 
-import httpx
-
 from contract import ApiError, ContextLengthExceeded, DeadlineExceeded, InferenceUnavailable, InvalidRequest, Spec
+from reference_impl.wire import WireError, WireTimeout
 
 log = logging.getLogger("reference_impl")
 
@@ -90,17 +90,14 @@ def error_status(payload: dict[str, Any]) -> int:
 
 @contextmanager
 def translated(wait_seconds: float) -> Iterator[None]:
-    """httpx's exceptions (and unreadable answers) as the API's errors, at the engine's edge."""
+    """The client's exceptions (and unreadable answers) as the API's errors, at the engine's edge."""
     try:
         yield
-    except (httpx.ConnectTimeout, httpx.PoolTimeout) as exc:
-        log.warning("vLLM did not accept a connection: %r", exc)
-        raise unavailable() from None
-    except httpx.TimeoutException as exc:   # read or write: vLLM took longer than the wait
-        log.warning("vLLM did not answer within %s s: %r", wait_seconds, exc)
+    except WireTimeout as exc:   # read or write: vLLM took longer than the wait
+        log.warning("vLLM did not answer within %s s: %s", wait_seconds, exc)
         raise deadline_exceeded(wait_seconds) from None
-    except httpx.HTTPError as exc:
-        log.warning("vLLM is unreachable: %r", exc)
+    except WireError as exc:
+        log.warning("vLLM is unreachable: %s", exc)
         raise unavailable() from None
     except UpstreamError as exc:
         log.error("vLLM's answer is unreadable: %s", exc)

@@ -7,7 +7,6 @@ kv_transfer_params, ...) stay here, and `model` and `id` are the app's.
 """
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
 from functools import cache
 from typing import Any
 
@@ -67,19 +66,6 @@ class SseData:
                         return out
                     out.append(data)
         return out
-
-
-def sse_data(chunks: Iterable[bytes]) -> Iterator[bytes]:
-    """The data of each `data:` event of an SSE body, up to `[DONE]` (excluded).
-
-    A body that ends without `[DONE]` was cut off: vLLM went away mid-stream.
-    """
-    sse = SseData()
-    for chunk in chunks:
-        yield from sse.feed(chunk)
-        if sse.done:
-            return
-    raise UpstreamError("the stream ended without data: [DONE]")
 
 
 class Decoder:

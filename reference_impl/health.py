@@ -14,7 +14,7 @@ import threading
 import time
 from collections.abc import Callable
 
-import httpx
+from reference_impl.wire import WireError, get
 
 log = logging.getLogger("reference_impl")
 
@@ -27,11 +27,9 @@ class UpstreamHealth:
     """`ready()`: did the upstream's GET /health answer 200 within the last CACHE_S?"""
 
     def __init__(self, base_url: str, *, timeout: float = TIMEOUT_S, cache_seconds: float = CACHE_S,
-                 transport: httpx.BaseTransport | None = None,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.url = base_url.rstrip("/") + HEALTH_PATH
         self.timeout, self.cache_seconds, self.clock = timeout, cache_seconds, clock
-        self._transport = transport
         self._lock = threading.Lock()
         self._checked_at: float | None = None
         self._ready = False
@@ -49,8 +47,6 @@ class UpstreamHealth:
 
     def _ask(self) -> bool:
         try:
-            # A client per probe: nothing pooled outlives a fork, and probes are seconds apart.
-            with httpx.Client(timeout=self.timeout, transport=self._transport) as client:
-                return client.get(self.url).status_code == 200
-        except httpx.HTTPError:
+            return get(self.url, self.timeout)[0] == 200   # a connection per probe
+        except WireError:
             return False

@@ -20,9 +20,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import IO, Any
 
-import httpx
-
 from contract import Spec, spec
+from reference_impl.wire import WireError, get
 
 log = logging.getLogger("reference_impl")
 
@@ -167,9 +166,9 @@ def wait_ready(url: str, proc: subprocess.Popen[bytes] | None, timeout: float,
         if proc is not None and proc.poll() is not None:
             raise fail(f"exited with status {proc.returncode} before it was ready")
         try:
-            if httpx.get(url + "/health", timeout=2).status_code == 200 or any_status:
+            if get(url + "/health", 2)[0] == 200 or any_status:
                 return
-        except httpx.TransportError:
+        except WireError:
             pass
         time.sleep(interval)
     raise fail(f"was not ready within {timeout:.0f} s")

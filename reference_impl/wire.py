@@ -1,22 +1,27 @@
-"""vLLM's streams over HTTP/1.1, read in the request's own greenlet (or thread), parsed by httptools.
+"""The reference's one HTTP/1.1 client to its upstream (vLLM, or a router for vLLM): the
+completions, streamed or whole, GET /health and GET /v1/models; read in the request's own
+greenlet (or thread), parsed by httptools.
 
-Why not httpx for the streams (it stays for requests without stream, /health, and any
-transport a test hands the engine; bench/results/reference.md has the measurements):
-- httpx's parser, h11, costs ~6 us of CPU per chunk of vLLM's stream (a chunk per token);
-  httptools (llhttp, in C: uvicorn's, vLLM's own server's parser) a fraction of that.
-- httpx's reads block. To send `: keepalive` while vLLM is quiet, the stream ran in a pump
-  thread (a greenlet under gevent) that handed each token to the response: two greenlet
-  switches and an Event per token. Here a read waits at most `interval` seconds and says
-  when nothing came, so the response's own greenlet reads vLLM and writes the client, and
-  what one read brings leaves in one write.
+Why not httpx (bench/results/reference.md and reference_load.md have the measurements; the
+last, with 256 streams side by side: httpx over its public API ~3x this client's CPU a token):
+- httpx's parser, h11, costs ~5 us of CPU per chunk of vLLM's stream (a chunk per token);
+  httptools (llhttp, in C: uvicorn's, vLLM's own server's parser) 0.25-0.3 us.
+- httpx's reads block. To send `: keepalive` while vLLM is quiet, its stream ran in a pump
+  (a greenlet under gevent) that handed each token to the response: two greenlet switches
+  and an Event per token. Here a read waits at most `interval` seconds and says when
+  nothing came, so the response's own greenlet reads vLLM and writes the client, and what
+  one read brings leaves in one write.
+- httpcore writes a request's head and body in two sends (each wakes vLLM's server on
+  loopback); here a request leaves in one.
 
-What this client does, and no more: POST to one host:port (http, not https) with the request
-written in one send; the answer's status and body (chunked or Content-Length) through
-httptools; kept-alive connections, each reused only when its answer was read to its end,
-dropped after `keepalive_expiry` idle seconds (before vLLM's uvicorn drops them) or when the
-server closed it; a request that meets a kept-alive connection the server had closed (before
-any byte of an answer) is sent again on another (the server closed it idle: it read nothing). Failures are
-httpx's exceptions, which reference_impl/errors.py translates, as for httpx's own requests.
+What this client does, and no more: GET or POST to one host:port (http, or https with the
+system's CA store) with the request written in one send; the answer's status and body
+(chunked or Content-Length) through httptools; kept-alive connections, each reused only when
+its answer was read to its end, dropped after `keepalive_expiry` idle seconds (before vLLM's
+uvicorn drops them) or when the server closed it; a request that meets a kept-alive
+connection the server had closed (before any byte of an answer) is sent again on another
+(the server closed it idle: it read nothing). Failures are WireError (WireTimeout when the
+upstream stayed silent past the wait), which reference_impl/errors.py translates.
 
 Under gevent a read's wait is one timer of gevent's loop per exchange, restarted for each
 read (`again`: the whole wait from now) and stopped after it, made again only when the wait
@@ -31,6 +36,7 @@ from __future__ import annotations
 import os
 import select
 import socket
+import ssl
 import threading
 import time
 from typing import Any
@@ -39,12 +45,19 @@ from urllib.parse import urlsplit
 import gevent
 import gevent.monkey
 import httptools
-import httpx
 
 READ_SIZE = 1 << 16
 # A wait reuses the exchange's timer when it is within this of the timer's own: a keepalive
 # (every few seconds) may leave this much early or late.
 TIMER_SLACK_S = 0.01
+
+
+class WireError(Exception):
+    """The upstream could not be reached, or its connection failed or made no sense."""
+
+
+class WireTimeout(WireError):
+    """The upstream said nothing within the wait (or took it in a send)."""
 
 
 class _Waited(BaseException):
@@ -106,11 +119,11 @@ class Exchange:
             self._sock.sendall(self._request)
         except TimeoutError as exc:
             self.close()
-            raise httpx.WriteTimeout(str(exc)) from None
+            raise WireTimeout(f"sending the request: {exc}") from None
         except OSError as exc:
             if self._retry():
                 return
-            raise httpx.WriteError(str(exc)) from None
+            raise WireError(f"sending the request: {exc!r}") from None
 
     def _retry(self) -> bool:
         """A kept-alive connection the server had closed: send again on another (each one
@@ -141,21 +154,22 @@ class Exchange:
         now = time.monotonic()
         left = self.wait_seconds - (now - self._quiet_since)
         if left <= 0:
-            self.close()
-            raise httpx.ReadTimeout(f"vLLM sent nothing for {self.wait_seconds} s")
+            self._silent()
         try:
             data = self._recv(self._sock, max(min(wait, left), 0.0))   # 0: what is there already
-        except (TimeoutError, BlockingIOError):
+        except (TimeoutError, BlockingIOError, ssl.SSLWantReadError):
+            if wait >= left:   # the whole wait is over: no keepalive now, the deadline
+                self._silent()
             return False
         except OSError as exc:
             if self._retry():
                 return True
-            raise httpx.ReadError(str(exc)) from None
+            raise WireError(f"reading the answer: {exc!r}") from None
         if not data:
             if self._retry():
                 return True
-            raise httpx.RemoteProtocolError("Server disconnected without sending a response" if not self._got
-                                            else "peer closed connection without sending complete message body")
+            raise WireError("the server closed the connection without an answer" if not self._got
+                            else "the server closed the connection before the answer's end")
         self._got = True
         self._quiet_since = time.monotonic()
         try:
@@ -163,9 +177,13 @@ class Exchange:
         except httptools.HttpParserError as exc:
             if not self._answer.complete:
                 self.close()
-                raise httpx.RemoteProtocolError(f"an unreadable answer: {exc}") from None
+                raise WireError(f"an unreadable answer: {exc}") from None
             self._answer.extra = True   # bytes after a whole answer: it stands, the connection goes
         return True
+
+    def _silent(self) -> None:
+        self.close()
+        raise WireTimeout(f"the upstream sent nothing for {self.wait_seconds} s")
 
     def _recv(self, sock: socket.socket, seconds: float) -> bytes:
         """One recv that waits at most `seconds`; TimeoutError when nothing came."""
@@ -214,10 +232,12 @@ class Pool:
     def __init__(self, base_url: str, *, connect_timeout: float, keepalive_expiry: float,
                  max_idle: int) -> None:
         url = urlsplit(base_url)
-        if url.scheme != "http" or not url.hostname:
-            raise ValueError(f"not an http:// URL: {base_url!r}")
-        self.address = (url.hostname, url.port or 80)
+        if url.scheme not in ("http", "https") or not url.hostname:
+            raise ValueError(f"not an http:// or https:// URL: {base_url!r}")
+        self.address = (url.hostname, url.port or (443 if url.scheme == "https" else 80))
         self.host = url.netloc.rsplit("@", 1)[-1].encode("ascii")
+        # (the system's CA store, and SSL_CERT_FILE / SSL_CERT_DIR when set)
+        self._tls = ssl.create_default_context() if url.scheme == "https" else None
         self.prefix = url.path.rstrip("/")
         self.connect_timeout = connect_timeout
         self.keepalive_expiry = keepalive_expiry
@@ -234,6 +254,11 @@ class Pool:
         head += [b"%s: %s\r\n" % (name.encode("ascii"), value.encode("ascii")) for name, value in headers.items()]
         return Exchange(self, b"".join(head) + b"\r\n" + body, wait_seconds)
 
+    def get(self, path: str, wait_seconds: float) -> Exchange:
+        """Send GET `path` (under the base URL's path): the exchange, its answer not yet read."""
+        return Exchange(self, b"GET %s HTTP/1.1\r\nHost: %s\r\nAccept: */*\r\n\r\n"
+                        % ((self.prefix + path).encode("ascii"), self.host), wait_seconds)
+
     def take(self) -> tuple[socket.socket, bool]:
         """A kept-alive connection (and True), or a new one (and False)."""
         now = time.monotonic()
@@ -247,11 +272,11 @@ class Pool:
                 sock.close()   # expired, or the server closed it (or sent what no request asked for)
         try:
             sock = socket.create_connection(self.address, timeout=self.connect_timeout)
-        except TimeoutError as exc:
-            raise httpx.ConnectTimeout(str(exc)) from None
-        except OSError as exc:
-            raise httpx.ConnectError(str(exc)) from None
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            if self._tls is not None:
+                sock = self._tls.wrap_socket(sock, server_hostname=self.address[0])
+        except OSError as exc:   # a timeout too: the upstream does not take connections
+            raise WireError(f"connecting to {self.address[0]}:{self.address[1]}: {exc!r}") from None
         return sock, False
 
     def give(self, sock: socket.socket) -> None:
@@ -275,3 +300,17 @@ def _readable(sock: socket.socket) -> bool:
         return bool(select.select([sock], [], [], 0)[0])
     except (OSError, ValueError):
         return True
+
+
+def get(url: str, timeout: float) -> tuple[int, bytes]:
+    """GET `url` on a connection of its own, closed after (a probe: nothing pooled outlives
+    a fork, and probes are seconds apart): the answer's status and body. WireError when
+    the server cannot be reached or answers nothing within `timeout`."""
+    parts = urlsplit(url)
+    pool = Pool(f"{parts.scheme}://{parts.netloc}", connect_timeout=timeout, keepalive_expiry=0, max_idle=0)
+    exchange = pool.get((parts.path or "/") + (f"?{parts.query}" if parts.query else ""), timeout)
+    try:
+        body = exchange.read_all()
+        return exchange.status or 0, body
+    finally:
+        exchange.close()

@@ -30,6 +30,7 @@ from reference_impl.__main__ import api_config
 from reference_impl.deployment import deployment_models, read_model_config, upstream_models
 from reference_impl.engine import VllmEngine
 from reference_impl.launcher import READY_TIMEOUT_S, VllmProcess, default_python, free_port, wait_ready
+from tests.upstream_server import UpstreamServer
 
 ROOT = Path(__file__).resolve().parent.parent
 MODEL_DIR = ROOT / "models" / "tiny-llama"
@@ -162,31 +163,42 @@ def model(models: dict[str, ModelInfo]) -> ModelInfo:
     return models[SERVED]
 
 
-class CountingTransport(httpx.HTTPTransport):
-    """A real transport to vLLM that remembers every request the engine sends."""
+class CountingProxy(UpstreamServer):
+    """vLLM behind a loopback proxy that remembers every request the engine sends it."""
 
-    def __init__(self) -> None:
-        super().__init__()
+    def __init__(self, vllm_url: str) -> None:
         self.requests: list[httpx.Request] = []
+        self._vllm = httpx.Client(base_url=vllm_url, timeout=120)
+        super().__init__(self._forward)
 
-    def handle_request(self, request: httpx.Request) -> httpx.Response:
+    def _forward(self, request: httpx.Request) -> httpx.Response:
         self.requests.append(request)
-        return super().handle_request(request)
+        answer = self._vllm.request(request.method, request.url.raw_path.decode(), content=request.content,
+                                    headers={k: v for k, v in request.headers.items()
+                                             if k.lower() not in ("host", "content-length")})
+        return httpx.Response(answer.status_code, headers={"content-type": answer.headers["content-type"]},
+                              content=answer.content)
+
+    def close(self) -> None:
+        super().close()
+        self._vllm.close()
 
 
 @pytest.fixture
-def counting_transport() -> CountingTransport:
-    return CountingTransport()
+def counting_proxy(reference: Reference) -> Iterator[CountingProxy]:
+    with CountingProxy(reference.vllm_url) as proxy:
+        yield proxy
 
 
 @pytest.fixture
 def reference_client(reference: Reference, models: dict[str, ModelInfo]) -> Iterator[Callable[..., httpx.Client]]:
-    """`reference_client(config=None, transport=None)`: an httpx client on the reference app
-    in this process (a VllmEngine on the session's vLLM); streams are read lazily."""
+    """`reference_client(config=None, upstream=None)`: an httpx client on the reference app
+    in this process (a VllmEngine on the session's vLLM, or on `upstream`, a URL in front
+    of it); streams are read lazily."""
     opened: list[httpx.Client | VllmEngine] = []
 
-    def make(config: ServerConfig | None = None, transport: httpx.BaseTransport | None = None) -> httpx.Client:
-        engine = VllmEngine(reference.vllm_url, SERVED, transport=transport)
+    def make(config: ServerConfig | None = None, upstream: str | None = None) -> httpx.Client:
+        engine = VllmEngine(upstream or reference.vllm_url, SERVED)
         app = create_app(config or api_config(KEY), engine, models)
         c = httpx.Client(transport=httpx.WSGITransport(app=app), base_url="http://api.test", headers=AUTH,
                          timeout=120)

@@ -29,15 +29,14 @@ LAYERS: dict[str, set[str]] = {
                  "zstandard", "numpy"},
     "api_server": {"contract", "flask", "werkzeug", "gunicorn", "gevent", "redis", "orjson", "prometheus_client"},
     "mock_server": {"contract", "api_server", "flask", "numpy", "prometheus_client"},
-    "reference_impl": {"contract", "api_server", "httpx", "orjson"},
+    "reference_impl": {"contract", "api_server", "orjson"},   # no httpx: wire.py is its one client
     "conformance": {"contract", "httpx", "schemathesis", "rich", "jsonschema", "referencing", "zstandard", "yaml",
                     "pytest"},
 }
 # Single modules with more than their layer (each said in ARCHITECTURE.md).
 EXTRA: dict[str, set[str]] = {
     "reference_impl/vllm_server.py": {"vllm", "vllm_lens"},   # runs in vLLM's own interpreter
-    "reference_impl/transport.py": {"httpcore"},              # httpx's own pool, with a network backend
-    "reference_impl/wire.py": {"httptools", "gevent"},        # vLLM's answers parsed in C; gevent's Timeout
+    "reference_impl/wire.py": {"httptools", "gevent"},        # vLLM's answers parsed in C; gevent's loop timer
     "conformance/golden/generate.py": {"numpy"},               # writes steering vectors' wire form
     "mock_server/testing.py": {"httpx", "anyio", "pytest"},     # client developers' transports and fixture
 }

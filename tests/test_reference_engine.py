@@ -1,7 +1,8 @@
 """The reference engine without vLLM: what it sends, and how vLLM's answers and faults come back.
 
-vLLM is replaced by httpx.MockTransport handlers that answer as vLLM 0.32 does
-(bodies copied from reference_impl/VLLM_NOTES.md), so these run everywhere.
+vLLM is replaced by handlers that answer as vLLM 0.32 does (bodies copied from
+reference_impl/VLLM_NOTES.md), served on a loopback socket (tests/upstream_server.py), so
+these run everywhere.
 """
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ from reference_impl.engine import VllmEngine
 from reference_impl.upstream import upstream_body
 from tests.mock_helpers import parse_sse
 from tests.contract_support import CONTRACT
+from tests.upstream_server import Answer, UpstreamServer, closed_port
 
 KEY = "k"
 AUTH = {"Authorization": f"Bearer {KEY}"}
@@ -94,11 +96,28 @@ def streamed(body: bytes, status: int = 200) -> Callable[[httpx.Request], httpx.
     return answer
 
 
-def api(answer: Callable[[httpx.Request], httpx.Response] | Upstream, **config: Any) -> httpx.Client:
-    engine = VllmEngine("http://vllm.test", MODEL, transport=httpx.MockTransport(answer),
-                        wait_seconds=config.pop("wait_seconds", None))
-    app = create_app(ServerConfig(keys=(KEY,), **config), engine)
-    return httpx.Client(transport=httpx.WSGITransport(app=app), base_url="http://api.test", headers=AUTH)
+class ApiClient(httpx.Client):
+    """A client of the API's app in front of `answer` served as vLLM; closing it stops both."""
+
+    def __init__(self, answer: Answer, config: ServerConfig | None = None, models: Any = None,
+                 wait_seconds: float | None = None) -> None:
+        self.upstream = UpstreamServer(answer)
+        self.engine = VllmEngine(self.upstream.url, MODEL, wait_seconds=wait_seconds)
+        app = create_app(config or ServerConfig(keys=(KEY,)), self.engine, models)
+        super().__init__(transport=httpx.WSGITransport(app=app), base_url="http://api.test", headers=AUTH)
+
+    def close(self) -> None:
+        super().close()
+        self.engine.close()
+        self.upstream.close()
+
+    def __exit__(self, *exc: Any) -> None:   # (httpx.Client's own closes its transport only)
+        self.close()
+
+
+def api(answer: Answer, **config: Any) -> ApiClient:
+    wait_seconds = config.pop("wait_seconds", None)
+    return ApiClient(answer, ServerConfig(keys=(KEY,), **config), wait_seconds=wait_seconds)
 
 
 def events(text: str) -> list[Any]:
@@ -232,10 +251,7 @@ def test_a_stream_that_vllm_cuts_off_ends_with_a_503_event() -> None:
 
 def test_the_reference_ignores_the_mocks_headers() -> None:
     """reference_impl's app has no fault hook: the X-Mock-* headers mean nothing there."""
-    config = api_config(KEY)
-    engine = VllmEngine("http://vllm.test", MODEL, transport=httpx.MockTransport(streamed(SKY)))
-    app = create_app(config, engine)
-    with httpx.Client(transport=httpx.WSGITransport(app=app), base_url="http://api.test", headers=AUTH) as c:
+    with ApiClient(streamed(SKY), api_config(KEY)) as c:
         r = c.post("/v1/completions", json=BODY, headers={"X-Mock-Status": "503"})
         stream = c.post("/v1/completions", json={**BODY, "stream": True},
                         headers={"X-Mock-Stream-Error-After": "0"})
@@ -258,11 +274,7 @@ def test_vllm_down_is_503() -> None:
 def test_vllm_on_a_closed_port_is_503_with_the_apis_body_stream_or_not() -> None:
     """A real connection refused (nothing listens on the port): 503 inference_unavailable,
     the API's whole body and X-Request-Id, for a stream too (no 200 with an error event)."""
-    import socket
-    with socket.socket() as sock:   # a port that was free a moment ago, now closed
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    engine = VllmEngine(f"http://127.0.0.1:{port}", MODEL)
+    engine = VllmEngine(f"http://127.0.0.1:{closed_port()}", MODEL)
     app = create_app(api_config(KEY), engine)
     expected = InferenceUnavailable.from_template("inference_unavailable")
     try:
@@ -352,9 +364,7 @@ def test_requests_are_checked_against_the_deployments_model() -> None:
     models = deployment_models(MODEL, 4096, {"num_hidden_layers": 4, "hidden_size": 128,
                                              "vocab_size": spec().models[MODEL].vocab_size})
     upstream = Upstream(streamed(SKY))
-    engine = VllmEngine("http://vllm.test", MODEL, transport=httpx.MockTransport(upstream))
-    app = create_app(ServerConfig(keys=(KEY,)), engine, models)
-    with httpx.Client(transport=httpx.WSGITransport(app=app), base_url="http://api.test", headers=AUTH) as c:
+    with ApiClient(upstream, models=models) as c:
         error = c.post("/v1/completions", json={**BODY, "output_residual_stream": [4]}).json()["error"]
         listed = c.get("/v1/models").json()["data"]
     assert error["param"] == "output_residual_stream" and "the model has 4 layers" in error["message"]

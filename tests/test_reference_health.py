@@ -2,6 +2,8 @@
 server or a router for vLLM), asked with a short timeout and cached, so probes stay cheap."""
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import httpx
 import pytest
 
@@ -10,16 +12,15 @@ from api_server import ServerConfig, create_app
 from reference_impl.engine import VllmEngine
 from reference_impl.health import CACHE_S, HEALTH_PATH, UpstreamHealth
 from tests.contract_support import CONTRACT
+from tests.upstream_server import UpstreamServer, closed_port
 
-UPSTREAM = "http://upstream.test"
 
-
-class Upstream:
-    """A fake upstream's /health: `status` (or `error`, raised), and every path asked."""
+class Upstream(UpstreamServer):
+    """A fake upstream's /health: `status` (or `error`, raised: no answer), and every path asked."""
 
     def __init__(self) -> None:
         self.status, self.error, self.asked = 200, None, []
-        self.transport = httpx.MockTransport(self.handle)
+        super().__init__(self.handle)
 
     def handle(self, request: httpx.Request) -> httpx.Response:
         self.asked.append(request.url.path)
@@ -36,9 +37,15 @@ class Clock:
         return self.now
 
 
-def test_one_answer_stands_for_cache_seconds() -> None:
-    upstream, clock = Upstream(), Clock()
-    health = UpstreamHealth(UPSTREAM, transport=upstream.transport, clock=clock)
+@pytest.fixture
+def upstream() -> Iterator[Upstream]:
+    with Upstream() as served:
+        yield served
+
+
+def test_one_answer_stands_for_cache_seconds(upstream: Upstream) -> None:
+    clock = Clock()
+    health = UpstreamHealth(upstream.url, clock=clock)
     assert [health.ready(), health.ready()] == [True, True]
     assert upstream.asked == [HEALTH_PATH]                # the second probe was answered from the cache
     upstream.status = 503
@@ -50,15 +57,19 @@ def test_one_answer_stands_for_cache_seconds() -> None:
 
 @pytest.mark.parametrize("error", [httpx.ConnectError("refused"), httpx.ReadTimeout("slow")],
                          ids=["unreachable", "too-slow"])
-def test_an_upstream_that_does_not_answer_is_not_ready(error: Exception) -> None:
-    upstream = Upstream()
+def test_an_upstream_that_does_not_answer_is_not_ready(upstream: Upstream, error: Exception) -> None:
+    assert UpstreamHealth(upstream.url).ready() is True
     upstream.error = error
-    assert UpstreamHealth(UPSTREAM, transport=upstream.transport).ready() is False
+    assert UpstreamHealth(upstream.url).ready() is False
+    assert upstream.asked == [HEALTH_PATH] * 2
 
 
-def test_the_apis_health_follows_the_upstream() -> None:
-    upstream = Upstream()
-    app = create_app(ServerConfig(), VllmEngine(UPSTREAM, "m", transport=upstream.transport))
+def test_an_upstream_that_is_not_there_is_not_ready() -> None:
+    assert UpstreamHealth(f"http://127.0.0.1:{closed_port()}").ready() is False
+
+
+def test_the_apis_health_follows_the_upstream(upstream: Upstream) -> None:
+    app = create_app(ServerConfig(), VllmEngine(upstream.url, "m"))
     client = app.test_client()
     ok = client.get("/health")
     assert (ok.status_code, ok.get_json()) == (200, {"status": "ok"})

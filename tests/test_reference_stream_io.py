@@ -2,7 +2,7 @@
 as json reads it, and the stream read to its end so its connection is kept.
 
 vLLM is a local HTTP/1.1 server here (the standard library's, chunked like uvicorn's),
-or httpx.MockTransport as in test_reference_engine.py.
+or handlers served as in test_reference_engine.py.
 """
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import itertools
 import json
 import socket
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 
 import httpx
 import pytest
@@ -19,13 +19,20 @@ import pytest
 from api_server import ServerConfig, create_app
 from reference_impl.engine import VllmEngine, _json
 from reference_impl.errors import UpstreamError
-from reference_impl.events import sse_data
-from reference_impl.transport import OneWriteTransport
-from tests.test_reference_engine import AUTH, BODY, KEY, MODEL, SKY, completion, events
+from reference_impl.events import SseData
+from tests.test_reference_engine import AUTH, BODY, KEY, MODEL, SKY, ApiClient, completion, events
 
 # SKY's data lines, and SKY as vLLM sends it: one event per chunk of its body.
 SKY_DATA = [line[len(b"data: "):] for line in SKY.split(b"\n\n") if line and line != b"data: [DONE]"]
 SKY_EVENTS = [event + b"\n\n" for event in SKY.split(b"\n\n") if event]
+
+
+def sse_data(chunks: Iterable[bytes]) -> tuple[list[bytes], bool]:
+    """The data of each `data:` event fed through SseData, and whether `[DONE]` came."""
+    sse, out = SseData(), []
+    for chunk in chunks:
+        out += sse.feed(chunk)
+    return out, sse.done
 
 
 @pytest.mark.parametrize("cut", ["whole", "events", "bytes", "pairs", "cr"])
@@ -37,14 +44,13 @@ def test_sse_data_is_the_same_however_the_body_is_cut(cut: str) -> None:
         "pairs": [b"".join(SKY_EVENTS[i:i + 2]) for i in range(0, len(SKY_EVENTS), 2)],
         "cr": [e.replace(b"\n\n", b"\r\n\n") for e in SKY_EVENTS],   # a line may end in \r\n
     }[cut]
-    assert list(sse_data(iter(chunks))) == SKY_DATA
+    assert sse_data(chunks) == (SKY_DATA, True)
 
 
 def test_sse_data_skips_comments_and_stops_at_done() -> None:
     chunks = [b": keepalive\n\n", SKY_EVENTS[0], b"event: x\ndata: {}\n\n", b"data: [DONE]\n\n", b"data: {}\n\n"]
-    assert list(sse_data(iter(chunks))) == [SKY_DATA[0], b"{}"]
-    with pytest.raises(UpstreamError):   # no [DONE]: vLLM went away
-        list(sse_data(iter(SKY_EVENTS[:2])))
+    assert sse_data(chunks) == ([SKY_DATA[0], b"{}"], True)
+    assert sse_data(SKY_EVENTS[:2]) == (SKY_DATA[:2], False)   # no [DONE] (yet)
 
 
 def test_vllms_json_reads_as_json_reads_it() -> None:
@@ -75,14 +81,11 @@ class Finishing(httpx.SyncByteStream):
 
 
 def api_over(stream: Finishing) -> httpx.Client:
-    engine = VllmEngine("http://vllm.test", MODEL, transport=httpx.MockTransport(
-        lambda r: httpx.Response(200, stream=stream, headers={"content-type": "text/event-stream"})))
-    app = create_app(ServerConfig(keys=(KEY,)), engine)
-    return httpx.Client(transport=httpx.WSGITransport(app=app), base_url="http://api.test", headers=AUTH)
+    return ApiClient(lambda r: httpx.Response(200, stream=stream, headers={"content-type": "text/event-stream"}))
 
 
 def test_a_finished_stream_is_read_to_its_end() -> None:
-    """After [DONE] the engine reads the body's end, so that httpx keeps the connection."""
+    """After [DONE] the engine reads the body's end, so that its connection is kept."""
     upstream = Finishing(iter(SKY_EVENTS))
     with api_over(upstream) as c:
         got = events(c.post("/v1/completions", json={**BODY, "stream": True}).text)
@@ -149,8 +152,7 @@ def test_streams_one_after_another_share_one_connection_to_vllm() -> None:
 
 
 def test_each_request_to_vllm_leaves_in_one_write(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A request's head and body leave in one send (each send wakes vLLM's server): the
-    engine's own client (wire.py), and OneWriteTransport (httpx's, for an https upstream)."""
+    """A request's head and body leave in one send (each send wakes vLLM's server)."""
     sent: list[bytes] = []
     real_sendall, real_send = socket.socket.sendall, socket.socket.send
 
@@ -167,23 +169,19 @@ def test_each_request_to_vllm_leaves_in_one_write(monkeypatch: pytest.MonkeyPatc
     url = f"http://127.0.0.1:{server.server_address[1]}"
     engine = VllmEngine(url, MODEL)
     app = create_app(ServerConfig(keys=(KEY,)), engine)
-    transport = OneWriteTransport(httpx.Limits())
     monkeypatch.setattr(socket.socket, "sendall", sendall)
     monkeypatch.setattr(socket.socket, "send", send)
     try:
         with httpx.Client(transport=httpx.WSGITransport(app=app), base_url="http://api.test", headers=AUTH) as c:
             for stream in (False, True):
                 assert c.post("/v1/completions", json={**BODY, "stream": stream}).status_code == 200
-        with httpx.Client(transport=transport, base_url=url) as direct:
-            assert direct.post("/v1/completions", json={**BODY, "stream": False}).status_code == 200
     finally:
         monkeypatch.undo()
-        transport.close()
         engine.close()
         server.shutdown()
         server.server_close()
     requests = [data for data in sent if data.startswith(b"POST ")]
-    assert len(requests) == 3
+    assert len(requests) == 2
     for request in requests:
         head, body = request.split(b"\r\n\r\n", 1)
         assert head.startswith(b"POST /v1/completions HTTP/1.1") and json.loads(body)["model"] == MODEL

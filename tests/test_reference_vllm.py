@@ -107,7 +107,7 @@ def test_steering_changes_the_output_at_temperature_0(reference: Reference, mode
 # -- refused before vLLM ---------------------------------------------------------------------
 
 def test_lens_requests_the_api_refuses_never_reach_vllm(reference: Reference, reference_client: Client,
-                                                          counting_transport: Any, model: ModelInfo) -> None:
+                                                          counting_proxy: Any, model: ModelInfo) -> None:
     vector = ones_vector(model, 1.0)
     refused = [
         ({"prompt": ["The sky", "The sea"], "output_residual_stream": [0]}, "prompt"),
@@ -115,15 +115,14 @@ def test_lens_requests_the_api_refuses_never_reach_vllm(reference: Reference, re
         ({"prompt": "The sky", "n": 2, "temperature": 1, "output_residual_stream": [0]}, "n"),
         ({"prompt": "The sky", "n": 3, "temperature": 1, "apply_steering_vectors": [vector]}, "n"),
     ]
-    transport = counting_transport
-    with reference_client(transport=transport) as c:
+    with reference_client(upstream=counting_proxy.url) as c:
         for fields, param in refused:
             r = c.post(COMPLETIONS, json={"model": SERVED, "max_tokens": 2, **fields})
             assert (r.status_code, r.json()["error"]["param"]) == (400, param), r.text
-        assert transport.requests == []
+        assert counting_proxy.requests == []
         ok = c.post(COMPLETIONS, json={**SKY, "max_tokens": 2, "output_residual_stream": [0]})
-    assert ok.status_code == 200 and len(transport.requests) == 1      # the counter does count
-    (sent,) = transport.requests
+    assert ok.status_code == 200 and len(counting_proxy.requests) == 1      # the counter does count
+    (sent,) = counting_proxy.requests
     assert sent.headers["X-Request-Id"] == ok.headers["X-Request-Id"]
     assert json.loads(sent.content)["vllm_xargs"] == {"output_residual_stream": [0]}
     # Why: vLLM would take several prompts and capture the first one only.

@@ -8,7 +8,9 @@ uvicorn does (a stream in chunked encoding, one chunk per event).
 from __future__ import annotations
 
 import json
+import shutil
 import socket
+import ssl
 import subprocess
 import sys
 import threading
@@ -26,6 +28,7 @@ from contract import spec
 from reference_impl.engine import VllmEngine
 from tests.test_reference_engine import AUTH, BODY, KEY, MODEL, SKY, completion, content, events, sse
 from tests.contract_support import CONTRACT
+from tests.upstream_server import UpstreamServer
 
 SKY_EVENTS = [event + b"\n\n" for event in SKY.split(b"\n\n") if event]
 VLLM_400 = {"error": {"message": "This model's maximum context length is 8 tokens. (parameter=input_tokens, value=9)",
@@ -338,6 +341,64 @@ def test_generate_streams_over_the_same_client_and_closing_it_closes_vllms_strea
             engine.close()
             vllm.close()
         assert isinstance(first, ChoiceDelta) and first.text in (" blue", " t0")
+
+
+# -- an https:// upstream ------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def certificate(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """A self-signed certificate for 127.0.0.1 (openssl's command), and its key."""
+    if shutil.which("openssl") is None:
+        pytest.skip("needs the openssl command")
+    folder = tmp_path_factory.mktemp("tls")
+    cert, key = folder / "cert.pem", folder / "key.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=127.0.0.1",
+                    "-addext", "subjectAltName=IP:127.0.0.1", "-keyout", str(key), "-out", str(cert)],
+                   check=True, capture_output=True)
+    return cert, key
+
+
+def sky_answer(request: httpx.Request) -> httpx.Response:
+    if request.method == "GET":   # /health
+        return httpx.Response(200)
+    if json.loads(request.content)["stream"]:
+        return httpx.Response(200, content=SKY, headers={"content-type": "text/event-stream"})
+    return httpx.Response(200, json=completion(SKY))
+
+
+def test_an_https_upstream_with_a_trusted_certificate(certificate: tuple[Path, Path],
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    cert, key = certificate
+    tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    tls.load_cert_chain(cert, key)
+    monkeypatch.setenv("SSL_CERT_FILE", str(cert))   # the client trusts the system's CAs and this
+    with UpstreamServer(sky_answer, tls) as upstream:
+        engine = VllmEngine(upstream.url, MODEL)
+        app = create_app(ServerConfig(keys=(KEY,)), engine)
+        try:
+            with httpx.Client(transport=httpx.WSGITransport(app=app), base_url="http://api.test", headers=AUTH) as c:
+                got = [texts(c.post("/v1/completions", json={**BODY, "stream": stream})) for stream in (True, False)]
+                assert c.get("/health").status_code == 200
+        finally:
+            engine.close()
+    assert upstream.url.startswith("https://") and got == [[" blue", " today"], [" blue today"]]
+
+
+def test_an_https_upstream_whose_certificate_is_not_trusted_is_a_503(certificate: tuple[Path, Path],
+                                                                    caplog: pytest.LogCaptureFixture) -> None:
+    cert, key = certificate
+    tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    tls.load_cert_chain(cert, key)
+    with UpstreamServer(sky_answer, tls) as upstream:
+        engine = VllmEngine(upstream.url, MODEL)
+        app = create_app(ServerConfig(keys=(KEY,)), engine)
+        try:
+            with httpx.Client(transport=httpx.WSGITransport(app=app), base_url="http://api.test", headers=AUTH) as c:
+                r = c.post("/v1/completions", json=BODY)
+        finally:
+            engine.close()
+    assert (r.status_code, r.json()["error"]["code"]) == (503, "inference_unavailable")
+    assert "CERTIFICATE_VERIFY_FAILED" in caplog.text   # (the client checks the certificate)
 
 
 # -- under gevent (the default worker) ----------------------------------------------------------
