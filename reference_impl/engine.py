@@ -45,7 +45,7 @@ from reference_impl.errors import UpstreamError, from_vllm, translated
 from reference_impl.events import Decoder, SseData
 from reference_impl.health import UpstreamHealth
 from reference_impl.upstream import upstream_body
-from reference_impl.wire import Exchange, Pool
+from reference_impl.wire import Exchange, Pool, WireTimeout
 
 COMPLETIONS = "/v1/completions"   # vLLM's OpenAI route (not ours: the upstream's)
 CONNECT_TIMEOUT_S = 5.0
@@ -134,7 +134,10 @@ class VllmEngine(Engine):
                         # The body's end (its last, empty chunk), so the connection is kept;
                         # an upstream that goes on loses its connection instead.
                         for _ in range(DRAIN_CHUNKS):
-                            if exchange.complete or not exchange.read(self.wait_seconds):
+                            try:
+                                if exchange.complete or not exchange.read(self.wait_seconds):
+                                    break
+                            except WireTimeout:   # silent after [DONE]: the stream stands, its connection goes
                                 break
                             exchange.take()
                         if batch:

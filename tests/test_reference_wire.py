@@ -248,6 +248,19 @@ def test_vllm_silent_past_the_wait_is_a_504() -> None:
     assert got[0]["error"]["message"] == message and got[1] == "[DONE]"
 
 
+def test_vllm_silent_after_done_leaves_the_stream_whole() -> None:
+    """The body's end (its last, empty chunk) that never comes, past the wait: the stream
+    stands as vLLM sent it, and only the connection goes."""
+    def no_end(conn: socket.socket, body: dict[str, Any], number: int) -> None:
+        conn.sendall(stream_head() + b"".join(chunk(e) for e in SKY_EVENTS))
+        time.sleep(3)
+
+    with api(no_end, wait_seconds=1) as (c, vllm):
+        r = c.post("/v1/completions", json={**BODY, "stream": True})
+        assert vllm.closed_by_client.wait(5)
+    assert texts(r) == [" blue", " today"] and "error" not in r.text and events(r.text)[-1] == "[DONE]"
+
+
 def test_a_client_that_goes_away_closes_the_connection_to_vllm() -> None:
     def endless(conn: socket.socket, body: dict[str, Any], number: int) -> None:
         conn.sendall(stream_head())
