@@ -11,14 +11,20 @@ import json
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 import yaml
 from flask.testing import FlaskClient
 
+from conformance.checks import REGISTRY
+from conformance.config import RunConfig
 from conformance.golden import padded_body
+from conformance.registry import select
+from conformance.results import Outcome
+from conformance.runner import run
 from contract import ApiError, Contract, Spec, load_spec
 from mock_server import MockConfig, create_app
-from tests.mock_helpers import AUTH, completion_body
+from tests.mock_helpers import AUTH, KEY, completion_body
 
 TOKEN_RULE = "generated_tokens_cap"
 
@@ -29,7 +35,7 @@ def smaller(raw: dict[str, Any]) -> dict[str, Any]:
     caps = raw["x-caps"]
     caps["max_body_bytes"] //= 2
     caps["max_generated_tokens"] //= 4
-    caps["max_tokens_without_stream"] = min(caps["max_tokens_without_stream"], caps["max_generated_tokens"])
+    caps["max_tokens_without_stream"] = min(caps["max_tokens_without_stream"], caps["max_generated_tokens"] // 2)
     raw["x-messages"]["request_too_large"] = "Over {limit} bytes: the small spec's own words."
     rule = next(r for r in raw["x-token-rules"] if r["id"] == TOKEN_RULE)
     rule["message"] = "The small spec caps generated tokens at {cap}; this request asks {total}."
@@ -119,3 +125,16 @@ def test_two_contracts_word_the_same_error_each_by_its_own_spec(specs: tuple[Spe
         assert contract.errors.message(info.value) == rule["message"].format(
             cap=s.caps["max_generated_tokens"], n=1, max_tokens=body["max_tokens"], prompts=1,
             total=body["max_tokens"])
+
+
+@pytest.mark.parametrize("which", [0, 1], ids=["default", "small"])
+def test_the_suite_passes_against_each_app_checked_by_its_own_spec(
+        specs: tuple[Spec, Spec], clients: tuple[FlaskClient, FlaskClient], which: int) -> None:
+    """The full profile (less golden, whose cases are openapi.yaml's data, and robust, which
+    needs sockets) from RunConfig.api: each app's caps and words are what the suite expects."""
+    s, app = specs[which], clients[which].application
+    config = RunConfig("http://mock.test", KEY, profile="full", api=s, skip=("golden", "robust")).validate()
+    report = run(config, select(REGISTRY, config), transport=httpx.WSGITransport(app=app))
+    bad = {r.id: (r.reason, [f.message for f in r.findings]) for r in report.results
+           if r.outcome in (Outcome.FAILED, Outcome.ERROR)}
+    assert report.results and not bad, bad
