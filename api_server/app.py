@@ -67,6 +67,7 @@ def create_app(config: ServerConfig, engine: Engine, models: Mapping[str, ModelI
     if not isinstance(engine, Engine):   # its capabilities are Engine's methods: fail at start
         raise TypeError(f"{type(engine).__name__} is not an api_server.Engine (api_server/engine.py)")
     api = api if api is not None else spec()
+    config = config.for_spec(api)   # what the config leaves to the spec is this app's spec's
     headers = api.response_headers
     if REQUEST_ID not in headers or CLAMPED not in headers:
         raise RuntimeError("openapi.yaml lacks the response headers the server sends")

@@ -1,9 +1,10 @@
 """The server's settings: one dataclass, filled from <PREFIX>_* environment variables.
 
 Both servers of the API share these (keys, Budget, keepalive, max_model_len); the
-mock's MockConfig adds its simulated latency and faults on top. Defaults that the
-API fixes (the keepalive interval) are read from the spec, so that nothing here can
-drift from openapi.yaml.
+mock's MockConfig adds its simulated latency and faults on top. Settings that the
+API fixes by default (the keepalive interval, the body-read timeout) are None until
+`for_spec` fills them from the app's own Spec (create_app does), so that nothing here
+can drift from the openapi.yaml an app is built over.
 """
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import ClassVar, TypeVar
 
-from contract import spec
+from contract import Spec, spec
 
 C = TypeVar("C", bound="ServerConfig")
 
@@ -51,12 +52,8 @@ ABOVE_0 = Bound(0, low_ok=False)
 FRACTION = Bound(0, high=1)
 
 
-def _keepalive_default() -> float:
-    return float(spec().caps["keepalive_seconds"])
-
-
-def _body_read_default() -> float:
-    return float(spec().caps["body_read_seconds"])
+# The settings whose default is an x-caps value of the app's spec (None until for_spec).
+SPEC_DEFAULTS = {"keepalive_seconds": "keepalive_seconds", "body_read_seconds": "body_read_seconds"}
 
 
 @dataclass(frozen=True)
@@ -71,10 +68,12 @@ class ServerConfig:
     budget_dir: str | None = None
     # redis://host:port/db: the Budget in Redis, shared by replicas (budget_store.py).
     budget_url: str | None = None
-    keepalive_seconds: float = field(default_factory=_keepalive_default)
+    # None: the spec's x-caps.keepalive_seconds (for_spec).
+    keepalive_seconds: float | None = None
     # The longest a client may leave a read (its headers or body) silent: then 400 and
     # close (api-decisions.md, Hostile input). Short in tests; the worker applies it.
-    body_read_seconds: float = field(default_factory=_body_read_default)
+    # None: the spec's x-caps.body_read_seconds (for_spec).
+    body_read_seconds: float | None = None
     # A deployment's max_model_len per model name (the spec's value otherwise).
     max_model_len: Mapping[str, int] = field(default_factory=dict)
 
@@ -95,6 +94,11 @@ class ServerConfig:
             if length < 1:
                 raise ConfigError(f"{self.option('max_model_len')} must be >= 1, got {model}={length}")
 
+    def for_spec(self: C, api: Spec) -> C:
+        """This config with the settings left to the spec (None) taken from `api`'s x-caps."""
+        unset = {name: float(api.caps[cap]) for name, cap in SPEC_DEFAULTS.items() if getattr(self, name) is None}
+        return dataclasses.replace(self, **unset) if unset else self
+
     @classmethod
     def option(cls, name: str) -> str:
         """A setting's command-line option, with its variable: `--ttft-ms (MOCK_TTFT_MS)`."""
@@ -104,13 +108,19 @@ class ServerConfig:
     @property
     def keepalive(self) -> bool:
         """Whether a quiet stream sends `: keepalive` (keepalive_seconds 0: never)."""
-        return self.keepalive_seconds > 0
+        return self._given("keepalive_seconds") > 0
 
     @property
     def stream_interval(self) -> float:
         """The longest a stream's engine waits before handing back (Engine.stream's
         interval): the keepalive interval, or QUIET_WAKE_S with keepalives off."""
-        return self.keepalive_seconds if self.keepalive else QUIET_WAKE_S
+        return self._given("keepalive_seconds") if self.keepalive else QUIET_WAKE_S
+
+    def _given(self, name: str) -> float:
+        value = getattr(self, name)
+        if value is None:
+            raise RuntimeError(f"ServerConfig.{name} is the spec's until for_spec(spec) fills it (create_app does)")
+        return float(value)
 
     @classmethod
     def from_env(cls: type[C], environ: Mapping[str, str] | None = None,

@@ -18,7 +18,11 @@ MODEL = spec().default_model
 
 def test_defaults_come_from_the_spec() -> None:
     config = MockConfig()
-    assert config.keepalive_seconds == spec().caps["keepalive_seconds"]
+    assert (config.keepalive_seconds, config.body_read_seconds) == (None, None)   # the app's spec's
+    resolved = config.for_spec(spec())
+    assert (resolved.keepalive_seconds, resolved.body_read_seconds) == (
+        spec().caps["keepalive_seconds"], spec().caps["body_read_seconds"])
+    assert MockConfig(keepalive_seconds=0.5).for_spec(spec()).keepalive_seconds == 0.5
     assert (config.keys, config.budget_tokens, config.ttft_ms, config.tpot_ms, config.fault_rate) == (
         None, None, 0, 0, 0)
 

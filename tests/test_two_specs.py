@@ -34,6 +34,8 @@ def smaller(raw: dict[str, Any]) -> dict[str, Any]:
     raw = copy.deepcopy(raw)
     caps = raw["x-caps"]
     caps["max_body_bytes"] //= 2
+    caps["keepalive_seconds"] *= 2
+    caps["body_read_seconds"] //= 2
     caps["max_generated_tokens"] //= 4
     caps["max_tokens_without_stream"] = min(caps["max_tokens_without_stream"], caps["max_generated_tokens"] // 2)
     raw["x-messages"]["request_too_large"] = "Over {limit} bytes: the small spec's own words."
@@ -72,6 +74,16 @@ def test_the_small_spec_differs_where_the_tests_look(specs: tuple[Spec, Spec]) -
     assert small.caps["max_body_bytes"] < default.caps["max_body_bytes"]
     assert small.caps["max_generated_tokens"] < default.caps["max_generated_tokens"]
     assert small.messages["request_too_large"] != default.messages["request_too_large"]
+    assert small.caps["keepalive_seconds"] != default.caps["keepalive_seconds"]
+    assert small.caps["body_read_seconds"] != default.caps["body_read_seconds"]
+
+
+def test_each_app_takes_the_defaults_its_config_leaves_from_its_own_spec(
+        specs: tuple[Spec, Spec], clients: tuple[FlaskClient, FlaskClient]) -> None:
+    for s, client in zip(specs, clients):
+        config = client.application.state.config   # type: ignore[attr-defined]
+        assert (config.keepalive_seconds, config.body_read_seconds) == (
+            s.caps["keepalive_seconds"], s.caps["body_read_seconds"])
 
 
 @pytest.mark.parametrize("which", [0, 1], ids=["default", "small"])
