@@ -8,7 +8,8 @@ HTML, a diff JSON and HTML (it has no --junit: argparse refuses it, exit 2).
 The spec is read here, once, and handed to everything below in the RunConfig.
 
 Exit codes (computed in conformance.results.exit_code and DiffReport.exit_code):
-0 conformant (nothing differs), 1 at least one check failed (something differs),
+0 conformant (nothing differs; warnings do not count without --strict), 1 at least one
+check failed (with --baseline: a new finding; something differs),
 2 usage or configuration error, unreachable server, or a tool error.
 """
 from __future__ import annotations
@@ -63,6 +64,11 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--stall-seconds", type=float, default=0.0,
                    help="run robust:http.stalled_body, waiting this long for the server's body-read "
                         "timeout (default 0: skipped)")
+    p.add_argument("--strict", action="store_true",
+                   help="a front's own words (warnings: an HTML page or a close for a request no client "
+                        "sends) fail the run too")
+    p.add_argument("--rate-limit", type=float, metavar="N",
+                   help="send at most N requests per second; a 429 with Retry-After is waited out and sent again")
     p.add_argument("--no-progress", action="store_true", help="no progress display")
 
 
@@ -74,6 +80,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--junit", metavar="FILE", help="write a JUnit XML report")
     p.add_argument("--json", metavar="FILE", help="write a JSON report")
     p.add_argument("--html", metavar="FILE", help="write a self-contained HTML report")
+    p.add_argument("--baseline", metavar="PREVIOUS.json",
+                   help="a JSON report of an earlier run: only findings it does not list fail this run")
     return p
 
 
@@ -99,7 +107,7 @@ def _config(args: argparse.Namespace, api: Spec) -> RunConfig:
         include=_tags(args.include), skip=_tags(args.skip), select=_tags(args.select),
         wrong_key_expected=args.wrong_key_expected, exhausted_key=args.exhausted_key,
         token_ceiling=args.token_ceiling, timeout=args.timeout, schema_examples=args.schema_examples,
-        stall_seconds=args.stall_seconds, api=api,
+        stall_seconds=args.stall_seconds, strict=args.strict, rate_limit=args.rate_limit, api=api,
     ).validate()
 
 
@@ -130,6 +138,7 @@ def main(argv: Sequence[str] | None = None, *, transport: httpx.BaseTransport | 
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == [DIFF]:
         return diff_main(argv[1:], console=console, transports=(transport, transport), api=api)
+    from conformance import baseline
     from conformance.display import ProgressDisplay, print_dry_run, print_summary
     from conformance.reports import write_html, write_json, write_junit
     from conformance.runner import run
@@ -143,12 +152,15 @@ def main(argv: Sequence[str] | None = None, *, transport: httpx.BaseTransport | 
     try:
         config = _config(args, api if api is not None else spec())
         checks = _selected(config)
+        known = baseline.load(args.baseline, config.api.version) if args.baseline else None
         if args.dry_run:
             print_dry_run(checks, config, console)
             return int(ExitCode.CONFORMANT)
         show = not args.no_progress and err.is_terminal
         with ProgressDisplay(len(checks), err, enabled=show) as progress:
             report = run(config, checks, progress=progress, transport=transport)
+        if known is not None:
+            report.baseline = baseline.compare(report, known, args.baseline)
     except (ConfigError, SpecError) as exc:
         err.print(f"[magenta]error:[/] {exc}", highlight=False)
         return int(exit_code(None))

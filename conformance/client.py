@@ -3,13 +3,21 @@
 Transport failures are translated here, once: a request that got no HTTP
 response becomes a Reply with `error` set, which a check reports as a finding
 (the server was reachable when the run started, so silence is its fault).
+
+A deployment's rate limit is met here, once (`Pace`): with --rate-limit every request
+(the raw sockets' and schemathesis's too) waits its turn, and a 429 with Retry-After
+is waited out and sent again, not reported, at most MAX_RETRIES times a request and
+MAX_WAIT_S a wait. The API's own 429 (insufficient_quota) never carries Retry-After,
+so no check's expected answer is retried.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
 import time
 from dataclasses import dataclass, field
+from collections.abc import Iterator
 from typing import Any, Callable
 
 import httpx
@@ -25,6 +33,52 @@ AUTH_NONE = "none"
 
 # The start of the reason of every check skipped for the token ceiling (reports find them by it).
 OVER_CEILING = "over the token ceiling"
+
+
+MAX_RETRIES = 5          # a request's 429s with Retry-After waited out, at most
+MAX_WAIT_S = 60.0        # the longest Retry-After waited out; a longer one is answered as it came
+
+
+class Pace:
+    """At most `per_second` requests a second, and the 429s waited out (the report's note)."""
+
+    def __init__(self, per_second: float) -> None:
+        self.per_second = per_second
+        self._lock = threading.Lock()
+        self._next = 0.0
+        self.retried = 0
+        self.waited = 0.0
+        self.given_up: list[str] = []
+
+    def wait(self) -> None:
+        with self._lock:
+            now = time.monotonic()
+            at = max(now, self._next)
+            self._next = at + 1.0 / self.per_second
+        if at > now:
+            time.sleep(at - now)
+
+    def retry_after(self, status: int | None, headers: httpx.Headers | dict[str, str], tries: int,
+                    what: str) -> float | None:
+        """Seconds to wait before sending again, or None: this answer stands."""
+        value = {k.lower(): v for k, v in headers.items()}.get("retry-after")
+        if status != 429 or value is None:
+            return None
+        try:
+            seconds = max(0.0, float(value))
+        except ValueError:
+            seconds = MAX_WAIT_S + 1
+        if tries >= MAX_RETRIES or seconds > MAX_WAIT_S:
+            self.given_up.append(f"{what}: 429 with Retry-After {value} after {tries} retries")
+            return None
+        with self._lock:
+            self.retried += 1
+            self.waited += seconds
+        return seconds
+
+    def summary(self) -> dict[str, object]:
+        return {"per_second": self.per_second, "retried": self.retried, "waited_s": round(self.waited, 3),
+                "max_retries": MAX_RETRIES, "max_wait_s": MAX_WAIT_S, "given_up": self.given_up}
 
 
 class OverCeiling(Exception):
@@ -64,8 +118,9 @@ class StreamReply(Reply):
 
 class Client:
     def __init__(self, base_url: str, api_key: str, *, timeout: float = 120.0,
-                 transport: httpx.BaseTransport | None = None) -> None:
+                 transport: httpx.BaseTransport | None = None, rate_limit: float | None = None) -> None:
         self.base_url = base_url.rstrip("/")
+        self.pace = Pace(rate_limit) if rate_limit else None
         self.api_key = api_key
         self._http = httpx.Client(base_url=self.base_url, timeout=timeout, transport=transport)
         self._lock = threading.Lock()
@@ -123,7 +178,8 @@ class Client:
         hdrs = self._headers(auth, headers, content is not None)
         exchange = self._exchange(method, path, hdrs, content)
         try:
-            resp = self._http.request(method, path, content=content, headers=hdrs)
+            resp = self._paced(lambda: self._http.request(method, path, content=content, headers=hdrs),
+                               f"{method} {path}")
         except httpx.TransportError as exc:
             exchange.error = f"{type(exc).__name__}: {exc}"
             return Reply(exchange, None, httpx.Headers(), error=exchange.error)
@@ -159,7 +215,7 @@ class Client:
         start = time.monotonic()
         lines: list[tuple[float, str]] = []
         try:
-            with self._http.stream("POST", path, content=content, headers=hdrs) as resp:
+            with self._paced_stream(path, content, hdrs) as resp:
                 reply = StreamReply(exchange, resp.status_code, resp.headers)
                 exchange.status = resp.status_code
                 exchange.response_headers = dict(resp.headers)
@@ -194,6 +250,38 @@ class Client:
         self._count_stream(reply.parsed)
         self._observe("POST", path, content, reply)
         return reply
+
+    # -- the deployment's rate limit -----------------------------------------
+
+    def wait_turn(self) -> None:
+        """With --rate-limit, wait until the next request may go (every sender calls it)."""
+        if self.pace is not None:
+            self.pace.wait()
+
+    def _paced(self, send: Callable[[], httpx.Response], what: str) -> httpx.Response:
+        tries = 0
+        while True:
+            self.wait_turn()
+            resp = send()
+            wait = self.pace.retry_after(resp.status_code, resp.headers, tries, what) if self.pace else None
+            if wait is None:
+                return resp
+            tries += 1
+            time.sleep(wait)
+
+    @contextlib.contextmanager
+    def _paced_stream(self, path: str, content: bytes, hdrs: dict[str, str]) -> Iterator[httpx.Response]:
+        tries = 0
+        while True:
+            self.wait_turn()
+            with self._http.stream("POST", path, content=content, headers=hdrs) as resp:
+                wait = self.pace.retry_after(resp.status_code, resp.headers, tries, f"POST {path}") \
+                    if self.pace else None
+                if wait is None:
+                    yield resp
+                    return
+            tries += 1
+            time.sleep(wait)
 
     def observe(self, method: str, path: str, content: bytes | None, reply: Reply) -> None:
         """An answer got through another client (schemathesis's), for the observers."""

@@ -47,6 +47,8 @@ class RunConfig:
     schema_examples: int = 25           # schemathesis max examples per operation and phase
     stall_seconds: float = 0.0          # robust:http.stalled_body waits this long for the server's
                                         # body-read timeout; 0 skips it (the spec's is 30 s)
+    strict: bool = False                # warnings (a front's own words) are findings
+    rate_limit: float | None = None     # the most requests per second; 429s with Retry-After waited out
     api: Spec = field(default_factory=spec, repr=False, compare=False)  # the spec it is checked against
 
     def __post_init__(self) -> None:
@@ -63,6 +65,8 @@ class RunConfig:
             raise ConfigError(f"--base-url must be an http(s) URL, not {self.base_url!r}")
         if self.token_ceiling < 0 or self.schema_examples < 1 or self.timeout <= 0:
             raise ConfigError("--token-ceiling, --schema-examples and --timeout must be positive")
+        if self.rate_limit is not None and not self.rate_limit > 0:
+            raise ConfigError(f"--rate-limit must be above 0 requests per second, not {self.rate_limit:g}")
         return self
 
     @property

@@ -70,6 +70,13 @@ class Context:
              reply: Reply | None = None) -> None:
         self.findings.append(Finding(message, expected, received, reply.exchange if reply else None))
 
+    def warn(self, message: str, *, expected: Any = None, received: Any = None,
+             reply: Reply | None = None) -> None:
+        """A finding of the front class (conformance/README.md, "A front's own words"): it
+        leaves the check WARNED, and fails it only under --strict."""
+        self.findings.append(Finding(message, expected, received, reply.exchange if reply else None,
+                                     warning=True))
+
     def stop(self, message: str, **kw: Any) -> None:
         self.fail(message, **kw)
         raise Stop(message)
@@ -122,7 +129,9 @@ class Context:
         if body is None:
             return
         if not reply.is_json:
-            self.fail("the body is not JSON", expected=body, received=_summary(reply), reply=reply)
+            from conformance.answerer import who_answered
+            self.fail(f"the body is not JSON ({who_answered(reply.headers, reply.content)})", expected=body,
+                      received=_summary(reply), reply=reply)
             self.expect_request_id(reply, in_body=False)
             return
         received = mask(reply.data)

@@ -18,7 +18,8 @@ from conformance.results import CheckResult, Outcome, RunReport, exit_code
 from conformance.cost import CostModel
 from contract.version import describe, version_line
 
-STYLE = {Outcome.PASSED: "green", Outcome.FAILED: "red", Outcome.SKIPPED: "yellow", Outcome.ERROR: "magenta"}
+STYLE = {Outcome.PASSED: "green", Outcome.FAILED: "red", Outcome.WARNED: "dark_orange", Outcome.SKIPPED: "yellow",
+         Outcome.ERROR: "magenta"}
 
 
 class ProgressDisplay:
@@ -67,6 +68,9 @@ def print_summary(report: RunReport, console: Console) -> None:
         first = r.findings[0].message if r.findings else ""
         more = f" (+{len(r.findings) - 1} more)" if len(r.findings) > 1 else ""
         console.print(f"[red]FAILED[/] {r.id}: {first}{more}", markup=True, highlight=False)
+    for r in report.warned:
+        console.print(f"[dark_orange]WARNING[/] {r.id}: {r.findings[0].message if r.findings else ''} "
+                      "(a front's own words: not counted; --strict counts it)", highlight=False)
     for r in report.errors:
         console.print(f"[magenta]TOOL ERROR[/] {r.id}: {r.reason.splitlines()[0] if r.reason else ''}",
                       highlight=False)
@@ -74,6 +78,8 @@ def print_summary(report: RunReport, console: Console) -> None:
         console.print(f"[magenta]TOOL ERROR[/] {error}", highlight=False)
     if report.ceiling_note():
         console.print(report.ceiling_note(), style="yellow", markup=False, highlight=False)
+    for line in report.notes():
+        console.print(line, markup=False, highlight=False)
     console.print(f"checked with {describe(report.versions)}", highlight=False)
     if report.coverage:
         from conformance.coverage import summary_line

@@ -1,6 +1,10 @@
 """What a run produces: one result per check, findings kept apart from the tool's own errors.
 
 A *finding* is something the server under test did wrong (a check FAILED).
+A *warning* is a finding of the front class (conformance/README.md, "A front's own
+words"): a refusal of a request no client sends, answered by a front in its own words
+(an HTML page, a close). A check whose findings are all warnings is WARNED, which does
+not change the exit code; under --strict it is FAILED.
 A tool *error* is something that went wrong in the suite itself (a bug, a
 report that could not be written): the check's outcome is ERROR and the
 reports list it apart, never as a finding about the server.
@@ -40,6 +44,7 @@ def bounded(value: Any, limit: int = QUOTE_LIMIT_BYTES) -> Any:
 class Outcome(StrEnum):
     PASSED = "passed"
     FAILED = "failed"     # at least one finding about the server
+    WARNED = "warned"     # only warnings (a front's own words), not under --strict
     SKIPPED = "skipped"   # not applicable here (reason given)
     ERROR = "error"       # the suite itself failed to run the check
 
@@ -79,6 +84,7 @@ class Finding:
     expected: Any = None
     received: Any = None
     exchange: Exchange | None = None
+    warning: bool = False             # the front class: a finding only under --strict
 
     def __post_init__(self) -> None:
         self.message = bounded(self.message)
@@ -86,7 +92,7 @@ class Finding:
 
     def to_dict(self) -> dict[str, Any]:
         return {"message": self.message, "expected": self.expected, "received": self.received,
-                "exchange": self.exchange.to_dict() if self.exchange else None}
+                "warning": self.warning, "exchange": self.exchange.to_dict() if self.exchange else None}
 
 
 @dataclass
@@ -137,6 +143,11 @@ class RunReport:
     ceiling_skipped: list[str] = field(default_factory=list)   # checks skipped for the ceiling
     ceiling_needed: int | None = None     # a --token-ceiling that would run them too
     ceiling_notes: list[str] = field(default_factory=list)    # requests withheld inside checks
+    strict: bool = False                  # --strict: warnings are findings (checks FAILED)
+    # --baseline: the findings new, still failing and fixed against an earlier report
+    # (conformance.baseline.compare); with one, only new findings fail the run.
+    baseline: dict[str, Any] | None = None
+    rate_limit: dict[str, Any] | None = None   # --rate-limit: the pace, and the 429s waited out
 
     def ceiling_note(self) -> str:
         """What the ceiling kept from running, or ''."""
@@ -148,12 +159,32 @@ class RunReport:
                             f"would run them")
         return "\n".join(lines)
 
+    def notes(self) -> list[str]:
+        """The baseline's comparison and the rate limit's waits, as lines (every report shows them)."""
+        lines = []
+        if self.baseline is not None:
+            b = self.baseline
+            lines.append(f"against the baseline {b['file']}: {len(b['new'])} new findings, {len(b['still'])} still "
+                         f"failing, {len(b['fixed'])} fixed (only new findings fail the run)")
+            lines += [f"  NEW {f['check']}: {f['message']}" for f in b["new"]]
+            lines += [f"  FIXED {f['check']}: {f['message']}" for f in b["fixed"]]
+        if self.rate_limit is not None:
+            r = self.rate_limit
+            lines.append(f"rate limit: at most {r['per_second']:g} requests per second; {r['retried']} answers 429 "
+                         f"with Retry-After waited out ({r['waited_s']:.1f} s) and sent again, at most {r['max_retries']} "
+                         f"times a request and {r['max_wait_s']:g} s a wait; {len(r['given_up'])} given up on")
+        return lines
+
     def count(self, outcome: Outcome) -> int:
         return sum(1 for r in self.results if r.outcome is outcome)
 
     @property
     def failed(self) -> list[CheckResult]:
         return [r for r in self.results if r.outcome is Outcome.FAILED]
+
+    @property
+    def warned(self) -> list[CheckResult]:
+        return [r for r in self.results if r.outcome is Outcome.WARNED]
 
     @property
     def errors(self) -> list[CheckResult]:
@@ -169,8 +200,10 @@ class RunReport:
                 "token_ceiling": self.token_ceiling, "token_plan": self.token_plan,
                 "skipped_for_ceiling": self.ceiling_skipped, "token_ceiling_needed": self.ceiling_needed,
                 "ceiling_notes": self.ceiling_notes,
-                "duration_s": round(self.duration, 3),
+                "duration_s": round(self.duration, 3), "strict": self.strict,
                 "exit_code": int(exit_code(self))},
+            "baseline": self.baseline,
+            "rate_limit": self.rate_limit,
             "results": [r.to_dict() for r in self.results if r.outcome is not Outcome.ERROR],
             "tool_errors": [r.to_dict() for r in self.errors],
             "run_errors": self.run_errors,
@@ -182,13 +215,15 @@ def exit_code(report: RunReport | None) -> ExitCode:
     """The one place the exit code is decided.
 
     None (no report: bad usage, bad configuration, unreachable server) -> 2.
-    Any failed check -> 1, even if the tool also had errors: the findings stand.
+    Any failed check -> 1, even if the tool also had errors: the findings stand;
+    with a baseline, only a new finding (one the baseline does not list) -> 1.
+    Warned checks (a front's own words) do not count: --strict makes them FAILED.
     No failure but a tool error (in a check, or writing a report) -> 2: the
     verdict is incomplete, so not 0.
     """
     if report is None:
         return ExitCode.USAGE
-    if report.failed:
+    if report.baseline["new"] if report.baseline is not None else report.failed:
         return ExitCode.FAILED
     if report.errors or report.run_errors:
         return ExitCode.USAGE

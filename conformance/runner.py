@@ -75,7 +75,8 @@ def run_check(check: Check, ctx: Context) -> CheckResult:
         reason = "".join(traceback.format_exception_only(exc)).strip()
         reason += "\n" + "".join(traceback.format_tb(exc.__traceback__)[-3:])
     if ctx.findings and outcome is not Outcome.ERROR:
-        outcome = Outcome.FAILED
+        only_warnings = all(f.warning for f in ctx.findings) and not ctx.config.strict
+        outcome = Outcome.WARNED if only_warnings else Outcome.FAILED
     return CheckResult(check.id, check.all_tags, check.doc, outcome, list(ctx.findings), reason,
                        time.perf_counter() - start, ctx.client.tokens - tokens_before, withheld)
 
@@ -147,7 +148,8 @@ def connect(config: RunConfig, transport: httpx.BaseTransport | None = None) -> 
     """A Context for `config` (checked against its spec, `config.api`), after GET /v1/models;
     the caller closes ctx.client."""
     config.validate()
-    client = Client(config.base_url, config.api_key, timeout=config.timeout, transport=transport)
+    client = Client(config.base_url, config.api_key, timeout=config.timeout, transport=transport,
+                    rate_limit=config.rate_limit)
     try:
         ctx = Context(config, client, discover(client, config.model, config.api))
         client.ceiling, client.cost = config.token_ceiling, CostModel.of(config.api, ctx.max_model_len)
@@ -162,7 +164,7 @@ def run(config: RunConfig, checks: Sequence[Check], *, progress: Progress | None
     """Run `checks` (already selected), least costly first; the report lists them in the
     selection's order. Raise ConfigError/Unreachable before any check."""
     report = RunReport(config.base_url, config.model, config.profile, token_ceiling=config.token_ceiling,
-                       versions=versions())
+                       versions=versions(), strict=config.strict)
     start = time.perf_counter()
     ctx = connect(config, transport)
     results: dict[str, CheckResult] = {}
@@ -190,6 +192,7 @@ def run(config: RunConfig, checks: Sequence[Check], *, progress: Progress | None
         report.tokens = ctx.client.tokens
         report.ceiling_notes = list(ctx.memo.get(LEDGER_NOTES, []))
         report.coverage = coverage.summary()
+        report.rate_limit = ctx.client.pace.summary() if ctx.client.pace else None
     report.results = [results[c.id] for c in checks]
     skipped = [c for c in checks if results[c.id].reason.startswith(OVER_CEILING)]
     report.ceiling_skipped = [c.id for c in skipped]

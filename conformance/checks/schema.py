@@ -139,6 +139,7 @@ class _Ledger:
                 case.body[name] = cheap
 
     def before(self, case: Any) -> None:
+        self.client.wait_turn()           # --rate-limit: schemathesis's requests take their turn too
         method, path = case.operation.method.upper(), case.operation.path
         if self.mode == "negative" and isinstance(case.body, dict) and self.client.cost is not None \
                 and self.client.cost.request(method, path, case.body):

@@ -17,7 +17,7 @@ CSS = """
 body{font:14px/1.45 system-ui,sans-serif;margin:2em;color:#222;max-width:1400px}
 h1{font-size:1.5em}h2{font-size:1.15em;margin-top:2em}
 table{border-collapse:collapse}td,th{padding:.25em .7em;border-bottom:1px solid #ddd;text-align:left}
-.passed{color:#17713a}.failed{color:#b3261e}.skipped{color:#8a6d00}.error{color:#6a1b9a}
+.passed{color:#17713a}.failed{color:#b3261e}.warned{color:#b35c00}.skipped{color:#8a6d00}.error{color:#6a1b9a}
 details{margin:.3em 0;border:1px solid #ddd;border-radius:4px;padding:.3em .7em}
 details.failed{border-color:#e3a29c;background:#fff8f7}details.error{border-color:#c9a3d9}
 summary{cursor:pointer;font-family:ui-monospace,monospace}
@@ -105,9 +105,9 @@ def render(report: RunReport) -> str:
     group_rows = "".join(
         f"<tr><td>{escape(g)}</td>" + "".join(f'<td class="{o}">{n}</td>' for o, n in c.items()) + "</tr>"
         for g, c in groups.items())
-    order = {Outcome.FAILED: 0, Outcome.ERROR: 1, Outcome.SKIPPED: 2, Outcome.PASSED: 3}
+    order = {Outcome.FAILED: 0, Outcome.ERROR: 1, Outcome.WARNED: 2, Outcome.SKIPPED: 3, Outcome.PASSED: 4}
     results = sorted(report.results, key=lambda r: order[r.outcome])
-    verdict = "conforms" if not report.failed and not report.errors else "does not conform"
+    verdict = {0: "conforms", 1: "does not conform", 2: "incomplete"}[exit_code(report)]
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>Conformance: {escape(report.base_url)}</title>
 <style>{CSS}</style></head><body>
@@ -116,6 +116,7 @@ def render(report: RunReport) -> str:
 <b>{escape(report.profile)}</b>, {report.duration:.1f} s, {report.tokens} generated tokens
 (ceiling {report.token_ceiling}), exit code {int(exit_code(report))}.</p>
 {"".join(f'<p class="skipped">{escape(line)}</p>' for line in report.ceiling_note().splitlines())}
+{"".join(f'<p>{escape(line)}</p>' for line in report.notes())}
 <p>checked with {escape(describe(report.versions))}.</p>
 <table>{counts}</table>
 <h2>By group</h2>

@@ -1,6 +1,8 @@
 """JUnit XML, built with xml.etree: one testcase per check, classname = its group.
 
-A finding is a <failure>; a tool error is an <error> (CI systems show them apart).
+A finding is a <failure>; a tool error is an <error> (CI systems show them apart). A
+warned check (a front's own words) passes, its warnings in <system-out> and a property
+`warning`; the baseline's and the rate limit's notes are properties of the suite.
 """
 from __future__ import annotations
 
@@ -27,7 +29,7 @@ def finding_text(result: CheckResult) -> str:
 def build(report: RunReport) -> ET.Element:
     suite = ET.Element("testsuite", {
         "name": f"conformance ({report.profile})", "tests": str(len(report.results)),
-        "failures": str(report.count(Outcome.FAILED)), "errors": str(report.count(Outcome.ERROR)),
+        "failures": str(report.count(Outcome.FAILED)), "warnings": str(report.count(Outcome.WARNED)), "errors": str(report.count(Outcome.ERROR)),
         "skipped": str(report.count(Outcome.SKIPPED)), "time": f"{report.duration:.3f}"})
     props = ET.SubElement(suite, "properties")
     for name, value in (("base_url", report.base_url), ("model", report.model),
@@ -37,6 +39,8 @@ def build(report: RunReport) -> ET.Element:
         ET.SubElement(props, "property", {"name": name, "value": str(value)})
     for i, note in enumerate(report.ceiling_notes):
         ET.SubElement(props, "property", {"name": f"ceiling_note_{i}", "value": note})
+    for i, note in enumerate(report.notes()):
+        ET.SubElement(props, "property", {"name": f"note_{i}", "value": note})
     if report.ceiling_skipped:
         ET.SubElement(props, "property", {"name": "skipped_for_ceiling", "value": ",".join(report.ceiling_skipped)})
         ET.SubElement(props, "property", {"name": "token_ceiling_needed", "value": str(report.ceiling_needed)})
@@ -46,6 +50,10 @@ def build(report: RunReport) -> ET.Element:
         if r.outcome is Outcome.FAILED:
             el = ET.SubElement(case, "failure", {"message": r.findings[0].message[:500] if r.findings else ""})
             el.text = finding_text(r)
+        elif r.outcome is Outcome.WARNED:
+            case_props = ET.SubElement(case, "properties")
+            ET.SubElement(case_props, "property", {"name": "warning", "value": r.findings[0].message[:500]})
+            ET.SubElement(case, "system-out").text = "WARNING (not counted; --strict counts it)\n" + finding_text(r)
         elif r.outcome is Outcome.ERROR:
             el = ET.SubElement(case, "error", {"message": r.reason.splitlines()[0][:500] if r.reason else ""})
             el.text = r.reason

@@ -3,9 +3,8 @@ from __future__ import annotations
 
 import json
 
-from conformance.checks.robust.raw import TAGS, healthy_after, minimal, request_headers, target_of
+from conformance.checks.robust.raw import TAGS, deliver, healthy_after, minimal, request_headers, target_of
 from conformance.context import Context
-from conformance.rawhttp import exchange
 from conformance.registry import register
 
 
@@ -16,7 +15,7 @@ def disconnect_mid_body(ctx: Context) -> None:
     target = target_of(ctx)
     for _ in range(5):
         head = target.head("POST", ctx.api.completions_path, request_headers(ctx, body, close=False))
-        exchange(target, [head + body[: len(body) // 2]], bound=ctx.config.timeout, linger_reset=True)
+        deliver(ctx, [head + body[: len(body) // 2]], bound=ctx.config.timeout, linger_reset=True)
     healthy_after(ctx)
 
 
@@ -27,6 +26,6 @@ def disconnect_mid_stream(ctx: Context) -> None:
     target = target_of(ctx)
     for _ in range(5):
         head = target.head("POST", ctx.api.completions_path, request_headers(ctx, body, close=False))
-        exchange(target, [head + body], bound=ctx.config.timeout, linger_reset=True)
+        deliver(ctx, [head + body], bound=ctx.config.timeout, linger_reset=True)
     ctx.client.add_tokens(5)
     healthy_after(ctx)

@@ -5,11 +5,11 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from conformance.checks.robust.raw import (HEALTH, TAGS, UNKNOWN, answered, error_shaped,
+from conformance.checks.robust.raw import (HEALTH, TAGS, UNKNOWN, answered, deliver, error_shaped,
                                            healthy_after, minimal, refused, request_headers, shown, target_of)
 from conformance.context import Context
 from conformance.expect import error_body, message
-from conformance.rawhttp import RawExchange, exchange
+from conformance.rawhttp import RawExchange
 from conformance.registry import register
 
 
@@ -19,12 +19,13 @@ def malformed(ctx: Context) -> dict[str, Any]:
 
 @register("robust:http.short_body", tags=TAGS)
 def short_body(ctx: Context) -> None:
-    """Valid JSON shorter than its Content-Length, then a half-close: never executed; 400 malformed HTTP, then close."""
+    """Valid JSON shorter than its Content-Length, then a half-close: never executed; 400 malformed HTTP, then
+    close; or a close without an answer (RFC 9112 section 8: a server may close on an incomplete message)."""
     body = json.dumps(minimal(ctx), separators=(",", ":")).encode()
     target = target_of(ctx)
     head = target.head("POST", ctx.api.completions_path, request_headers(ctx, body, length=len(body) + 50, close=False))
-    ex = exchange(target, [head + body], expect=2, bound=ctx.config.timeout, half_close=True)
-    refused(ctx, ex, "a body 50 bytes short", malformed(ctx))
+    ex = deliver(ctx, [head + body], expect=2, bound=ctx.config.timeout, half_close=True)
+    refused(ctx, ex, "a body 50 bytes short", malformed(ctx), front=True, may_close=True)
     _closed_after_one(ctx, ex, "a body 50 bytes short")
     healthy_after(ctx)
 
@@ -40,14 +41,14 @@ def stalled_body(ctx: Context) -> None:
     body = json.dumps(minimal(ctx), separators=(",", ":")).encode()
     target = target_of(ctx)
     head = target.head("POST", ctx.api.completions_path, request_headers(ctx, body, close=False))
-    ex = exchange(target, [head + body[:10]], expect=2, bound=wait)
+    ex = deliver(ctx, [head + body[:10]], expect=2, bound=wait)
     refused(ctx, ex, "a stalled body", malformed(ctx))
     _closed_after_one(ctx, ex, "a stalled body")
     # A body over the cap is refused at once, but a server that reads the rest before
     # answering (so the client reads a 413, not a reset) must not wait for it for ever.
     limit = ctx.api.caps["max_body_bytes"]
     head = target.head("POST", ctx.api.completions_path, request_headers(ctx, body, length=limit + 1, close=False))
-    ex = exchange(target, [head + body[:10]], expect=2, bound=wait)
+    ex = deliver(ctx, [head + body[:10]], expect=2, bound=wait)
     refused(ctx, ex, "a stalled body over the cap",
             error_body(ctx.api, "request_too_large", message(ctx.api, "request_too_large", limit=limit)))
     _closed_after_one(ctx, ex, "a stalled body over the cap")
@@ -69,10 +70,10 @@ def cl_te(ctx: Context) -> None:
     head = target.head("POST", ctx.api.completions_path, [
         ("Authorization", f"Bearer {ctx.client.api_key}"), ("Content-Type", "application/json"),
         ("Content-Length", str(len(chunked))), ("Transfer-Encoding", "chunked")])
-    ex = exchange(target, [head + chunked], expect=2, bound=min(ctx.config.timeout, 5.0))
-    response = answered(ctx, ex, "CL and TE")
+    ex = deliver(ctx, [head + chunked], expect=2, bound=min(ctx.config.timeout, 5.0))
+    response = answered(ctx, ex, "CL and TE", front=True)
     if response is not None and response.status >= 400:
-        error_shaped(ctx, response, "CL and TE")
+        error_shaped(ctx, response, "CL and TE", front=True)
     ctx.expect(response is None or response.status < 500, "CL and TE: a server error", received=shown(response))
     ctx.expect(len(ex.responses) <= 1, "the request hidden in the body was answered (smuggled)",
                expected="one answer", received=[shown(r) for r in ex.responses])
@@ -112,8 +113,8 @@ def framing(ctx: Context) -> None:
     HTTP/1.1, odd Transfer-Encodings, huge chunk extensions and trailers): refused in the error shape."""
     body = json.dumps({**minimal(ctx), "conformance_unknown_field": 1}, separators=(",", ":")).encode()
     for name, data in _framings(ctx, body).items():
-        ex = exchange(target_of(ctx), [data], bound=ctx.config.timeout)
-        refused(ctx, ex, name)
+        ex = deliver(ctx, [data], bound=ctx.config.timeout)
+        refused(ctx, ex, name, front=True)
     healthy_after(ctx)
 
 
@@ -125,7 +126,7 @@ def pipelining(ctx: Context) -> None:
     auth = [("Authorization", f"Bearer {ctx.client.api_key}")]
     data = b"".join(target.head("GET", p, auth + ([("Connection", "close")] if i == len(paths) - 1 else []))
                     for i, p in enumerate(paths))
-    ex = exchange(target, [data], expect=len(paths), bound=ctx.config.timeout)
+    ex = deliver(ctx, [data], expect=len(paths), bound=ctx.config.timeout)
     if answered(ctx, ex, "pipelined requests") is None:
         return
     got = [r.status for r in ex.responses]

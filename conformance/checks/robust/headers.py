@@ -10,9 +10,9 @@ from conformance.registry import register
 def _header_check(ctx: Context, what: str, extra: list[tuple[str, str]], echo: str | None = None) -> None:
     """A request the server may answer (200) or refuse (a 4xx in the error shape), but never 5xx or hang."""
     ex = send(ctx, "GET", HEALTH, extra=extra)
-    response = answered(ctx, ex, what)
+    response = answered(ctx, ex, what, front=True)
     if response is not None and response.status != 200:
-        error_shaped(ctx, response, what)
+        error_shaped(ctx, response, what, front=True)
         if echo is not None:
             not_echoed(ctx, echo, response, what)
     healthy_after(ctx)
@@ -36,7 +36,7 @@ def long_request_line(ctx: Context) -> None:
     """A 64 KiB request line: refused in the error shape (404, 414 or 400), never 5xx or a hang, not quoted back."""
     path = "/v1/" + distinctive(1 << 16)
     ex = send(ctx, "GET", path)
-    refused(ctx, ex, "a 64 KiB request line", echo=path)
+    refused(ctx, ex, "a 64 KiB request line", echo=path, front=True)
     healthy_after(ctx)
 
 
@@ -49,5 +49,5 @@ PATH_TRICKS = ("/v1/../../etc/passwd", "/%2e%2e/%2e%2e/etc/passwd", "//v1//compl
 def path_tricks(ctx: Context) -> None:
     """Traversal, doubled slashes, case, NUL and invalid percent-escapes, a long query: each a 4xx in the error shape."""
     for path in PATH_TRICKS:
-        refused(ctx, send(ctx, "GET", path), f"GET {path[:40]}")
+        refused(ctx, send(ctx, "GET", path), f"GET {path[:40]}", front=True)
     healthy_after(ctx)

@@ -1,14 +1,22 @@
 """The raw layer of the robust: checks: sending over raw sockets (conformance/rawhttp.py,
 which knows nothing of checks) with the run's key and bound, and the judging every family
 shares: an answer at all (no hang), the error shape, the whole body where the spec fixes it,
-no input quoted back past x-caps.quoted_chars, and a server still healthy afterwards."""
+no input quoted back past x-caps.quoted_chars, and a server still healthy afterwards.
+
+`front=True` marks a request no HTTP client sends (malformed framing, huge heads, path
+tricks), which a front (nginx, an ingress, a load balancer) refuses by itself: its answer
+in its own words (not JSON) or a close without one is a warning, not a finding
+(conformance/README.md, "A front's own words"). A hang, a 5xx, an accepted request, an
+answer in JSON that is not the API's, an echo and an unhealthy server stay findings."""
 from __future__ import annotations
 
 import json
 import secrets
+import time
 from collections.abc import Sequence
 from typing import Any
 
+from conformance.answerer import who_answered
 from conformance.checks.common import schema_errors
 from conformance.context import Context
 from conformance.expect import REQUEST_ID_MASK, error_body, message, request_id_re
@@ -38,10 +46,25 @@ def request_headers(ctx: Context, body: bytes | None, extra: Sequence[tuple[str,
     return out
 
 
+def deliver(ctx: Context, chunks: Sequence[bytes], **kw: Any) -> RawExchange:
+    """rawhttp.exchange to the run's target, paced by the run's rate limit (conformance.client.Pace):
+    a 429 with Retry-After is waited out and sent again, as the client does."""
+    tries = 0
+    while True:
+        ctx.client.wait_turn()
+        ex = exchange(target_of(ctx), chunks, **kw)
+        pace, first = ctx.client.pace, ex.first
+        wait = pace.retry_after(first.status, first.headers, tries, "a raw request") if pace and first else None
+        if wait is None:
+            return ex
+        tries += 1
+        time.sleep(wait)
+
+
 def send(ctx: Context, method: str, path: str, body: bytes | None = None, *,
          extra: Sequence[tuple[str, str]] = (), **kw: Any) -> RawExchange:
     head = target_of(ctx).head(method, path, request_headers(ctx, body, extra))
-    return exchange(target_of(ctx), [head + (body or b"")], bound=ctx.config.timeout, **kw)
+    return deliver(ctx, [head + (body or b"")], bound=ctx.config.timeout, **kw)
 
 
 def post(ctx: Context, payload: Any) -> RawExchange:
@@ -62,15 +85,20 @@ def shown(response: RawResponse | None) -> Any:
     return {"status": response.status, "body": text + ("..." if len(response.body) > 600 else "")}
 
 
-def answered(ctx: Context, ex: RawExchange, what: str) -> RawResponse | None:
-    """The first response, or a finding: no connection, a hang, or a close without an answer."""
+def answered(ctx: Context, ex: RawExchange, what: str, *, front: bool = False,
+             may_close: bool = False) -> RawResponse | None:
+    """The first response, or a finding: no connection, a hang, or a close without an answer
+    (a warning with `front`; nothing with `may_close`, where HTTP lets any server close)."""
     if ex.error is not None:
         ctx.fail(f"{what}: no connection: {ex.error}")
         return None
     if ex.first is None:
-        reason = (f"no answer within {ctx.config.timeout:g} s (a hang)" if ex.timed_out
-                  else "the connection closed without an answer")
-        ctx.fail(f"{what}: {reason}", received=ex.data[:300].decode("latin-1"))
+        if ex.timed_out:
+            ctx.fail(f"{what}: no answer within {ctx.config.timeout:g} s (a hang)",
+                     received=ex.data[:300].decode("latin-1"))
+        elif not may_close:
+            (ctx.warn if front else ctx.fail)(f"{what}: the connection closed without an answer",
+                                              received=ex.data[:300].decode("latin-1"))
     for response in ex.responses:       # a broken server's accepted request counts against the ceiling
         data = response.json() if response.status == 200 else None
         usage = data.get("usage") if isinstance(data, dict) else None
@@ -79,14 +107,26 @@ def answered(ctx: Context, ex: RawExchange, what: str) -> RawResponse | None:
     return ex.first
 
 
-def error_shaped(ctx: Context, response: RawResponse, what: str) -> bool:
-    """A status below 500 and at least 400, the ErrorBody shape, X-Request-Id equal to its request_id."""
+def in_own_words(response: RawResponse) -> bool:
+    """Not JSON at all: not the API's answer (it answers every refusal in JSON), a front's page."""
+    return response.json() is None
+
+
+def error_shaped(ctx: Context, response: RawResponse, what: str, *, front: bool = False) -> bool:
+    """A status below 500 and at least 400, the ErrorBody shape, X-Request-Id equal to its request_id.
+    A 4xx not in JSON names who answered; with `front` it is a warning (and the rest unjudged)."""
     ok = ctx.expect(response.status < 500, f"{what}: a server error", expected="a 4xx", received=shown(response))
     ok &= ctx.expect(400 <= response.status, f"{what}: not refused", expected="a 4xx", received=shown(response))
     data = response.json()
     problems = schema_errors(data, ctx.api.schema("ErrorBody")) if data is not None else ["not JSON"]
-    ok &= ctx.expect(not problems, f"{what}: the error body is not the API's shape",
-                     expected="ErrorBody", received={"problems": problems, **(shown(response) or {})})
+    if problems:
+        who = who_answered(response.headers, response.body)
+        warns = front and ok and in_own_words(response)
+        (ctx.warn if warns else ctx.fail)(f"{what}: the error body is not the API's shape ({who})",
+                                          expected="ErrorBody", received={"problems": problems, **(shown(response) or {})})
+        if warns:
+            return False
+        ok = False
     rid = response.headers.get("x-request-id")
     ok &= ctx.expect(rid is not None and bool(request_id_re(ctx.api).fullmatch(rid)) and
                      isinstance(data, dict) and data.get("request_id") == rid,
@@ -95,13 +135,15 @@ def error_shaped(ctx: Context, response: RawResponse, what: str) -> bool:
 
 
 def refused(ctx: Context, ex: RawExchange, what: str, body: dict[str, Any] | None = None,
-            echo: str | None = None) -> RawResponse | None:
-    """Answered, in the error shape; the whole body when the spec fixes it; `echo` not quoted back."""
-    response = answered(ctx, ex, what)
+            echo: str | None = None, *, front: bool = False, may_close: bool = False) -> RawResponse | None:
+    """Answered, in the error shape; the whole body when the spec fixes it; `echo` not quoted back.
+    `front`, `may_close`: as `answered` and `error_shaped` take them (a front's page is not
+    compared with the API's body)."""
+    response = answered(ctx, ex, what, front=front, may_close=may_close)
     if response is None:
         return None
-    error_shaped(ctx, response, what)
-    if body is not None:
+    error_shaped(ctx, response, what, front=front)
+    if body is not None and not (front and in_own_words(response) and 400 <= response.status < 500):
         data = response.json()
         if isinstance(data, dict) and "request_id" in data:
             data = {**data, "request_id": REQUEST_ID_MASK}
@@ -125,7 +167,7 @@ def not_echoed(ctx: Context, sent: str, response: RawResponse, what: str) -> Non
 
 
 def healthy_after(ctx: Context) -> None:
-    ex = exchange(target_of(ctx), [target_of(ctx).head("GET", HEALTH, [("Connection", "close")])],
+    ex = deliver(ctx, [target_of(ctx).head("GET", HEALTH, [("Connection", "close")])],
                   bound=ctx.config.timeout)
     response = answered(ctx, ex, f"GET {HEALTH} afterwards")
     if response is not None:

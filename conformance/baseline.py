@@ -1,0 +1,77 @@
+"""--baseline PREVIOUS.json: a JSON report of an earlier run; only findings it does not list
+fail this run.
+
+A finding is known when the baseline has a finding of the same check whose message is the
+same once its volatile parts (request and completion ids, hex tokens, times, large
+numbers) are masked: a check that failed for one reason and now fails for another has a
+new finding. Every finding of the baseline counts, warnings too (a run under --strict may
+adopt a baseline written without it).
+"""
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+from conformance.config import ConfigError
+from conformance.results import Outcome, RunReport
+
+SPEC_VERSION = "openapi.yaml"      # the key of the spec's version in a report's versions
+MASK = "…"
+
+_VOLATILE = re.compile("|".join((
+    r"\b(?:req|cmpl|chatcmpl)[_-][A-Za-z0-9]+",             # request and completion ids
+    r"\b[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\b",   # UUIDs
+    r"\b[0-9a-fA-F]{8,}\b",                                  # hex tokens (the suite's distinctive inputs)
+    r"\d+(?:\.\d+)?\s?(?:ms|s)\b",                           # times
+    r"\d{4}-\d{2}-\d{2}[T ][\d:.]+Z?",                       # timestamps
+    r"\b\d{7,}\b",                                           # epoch seconds, byte counts of a run
+)))
+
+
+def masked(message: str) -> str:
+    return _VOLATILE.sub(MASK, message)
+
+
+def _key(check: str, message: str) -> tuple[str, str]:
+    return check, masked(message)
+
+
+def load(path: str, spec_version: str) -> list[dict[str, str]]:
+    """The baseline's findings as {check, message}; ConfigError (exit 2) for a file that is not
+    a JSON report of this suite, or one of another spec version."""
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ConfigError(f"--baseline {path}: cannot read it: {exc}") from exc
+    except ValueError as exc:
+        raise ConfigError(f"--baseline {path}: not a JSON report of this suite (not JSON: {exc})") from exc
+    if not (isinstance(data, dict) and isinstance(data.get("results"), list)
+            and isinstance(data.get("versions"), dict) and isinstance(data.get("summary"), dict)):
+        raise ConfigError(f"--baseline {path}: not a JSON report of this suite (no summary, versions "
+                          "and results; write one with --json)")
+    theirs = data["versions"].get(SPEC_VERSION)
+    if theirs != spec_version:
+        raise ConfigError(f"--baseline {path}: a report of spec version {theirs}; this run checks "
+                          f"spec version {spec_version}")
+    found = []
+    for result in data["results"]:
+        if not isinstance(result, dict) or not isinstance(result.get("findings"), list):
+            raise ConfigError(f"--baseline {path}: not a JSON report of this suite (a result without findings)")
+        found += [{"check": str(result.get("id")), "message": str(f.get("message"))}
+                  for f in result["findings"] if isinstance(f, dict)]
+    return found
+
+
+def compare(report: RunReport, baseline: list[dict[str, str]], path: str) -> dict[str, Any]:
+    """New, still failing and fixed findings: this run's findings of failed checks against the
+    baseline's (warnings of a warned check are neither: they fail nothing)."""
+    now = [{"check": r.id, "message": f.message} for r in report.results if r.outcome is Outcome.FAILED
+           for f in r.findings]
+    known = {_key(f["check"], f["message"]) for f in baseline}
+    current = {_key(r.id, f.message) for r in report.results for f in r.findings}
+    return {"file": path,
+            "new": [f for f in now if _key(f["check"], f["message"]) not in known],
+            "still": [f for f in now if _key(f["check"], f["message"]) in known],
+            "fixed": [f for f in baseline if _key(f["check"], f["message"]) not in current]}
