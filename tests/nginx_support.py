@@ -41,10 +41,14 @@ def missing() -> str | None:
     return None
 
 
-class NginxFront:
-    """The shipped nginx site in front of `upstream` (host:port)."""
+ERRORS_LINE = "include acs-errors.conf;"
 
-    def __init__(self, upstream: str) -> None:
+
+class NginxFront:
+    """The shipped nginx site in front of `upstream` (host:port); `errors=False`: without its
+    error pages (nginx's own HTML refusals, as a front usually ships)."""
+
+    def __init__(self, upstream: str, *, errors: bool = True) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.dir = Path(tempfile.mkdtemp(prefix="nginx-test-"))
@@ -54,6 +58,9 @@ class NginxFront:
         for line, local in ((UPSTREAM_LINE, f"server {upstream};"), (LISTEN_LINE, f"listen 127.0.0.1:{self.port};")):
             assert site.count(line) == 1, f"the shipped site has no single {line!r}"
             site = site.replace(line, local)
+        if not errors:
+            assert site.count(ERRORS_LINE) == 1, f"the shipped site has no single {ERRORS_LINE!r}"
+            site = site.replace(ERRORS_LINE, "")
         (self.dir / "acs-api.conf").write_text(site)
         shutil.copy(SHIPPED / "acs-errors.conf", self.dir / "acs-errors.conf")
         (self.dir / "nginx.conf").write_text(MAIN.format(dir=self.dir))

@@ -106,17 +106,14 @@ def test_a_stream_passes_unbuffered_with_its_keepalives(front: tuple[MockProcess
 
 
 def _full_profile(url: str, key: str, report: Path, *extra: str) -> None:
-    code = conformance(["--base-url", url, "--api-key", key, "--profile", "full", "--no-progress",
+    """The full profile with --strict: no finding and no warning either (nginx's close of a body
+    cut short by a client that half-closed is what HTTP lets any server do: robust:http.short_body)."""
+    code = conformance(["--base-url", url, "--api-key", key, "--profile", "full", "--no-progress", "--strict",
                         "--json", str(report), *extra])
     results = json.loads(report.read_text())["results"]
-    failed = {r["id"]: r["findings"] for r in results if r["outcome"] == "failed"}
-    # nginx closes a connection whose body ends short of its Content-Length without an answer
-    # (RFC 9112 section 8 lets it); the suite does not yet tell a front's answer from the API's
-    # (issue 23: warnings for a front's answers). Every other check passes.
-    assert list(failed) == ["robust:http.short_body"], failed
-    assert [f["message"] for f in failed["robust:http.short_body"]] == [
-        "a body 50 bytes short: the connection closed without an answer"]
-    assert code == 1
+    unpassed = {r["id"]: r["findings"] for r in results if r["outcome"] in ("failed", "warned")}
+    assert unpassed == {}
+    assert code == 0
 
 
 def test_the_full_profile_passes_through_the_shipped_front(front: tuple[MockProcess, NginxFront],
@@ -131,6 +128,44 @@ def test_the_full_profile_passes_through_the_front_of_the_reference(reference: A
         _full_profile(nginx.url, reference.key, tmp_path / "report.json", "--wrong-key-expected")
     finally:
         nginx.close()
+
+
+# What nginx answers itself, without the shipped error pages: HTML pages, or a close.
+NGINX_OWN_WORDS = {"robust:http.cl_te", "robust:http.framing", "robust:headers.huge_value", "robust:headers.many",
+                   "robust:headers.long_request_line", "robust:path.tricks"}
+
+
+def test_a_front_in_its_own_words_is_named_and_warned_and_fails_under_strict(
+        front: tuple[MockProcess, NginxFront], tmp_path: Path) -> None:
+    mock, _ = front
+    nginx = NginxFront(f"127.0.0.1:{mock.port}", errors=False).start()
+    try:
+        runs = {}
+        for name, extra in (("default", []), ("strict", ["--strict"])):
+            path = tmp_path / f"{name}.json"
+            code = conformance(["--base-url", nginx.url, "--api-key", KEY, "-k", "robust:*", "--no-progress",
+                                "--json", str(path), *extra])
+            runs[name] = code, json.loads(path.read_text())
+    finally:
+        nginx.close()
+    code, report = runs["default"]
+    by_outcome: dict[str, set[str]] = {}
+    for r in report["results"]:
+        by_outcome.setdefault(r["outcome"], set()).add(r["id"])
+    assert (code, by_outcome.get("failed", set()), by_outcome["warned"]) == (0, set(), NGINX_OWN_WORDS)
+    assert report["summary"]["warned"] == len(NGINX_OWN_WORDS)
+    warnings = [f for r in report["results"] if r["outcome"] == "warned" for f in r["findings"]]
+    assert all(f["warning"] for f in warnings)
+    # Each page names its writer and the guide; a close says what happened (no page to name).
+    for f in warnings:
+        if "not the API's shape" in f["message"]:
+            assert "answered by Server: nginx/" in f["message"] and 'HTML title "' in f["message"], f
+            assert "reference_impl/DEPLOY.md" in f["message"]
+        else:
+            assert f["message"].endswith("the connection closed without an answer"), f
+    code, report = runs["strict"]
+    assert code == 1
+    assert {r["id"] for r in report["results"] if r["outcome"] == "failed"} == NGINX_OWN_WORDS
 
 
 def test_the_shipped_ingress_is_written_from_the_spec() -> None:

@@ -36,9 +36,9 @@ STALL_WAIT = 6.0          # how long robust:http.stalled_body waits; above BODY_
 TIMEOUT = 8.0             # the run's per-request bound: a broken server's hang costs this much
 
 
-def run_robust(url: str, *patterns: str) -> RunReport:
+def run_robust(url: str, *patterns: str, strict: bool = False) -> RunReport:
     config = RunConfig(url, KEY, profile="full", select=patterns or ("robust:*",), timeout=TIMEOUT,
-                       stall_seconds=STALL_WAIT)
+                       stall_seconds=STALL_WAIT, strict=strict)
     return run(config, select(REGISTRY, config))
 
 
@@ -105,10 +105,11 @@ CAUGHT_BY: dict[str, set[str]] = {
     "unhealthy_after": {"robust:disconnect.mid_body", "robust:disconnect.mid_stream"},
     "path_500": {"robust:path.tricks"},
 }
-# the werkzeug development server: HTML error pages, and pipelined requests dropped
-DEV_SERVER_CAUGHT_BY = {"robust:headers.huge_value", "robust:headers.many", "robust:headers.long_request_line",
-                        "robust:http.framing",
-                        "robust:http.pipelining"}
+# the werkzeug development server: HTML error pages (a front's own words: warnings, failed
+# under --strict), and pipelined requests dropped (a finding)
+DEV_SERVER_WARNED = {"robust:headers.huge_value", "robust:headers.many", "robust:headers.long_request_line",
+                     "robust:http.framing"}
+DEV_SERVER_CAUGHT_BY = DEV_SERVER_WARNED | {"robust:http.pipelining"}
 SMUGGLING_CAUGHT_BY = {"robust:http.cl_te"}
 
 
@@ -131,7 +132,13 @@ def test_a_broken_mock_is_caught_by_the_named_robust_checks(mode: str, breakable
 def test_the_development_server_is_caught_by_the_header_and_pipelining_checks() -> None:
     with serve(create_app(MockConfig())) as url:
         report = run_robust(url, *DEV_SERVER_CAUGHT_BY)
-    assert failed_ids(report) == DEV_SERVER_CAUGHT_BY
+        strict = run_robust(url, *DEV_SERVER_CAUGHT_BY, strict=True)
+    assert failed_ids(report) == {"robust:http.pipelining"}
+    assert {r.id for r in report.warned} == DEV_SERVER_WARNED
+    # its HTML pages name their writer
+    pages = [f.message for r in report.warned for f in r.findings if "not the API's shape" in f.message]
+    assert pages and all("answered by Server: Werkzeug/" in m and 'HTML title "' in m for m in pages), pages
+    assert failed_ids(strict) == DEV_SERVER_CAUGHT_BY
 
 
 def test_a_server_that_lets_a_request_hide_in_a_chunked_body_is_caught() -> None:

@@ -107,6 +107,12 @@ def answered(ctx: Context, ex: RawExchange, what: str, *, front: bool = False,
     return ex.first
 
 
+# HTTP's own refusals of a request it cannot take (RFC 9110 15.6.2 and 15.6.6: a transfer
+# coding or a version it does not implement), not a failure of the server: from a front
+# in its own words they are warnings like its 400 pages. Every other 5xx is a finding.
+PROTOCOL_REFUSALS = (501, 505)
+
+
 def in_own_words(response: RawResponse) -> bool:
     """Not JSON at all: not the API's answer (it answers every refusal in JSON), a front's page."""
     return response.json() is None
@@ -115,7 +121,9 @@ def in_own_words(response: RawResponse) -> bool:
 def error_shaped(ctx: Context, response: RawResponse, what: str, *, front: bool = False) -> bool:
     """A status below 500 and at least 400, the ErrorBody shape, X-Request-Id equal to its request_id.
     A 4xx not in JSON names who answered; with `front` it is a warning (and the rest unjudged)."""
-    ok = ctx.expect(response.status < 500, f"{what}: a server error", expected="a 4xx", received=shown(response))
+    own_refusal = front and in_own_words(response) and response.status in PROTOCOL_REFUSALS
+    ok = ctx.expect(response.status < 500 or own_refusal, f"{what}: a server error", expected="a 4xx",
+                    received=shown(response))
     ok &= ctx.expect(400 <= response.status, f"{what}: not refused", expected="a 4xx", received=shown(response))
     data = response.json()
     problems = schema_errors(data, ctx.api.schema("ErrorBody")) if data is not None else ["not JSON"]
@@ -143,7 +151,7 @@ def refused(ctx: Context, ex: RawExchange, what: str, body: dict[str, Any] | Non
     if response is None:
         return None
     error_shaped(ctx, response, what, front=front)
-    if body is not None and not (front and in_own_words(response) and 400 <= response.status < 500):
+    if body is not None and not (front and in_own_words(response) and 400 <= response.status):
         data = response.json()
         if isinstance(data, dict) and "request_id" in data:
             data = {**data, "request_id": REQUEST_ID_MASK}
