@@ -1,0 +1,133 @@
+"""The suite in the field: --baseline (only new findings fail a run) and --rate-limit (a
+deployment that answers 429 with Retry-After to more than N requests a second)."""
+from __future__ import annotations
+
+import io
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+
+from conformance.baseline import masked
+from conformance.cli import main
+from contract import spec
+from mock_server import create_app
+from mock_server.config import MockConfig
+from tests.conformance_support import Breaker, RateLimited, serve
+
+KEY = "field-test-key"
+CHECKS = "caps:max_tokens.*"          # a few quick checks that Breaker's modes below break
+LIMIT = 5                             # the rate-limited deployment's requests a second
+PACED = 2                             # --rate-limit well under it: 0.5 s between requests, not 0.2
+LIMITED_CHECKS = "routes:*"           # a few checks, one request after the other
+
+
+def cli(*args: str) -> tuple[int, str]:
+    out = io.StringIO()
+    code = main([*args, "--no-progress"], console=Console(file=out, width=300))
+    return code, out.getvalue()
+
+
+@pytest.fixture(scope="module")
+def mock() -> Iterator[tuple[Breaker, str]]:
+    app = Breaker(create_app(MockConfig()))
+    with serve(app) as url:
+        yield app, url
+
+
+def run(url: str, report: Path, *extra: str, mode: str | None = None, app: Breaker | None = None,
+        checks: str = CHECKS) -> tuple[int, dict]:
+    if app is not None:
+        app.mode = mode
+    try:
+        code, out = cli("--base-url", url, "--api-key", KEY, "-k", checks, "--json", str(report), *extra)
+    finally:
+        if app is not None:
+            app.mode = None
+    return code, json.loads(report.read_text()) | {"out": out}
+
+
+def test_only_new_findings_fail_a_run_against_a_baseline(mock: tuple[Breaker, str], tmp_path: Path) -> None:
+    app, url = mock
+    code, before = run(url, tmp_path / "before.json", app=app, mode="wrong_code")
+    failed = [(r["id"], f["message"]) for r in before["results"] if r["outcome"] == "failed" for f in r["findings"]]
+    assert code == 1 and failed
+    baseline = ("--baseline", str(tmp_path / "before.json"))
+    # the same findings: still failing, none new: exit 0
+    code, same = run(url, tmp_path / "same.json", *baseline, app=app, mode="wrong_code")
+    assert code == 0 and same["summary"]["exit_code"] == 0
+    still = [(f["check"], f["message"]) for f in same["baseline"]["still"]]
+    assert (same["baseline"]["new"], still, same["baseline"]["fixed"]) == ([], failed, [])
+    assert f"0 new findings, {len(failed)} still failing, 0 fixed" in same["out"]
+    # all fixed
+    code, fixed = run(url, tmp_path / "fixed.json", *baseline)
+    assert code == 0
+    assert [(f["check"], f["message"]) for f in fixed["baseline"]["fixed"]] == failed
+    # the same check failing for another reason: a new finding, exit 1
+    code, other = run(url, tmp_path / "other.json", *baseline, app=app, mode="cap_off_by_one")
+    assert code == 1 and other["summary"]["exit_code"] == 1
+    assert other["baseline"]["new"] and {f["check"] for f in other["baseline"]["new"]} <= {i for i, _ in failed}
+    assert "NEW caps:max_tokens" in other["out"]
+
+
+def test_volatile_parts_of_a_message_are_masked() -> None:
+    assert masked("req_9fA2 answered after 12.5 s, cmpl-77x; conformance-0123456789abcdef-") == \
+        "… answered after …, …; conformance-…-"
+    assert masked("status 429, expected 400") == "status 429, expected 400"
+
+
+def test_a_baseline_that_is_not_a_report_of_this_spec_is_a_usage_error(
+        mock: tuple[Breaker, str], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    _, url = mock
+    not_json, not_report, other_version = (tmp_path / n for n in ("a.txt", "b.json", "c.json"))
+    not_json.write_text("<html>")
+    not_report.write_text(json.dumps({"results": []}))
+    run(url, other_version)
+    data = json.loads(other_version.read_text())
+    data["versions"]["openapi.yaml"] = "0.0.1"
+    other_version.write_text(json.dumps(data))
+    for path, said in ((not_json, "not a JSON report of this suite (not JSON"),
+                       (not_report, "not a JSON report of this suite (no summary"),
+                       (other_version, f"a report of spec version 0.0.1; this run checks spec version {spec().version}")):
+        code, _ = cli("--base-url", url, "--api-key", KEY, "-k", CHECKS, "--baseline", str(path))
+        assert code == 2
+        assert said in " ".join(capsys.readouterr().err.split())
+
+
+@pytest.mark.parametrize("value", ["0", "-1"])
+def test_a_rate_limit_of_0_or_less_is_a_usage_error(value: str) -> None:
+    assert cli("--base-url", "http://x", "--api-key", KEY, "--rate-limit", value)[0] == 2
+
+
+@pytest.fixture
+def limited() -> Iterator[tuple[RateLimited, str]]:
+    app = RateLimited(create_app(MockConfig()), LIMIT)
+    with serve(app) as url:
+        yield app, url
+
+
+def test_a_rate_limited_deployment_fails_without_rate_limit(limited: tuple[RateLimited, str], tmp_path: Path) -> None:
+    app, url = limited
+    code, report = run(url, tmp_path / "r.json", checks=LIMITED_CHECKS)
+    assert code == 1 and app.refused
+    received = [f["received"] for r in report["results"] for f in r["findings"]]
+    assert any(isinstance(r, dict) and r.get("status") == 429 for r in received), received
+
+
+def test_under_the_rate_limit_nothing_is_refused(limited: tuple[RateLimited, str], tmp_path: Path) -> None:
+    app, url = limited
+    code, report = run(url, tmp_path / "r.json", "--rate-limit", str(PACED), checks=LIMITED_CHECKS)
+    assert (code, app.refused) == (0, 0), report["out"]
+    assert report["rate_limit"] == {"per_second": PACED, "retried": 0, "waited_s": 0.0, "max_retries": 5,
+                                    "max_wait_s": 60.0, "given_up": []}
+
+
+def test_429s_with_retry_after_are_waited_out_and_sent_again(limited: tuple[RateLimited, str], tmp_path: Path) -> None:
+    app, url = limited
+    code, report = run(url, tmp_path / "r.json", "--rate-limit", str(LIMIT * 20), checks=LIMITED_CHECKS)
+    assert code == 0, report["out"]
+    assert report["rate_limit"]["retried"] == app.refused > 0
+    assert report["summary"]["failed"] == 0
+    assert f"{app.refused} answers 429 with Retry-After waited out" in report["out"]
