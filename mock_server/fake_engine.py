@@ -2,7 +2,8 @@
 
 Every random draw comes from a stream seeded by a SHA-256 digest
 of what decides the output (model, prompt tokens, sampling fields, seed,
-steering vectors, choice number), never Python's hash(), so a seeded or
+choice number; steering vectors replace tokens after, steering.py), never
+Python's hash(), so a seeded or
 temperature-0 request gives the same answer on every call and after a
 restart. Without a seed at a temperature above 0, fresh entropy joins the
 digest and the answer varies, as in vLLM.
@@ -24,8 +25,9 @@ from api_server.engine import Activations, ChoiceDelta, Engine, Event, LogprobsD
 from contract import CompletionRequest, ModelInfo, Spec, spec
 from contract.tokens import decode
 from mock_server.activations import capture, warm
-from mock_server.logprobs import Ranked, max_top, prompt_logprob, rank_positions, row_width, top_logprobs
+from mock_server.logprobs import LEAST_TOP, Ranked, max_top, prompt_logprob, rank_positions, row_width, top_logprobs
 from mock_server.sampler import Choice, Settings, sample_choice
+from mock_server.steering import additions, steerer
 from mock_server.vocab import Vocab, vocab
 
 # Fields that change which tokens a model samples; stream, logprobs, echo etc. do not.
@@ -47,19 +49,11 @@ def _rng(*parts: Any) -> np.random.Generator:
     return np.random.Generator(np.random.PCG64(_seed(*parts)))
 
 
-def _steering_digest(req: CompletionRequest) -> list[str]:
-    """What the steering vectors contribute to the seed: their values, layers, scale, ..."""
-    out = []
-    for v in req.steering:
-        h = hashlib.sha256(np.ascontiguousarray(v.values).tobytes())
-        h.update(json.dumps([v.original_dtype, v.layer_indices, v.scale, v.norm_match,
-                             v.position_indices]).encode())
-        out.append(h.hexdigest())
-    return out
-
-
 def _is_greedy(req: CompletionRequest, greedy_below: float) -> bool:
-    return req.option("temperature") < greedy_below or req.option("top_k") == 1
+    """Whether sampling keeps only the likeliest token: a temperature below the spec's
+    threshold, top_k 1, min_p 1, or a top_p the likeliest token always fills (logprobs.py)."""
+    return (req.option("temperature") < greedy_below or req.option("top_k") == 1
+            or req.option("min_p") >= 1 or req.option("top_p") <= LEAST_TOP)
 
 
 class FakeEngine(Engine):
@@ -93,7 +87,10 @@ class FakeEngine(Engine):
             skip_special_tokens=skip, allowed_token_ids=tuple(body.get("allowed_token_ids", ())),
             bad_words=frozenset(w.strip() for w in body.get("bad_words", ())), eos_rate=self.eos_rate)
         greedy = _is_greedy(req, self.greedy_below)
-        common = [model.name, {k: body[k] for k in SAMPLING_FIELDS if k in body}, _steering_digest(req),
+        # Steering is no part of the seed (the [] is where it was, so that every answer stays
+        # as it was): a vector that adds nothing leaves the text as it is without it, and
+        # steering.py replaces the tokens a vector's push reaches.
+        common = [model.name, {k: body[k] for k in SAMPLING_FIELDS if k in body}, [],
                   None if greedy else body.get("seed", os.urandom(16).hex())]
         n = req.n
         # Without stream nobody sees the pieces: each choice is one delta holding all its
@@ -107,7 +104,8 @@ class FakeEngine(Engine):
                 key = [*common, prompt, j]
                 # Python's Mersenne Twister: cheap to seed, and its random() for an int seed
                 # is the same in every Python version, so answers survive upgrades too.
-                choice = sample_choice(voc, random.Random(_seed("tokens", key)).random, settings)
+                steer = steerer(req.steering, model, len(prompt), req.max_tokens, _SEED_JSON.encode(key).encode())
+                choice = sample_choice(voc, random.Random(_seed("tokens", key)).random, settings, steer)
                 choices.append(choice)
                 deltas.append(_choice_deltas(req, voc, p * n + j, prompt, text, choice, key, greedy,
                                               self.row_width, whole))
@@ -128,7 +126,10 @@ class FakeEngine(Engine):
         if req.layers:
             generated = choices[0].token_ids
             layers = sorted(req.layers)   # ascending, as vllm-lens returns them; rows follow
-            yield Activations(layers, capture(model, self.wire_dtypes[model.dtype], layers, req.prompts[0] + generated[:-1]))
+            steered = ([layer for v in req.steering for layer in v.layer_indices],
+                       lambda layer, residual: additions(req.steering, layer, residual)) if req.steering else None
+            yield Activations(layers, capture(model, self.wire_dtypes[model.dtype], layers,
+                                              req.prompts[0] + generated[:-1], steered))
 
 
 @dataclass

@@ -24,6 +24,7 @@ def max_top(s: Spec) -> int:
 
 
 MAX_RANK = 5          # a sampled token is at most this far down the list
+LEAST_TOP = 0.2       # the likeliest token's probability is at least this: top_p up to it keeps one token
 
 
 def row_width(top: int) -> int:
@@ -54,7 +55,7 @@ def rank_positions(uniforms: np.ndarray, token_ids: list[int], k: int, greedy: b
     picks_u = uniforms[:, 2 + top + MAX_RANK:]
     # Stick-breaking: each rank takes a share of the probability the ranks before it left,
     # so the probabilities sum to less than 1, as a real distribution's top entries do.
-    shares = np.concatenate([(0.2 + 0.75 * first_u)[:, None], 0.3 + 0.6 * gaps_u], axis=1)
+    shares = np.concatenate([(LEAST_TOP + 0.75 * first_u)[:, None], 0.3 + 0.6 * gaps_u], axis=1)
     left = np.cumprod(np.concatenate([np.ones((len(shares), 1)), 1 - shares[:, :-1]], axis=1), axis=1)
     values = np.log(-np.sort(-(left * shares), axis=1))   # best first, all below 0
     if greedy:

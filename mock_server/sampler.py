@@ -49,7 +49,9 @@ class _Pools:
                 return pool.tolist()
             kept = [t for t in pool.tolist() if vocab.texts[t].strip() not in bad_words]
             return kept if kept else pool.tolist()
-        self.allowed = list(allowed_token_ids) if allowed_token_ids else None
+        # vLLM bans a bad word's token even where allowed_token_ids allows it
+        allowed = [t for t in allowed_token_ids if vocab.texts[t].strip() not in bad_words]
+        self.allowed = (allowed or list(allowed_token_ids)) if allowed_token_ids else None
         self.lower, self.capital, self.bare = keep(vocab.lower), keep(vocab.capital), keep(vocab.bare_capital)
 
 
@@ -98,9 +100,11 @@ def _find_stop(text: str, stops: tuple[str, ...], since: int) -> tuple[int, str]
     return found
 
 
-def sample_choice(vocab: Vocab, draw: Callable[[], float], s: Settings) -> Choice:
+def sample_choice(vocab: Vocab, draw: Callable[[], float], s: Settings,
+                  steer: Callable[[int, float], float] | None = None) -> Choice:
     """Run one choice, drawing three uniforms in [0, 1) per step from `draw`
-    (the token, whether it ends here, which end token)."""
+    (the token, whether it ends here, which end token); `steer` (steering.py) may
+    replace a step's token uniform."""
     pools = _pools(vocab, s)
     table = vocab.texts_for(s.skip_special_tokens)
     ends = ([s.eos_token_id] if s.eos_token_id is not None else []) + list(s.stop_token_ids)
@@ -114,6 +118,8 @@ def sample_choice(vocab: Vocab, draw: Callable[[], float], s: Settings) -> Choic
     eos_rate, min_tokens, stops = s.eos_rate, s.min_tokens, s.stop
     for step in range(s.max_tokens):
         u_token, u_end, u_which = draw(), draw(), draw()
+        if steer is not None:
+            u_token = steer(step, u_token)
         may_end = step >= min_tokens
         if drawn and may_end and u_end < eos_rate:
             token = drawn[min(int(u_which * len(drawn)), len(drawn) - 1)]

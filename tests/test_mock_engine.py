@@ -242,19 +242,52 @@ def test_allowed_token_ids_and_bad_words(engine: FakeEngine) -> None:
 
 
 # -- vllm-lens ------------------------------------------------------------------------
-def steering(scale: float, fill: float = 0.5) -> list[dict[str, Any]]:
+def steering(scale: float, fill: float = 0.5, layer: int = 3, **extra: Any) -> list[dict[str, Any]]:
     from contract import encode_tensor
     values = np.full((1, MODEL.hidden_size), fill, dtype=np.float32)
-    return [{"activations": encode_tensor(values, "torch.float32"), "layer_indices": [3], "scale": scale}]
+    return [{"activations": encode_tensor(values, "torch.float32"), "layer_indices": [layer], "scale": scale,
+             **extra}]
+
+
+def greedy_ids(engine: FakeEngine, **fields: Any) -> list[int]:
+    body = completion(engine, temperature=0, ignore_eos=True, return_token_ids=True, **fields)
+    return body["choices"][0]["token_ids"]
 
 
 def test_steering_changes_the_text_deterministically(engine: FakeEngine) -> None:
-    plain = texts(completion(engine, temperature=0))
-    steered = texts(completion(engine, temperature=0, apply_steering_vectors=steering(2.0)))
+    plain = greedy_ids(engine)
+    steered = greedy_ids(engine, apply_steering_vectors=steering(2.0))
     assert steered != plain
-    assert steered == texts(completion(engine, temperature=0, apply_steering_vectors=steering(2.0)))
-    assert steered != texts(completion(engine, temperature=0, apply_steering_vectors=steering(3.0)))
-    assert steered != texts(completion(engine, temperature=0, apply_steering_vectors=steering(2.0, fill=0.25)))
+    assert steered == greedy_ids(engine, apply_steering_vectors=steering(2.0))
+    # the same addition (values x scale) is the same push
+    assert steered == greedy_ids(engine, apply_steering_vectors=steering(4.0, fill=0.25))
+
+
+def test_a_vector_that_adds_nothing_leaves_the_text_as_without_steering(engine: FakeEngine) -> None:
+    plain = greedy_ids(engine)
+    assert greedy_ids(engine, apply_steering_vectors=steering(2.0, fill=0.0)) == plain
+    assert greedy_ids(engine, apply_steering_vectors=steering(0.0)) == plain
+    assert greedy_ids(engine, apply_steering_vectors=steering(0.0, norm_match=True)) == plain
+
+
+def test_a_stronger_push_replaces_every_token_a_weaker_one_does(engine: FakeEngine) -> None:
+    plain = greedy_ids(engine)
+    changed = [{i for i, (a, b) in enumerate(zip(plain, greedy_ids(engine, apply_steering_vectors=steering(s)),
+                                                  strict=True)) if a != b}
+               for s in (0.03, 0.1, 0.5)]
+    assert set() < changed[0] < changed[1] < changed[2]
+
+
+def test_a_vector_at_positions_after_the_prompt_leaves_the_tokens_before_it(engine: FakeEngine) -> None:
+    from contract import encode_tensor
+    plain = greedy_ids(engine)
+    prompt = len(completion(engine, max_tokens=1, return_token_ids=True)["choices"][0]["prompt_token_ids"])
+    values = np.full((1, 1, MODEL.hidden_size), 0.5, dtype=np.float32)
+    at = prompt + 5   # the position token 6 is written from (its residual reaches tokens 6 on)
+    vector = {"activations": encode_tensor(values, "torch.float32"), "layer_indices": [3], "scale": 2.0,
+              "position_indices": [at]}
+    steered = greedy_ids(engine, apply_steering_vectors=[vector])
+    assert steered[:6] == plain[:6] and steered[6:] != plain[6:]
 
 
 def decode_tensor(wire: dict[str, Any]) -> np.ndarray:

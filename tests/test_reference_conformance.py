@@ -75,3 +75,13 @@ def test_budget_checks_with_a_spent_key(reference: Any, models: dict[str, ModelI
                        select=("budget:*",), exhausted_key="spent").validate()
     report = run(config, select(REGISTRY, config), transport=httpx.WSGITransport(app=app))
     assert [r.outcome for r in report.results] == [Outcome.PASSED], problems(report)
+
+
+def test_every_effect_is_seen_on_real_vllm(reference: Any) -> None:
+    """The effects: checks (sampling, end tokens, steering by vllm-lens) on the tiny model:
+    its greedy continuations, and a vector at its middle layer (2 of 4)."""
+    config = RunConfig(base_url=reference.url, api_key=reference.key, model=SERVED, profile="full",
+                       select=("effects:*",)).validate()
+    report = run(config, select(REGISTRY, config))
+    effects = {c.id for c in REGISTRY if c.group == "effects"}
+    assert {r.id for r in report.results if r.outcome is Outcome.PASSED} == effects, problems(report)

@@ -1,0 +1,219 @@
+"""effects:* — each request field does what the documentation says, seen on a small request.
+
+A deployment can validate a field exactly as openapi.yaml says and then not pass
+it on to Inference; every schema still holds. These checks observe each
+field's effect (openapi.yaml `x-effect` says what, field by field), so that a
+deployment that ignores the field fails its check and no other:
+
+- sampling: at temperature 0, top_k 1, min_p 1 or a top_p the likeliest token
+  fills, every sampled token is the likeliest of its `top_logprobs` row (vLLM
+  computes both from the same logits) and the text does not depend on `seed`;
+  at temperature 1 some token is not the likeliest;
+- end tokens: with the model's end tokens as the only `allowed_token_ids`,
+  `ignore_eos` runs to max_tokens; `skip_special_tokens` false writes them;
+- `bad_words`, `truncate_prompt_tokens`, `add_special_tokens`.
+
+The documentation allows a batch to change a log probability by a little and,
+now and then, a token where two are almost equally likely: values are compared
+within LOGPROB_SLACK, and two texts that must agree get TRIES tries.
+Steering is in steering.py.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from conformance.client import Reply
+from conformance.context import Context
+from conformance.registry import register
+
+PROMPT = "The sky is"
+GREEDY_TOKENS, SAMPLED_TOKENS, END_TOKENS = 4, 8, 3
+SEEDS = (11, 12, 13)
+TRIES = 3                 # two texts that must agree: a batch may flip a near tie now and then
+LOGPROB_SLACK = 1e-3      # nats: a log probability a batch may move
+TOP_P_ONE = 1e-6          # a top_p that the likeliest token always fills
+PROBES = ("a", "b")       # strings of one token whose text is itself (any byte-level BPE)
+TRUNCATED = [0, 1, 2, 3, 4]
+KEEP = 2
+
+
+def post(ctx: Context, body: dict[str, Any]) -> tuple[Reply, dict[str, Any]]:
+    """The reply and its one choice (a 200 with one choice, or the check stops)."""
+    reply = ctx.client.post(ctx.api.completions_path, {"model": ctx.config.model, **body})
+    ctx.expect_status(reply, 200, fatal=True)
+    choices = reply.data.get("choices") if isinstance(reply.data, dict) else None
+    if not (isinstance(choices, list) and len(choices) == 1 and isinstance(choices[0], dict)):
+        ctx.stop("not exactly one choice for one prompt", expected=1, received=reply.data, reply=reply)
+    return reply, choices[0]
+
+
+def memo_post(ctx: Context, key: str, body: dict[str, Any]) -> tuple[Reply, dict[str, Any]]:
+    """post(), once per run for each key (several checks read the same request)."""
+    if key not in ctx.memo:
+        ctx.memo[key] = post(ctx, body)
+    reply, choice = ctx.memo[key]
+    return reply, choice
+
+
+def below_likeliest(ctx: Context, reply: Reply, choice: dict[str, Any]) -> list[int]:
+    """The positions whose sampled token is less likely than the likeliest of its row."""
+    lp = choice.get("logprobs")
+    values = lp.get("token_logprobs") if isinstance(lp, dict) else None
+    rows = lp.get("top_logprobs") if isinstance(lp, dict) else None
+    if not (isinstance(values, list) and isinstance(rows, list) and len(values) == len(rows) and values):
+        ctx.stop("no token_logprobs and top_logprobs of one length", received=lp, reply=reply)
+    out = []
+    for i, (value, row) in enumerate(zip(values, rows, strict=True)):
+        if not (isinstance(value, (int, float)) and isinstance(row, dict) and row):
+            ctx.stop(f"token {i}: no log probability or no top_logprobs row", received=[value, row], reply=reply)
+        if value < max(row.values()) - LOGPROB_SLACK:
+            out.append(i)
+    return out
+
+
+def same_text(ctx: Context, what: str, first: dict[str, Any], second: dict[str, Any]) -> None:
+    """The two requests write the same text: TRIES tries of both (a batch may flip a near tie)."""
+    for _ in range(TRIES):
+        reply_a, a = post(ctx, first)
+        reply_b, b = post(ctx, second)
+        if a.get("text") == b.get("text"):
+            return
+    ctx.fail(f"{what}: different texts in {TRIES} tries", expected=a.get("text"), received=b.get("text"),
+             reply=reply_b)
+
+
+# -- sampling ----------------------------------------------------------------------------
+
+def _greedy(ctx: Context, fields: dict[str, Any]) -> None:
+    """Every token the likeliest of its row, with either seed; the same text for both seeds."""
+    def body(seed: int) -> dict[str, Any]:
+        return {"prompt": PROMPT, "max_tokens": GREEDY_TOKENS, "logprobs": 1, "seed": seed, **fields}
+    for seed in SEEDS[:2]:
+        reply, choice = post(ctx, body(seed))
+        below = below_likeliest(ctx, reply, choice)
+        ctx.expect(not below, f"with {fields} a sampled token is not the likeliest of its top_logprobs row",
+                   expected="every token the likeliest", received={"positions": below, "logprobs": choice.get("logprobs")},
+                   reply=reply)
+    same_text(ctx, f"with {fields}, seeds {SEEDS[0]} and {SEEDS[1]}", body(SEEDS[0]), body(SEEDS[1]))
+
+
+GREEDY_BOUND = 2 * GREEDY_TOKENS + TRIES * 2 * GREEDY_TOKENS
+
+
+@register("effects:temperature.greedy", tags=("sampling",), tokens=GREEDY_BOUND, effects=("temperature",))
+def temperature_greedy(ctx: Context) -> None:
+    """Temperature 0 (below the greedy threshold): every token is the likeliest, whatever the seed."""
+    _greedy(ctx, {"temperature": ctx.api.schema("CompletionRequest")["properties"]["temperature"]["minimum"]})
+
+
+@register("effects:top_k.greedy", tags=("sampling",), tokens=GREEDY_BOUND, effects=("top_k",))
+def top_k_greedy(ctx: Context) -> None:
+    """top_k 1 at temperature 1: every token is the likeliest, whatever the seed."""
+    _greedy(ctx, {"top_k": 1, "temperature": 1.0})
+
+
+@register("effects:top_p.greedy", tags=("sampling",), tokens=GREEDY_BOUND, effects=("top_p",))
+def top_p_greedy(ctx: Context) -> None:
+    """A top_p the likeliest token fills alone, at temperature 1: every token is the likeliest."""
+    _greedy(ctx, {"top_p": TOP_P_ONE, "temperature": 1.0})
+
+
+@register("effects:min_p.greedy", tags=("sampling",), tokens=GREEDY_BOUND, effects=("min_p",))
+def min_p_greedy(ctx: Context) -> None:
+    """min_p at its maximum (1) at temperature 1: only the likeliest token is left."""
+    _greedy(ctx, {"min_p": ctx.api.schema("CompletionRequest")["properties"]["min_p"]["maximum"],
+                  "temperature": 1.0})
+
+
+@register("effects:temperature.sampling", tags=("sampling",), tokens=len(SEEDS) * SAMPLED_TOKENS,
+          effects=("temperature",))
+def temperature_sampling(ctx: Context) -> None:
+    """At temperature 1 the tokens are sampled: some token is not the likeliest (one of three seeds)."""
+    for seed in SEEDS:
+        reply, choice = post(ctx, {"prompt": PROMPT, "max_tokens": SAMPLED_TOKENS, "logprobs": 1,
+                                   "temperature": 1.0, "seed": seed})
+        if below_likeliest(ctx, reply, choice):
+            return
+    ctx.fail(f"at temperature 1, every token of {len(SEEDS)} seeded texts was the likeliest (greedy sampling)",
+             expected="a sampled token less likely than the likeliest", received=choice.get("logprobs"),
+             reply=reply)
+
+
+# -- end tokens ------------------------------------------------------------------------
+
+def _ends(ctx: Context, key: str, **fields: Any) -> tuple[Reply, dict[str, Any]]:
+    """Only the model's end tokens are allowed, with ignore_eos: every token is an end token."""
+    return memo_post(ctx, f"effects.ends.{key}", {
+        "prompt": PROMPT, "max_tokens": END_TOKENS, "allowed_token_ids": list(ctx.model.eos_token_ids),
+        "ignore_eos": True, "return_token_ids": True, **fields})
+
+
+@register("effects:ignore_eos", tokens=END_TOKENS, effects=("ignore_eos",))
+def ignore_eos(ctx: Context) -> None:
+    """ignore_eos with only end tokens allowed: the choice runs to max_tokens ("length"), not
+    ending on its first token (semantics:finish_reason.eos: without it)."""
+    reply, choice = _ends(ctx, "default")
+    ctx.equal(f"(finish_reason, token count) with ignore_eos and only end tokens allowed, max_tokens = {END_TOKENS}",
+              ["length", END_TOKENS], [choice.get("finish_reason"), len(choice.get("token_ids") or [])], reply)
+
+
+@register("effects:skip_special_tokens", tokens=2 * END_TOKENS,
+          effects=("skip_special_tokens",))
+def skip_special_tokens(ctx: Context) -> None:
+    """End tokens are left out of the text by default and written (x-models special_tokens)
+    with skip_special_tokens false."""
+    texts = ctx.api.special_tokens(ctx.config.model)
+    reply, skipped = _ends(ctx, "default")
+    ctx.equal("the text of end tokens with skip_special_tokens (the default)", "", skipped.get("text"), reply)
+    reply, kept = _ends(ctx, "kept", skip_special_tokens=False)
+    ids = kept.get("token_ids") or []
+    want = "".join(texts.get(t, f"<token {t}>") for t in ids) if ids else "end tokens' texts"
+    ctx.equal("the text of end tokens with skip_special_tokens false", want, kept.get("text"), reply)
+
+
+# -- the vocabulary and the prompt -------------------------------------------------------
+
+def token_of(ctx: Context, text: str) -> tuple[int, list[int]]:
+    """(the id of `text`'s one token, the prompt ids of `text`) as the server tokenizes it."""
+    reply, choice = memo_post(ctx, f"effects.tokens.{text}", {
+        "prompt": text, "max_tokens": 1, "allowed_token_ids": list(ctx.model.eos_token_ids),
+        "return_token_ids": True})
+    ids = choice.get("prompt_token_ids")
+    if not (isinstance(ids, list) and ids and all(type(t) is int for t in ids)):
+        ctx.stop(f"no prompt_token_ids with return_token_ids: the token of {text!r} is unknown",
+                 expected="prompt_token_ids", received=ids, reply=reply)
+    return ids[-1], ids
+
+
+@register("effects:bad_words", tokens=len(PROBES) * (END_TOKENS + 1), effects=("bad_words",))
+def bad_words(ctx: Context) -> None:
+    """Two one-token words allowed, one of them a bad word: every token is the other one."""
+    ids = {word: token_of(ctx, word)[0] for word in PROBES}
+    for bad, good in (PROBES, PROBES[::-1]):
+        reply, choice = post(ctx, {"prompt": PROMPT, "max_tokens": END_TOKENS, "temperature": 0,
+                                   "allowed_token_ids": sorted(ids.values()), "bad_words": [bad],
+                                   "return_token_ids": True})
+        ctx.equal(f"the tokens with {sorted(PROBES)} allowed and bad_words [{bad!r}]", [ids[good]] * END_TOKENS,
+                  choice.get("token_ids"), reply)
+
+
+@register("effects:truncate_prompt_tokens", tokens=1, effects=("truncate_prompt_tokens",))
+def truncate_prompt_tokens(ctx: Context) -> None:
+    """truncate_prompt_tokens k keeps the prompt's last k token ids (prompt_token_ids and usage)."""
+    reply, choice = post(ctx, {"prompt": TRUNCATED, "truncate_prompt_tokens": KEEP, "max_tokens": 1,
+                               "allowed_token_ids": list(ctx.model.eos_token_ids), "return_token_ids": True})
+    usage = reply.data.get("usage") if isinstance(reply.data.get("usage"), dict) else {}
+    ctx.equal(f"(prompt_token_ids, usage.prompt_tokens) of {TRUNCATED} with truncate_prompt_tokens = {KEEP}",
+              [TRUNCATED[-KEEP:], KEEP], [choice.get("prompt_token_ids"), usage.get("prompt_tokens")], reply)
+
+
+@register("effects:add_special_tokens", tokens=2, effects=("add_special_tokens",))
+def add_special_tokens(ctx: Context) -> None:
+    """A string prompt starts with the BOS id by default, and without it with add_special_tokens false."""
+    bos = ctx.model.bos_token_id
+    token, ids = token_of(ctx, PROBES[0])
+    ctx.equal(f"the prompt_token_ids of {PROBES[0]!r} (add_special_tokens true, the default)", [bos, token], ids)
+    reply, choice = post(ctx, {"prompt": PROBES[0], "add_special_tokens": False, "max_tokens": 1,
+                               "allowed_token_ids": list(ctx.model.eos_token_ids), "return_token_ids": True})
+    ctx.equal(f"the prompt_token_ids of {PROBES[0]!r} with add_special_tokens false", [token],
+              choice.get("prompt_token_ids"), reply)

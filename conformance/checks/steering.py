@@ -1,0 +1,231 @@
+"""effects:steering.* — a steering vector does what vllm-lens does with it.
+
+vllm-lens adds `scale` x the vector (rescaled to the residual's L2 norm with
+`norm_match`) to the output of each layer in `layer_indices`, at every position
+(a vector of shape [layers, hidden]) or at its `position_indices` ([layers,
+positions, hidden]). So, on a greedy continuation (temperature 0 and top_k 1):
+
+- a strong vector at the middle layer changes it, the same way every time;
+- a vector of zeros, or any vector at scale 0, leaves it as it is without steering;
+
+and on the residual stream of the prompt (output_residual_stream, one token): at
+the steered layer it is the unsteered stream plus exactly that addition (the
+layer's own output does not depend on what is added to it), one layer below it
+is unchanged; so the layer, the scale, norm_match and position_indices each show.
+
+A batch may change a value by a little, so vectors are compared within a share
+of their norms (SLACK), and texts that must agree get TRIES tries.
+"""
+from __future__ import annotations
+
+import base64
+import binascii
+import math
+import struct
+from array import array
+from typing import Any
+
+import zstandard
+
+from conformance.checks.effects import TRIES, post
+from conformance.checks.lens import encode_float32
+from conformance.client import Reply
+from conformance.context import Context
+from conformance.registry import register
+
+PROMPT = [0, 1, 2, 3, 4]       # token ids: shorter than a KV block, so no prompt is ever cached
+TOKENS = 4                     # of a greedy continuation
+STRONG = 64.0                  # scale of a +-1 vector: its norm is 64 x sqrt(hidden), far above the stream's
+SCALE = 4.0                    # scale of the captured additions
+POSITION = 2                   # the prompt position position_indices names
+NORM_SMALL = 2 ** -8           # a norm_match vector's norm, as a share of the stream's (it must not matter)
+SLACK = 0.03                   # a batch may move a stream by this share of its norm (and bf16 rounds)
+Vector = dict[str, Any]
+
+
+def layer(ctx: Context) -> int:
+    """The middle layer, which has one below it."""
+    middle = ctx.model.num_layers // 2
+    if middle < 1:
+        ctx.skip(f"the model has {ctx.model.num_layers} layer: no layer below the steered one")
+    return middle
+
+
+def direction(hidden: int) -> list[float]:
+    """+-1 in a fixed pattern: no special direction of any model."""
+    return [1.0 if math.sin(i + 1) >= 0 else -1.0 for i in range(hidden)]
+
+
+def vector(ctx: Context, values: list[float], scale: float, **fields: Any) -> Vector:
+    shape = [1, len(values) // ctx.model.hidden_size, ctx.model.hidden_size] if "position_indices" in fields \
+        else [1, ctx.model.hidden_size]
+    return {"activations": encode_float32(values, shape), "layer_indices": [layer(ctx)], "scale": scale, **fields}
+
+
+# -- the greedy continuation ----------------------------------------------------------
+
+def greedy(ctx: Context, vectors: list[Vector] | None) -> dict[str, Any]:
+    steering = {"apply_steering_vectors": vectors} if vectors else {}
+    return {"prompt": PROMPT, "max_tokens": TOKENS, "temperature": 0, "top_k": 1, **steering}
+
+
+def _text(ctx: Context, key: str, vectors: list[Vector] | None) -> tuple[Reply, Any]:
+    if key not in ctx.memo:
+        ctx.memo[key] = post(ctx, greedy(ctx, vectors))
+    reply, choice = ctx.memo[key]
+    return reply, choice.get("text")
+
+
+def strong(ctx: Context) -> list[Vector]:
+    return [vector(ctx, direction(ctx.model.hidden_size), STRONG)]
+
+
+def agrees_with_plain(ctx: Context, what: str, vectors: list[Vector]) -> None:
+    """The steered text is the unsteered one: TRIES tries of both (a batch may flip a near tie)."""
+    for _ in range(TRIES):
+        plain = post(ctx, greedy(ctx, None))[1].get("text")
+        reply, steered = post(ctx, greedy(ctx, vectors))
+        if steered.get("text") == plain:
+            return
+    ctx.fail(f"{what} changed the greedy continuation (in {TRIES} tries)", expected=plain,
+             received=steered.get("text"), reply=reply)
+
+
+@register("effects:steering.changes", tags=("steering",), tokens=2 * TOKENS, effects=("apply_steering_vectors",))
+def changes(ctx: Context) -> None:
+    """A strong vector (+-1 at scale 64) at the middle layer changes the greedy continuation."""
+    _, plain = _text(ctx, "steering.plain", None)
+    reply, steered = _text(ctx, "steering.strong", strong(ctx))
+    ctx.expect(steered != plain, "a strong steering vector left the greedy continuation as it is without it",
+               expected=f"not {plain!r}", received=steered, reply=reply)
+
+
+@register("effects:steering.repeatable", tags=("steering",), tokens=(1 + 2 * TRIES) * TOKENS,
+          effects=("apply_steering_vectors",))
+def repeatable(ctx: Context) -> None:
+    """The same vector twice gives the same greedy continuation."""
+    _, first = _text(ctx, "steering.strong", strong(ctx))
+    for _ in range(TRIES):
+        reply, again = post(ctx, greedy(ctx, strong(ctx)))
+        if again.get("text") == first:
+            return
+        first = post(ctx, greedy(ctx, strong(ctx)))[1].get("text")
+    ctx.fail(f"the same steering vector gave different greedy continuations (in {TRIES} tries)",
+             expected=first, received=again.get("text"), reply=reply)
+
+
+@register("effects:steering.zero", tags=("steering",), tokens=2 * TRIES * TOKENS, effects=("apply_steering_vectors",))
+def zero(ctx: Context) -> None:
+    """A vector of zeros (at scale 64) leaves the greedy continuation as it is without steering."""
+    agrees_with_plain(ctx, "a vector of zeros", [vector(ctx, [0.0] * ctx.model.hidden_size, STRONG)])
+
+
+@register("effects:steering.scale_zero", tags=("steering",), tokens=2 * TRIES * TOKENS, effects=("scale",))
+def scale_zero(ctx: Context) -> None:
+    """The strong vector at scale 0 leaves the greedy continuation as it is without steering."""
+    agrees_with_plain(ctx, "a vector at scale 0", [vector(ctx, direction(ctx.model.hidden_size), 0.0)])
+
+
+# -- the residual stream at the steered layer -------------------------------------------
+
+def _decode(ctx: Context, reply: Reply) -> list[list[list[float]]]:
+    """The captured residual stream as [layer][position][hidden] floats."""
+    acts = reply.data.get("activations") if isinstance(reply.data, dict) else None
+    tensor = acts.get("residual_stream") if isinstance(acts, dict) else None
+    try:
+        raw = zstandard.ZstdDecompressor().decompress(base64.b64decode(tensor["data"], validate=True))
+        shape = [int(n) for n in tensor["shape"]]
+        values = _floats(raw, tensor["dtype"])
+    except (TypeError, KeyError, ValueError, binascii.Error, zstandard.ZstdError) as exc:
+        ctx.stop("no residual stream that decodes", received=repr(exc), reply=reply)
+    if len(shape) != 3 or len(values) != math.prod(shape) or shape[0] != 2 or shape[-1] != ctx.model.hidden_size:
+        ctx.stop("the residual stream is not [2 layers, positions, hidden]", received=tensor.get("shape"), reply=reply)
+    hidden, positions = shape[2], shape[1]
+    return [[values[(k * positions + p) * hidden:(k * positions + p + 1) * hidden] for p in range(positions)]
+            for k in range(shape[0])]
+
+
+def _floats(raw: bytes, dtype: str) -> list[float]:
+    if dtype == "int16":   # bf16 bits: the high half of a float32
+        bits = array("H")
+        bits.frombytes(raw)
+        wide = array("I", (b << 16 for b in bits))
+        out = array("f")
+        out.frombytes(wide.tobytes())
+        return out.tolist()
+    code = {"float16": "e", "float32": "f"}[dtype]
+    return list(struct.unpack(f"<{len(raw) // struct.calcsize(code)}{code}", raw))
+
+
+def capture(ctx: Context, vectors: list[Vector] | None) -> tuple[Reply, list[list[list[float]]]]:
+    """The prompt's residual stream one layer below the middle one and at it (one token)."""
+    steering = {"apply_steering_vectors": vectors} if vectors else {}
+    reply, _ = post(ctx, {"prompt": PROMPT, "max_tokens": 1, "temperature": 0, "top_k": 1,
+                          "output_residual_stream": [layer(ctx) - 1, layer(ctx)], **steering})
+    return reply, _decode(ctx, reply)
+
+
+def plain_capture(ctx: Context) -> list[list[list[float]]]:
+    if "steering.capture" not in ctx.memo:
+        ctx.memo["steering.capture"] = capture(ctx, None)[1]
+    stream: list[list[list[float]]] = ctx.memo["steering.capture"]
+    return stream
+
+
+def norm(v: list[float]) -> float:
+    return math.sqrt(sum(x * x for x in v))
+
+
+def expect_added(ctx: Context, what: str, vectors: list[Vector], added: list[list[float] | None]) -> None:
+    """At the steered layer each prompt position is the unsteered stream plus `added` (None:
+    nothing); one layer below, nothing is added anywhere."""
+    plain = plain_capture(ctx)
+    reply, steered = capture(ctx, vectors)
+    for k, name in ((0, f"layer {layer(ctx) - 1} (below the steered one)"), (1, f"layer {layer(ctx)}")):
+        if len(steered[k]) != len(plain[k]):
+            ctx.stop("the steered capture has other positions than the unsteered one",
+                     expected=len(plain[k]), received=len(steered[k]), reply=reply)
+        for p, (before, after) in enumerate(zip(plain[k], steered[k], strict=True)):
+            want = added[p] if k == 1 and added[p] is not None else [0.0] * len(before)
+            got = [b - a for a, b in zip(before, after, strict=True)]
+            error = norm([g - w for g, w in zip(got, want, strict=True)])
+            bound = SLACK * (norm(before) + norm(want))
+            ctx.expect(error <= bound, f"{what}: at {name}, position {p}, the steered stream less the unsteered "
+                       f"one is not {'the addition' if any(want) else 'zero'}",
+                       expected={"norm": round(norm(want), 4), "within": round(bound, 4)},
+                       received={"norm": round(norm(got), 4), "off_by": round(error, 4)}, reply=reply)
+
+
+@register("effects:steering.layer_and_scale", tags=("steering", "activations"), tokens=2,
+          effects=("apply_steering_vectors", "scale"))
+def layer_and_scale(ctx: Context) -> None:
+    """At the steered layer the stream gains scale x the vector at every prompt position; one
+    layer below it gains nothing."""
+    u = direction(ctx.model.hidden_size)
+    expect_added(ctx, f"a +-1 vector at scale {SCALE}", [vector(ctx, u, SCALE)],
+                 [[SCALE * x for x in u]] * len(PROMPT))
+
+
+@register("effects:steering.norm_match", tags=("steering", "activations"), tokens=2, effects=("norm_match",))
+def norm_match(ctx: Context) -> None:
+    """With norm_match the vector is rescaled to the stream's norm at each position: a vector
+    of a tiny norm adds scale x the stream's norm in its direction."""
+    plain = plain_capture(ctx)[1]
+    u = direction(ctx.model.hidden_size)
+    # a power of two far below the stream's norm: without norm_match it would add next to nothing
+    typical = sorted(norm(row) for row in plain)[len(plain) // 2]
+    small = 2.0 ** math.floor(math.log2(max(typical, 1e-30) * NORM_SMALL / norm(u)))
+    added = [[SCALE * norm(row) * x / norm(u) for x in u] for row in plain]
+    expect_added(ctx, f"a vector of norm {norm(u) * small:.3g} with norm_match at scale {SCALE}",
+                 [vector(ctx, [small * x for x in u], SCALE, norm_match=True)], added)
+
+
+@register("effects:steering.position_indices", tags=("steering", "activations"), tokens=2,
+          effects=("position_indices",))
+def position_indices(ctx: Context) -> None:
+    """A vector for one position (position_indices) is added there and nowhere else."""
+    u = direction(ctx.model.hidden_size)
+    added: list[list[float] | None] = [None] * len(PROMPT)
+    added[POSITION] = [SCALE * x for x in u]
+    expect_added(ctx, f"a vector at position_indices [{POSITION}]",
+                 [vector(ctx, u, SCALE, position_indices=[POSITION])], added)
