@@ -5,8 +5,9 @@ observed: the route and method called, the request fields sent and whether the
 server took them (a 2xx) or refused them by name (the error's param), the rule
 the error names (recognised from its code, param and message by spec_rules),
 the error code, the status, the documented response headers seen and the kinds
-of stream events. The universe of each is read from the spec, never listed
-here; error codes whose x-error-codes entry says a client cannot provoke them
+of stream events; and the request fields whose effect a check saw (the
+`effects` of the checks that passed: `x-effect` `observed` in openapi.yaml).
+The universe of each is read from the spec, never listed here; error codes whose x-error-codes entry says a client cannot provoke them
 (`conformance: fault`, a server's own failure) are left out of the universe,
 and so are those that need a run option (`conformance: exhausted-key`) in a
 run without it, with the headers that only those codes carry.
@@ -24,11 +25,21 @@ from contract import Spec
 
 REQUEST_SCHEMA = "CompletionRequest"
 CATEGORIES = ("routes", "fields_valid", "fields_invalid", "rules", "error_codes", "statuses",
-              "headers", "stream_events")
+              "headers", "stream_events", "effects")
+STEERING = ("apply_steering_vectors", "SteeringVector")   # its fields' effects: "apply_steering_vectors.scale"
 
 
 def _param_root(param: Any) -> str | None:
     return re.split(r"[.\[]", param, maxsplit=1)[0] if isinstance(param, str) else None
+
+
+def observable_effects(api: Spec) -> list[str]:
+    """The request fields whose x-effect says a client observes it (SteeringVector's fields
+    as apply_steering_vectors.<field>)."""
+    field, vector = STEERING
+    fields = {**api.schema(REQUEST_SCHEMA)["properties"],
+              **{f"{field}.{k}": v for k, v in api.schema(vector)["properties"].items()}}
+    return sorted(k for k, v in fields.items() if "observed" in v.get("x-effect", {}))
 
 
 def universe(api: Spec, *, exhausted_key: bool = False) -> dict[str, list[str]]:
@@ -54,6 +65,7 @@ def universe(api: Spec, *, exhausted_key: bool = False) -> dict[str, list[str]]:
         "statuses": sorted(statuses),
         "headers": sorted(headers),
         "stream_events": sorted(api.event_schemas),
+        "effects": observable_effects(api),
     }
 
 
@@ -94,6 +106,11 @@ class Coverage:
                     seen["rules"].add(rule)
             if method.upper() == "POST" and path == self.api.completions_path:
                 self._fields(body, status, error)
+
+    def observe_effects(self, fields: Any) -> None:
+        """Fields whose effect a check saw (the `effects` of the checks that passed)."""
+        with self._lock:
+            self.seen["effects"].update(fields)
 
     def _fields(self, body: bytes | str | None, status: int, error: dict[str, Any] | None) -> None:
         try:

@@ -191,6 +191,7 @@ def run(config: RunConfig, checks: Sequence[Check], *, progress: Progress | None
                 progress(check, result)
         report.tokens = ctx.client.tokens
         report.ceiling_notes = list(ctx.memo.get(LEDGER_NOTES, []))
+        coverage.observe_effects(f for c in checks if results[c.id].outcome is Outcome.PASSED for f in c.effects)
         report.coverage = coverage.summary()
         report.rate_limit = ctx.client.pace.summary() if ctx.client.pace else None
     report.results = [results[c.id] for c in checks]

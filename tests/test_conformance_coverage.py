@@ -27,9 +27,9 @@ def test_the_full_profile_covers_every_rule_error_code_and_status() -> None:
         report = run(config, select(REGISTRY, config))
     coverage = report.coverage
     assert coverage is not None
-    missing = {cat: coverage[cat]["not_covered"] for cat in ("rules", "error_codes", "statuses", "routes")}
-    assert missing == {"rules": [], "error_codes": [], "statuses": [], "routes": []}
-    assert coverage["rules"]["percent"] == 100.0
+    missing = {cat: coverage[cat]["not_covered"] for cat in ("rules", "error_codes", "statuses", "routes", "effects")}
+    assert missing == {"rules": [], "error_codes": [], "statuses": [], "routes": [], "effects": []}
+    assert coverage["rules"]["percent"] == 100.0 and coverage["effects"]["percent"] == 100.0
     assert report.to_dict()["coverage"] == coverage
     assert summary_line(coverage).startswith("spec coverage: routes 100% ")
     # The reports list what was not covered (without a Budget, the clamp header is never sent).
@@ -37,6 +37,19 @@ def test_the_full_profile_covers_every_rule_error_code_and_status() -> None:
     not_covered = [x for c in coverage.values() for x in c["not_covered"]]
     assert "X-Acs-Max-Tokens-Clamped" in not_covered
     assert "<h2>Spec coverage</h2>" in html and all(x in html for x in not_covered)
+
+
+def test_every_field_says_its_effect_and_each_observed_one_has_its_check() -> None:
+    request = spec().schema("CompletionRequest")["properties"]
+    vector = spec().schema("SteeringVector")["properties"]
+    said = {k: v.get("x-effect") for k, v in request.items()}
+    assert all(isinstance(e, dict) and len(e) == 1 and set(e) <= {"observed", "unobserved"} and next(iter(e.values()))
+               for e in said.values()), said
+    observed = {k for k, e in said.items() if "observed" in e}
+    observed |= {f"apply_steering_vectors.{k}" for k, v in vector.items() if "observed" in v.get("x-effect", {})}
+    checked = {f for c in REGISTRY for f in c.effects}
+    assert set(universe(spec())["effects"]) == observed == checked
+    assert {"priority", "user"} <= set(request) - observed
 
 
 def test_the_universe_is_read_from_the_spec() -> None:

@@ -9,8 +9,9 @@ deployment that ignores the field fails its check and no other:
   fills, every sampled token is the likeliest of its `top_logprobs` row (vLLM
   computes both from the same logits) and the text does not depend on `seed`;
   at temperature 1 some token is not the likeliest;
-- end tokens: with the model's end tokens as the only `allowed_token_ids`,
-  `ignore_eos` runs to max_tokens; `skip_special_tokens` false writes them;
+- special tokens: with the model's end tokens as the only `allowed_token_ids`,
+  `ignore_eos` runs to max_tokens; with its BOS alone, `skip_special_tokens`
+  false writes it;
 - `bad_words`, `truncate_prompt_tokens`, `add_special_tokens`.
 
 The documentation allows a batch to change a log probability by a little and,
@@ -141,34 +142,27 @@ def temperature_sampling(ctx: Context) -> None:
 
 # -- end tokens ------------------------------------------------------------------------
 
-def _ends(ctx: Context, key: str, **fields: Any) -> tuple[Reply, dict[str, Any]]:
-    """Only the model's end tokens are allowed, with ignore_eos: every token is an end token."""
-    return memo_post(ctx, f"effects.ends.{key}", {
-        "prompt": PROMPT, "max_tokens": END_TOKENS, "allowed_token_ids": list(ctx.model.eos_token_ids),
-        "ignore_eos": True, "return_token_ids": True, **fields})
-
-
 @register("effects:ignore_eos", tokens=END_TOKENS, effects=("ignore_eos",))
 def ignore_eos(ctx: Context) -> None:
     """ignore_eos with only end tokens allowed: the choice runs to max_tokens ("length"), not
     ending on its first token (semantics:finish_reason.eos: without it)."""
-    reply, choice = _ends(ctx, "default")
+    reply, choice = post(ctx, {"prompt": PROMPT, "max_tokens": END_TOKENS, "ignore_eos": True,
+                               "allowed_token_ids": list(ctx.model.eos_token_ids), "return_token_ids": True})
     ctx.equal(f"(finish_reason, token count) with ignore_eos and only end tokens allowed, max_tokens = {END_TOKENS}",
               ["length", END_TOKENS], [choice.get("finish_reason"), len(choice.get("token_ids") or [])], reply)
 
 
-@register("effects:skip_special_tokens", tokens=2 * END_TOKENS,
-          effects=("skip_special_tokens",))
+@register("effects:skip_special_tokens", tokens=2 * END_TOKENS, effects=("skip_special_tokens",))
 def skip_special_tokens(ctx: Context) -> None:
-    """End tokens are left out of the text by default and written (x-models special_tokens)
-    with skip_special_tokens false."""
-    texts = ctx.api.special_tokens(ctx.config.model)
-    reply, skipped = _ends(ctx, "default")
-    ctx.equal("the text of end tokens with skip_special_tokens (the default)", "", skipped.get("text"), reply)
-    reply, kept = _ends(ctx, "kept", skip_special_tokens=False)
-    ids = kept.get("token_ids") or []
-    want = "".join(texts.get(t, f"<token {t}>") for t in ids) if ids else "end tokens' texts"
-    ctx.equal("the text of end tokens with skip_special_tokens false", want, kept.get("text"), reply)
+    """With only the BOS token allowed (a special token that ends nothing), it is left out of
+    the text by default and written (x-models special_tokens) with skip_special_tokens false."""
+    bos = ctx.model.bos_token_id
+    text = ctx.api.special_tokens(ctx.config.model)[bos]
+    for skip, want in ((None, ""), (False, text * END_TOKENS)):
+        reply, choice = post(ctx, {"prompt": PROMPT, "max_tokens": END_TOKENS, "allowed_token_ids": [bos],
+                                   **({} if skip is None else {"skip_special_tokens": skip})})
+        ctx.equal(f"the text of {END_TOKENS} BOS tokens with skip_special_tokens "
+                  f"{'true (the default)' if skip is None else 'false'}", want, choice.get("text"), reply)
 
 
 # -- the vocabulary and the prompt -------------------------------------------------------

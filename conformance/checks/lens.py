@@ -85,7 +85,7 @@ def _generated(usage: Any) -> int:
     return usage.get("completion_tokens", MAX_TOKENS) if isinstance(usage, dict) else MAX_TOKENS
 
 
-@register("lens:activations_shape", tags=("activations",), tokens=MAX_TOKENS)
+@register("lens:activations_shape", tags=("activations",), tokens=MAX_TOKENS, effects=("output_residual_stream",))
 def activations_shape(ctx: Context) -> None:
     """output_residual_stream returns activations that decode to [layers, positions, hidden];
     layers asked in descending order come back ascending (the Activations schema says so)."""

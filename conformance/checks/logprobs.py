@@ -43,7 +43,7 @@ def check_logprobs(ctx: Context, text: str, lp: Any, tokens: int | None, reply: 
     ctx.equal(f"{where}: text_offset", starts, offsets, reply)
 
 
-@register("logprobs:consistent", tags=("logprobs",), tokens=MAX_TOKENS)
+@register("logprobs:consistent", tags=("logprobs",), tokens=MAX_TOKENS, effects=("logprobs",))
 def consistent(ctx: Context) -> None:
     """Without stream: one entry per generated token, joined tokens = text, offsets follow the text."""
     reply = ctx.client.post(ctx.api.completions_path, _body(ctx))
@@ -68,7 +68,7 @@ def stream(ctx: Context) -> None:
     ctx.equal("the tokens with logprobs over the stream", MAX_TOKENS, count, reply)
 
 
-@register("logprobs:prompt_logprobs", tags=("logprobs",), tokens=MAX_TOKENS)
+@register("logprobs:prompt_logprobs", tags=("logprobs",), tokens=MAX_TOKENS, effects=("prompt_logprobs",))
 def prompt_logprobs(ctx: Context) -> None:
     """prompt_logprobs: one entry per prompt token, the first null."""
     reply = ctx.client.post(ctx.api.completions_path, _body(ctx, prompt_logprobs=1))

@@ -151,7 +151,8 @@ Meaning = Callable[[Context, bool], None]
 PROBE_BOUND = MAX_TOKENS        # the probe (end_of_sequence without stream) a stop check may send first
 
 
-def both(name: str, tokens: int, shares: str = "", tags: tuple[str, ...] = ()) -> Callable[[Meaning], Meaning]:
+def both(name: str, tokens: int, shares: str = "", tags: tuple[str, ...] = (),
+         effects: tuple[str, ...] = ()) -> Callable[[Meaning], Meaning]:
     """Register `semantics:<name>` and `semantics:stream.<name>` from one function of (ctx, stream)."""
     def wrap(func: Meaning) -> Meaning:
         doc = (func.__doc__ or "").strip()
@@ -162,16 +163,17 @@ def both(name: str, tokens: int, shares: str = "", tags: tuple[str, ...] = ()) -
         def streamed(ctx: Context) -> None:
             func(ctx, True)
         register(f"semantics:{name}", tags=tags, tokens=tokens, shares=shares and f"semantics.{shares}",
-                 doc=doc)(plain)
+                 doc=doc, effects=effects)(plain)
         register(f"semantics:stream.{name}", tags=("streaming", *tags), tokens=tokens,
-                 shares=shares and f"semantics.stream.{shares}", doc=f"In a stream, chunk by chunk: {doc}")(streamed)
+                 shares=shares and f"semantics.stream.{shares}", doc=f"In a stream, chunk by chunk: {doc}",
+                 effects=effects)(streamed)
         return func
     return wrap
 
 
 # -- what every body says --------------------------------------------------------------
 
-@both("model", EXHAUSTING, "exhausting")
+@both("model", EXHAUSTING, "exhausting", effects=("model",))
 def model(ctx: Context, stream: bool) -> None:
     """`model` is the name the caller used, in the Completion and in every chunk."""
     sent = exhausting(ctx, stream)
@@ -211,7 +213,7 @@ def created(ctx: Context, stream: bool) -> None:
 
 # -- the choices -----------------------------------------------------------------------
 
-@both("choices", EXHAUSTING, "exhausting")
+@both("choices", EXHAUSTING, "exhausting", effects=("prompt", "n"))
 def choices(ctx: Context, stream: bool) -> None:
     """One choice per prompt x n, indexed prompts first, then n; each with its own prompt's ids."""
     sent = exhausting(ctx, stream)
@@ -233,7 +235,7 @@ def choices(ctx: Context, stream: bool) -> None:
                       c.prompt_token_ids, sent.reply)
 
 
-@both("usage_token_ids", EXHAUSTING, "exhausting")
+@both("usage_token_ids", EXHAUSTING, "exhausting", effects=("return_token_ids",))
 def usage_token_ids(ctx: Context, stream: bool) -> None:
     """usage agrees with the ids (return_token_ids): each prompt's prompt_token_ids counted once, every token_ids."""
     sent = exhausting(ctx, stream)
@@ -249,7 +251,7 @@ def usage_token_ids(ctx: Context, stream: bool) -> None:
 
 # -- why each choice ended ---------------------------------------------------------------
 
-@both("finish_reason.length", EXHAUSTING, "exhausting")
+@both("finish_reason.length", EXHAUSTING, "exhausting", effects=("max_tokens",))
 def finish_length(ctx: Context, stream: bool) -> None:
     """A choice that wrote max_tokens tokens without a stop (ignore_eos) ends with "length", stop_reason null."""
     sent = exhausting(ctx, stream)
@@ -258,7 +260,7 @@ def finish_length(ctx: Context, stream: bool) -> None:
                   ["length", None], [c.finish_reason, c.stop_reason], sent.reply)
 
 
-@both("finish_reason.eos", MAX_TOKENS, "eos")
+@both("finish_reason.eos", MAX_TOKENS, "eos", effects=("allowed_token_ids",))
 def finish_eos(ctx: Context, stream: bool) -> None:
     """A choice that ends at the model's end-of-sequence token: "stop", stop_reason null."""
     sent = end_of_sequence(ctx, stream)
@@ -267,7 +269,7 @@ def finish_eos(ctx: Context, stream: bool) -> None:
               [c.finish_reason, c.stop_reason], sent.reply)
 
 
-@both("stop_string", STOP_MAX_TOKENS + PROBE_BOUND)
+@both("stop_string", STOP_MAX_TOKENS + PROBE_BOUND, effects=("stop",))
 def stop_string(ctx: Context, stream: bool) -> None:
     """A stop string that fired: "stop", stop_reason the string, and the text never holds it."""
     sent = repeating(ctx, "stop", stream, stop=[PROBE])
@@ -280,7 +282,7 @@ def stop_string(ctx: Context, stream: bool) -> None:
                expected=f"no {PROBE!r}", received=pieces, reply=sent.reply)
 
 
-@both("stop_string.included", STOP_MAX_TOKENS + PROBE_BOUND)
+@both("stop_string.included", STOP_MAX_TOKENS + PROBE_BOUND, effects=("include_stop_str_in_output",))
 def stop_string_included(ctx: Context, stream: bool) -> None:
     """With include_stop_str_in_output the text ends with the stop string; stop_reason is the string."""
     sent = repeating(ctx, "stop_included", stream, stop=[PROBE], include_stop_str_in_output=True)
@@ -292,7 +294,7 @@ def stop_string_included(ctx: Context, stream: bool) -> None:
                reply=sent.reply)
 
 
-@both("stop_token_id", STOP_MAX_TOKENS + PROBE_BOUND)
+@both("stop_token_id", STOP_MAX_TOKENS + PROBE_BOUND, effects=("stop_token_ids",))
 def stop_token_id(ctx: Context, stream: bool) -> None:
     """A stop_token_ids id that fired: "stop", stop_reason that id (an integer)."""
     token = probe_token(ctx)
@@ -303,7 +305,7 @@ def stop_token_id(ctx: Context, stream: bool) -> None:
                received=[c.finish_reason, c.stop_reason], reply=sent.reply)
 
 
-@both("min_tokens", STOP_MAX_TOKENS + PROBE_BOUND)
+@both("min_tokens", STOP_MAX_TOKENS + PROBE_BOUND, effects=("min_tokens",))
 def min_tokens(ctx: Context, stream: bool) -> None:
     """No stop before min_tokens tokens: a stop string that matches every token fires on token min_tokens + 1."""
     sent = repeating(ctx, "min_tokens", stream, stop=[PROBE], min_tokens=MIN_TOKENS)

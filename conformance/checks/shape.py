@@ -85,7 +85,7 @@ def tokens_join_text(ctx: Context) -> None:
                 ctx.equal(f"{where}: the first token (BOS, written as its text)", bos, _first(lp["tokens"]), reply)
 
 
-@register("shape:bos_echo", tags=("logprobs",), tokens=MAX_TOKENS)
+@register("shape:bos_echo", tags=("logprobs",), tokens=MAX_TOKENS, effects=("echo",))
 def bos_echo(ctx: Context) -> None:
     """A token-id prompt that starts with the BOS id echoes the BOS token's text first, in the
     text and in logprobs, and text_offset counts it."""

@@ -35,8 +35,9 @@ from conformance.registry import register
 
 PROMPT = [0, 1, 2, 3, 4]       # token ids: shorter than a KV block, so no prompt is ever cached
 TOKENS = 4                     # of a greedy continuation
-STRONG = 64.0                  # scale of a +-1 vector: its norm is 64 x sqrt(hidden), far above the stream's
-SCALE = 4.0                    # scale of the captured additions
+STRONG = 64.0                  # a strong vector's values are +-64: its norm, 64 x sqrt(hidden), is far above the stream's
+SCALE = 4.0                    # the scale effects:steering.layer_and_scale sends (the others leave it out:
+                               # one field's effect per check)
 POSITION = 2                   # the prompt position position_indices names
 NORM_SMALL = 2 ** -8           # a norm_match vector's norm, as a share of the stream's (it must not matter)
 SLACK = 0.03                   # a batch may move a stream by this share of its norm (and bf16 rounds)
@@ -56,10 +57,11 @@ def direction(hidden: int) -> list[float]:
     return [1.0 if math.sin(i + 1) >= 0 else -1.0 for i in range(hidden)]
 
 
-def vector(ctx: Context, values: list[float], scale: float, **fields: Any) -> Vector:
+def vector(ctx: Context, values: list[float], **fields: Any) -> Vector:
+    """A vector at the middle layer: [1, hidden], or [1, positions, hidden] with position_indices."""
     shape = [1, len(values) // ctx.model.hidden_size, ctx.model.hidden_size] if "position_indices" in fields \
         else [1, ctx.model.hidden_size]
-    return {"activations": encode_float32(values, shape), "layer_indices": [layer(ctx)], "scale": scale, **fields}
+    return {"activations": encode_float32(values, shape), "layer_indices": [layer(ctx)], **fields}
 
 
 # -- the greedy continuation ----------------------------------------------------------
@@ -77,7 +79,7 @@ def _text(ctx: Context, key: str, vectors: list[Vector] | None) -> tuple[Reply, 
 
 
 def strong(ctx: Context) -> list[Vector]:
-    return [vector(ctx, direction(ctx.model.hidden_size), STRONG)]
+    return [vector(ctx, [STRONG * x for x in direction(ctx.model.hidden_size)])]
 
 
 def agrees_with_plain(ctx: Context, what: str, vectors: list[Vector]) -> None:
@@ -93,7 +95,7 @@ def agrees_with_plain(ctx: Context, what: str, vectors: list[Vector]) -> None:
 
 @register("effects:steering.changes", tags=("steering",), tokens=2 * TOKENS, effects=("apply_steering_vectors",))
 def changes(ctx: Context) -> None:
-    """A strong vector (+-1 at scale 64) at the middle layer changes the greedy continuation."""
+    """A strong vector (+-64) at the middle layer changes the greedy continuation."""
     _, plain = _text(ctx, "steering.plain", None)
     reply, steered = _text(ctx, "steering.strong", strong(ctx))
     ctx.expect(steered != plain, "a strong steering vector left the greedy continuation as it is without it",
@@ -116,14 +118,14 @@ def repeatable(ctx: Context) -> None:
 
 @register("effects:steering.zero", tags=("steering",), tokens=2 * TRIES * TOKENS, effects=("apply_steering_vectors",))
 def zero(ctx: Context) -> None:
-    """A vector of zeros (at scale 64) leaves the greedy continuation as it is without steering."""
-    agrees_with_plain(ctx, "a vector of zeros", [vector(ctx, [0.0] * ctx.model.hidden_size, STRONG)])
+    """A vector of zeros leaves the greedy continuation as it is without steering."""
+    agrees_with_plain(ctx, "a vector of zeros", [vector(ctx, [0.0] * ctx.model.hidden_size)])
 
 
-@register("effects:steering.scale_zero", tags=("steering",), tokens=2 * TRIES * TOKENS, effects=("scale",))
+@register("effects:steering.scale_zero", tags=("steering",), tokens=2 * TRIES * TOKENS, effects=("apply_steering_vectors.scale",))
 def scale_zero(ctx: Context) -> None:
     """The strong vector at scale 0 leaves the greedy continuation as it is without steering."""
-    agrees_with_plain(ctx, "a vector at scale 0", [vector(ctx, direction(ctx.model.hidden_size), 0.0)])
+    agrees_with_plain(ctx, "the strong vector at scale 0", [strong(ctx)[0] | {"scale": 0.0}])
 
 
 # -- the residual stream at the steered layer -------------------------------------------
@@ -197,35 +199,35 @@ def expect_added(ctx: Context, what: str, vectors: list[Vector], added: list[lis
 
 
 @register("effects:steering.layer_and_scale", tags=("steering", "activations"), tokens=2,
-          effects=("apply_steering_vectors", "scale"))
+          effects=("apply_steering_vectors.layer_indices", "apply_steering_vectors.scale"))
 def layer_and_scale(ctx: Context) -> None:
     """At the steered layer the stream gains scale x the vector at every prompt position; one
     layer below it gains nothing."""
     u = direction(ctx.model.hidden_size)
-    expect_added(ctx, f"a +-1 vector at scale {SCALE}", [vector(ctx, u, SCALE)],
+    expect_added(ctx, f"a +-1 vector at scale {SCALE}", [vector(ctx, u, scale=SCALE)],
                  [[SCALE * x for x in u]] * len(PROMPT))
 
 
-@register("effects:steering.norm_match", tags=("steering", "activations"), tokens=2, effects=("norm_match",))
+@register("effects:steering.norm_match", tags=("steering", "activations"), tokens=2, effects=("apply_steering_vectors.norm_match",))
 def norm_match(ctx: Context) -> None:
     """With norm_match the vector is rescaled to the stream's norm at each position: a vector
-    of a tiny norm adds scale x the stream's norm in its direction."""
+    of a tiny norm adds the stream's norm in its direction."""
     plain = plain_capture(ctx)[1]
     u = direction(ctx.model.hidden_size)
     # a power of two far below the stream's norm: without norm_match it would add next to nothing
     typical = sorted(norm(row) for row in plain)[len(plain) // 2]
     small = 2.0 ** math.floor(math.log2(max(typical, 1e-30) * NORM_SMALL / norm(u)))
-    added = [[SCALE * norm(row) * x / norm(u) for x in u] for row in plain]
-    expect_added(ctx, f"a vector of norm {norm(u) * small:.3g} with norm_match at scale {SCALE}",
-                 [vector(ctx, [small * x for x in u], SCALE, norm_match=True)], added)
+    added = [[norm(row) * x / norm(u) for x in u] for row in plain]
+    expect_added(ctx, f"a vector of norm {norm(u) * small:.3g} with norm_match",
+                 [vector(ctx, [small * x for x in u], norm_match=True)], added)
 
 
 @register("effects:steering.position_indices", tags=("steering", "activations"), tokens=2,
-          effects=("position_indices",))
+          effects=("apply_steering_vectors.position_indices",))
 def position_indices(ctx: Context) -> None:
     """A vector for one position (position_indices) is added there and nowhere else."""
     u = direction(ctx.model.hidden_size)
     added: list[list[float] | None] = [None] * len(PROMPT)
-    added[POSITION] = [SCALE * x for x in u]
-    expect_added(ctx, f"a vector at position_indices [{POSITION}]",
-                 [vector(ctx, u, SCALE, position_indices=[POSITION])], added)
+    added[POSITION] = u
+    expect_added(ctx, f"a +-1 vector at position_indices [{POSITION}]",
+                 [vector(ctx, u, position_indices=[POSITION])], added)

@@ -49,7 +49,7 @@ def kinds(reply: StreamReply) -> str:
 
 # -- streams -------------------------------------------------------------------------
 
-@register("stream:framing", tags=("streaming",), tokens=12, shares="usage_stream")
+@register("stream:framing", tags=("streaming",), tokens=12, shares="usage_stream", effects=("stream",))
 def framing(ctx: Context) -> None:
     """`data: ` lines separated by blank lines, `:` comments only, `data: [DONE]` last, nothing after."""
     reply = usage_stream(ctx)
@@ -82,7 +82,8 @@ def _check_event_schemas(ctx: Context, reply: StreamReply) -> None:
                    expected=event.kind, received=errors, reply=reply)
 
 
-@register("stream:event_order", tags=("streaming",), tokens=12, shares="usage_stream")
+@register("stream:event_order", tags=("streaming",), tokens=12, shares="usage_stream",
+          effects=("stream_options",))
 def event_order(ctx: Context) -> None:
     """Content chunks, then the usage chunk (include_usage), then [DONE]."""
     reply = usage_stream(ctx)
@@ -221,7 +222,7 @@ def text_equals(ctx: Context) -> None:
     ctx.equal("the streamed texts", texts(plain), texts(streamed), streamed)
 
 
-@register("determinism:seed", tags=("determinism",), tokens=24, worst=3 * 16)
+@register("determinism:seed", tags=("determinism",), tokens=24, worst=3 * 16, effects=("seed",))
 def seed_reproduces(ctx: Context) -> None:
     """The same request with the same seed gets the same text (two of three tries agree)."""
     replies = []

@@ -1,0 +1,144 @@
+"""For the effects: checks' tests: deployments that ignore one field, and one under batch effects.
+
+`Ignoring` is the deployment of issue 22: its API layer validates a request
+exactly as openapi.yaml says and then leaves one field out of what it passes
+on (a proxy that forgets it, a vLLM without vllm-lens). `Batched` is a
+conforming deployment under other traffic, as the documentation allows: every
+log probability and captured value moved by a little, and now and then a
+greedy token flipped where two were almost equally likely.
+"""
+from __future__ import annotations
+
+import base64
+import itertools
+import json
+import random
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import numpy as np
+import zstandard
+
+from contract import ApiError, validate_completion
+from tests.conformance_support import Breaker, Environ, StartResponse
+
+App = Callable[[Environ, StartResponse], Iterable[bytes]]
+
+
+def _without(body: dict[str, Any], field: str) -> dict[str, Any]:
+    """The body less `field`; `apply_steering_vectors.<name>` leaves it out of every vector."""
+    top, _, inner = field.partition(".")
+    if not inner:
+        return {k: v for k, v in body.items() if k != field}
+    if not isinstance(body.get(top), list):
+        return body
+    return {**body, top: [{k: v for k, v in vec.items() if k != inner} for vec in body[top]]}
+
+
+def _greedy_always(body: dict[str, Any]) -> dict[str, Any]:
+    """A deployment that samples at temperature 0 whatever the request says."""
+    return {**body, "temperature": 0} if body.get("n") in (None, 1) else body
+
+
+class Ignoring:
+    """WSGI middleware: the app, with `field` dropped from every valid completion request
+    (None: untouched); `greedy` samples every one-choice request at temperature 0 instead."""
+
+    def __init__(self, app: App) -> None:
+        self.app = app
+        self.field: str | None = None
+
+    def __call__(self, environ: Environ, start_response: StartResponse) -> Iterable[bytes]:
+        field = self.field
+        if field is not None and environ.get("PATH_INFO") == "/v1/completions":
+            rewrite = _greedy_always if field == "greedy" else (lambda body: _without(body, field))
+            Breaker._rewrite_request(environ, lambda body: rewrite(body) if _valid(body) else body)
+        return self.app(environ, start_response)
+
+
+def _valid(body: dict[str, Any]) -> bool:
+    try:
+        json.dumps(body, allow_nan=False)   # the API's JSON has no NaN (Python's parser takes it)
+        validate_completion(body)
+    except (ApiError, ValueError):
+        return False
+    return True
+
+
+# -- batch effects ------------------------------------------------------------------------
+
+LOGPROB_NOISE = 2e-4       # nats
+STREAM_NOISE = 0.004       # a captured value's share (about one bf16 step)
+FLIP_EVERY = 3             # one greedy text in this many gets a flipped token
+
+
+class Batched:
+    """WSGI middleware over the app: each success body as a batch would move it."""
+
+    def __init__(self, app: App, seed: int = 0) -> None:
+        self.app = app
+        self.random = random.Random(seed)
+        self.greedy = itertools.count(1)
+
+    def __call__(self, environ: Environ, start_response: StartResponse) -> Iterable[bytes]:
+        if environ.get("PATH_INFO") != "/v1/completions" or environ.get("REQUEST_METHOD") != "POST":
+            return self.app(environ, start_response)
+        sent: dict[str, Any] = {}
+
+        def keep(body: dict[str, Any]) -> dict[str, Any]:
+            sent.update(body)
+            return body
+        Breaker._rewrite_request(environ, keep)
+        captured: dict[str, Any] = {}
+
+        def capture(status: str, headers: list[tuple[str, str]], exc_info: Any = None) -> Any:
+            captured["status"], captured["headers"] = status, headers
+            return lambda data: None
+        chunks = self.app(environ, capture)
+        try:
+            body = b"".join(chunks)
+        finally:
+            getattr(chunks, "close", lambda: None)()
+        headers = captured["headers"]
+        if captured["status"].startswith("200") and not sent.get("stream"):
+            body = json.dumps(self._move(sent, json.loads(body))).encode()
+            headers = [(k, v) for k, v in headers if k.lower() != "content-length"]
+            headers.append(("Content-Length", str(len(body))))
+        start_response(captured["status"], headers)
+        return [body]
+
+    def _move(self, sent: dict[str, Any], data: dict[str, Any]) -> dict[str, Any]:
+        # a flip needs a near tie: none where allowed_token_ids leaves one choice at a step
+        greedy = sent.get("temperature") == 0 or sent.get("top_k") == 1
+        for choice in data.get("choices") or []:
+            lp = choice.get("logprobs")
+            if isinstance(lp, dict):
+                self._logprobs(lp)
+            if greedy and "allowed_token_ids" not in sent and choice.get("text") \
+                    and next(self.greedy) % FLIP_EVERY == 0:
+                choice["text"] = choice["text"][:-1] + ("x" if choice["text"][-1] != "x" else "y")
+        acts = data.get("activations")
+        if isinstance(acts, dict):
+            acts["residual_stream"] = self._stream(acts["residual_stream"])
+        return data
+
+    def _logprobs(self, lp: dict[str, Any]) -> None:
+        """Every value a little lower; the sampled token's as its row's entry."""
+        for i, row in enumerate(lp.get("top_logprobs") or []):
+            if not isinstance(row, dict):
+                continue
+            for key in row:
+                row[key] -= self.random.uniform(0, LOGPROB_NOISE)
+            token = lp["tokens"][i]
+            lp["token_logprobs"][i] = row.get(token, lp["token_logprobs"][i] - LOGPROB_NOISE)
+
+    def _stream(self, tensor: dict[str, Any]) -> dict[str, Any]:
+        raw = zstandard.ZstdDecompressor().decompress(base64.b64decode(tensor["data"]))
+        bits = np.frombuffer(raw, dtype="<i2").astype(np.uint16).astype(np.uint32) << 16
+        values = bits.view(np.float32)
+        rng = np.random.default_rng(self.random.getrandbits(32))
+        moved = values * (1 + rng.uniform(-STREAM_NOISE, STREAM_NOISE, values.shape)).astype(np.float32)
+        out = (moved.view(np.uint32) >> 16).astype(np.uint16).astype("<i2")
+        frame = zstandard.ZstdCompressor(write_content_size=True).compress(out.tobytes())
+        return {**tensor, "data": base64.b64encode(frame).decode()}
+
