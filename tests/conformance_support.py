@@ -274,6 +274,22 @@ MODES = (*REQUEST_MODES, "wrong_status", "wrong_code", "missing_param", "changed
          *SUCCESS_MODES)
 
 
+def whole_response(app: Callable[[Environ, StartResponse], Iterable[bytes]],
+                   environ: Environ) -> tuple[str, list[tuple[str, str]], bytes]:
+    """`app`'s answer to `environ`, read whole: its status, headers and body."""
+    captured: dict[str, Any] = {}
+
+    def capture(status: str, headers: list[tuple[str, str]], exc_info: Any = None) -> Any:
+        captured["status"], captured["headers"] = status, headers
+        return lambda data: None
+    chunks = app(environ, capture)
+    try:
+        body = b"".join(chunks)
+    finally:
+        getattr(chunks, "close", lambda: None)()
+    return captured["status"], captured["headers"], body
+
+
 class Breaker:
     """WSGI middleware: the wrapped app, with `mode` broken (None: untouched)."""
 
@@ -287,17 +303,7 @@ class Breaker:
             return self.app(environ, start_response)
         if mode in REQUEST_MODES and environ.get("PATH_INFO") == "/v1/completions":
             self._rewrite_request(environ, REQUEST_MODES[mode])
-        captured: dict[str, Any] = {}
-
-        def capture(status: str, headers: list[tuple[str, str]], exc_info: Any = None) -> Any:
-            captured["status"], captured["headers"] = status, headers
-            return lambda data: None
-        chunks = self.app(environ, capture)
-        try:
-            body = b"".join(chunks)
-        finally:
-            getattr(chunks, "close", lambda: None)()
-        status, headers, body = self._rewrite_response(mode, captured["status"], captured["headers"], body)
+        status, headers, body = self._rewrite_response(mode, *whole_response(self.app, environ))
         start_response(status, headers)
         return [body]
 

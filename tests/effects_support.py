@@ -20,7 +20,7 @@ import numpy as np
 import zstandard
 
 from contract import ApiError
-from tests.conformance_support import Breaker, Environ, StartResponse
+from tests.conformance_support import Breaker, Environ, StartResponse, whole_response
 from tests.contract_support import CONTRACT
 
 App = Callable[[Environ, StartResponse], Iterable[bytes]]
@@ -90,22 +90,12 @@ class Batched:
             sent.update(body)
             return body
         Breaker._rewrite_request(environ, keep)
-        captured: dict[str, Any] = {}
-
-        def capture(status: str, headers: list[tuple[str, str]], exc_info: Any = None) -> Any:
-            captured["status"], captured["headers"] = status, headers
-            return lambda data: None
-        chunks = self.app(environ, capture)
-        try:
-            body = b"".join(chunks)
-        finally:
-            getattr(chunks, "close", lambda: None)()
-        headers = captured["headers"]
-        if captured["status"].startswith("200") and not sent.get("stream"):
+        status, headers, body = whole_response(self.app, environ)
+        if status.startswith("200") and not sent.get("stream"):
             body = json.dumps(self._move(sent, json.loads(body))).encode()
             headers = [(k, v) for k, v in headers if k.lower() != "content-length"]
             headers.append(("Content-Length", str(len(body))))
-        start_response(captured["status"], headers)
+        start_response(status, headers)
         return [body]
 
     def _move(self, sent: dict[str, Any], data: dict[str, Any]) -> dict[str, Any]:
