@@ -192,9 +192,10 @@ def raw_exchange(url: str, data: bytes) -> tuple[bytes, bytes]:
     b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: abc\r\n\r\n",
     b"GET /" + b"a" * 10000 + b" HTTP/1.1\r\nHost: x\r\n\r\n",
     b"NOT HTTP AT ALL\r\n\r\n",
+    b"POST  /v1/completions  HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer k\r\nContent-Length: 2\r\n\r\n{}",
     b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer k\r\n"
     b"Content-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n" + b"{" * 10000 + b"\r\n",
-], ids=["content_length", "long_line", "not_http", "chunk_framing"])
+], ids=["content_length", "long_line", "not_http", "two_spaces", "chunk_framing"])
 def test_malformed_http_gets_the_api_error_not_html_or_500(mock_url: str, data: bytes) -> None:
     head, body = raw_exchange(mock_url, data)
     rid = re.search(rb"X-Request-Id: (\S+)", head)
