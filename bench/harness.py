@@ -51,6 +51,14 @@ ROOT = Path(__file__).resolve().parent.parent
 BENCH = ROOT / "bench"
 PRISM_BIN = BENCH / "node_modules" / ".bin" / "prism"
 MODEL_DIR = ROOT / "models" / "tiny-llama"
+
+
+def vllm_missing() -> str | None:
+    """Why a bench of the reference on vLLM's CPU build cannot run here, or None."""
+    from reference_impl.launcher import default_python
+    if not (MODEL_DIR / "model.safetensors").exists() or not Path(default_python()).exists():
+        return "needs .venv-vllm and models/tiny-llama: bash scripts/setup_vllm.sh"
+    return None
 API_KEY = "bench-key"
 
 

@@ -39,7 +39,7 @@ from typing import Any
 import httpx
 
 from bench import harness
-from bench.harness import MODEL_DIR, ROOT, Endpoint, Server, command_line, cpu_seconds, percentile
+from bench.harness import ROOT, Endpoint, Server, command_line, cpu_seconds, percentile
 from bench.report import write_report
 from contract import spec
 from reference_impl.launcher import default_python
@@ -227,8 +227,9 @@ def main(argv: list[str] | None = None) -> int:
                    help="also run the reference as of git REF in front of the same vLLM: old against new in one run")
     p.add_argument("--out", type=Path, default=DEFAULT_OUT)
     args = p.parse_args(argv)
-    if not (MODEL_DIR / "model.safetensors").exists() or not Path(default_python()).exists():
-        print("needs .venv-vllm and models/tiny-llama: bash scripts/setup_vllm.sh", file=sys.stderr)
+    missing = harness.vllm_missing()
+    if missing:
+        print(missing, file=sys.stderr)
         return 2
     load_before = os.getloadavg()[0]
     logs = Path(tempfile.mkdtemp(prefix="reference-bench-"))

@@ -34,10 +34,9 @@ from typing import Any
 import httpx
 
 from bench import harness
-from bench.harness import MODEL_DIR, ROOT, Endpoint, command_line
+from bench.harness import ROOT, Endpoint, command_line
 from bench.report import write_report
 from contract import spec
-from reference_impl.launcher import default_python
 
 DEFAULT_OUT = ROOT / "bench" / "results" / "under_traffic.md"
 VLLM_START_S = 300
@@ -141,8 +140,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--workers", type=int, default=2, help="gunicorn workers of the reference")
     p.add_argument("--out", type=Path, default=DEFAULT_OUT)
     args = p.parse_args(argv)
-    if not (MODEL_DIR / "model.safetensors").exists() or not Path(default_python()).exists():
-        print("needs .venv-vllm and models/tiny-llama: bash scripts/setup_vllm.sh", file=sys.stderr)
+    missing = harness.vllm_missing()
+    if missing:
+        print(missing, file=sys.stderr)
         return 2
     load_before = os.getloadavg()[0]
     logs = Path(tempfile.mkdtemp(prefix="under-traffic-"))
