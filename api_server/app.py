@@ -120,7 +120,7 @@ def _admitted(view: Callable[[], Response]) -> Callable[[], Response]:
         except ApiError as error:
             return _error_response(error)
         response.headers[REQUEST_ID] = rid
-        state().metrics.responded(req.url_rule.rule, response.status_code)
+        s.metrics.responded(req.url_rule.rule, response.status_code)
         return response
     return admitted
 

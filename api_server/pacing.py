@@ -21,13 +21,27 @@ YIELD_EVERY = 16
 BATCH = 256   # items per list at most: Pump's maxsize, and batched's
 
 
-def batched(items: Iterator[T], size: int = BATCH) -> Generator[list[T], None, None]:
+class Flush:
+    """An item of `batched`'s iterator that is no item: the list so far leaves now, and
+    an empty one (a keepalive) when nothing is in it."""
+
+
+FLUSH = Flush()
+
+
+def batched(items: Iterator[T | Flush], size: int = BATCH) -> Generator[list[T], None, None]:
     """`items` in lists of `size`, read in the caller's thread, as Pump.batches gives
     them: what the iterator raises comes after the items before it, so only an error
-    before the first item reaches the caller's first `next`. Closing closes `items`."""
+    before the first item reaches the caller's first `next`; FLUSH ends a list early
+    (a paced engine's next event is not due yet: latency.stepped_batches). Closing
+    closes `items`."""
     batch: list[T] = []
     try:
         for item in items:
+            if isinstance(item, Flush):
+                yield batch
+                batch = []
+                continue
             batch.append(item)
             if len(batch) == size:
                 yield batch

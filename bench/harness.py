@@ -59,6 +59,18 @@ def vllm_missing() -> str | None:
     if not (MODEL_DIR / "model.safetensors").exists() or not Path(default_python()).exists():
         return "needs .venv-vllm and models/tiny-llama: bash scripts/setup_vllm.sh"
     return None
+
+
+def start_reference_bench(logs_prefix: str) -> tuple[float, Path]:
+    """A reference bench's first step: exit 2, saying why, where vllm_missing() finds a
+    reason; else the load average now (for the report) and a new folder for the logs."""
+    missing = vllm_missing()
+    if missing:
+        print(missing, file=sys.stderr)
+        raise SystemExit(2)
+    return os.getloadavg()[0], Path(tempfile.mkdtemp(prefix=logs_prefix))
+
+
 API_KEY = "bench-key"
 
 

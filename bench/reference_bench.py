@@ -31,7 +31,6 @@ import platform
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -227,12 +226,7 @@ def main(argv: list[str] | None = None) -> int:
                    help="also run the reference as of git REF in front of the same vLLM: old against new in one run")
     p.add_argument("--out", type=Path, default=DEFAULT_OUT)
     args = p.parse_args(argv)
-    missing = harness.vllm_missing()
-    if missing:
-        print(missing, file=sys.stderr)
-        return 2
-    load_before = os.getloadavg()[0]
-    logs = Path(tempfile.mkdtemp(prefix="reference-bench-"))
+    load_before, logs = harness.start_reference_bench("reference-bench-")
     ref, direct = harness.reference(args.workers)
     apis = [ref]
     if args.baseline:   # the reference as of git REF, in front of the same vLLM

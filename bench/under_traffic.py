@@ -24,7 +24,6 @@ import os
 import random
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
@@ -140,12 +139,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--workers", type=int, default=2, help="gunicorn workers of the reference")
     p.add_argument("--out", type=Path, default=DEFAULT_OUT)
     args = p.parse_args(argv)
-    missing = harness.vllm_missing()
-    if missing:
-        print(missing, file=sys.stderr)
-        return 2
-    load_before = os.getloadavg()[0]
-    logs = Path(tempfile.mkdtemp(prefix="under-traffic-"))
+    load_before, logs = harness.start_reference_bench("under-traffic-")
     ref, _ = harness.reference(args.workers)
     stop, traffic = threading.Event(), Traffic()
     threads = [threading.Thread(target=background, args=(ref, i, stop, traffic), daemon=True)

@@ -104,7 +104,8 @@ class FakeEngine(Engine):
                 key = [*common, prompt, j]
                 # Python's Mersenne Twister: cheap to seed, and its random() for an int seed
                 # is the same in every Python version, so answers survive upgrades too.
-                steer = steerer(req.steering, model, len(prompt), req.max_tokens, _SEED_JSON.encode(key).encode())
+                steer = steerer(req.steering, model, len(prompt), req.max_tokens,
+                                _SEED_JSON.encode(key).encode()) if req.steering else None
                 choice = sample_choice(voc, random.Random(_seed("tokens", key)).random, settings, steer)
                 choices.append(choice)
                 deltas.append(_choice_deltas(req, voc, p * n + j, prompt, text, choice, key, greedy,

@@ -10,7 +10,7 @@ from collections.abc import Callable, Generator, Iterator
 from typing import TypeAlias
 
 from api_server.engine import ChoiceDelta, Event
-from api_server.pacing import BATCH
+from api_server.pacing import BATCH, FLUSH, Flush, batched
 
 Steps: TypeAlias = Callable[[int], float]   # seconds to wait before step n (0: the first token)
 
@@ -76,35 +76,32 @@ def stepped_batches(events: Iterator[Event], steps: Steps,
     and the wait for it (time.sleep: a greenlet's under gevent) yields [] for each
     `interval` without one. A pump thread (a greenlet under gevent) and a hand-off per
     token would cost more CPU than the rest of a paced stream. What `events` raises
-    comes after the events before it, as pacing.batched has it."""
+    comes after the events before it (pacing.batched makes the lists)."""
+    return batched(_on_time(events, steps, interval))
+
+
+def _on_time(events: Iterator[Event], steps: Steps, interval: float) -> Iterator[Event | Flush]:
+    """`events`, each when it is due, with FLUSH for the events before a wait and for
+    each quiet `interval` (a keepalive)."""
     schedule = Schedule()
-    timed = paced_steps(events, steps, schedule)
-    batch: list[Event] = []
+    waiting = 0   # events since the last list left (batched sends one every BATCH)
     try:
-        for event in timed:
-            if batch and schedule.due > time.monotonic():
-                yield batch   # the events before it leave now
-                batch = []
+        for event in paced_steps(events, steps, schedule):
+            if waiting and schedule.due > time.monotonic():
+                yield FLUSH   # the events before it leave now
+                waiting = 0
             left = schedule.due - time.monotonic()   # after the write above
             while left > interval:
                 time.sleep(interval)
-                yield []
+                yield FLUSH
                 left = schedule.due - time.monotonic()
             if left > 0:
                 time.sleep(left)
             else:   # late: the next step counts from now
                 schedule.due = time.monotonic()
-            batch.append(event)
-            if len(batch) == BATCH:
-                yield batch
-                batch = []
-    except Exception:
-        if batch:
-            yield batch
-        raise
+            yield event
+            waiting = (waiting + 1) % BATCH
     finally:
         close = getattr(events, "close", None)
         if close is not None:
             close()
-    if batch:
-        yield batch

@@ -55,23 +55,24 @@ class Timed:
         return self
 
 
-def test_with_one_running_sequence_the_second_request_waits_for_the_first() -> None:
-    with client(max_num_seqs=1, tpot_ms=20) as c:
+def one_after_the_other(**options: Any) -> tuple[Timed, Timed]:
+    """Two 6-token streams, the second sent once the first has started."""
+    with client(**options) as c:
         first = Timed(c, max_tokens=6)
         assert first.started.wait(WAIT_S)
         second = Timed(c, max_tokens=6)
-        first.join(), second.join()
+        return first.join(), second.join()
+
+
+def test_with_one_running_sequence_the_second_request_waits_for_the_first() -> None:
+    first, second = one_after_the_other(max_num_seqs=1, tpot_ms=20)
     assert (first.status, second.status) == (200, 200)
     assert len(first.times) == len(second.times) == 6
     assert second.times[0] > first.times[-1]   # its first token after the first's last
 
 
 def test_two_running_sequences_overlap() -> None:
-    with client(max_num_seqs=2, tpot_ms=20) as c:
-        first = Timed(c, max_tokens=6)
-        assert first.started.wait(WAIT_S)
-        second = Timed(c, max_tokens=6)
-        first.join(), second.join()
+    first, second = one_after_the_other(max_num_seqs=2, tpot_ms=20)
     assert second.times[0] < first.times[-1]
 
 
