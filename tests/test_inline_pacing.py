@@ -10,9 +10,9 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from api_server.engine import ChoiceDelta, Event, Usage
-from api_server.pacing import BATCH, batched
+from api_server.pacing import BATCH, FLUSH, batched
 from mock_server import latency
-from mock_server.latency import paced_batches
+from mock_server.latency import paced_batches, stepped_batches
 
 
 class Clock:
@@ -64,6 +64,16 @@ def test_without_waits_events_leave_in_batches_of_the_pumps_size(clock: Clock) -
     events = [*deltas(BATCH), Usage(1, BATCH)]
     assert list(batched(iter(events))) == [events[:BATCH], events[BATCH:]]
     assert clock.sleeps == []
+
+
+def test_flush_sends_the_batch_so_far_and_an_empty_one_as_a_keepalive(clock: Clock) -> None:
+    events = deltas(3)
+    items = iter([events[0], events[1], FLUSH, FLUSH, events[2]])
+    assert list(batched(items)) == [events[:2], [], events[2:]]
+    # a paced stream whose first wait comes right after a full batch sends no empty batch for it
+    late = stepped_batches(iter(deltas(BATCH + 1)), lambda step: 0.0 if step < BATCH else 0.5, 10.0)
+    assert [len(b) for b in late] == [BATCH, 1]
+    assert clock.sleeps == [0.5]
 
 
 def failing_after(events: list[Event]) -> Iterator[Event]:
