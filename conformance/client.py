@@ -4,10 +4,10 @@ Transport failures are translated here, once: a request that got no HTTP
 response becomes a Reply with `error` set, which a check reports as a finding
 (the server was reachable when the run started, so silence is its fault).
 
-A deployment's rate limit is met here, once (`Pace`): with --rate-limit every request
-(the raw sockets' and schemathesis's too) waits its turn, and a 429 with Retry-After
-is waited out and sent again, not reported, at most MAX_RETRIES times a request and
-MAX_WAIT_S a wait. The API's own 429 (insufficient_quota) never carries Retry-After,
+A deployment's rate limit is met here, once (`Pace`, `Client.paced`): with --rate-limit
+every request (the raw sockets' and schemathesis's too) waits its turn, and a 429 with
+Retry-After is waited out and sent again, not reported, at most MAX_RETRIES times a
+request and MAX_WAIT_S a wait. The API's own 429 (insufficient_quota) never carries Retry-After,
 so no check's expected answer is retried.
 """
 from __future__ import annotations
@@ -17,8 +17,8 @@ import json
 import threading
 import time
 from dataclasses import dataclass, field
-from collections.abc import Iterator
-from typing import Any, Callable
+from collections.abc import Iterator, Mapping
+from typing import Any, Callable, TypeVar
 
 import httpx
 
@@ -58,7 +58,7 @@ class Pace:
         if at > now:
             time.sleep(at - now)
 
-    def retry_after(self, status: int | None, headers: httpx.Headers | dict[str, str], tries: int,
+    def retry_after(self, status: int | None, headers: Mapping[str, str], tries: int,
                     what: str) -> float | None:
         """Seconds to wait before sending again, or None: this answer stands."""
         value = {k.lower(): v for k, v in headers.items()}.get("retry-after")
@@ -79,6 +79,17 @@ class Pace:
     def summary(self) -> dict[str, object]:
         return {"per_second": self.per_second, "retried": self.retried, "waited_s": round(self.waited, 3),
                 "max_retries": MAX_RETRIES, "max_wait_s": MAX_WAIT_S, "given_up": self.given_up}
+
+
+R = TypeVar("R")     # an answer of any sender: httpx's, requests' (schemathesis's), a raw exchange's
+
+
+def _status_and_headers(resp: Any) -> tuple[int | None, Mapping[str, str]]:
+    return resp.status_code, resp.headers
+
+
+def _keep(resp: Any) -> None:
+    """A read answer holds nothing to free."""
 
 
 class OverCeiling(Exception):
@@ -178,8 +189,8 @@ class Client:
         hdrs = self._headers(auth, headers, content is not None)
         exchange = self._exchange(method, path, hdrs, content)
         try:
-            resp = self._paced(lambda: self._http.request(method, path, content=content, headers=hdrs),
-                               f"{method} {path}")
+            resp = self.paced(lambda: self._http.request(method, path, content=content, headers=hdrs),
+                              f"{method} {path}")
         except httpx.TransportError as exc:
             exchange.error = f"{type(exc).__name__}: {exc}"
             return Reply(exchange, None, httpx.Headers(), error=exchange.error)
@@ -258,30 +269,41 @@ class Client:
         if self.pace is not None:
             self.pace.wait()
 
-    def _paced(self, send: Callable[[], httpx.Response], what: str) -> httpx.Response:
-        tries = 0
-        while True:
+    def paced(self, send: Callable[[], R], what: str, *, first: R | None = None,
+              answer: Callable[[R], tuple[int | None, Mapping[str, str]]] = _status_and_headers,
+              discard: Callable[[R], None] = _keep) -> R:
+        """What `send` gets in its turn; with --rate-limit, a 429 with Retry-After within the
+        bound is waited out and sent again (each try in its turn), `discard` freeing it.
+
+        `first`: an answer already got in its turn (schemathesis's, from its own session);
+        `answer`: its status (None: no HTTP answer) and headers.
+        """
+        if first is None:
             self.wait_turn()
-            resp = send()
-            wait = self.pace.retry_after(resp.status_code, resp.headers, tries, what) if self.pace else None
+            first = send()
+        resp, tries = first, 0
+        while self.pace is not None:
+            status, headers = answer(resp)
+            wait = self.pace.retry_after(status, headers, tries, what)
             if wait is None:
-                return resp
+                break
+            discard(resp)
             tries += 1
             time.sleep(wait)
+            self.wait_turn()
+            resp = send()
+        return resp
 
     @contextlib.contextmanager
     def _paced_stream(self, path: str, content: bytes, hdrs: dict[str, str]) -> Iterator[httpx.Response]:
-        tries = 0
-        while True:
-            self.wait_turn()
-            with self._http.stream("POST", path, content=content, headers=hdrs) as resp:
-                wait = self.pace.retry_after(resp.status_code, resp.headers, tries, f"POST {path}") \
-                    if self.pace else None
-                if wait is None:
-                    yield resp
-                    return
-            tries += 1
-            time.sleep(wait)
+        def send() -> httpx.Response:
+            request = self._http.build_request("POST", path, content=content, headers=hdrs)
+            return self._http.send(request, stream=True)
+        resp = self.paced(send, f"POST {path}", discard=httpx.Response.close)
+        try:
+            yield resp
+        finally:
+            resp.close()
 
     def observe(self, method: str, path: str, content: bytes | None, reply: Reply) -> None:
         """An answer got through another client (schemathesis's), for the observers."""

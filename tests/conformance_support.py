@@ -360,6 +360,14 @@ class Breaker:
         return "".join(f"data: {e}\n\n" for e in events).encode()
 
 
+def _too_many(start_response: StartResponse, retry_after: int) -> Iterable[bytes]:
+    """A gateway's 429: Retry-After, and its own body, not the API's."""
+    body = b'{"message": "rate limit exceeded"}'
+    start_response("429 Too Many Requests", [("Content-Type", "application/json"), ("Retry-After", str(retry_after)),
+                                             ("Content-Length", str(len(body)))])
+    return [body]
+
+
 class RateLimited:
     """WSGI middleware: a deployment with a rate limit in front, as a gateway words it: a
     request less than 1/`per_second` s after the last one let through gets 429 with
@@ -382,7 +390,34 @@ class RateLimited:
                 self.last = now
         if not limited:
             return self.app(environ, start_response)
-        body = b'{"message": "rate limit exceeded"}'
-        start_response("429 Too Many Requests", [("Content-Type", "application/json"), ("Retry-After", str(self.retry_after)),
-                                                 ("Content-Length", str(len(body)))])
-        return [body]
+        return _too_many(start_response, self.retry_after)
+
+
+class EveryKth:
+    """WSGI middleware: RateLimited's exact and fast sibling: every `k`-th request to the
+    API's routes (under /v1/) gets the gateway's 429 with `Retry-After: 0`, whatever its
+    timing. Only the API's routes: schemathesis's two capability probes (GET / and a path
+    of its own) go out past its hooks, so no client can wait them out. `streams`: the
+    text/event-stream answers let through."""
+
+    def __init__(self, app: Callable[[Environ, StartResponse], Iterable[bytes]], k: int) -> None:
+        self.app, self.k = app, k
+        self.seen = self.refused = self.streams = 0
+        self._lock = threading.Lock()
+
+    def __call__(self, environ: Environ, start_response: StartResponse) -> Iterable[bytes]:
+        if not environ["PATH_INFO"].startswith("/v1/"):
+            return self.app(environ, start_response)
+        with self._lock:
+            self.seen += 1
+            limited = self.seen % self.k == 0
+            self.refused += limited
+        if limited:
+            return _too_many(start_response, 0)
+
+        def counted(status: str, headers: list[tuple[str, str]], *exc_info: Any) -> Any:
+            if any(k.lower() == "content-type" and v.startswith("text/event-stream") for k, v in headers):
+                with self._lock:
+                    self.streams += 1
+            return start_response(status, headers, *exc_info)
+        return self.app(environ, counted)

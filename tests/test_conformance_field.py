@@ -1,5 +1,6 @@
 """The suite in the field: --baseline (only new findings fail a run) and --rate-limit (a
-deployment that answers 429 with Retry-After to more than N requests a second)."""
+deployment that answers 429 with Retry-After to more than N requests a second, and one that
+answers so to every other request, schemathesis's included)."""
 from __future__ import annotations
 
 import io
@@ -15,13 +16,18 @@ from conformance.cli import main
 from contract import spec
 from mock_server import create_app
 from mock_server.config import MockConfig
-from tests.conformance_support import Breaker, RateLimited, serve
+from tests.conformance_support import Breaker, EveryKth, RateLimited, serve
 
 KEY = "field-test-key"
 CHECKS = "caps:max_tokens.*"          # a few quick checks that Breaker's modes below break
 LIMIT = 5                             # the rate-limited deployment's requests a second
 PACED = 2                             # --rate-limit well under it: 0.5 s between requests, not 0.2
 LIMITED_CHECKS = "routes:*"           # a few checks, one request after the other
+# schemathesis's checks, the full profile (its positive run streams too), few examples;
+# against EveryKth(k=2), where one sender at a time has every request's first try refused
+SCHEMA_CHECKS = "schema:*"
+SCHEMA_RUN = ("--profile", "full", "--schema-examples", "2")
+UNPACED = 1000                        # --rate-limit that paces nothing: only the resending is on
 
 
 def cli(*args: str) -> tuple[int, str]:
@@ -131,3 +137,34 @@ def test_429s_with_retry_after_are_waited_out_and_sent_again(limited: tuple[Rate
     assert report["rate_limit"]["retried"] == app.refused > 0
     assert report["summary"]["failed"] == 0
     assert f"{app.refused} answers 429 with Retry-After waited out" in report["out"]
+
+
+@pytest.fixture
+def every_other() -> Iterator[tuple[EveryKth, str]]:
+    app = EveryKth(create_app(MockConfig()), 2)
+    with serve(app) as url:
+        yield app, url
+
+
+def test_schemathesis_gets_the_429s_without_rate_limit(every_other: tuple[EveryKth, str], tmp_path: Path) -> None:
+    app, url = every_other
+    code, report = run(url, tmp_path / "r.json", *SCHEMA_RUN, checks=SCHEMA_CHECKS)
+    assert code == 1 and app.refused
+    failed = {r["id"]: r["findings"] for r in report["results"] if r["outcome"] == "failed"}
+    assert set(failed) == {"schema:response_headers_conformance", "schema:response_schema_conformance",
+                           "schema:status_code_conformance"}
+    assert {f["exchange"]["response"]["status"] for found in failed.values() for f in found} == {429}
+
+
+def test_schemathesis_429s_with_retry_after_are_waited_out_and_sent_again(
+        every_other: tuple[EveryKth, str], tmp_path: Path) -> None:
+    app, url = every_other
+    code, report = run(url, tmp_path / "r.json", *SCHEMA_RUN, "--rate-limit", str(UNPACED),
+                       checks=SCHEMA_CHECKS)
+    assert code == 0, report["out"]
+    assert (report["summary"]["failed"], report["rate_limit"]["given_up"]) == (0, [])
+    assert report["rate_limit"]["retried"] == app.refused > 0
+    # a stream resent (every answer but the first is one) read whole: its events validated, its tokens counted
+    outcome = {r["id"]: r["outcome"] for r in report["results"]}
+    assert app.streams and outcome["schema:stream_event_conformance"] == "passed"
+    assert report["summary"]["tokens"] > 0

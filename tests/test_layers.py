@@ -38,6 +38,7 @@ EXTRA: dict[str, set[str]] = {
     "reference_impl/vllm_server.py": {"vllm", "vllm_lens"},   # runs in vLLM's own interpreter
     "reference_impl/wire.py": {"httptools", "gevent"},        # vLLM's answers parsed in C; gevent's loop timer
     "conformance/golden/generate.py": {"numpy"},               # writes steering vectors' wire form
+    "conformance/checks/schema.py": {"requests"},              # schemathesis's transport: its 429s sent again
     "mock_server/testing.py": {"httpx", "anyio", "pytest"},     # client developers' transports and fixture
 }
 # conformance reads the spec through contract, never the core's validators.

@@ -23,6 +23,11 @@ the spec schemathesis used at the same fields, so it stays as negative as it was
 (jsonschema says so, per case); each response's tokens are counted as they come,
 and a request whose worst case would pass the ceiling is not sent.
 
+With --rate-limit, each case takes its turn (`before_call`), and a 429 with Retry-After
+is waited out and sent again before schemathesis sees it (requests' response hook, which
+`before_call` adds to the transport's arguments; Client.paced, the suite's one bound), so
+schemathesis judges only the last answer, as every other check does.
+
 `ignored_auth` expects unknown keys to be refused, so it is on only with
 --wrong-key-expected (a server without configured keys accepts any key).
 """
@@ -30,16 +35,20 @@ from __future__ import annotations
 
 import copy
 import json
+import time
 from collections.abc import Iterator
+from datetime import timedelta
 from typing import Any
 from urllib.parse import urlsplit
 
 import httpx
 import jsonschema
+import requests
 import schemathesis
 import schemathesis.specs.openapi.checks  # noqa: F401  (registers the OpenAPI checks)
 from referencing import Registry, Resource
 from referencing.jsonschema import DRAFT202012
+from requests.adapters import HTTPAdapter
 from schemathesis.checks import CHECKS
 from schemathesis.config import SchemathesisConfig
 from schemathesis.engine import events, from_schema
@@ -111,6 +120,9 @@ class _Ledger:
         # the spec schemathesis generated from: the negative bodies are invalid against it
         self.registry = Registry().with_resource(SPEC_URI, Resource(raw, DRAFT202012))
         self.validators: dict[tuple[str, str, str], jsonschema.protocols.Validator] = {}
+        # --rate-limit: the 429s waited out are sent again through a transport adapter of the
+        # ledger's own (schemathesis does not hand its session to the hooks)
+        self.adapter = HTTPAdapter()
 
     def _body_validator(self, case: Any) -> jsonschema.protocols.Validator:
         key = (case.operation.path, case.operation.method.lower(), case.media_type or "application/json")
@@ -153,14 +165,42 @@ class _Ledger:
             self.withheld_worst += exc.worst
             raise
 
+    def resend_429s(self, kwargs: dict[str, Any]) -> None:
+        """--rate-limit: the transport's arguments get the response hook `sent_again`."""
+        if self.client.pace is not None:
+            hooks = kwargs.get("hooks") or {}
+            kwargs["hooks"] = {**hooks, "response": [*_as_list(hooks.get("response")), self.sent_again]}
+
+    def sent_again(self, resp: requests.Response, **send_kw: Any) -> requests.Response:
+        """requests' response hook: a 429 with Retry-After waited out and sent again (Client.paced)."""
+        request = resp.request
+
+        def send() -> requests.Response:
+            start = time.monotonic()
+            again = self.adapter.send(request, **send_kw)
+            again.elapsed = timedelta(seconds=time.monotonic() - start)   # as a session times it
+            return again
+        return self.client.paced(send, f"{request.method} {urlsplit(request.url).path}", first=resp,
+                                 discard=requests.Response.close)
+
+    def close(self) -> None:
+        self.adapter.close()
+
     def after(self, response: Any) -> None:
         self.client.add_tokens(_response_tokens(response))
 
 
+def _as_list(hooks: Any) -> list[Any]:
+    """requests takes one hook or a list of them."""
+    return [] if hooks is None else list(hooks) if isinstance(hooks, (list, tuple)) else [hooks]
+
+
 @schemathesis.hook
-def before_call(ctx: Any, case: Any, **kwargs: Any) -> None:
+def before_call(ctx: Any, case: Any, kwargs: dict[str, Any]) -> None:
+    """`kwargs`: the transport's arguments (the dict itself, so what is added is sent)."""
     if _LEDGERS:
         _LEDGERS[-1].before(case)
+        _LEDGERS[-1].resend_429s(kwargs)
 
 
 @schemathesis.hook
@@ -330,6 +370,7 @@ def run_schemathesis(ctx: Context) -> dict[str, list[Finding]]:
             recorders = list(_run(ctx.config, raw, mode, phases))
         finally:
             ledger = _LEDGERS.pop()
+            ledger.close()
             ctx.memo[f"schemathesis_withheld_{mode}"] = (ledger.sent, ledger.withheld, ledger.withheld_worst)
             if ledger.withheld:
                 ctx.memo.setdefault(LEDGER_NOTES, []).append(

@@ -12,8 +12,7 @@ from __future__ import annotations
 
 import json
 import secrets
-import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from conformance.answerer import who_answered
@@ -47,18 +46,14 @@ def request_headers(ctx: Context, body: bytes | None, extra: Sequence[tuple[str,
 
 
 def deliver(ctx: Context, chunks: Sequence[bytes], **kw: Any) -> RawExchange:
-    """rawhttp.exchange to the run's target, paced by the run's rate limit (conformance.client.Pace):
+    """rawhttp.exchange to the run's target, paced by the run's rate limit (Client.paced):
     a 429 with Retry-After is waited out and sent again, as the client does."""
-    tries = 0
-    while True:
-        ctx.client.wait_turn()
-        ex = exchange(target_of(ctx), chunks, **kw)
-        pace, first = ctx.client.pace, ex.first
-        wait = pace.retry_after(first.status, first.headers, tries, "a raw request") if pace and first else None
-        if wait is None:
-            return ex
-        tries += 1
-        time.sleep(wait)
+    return ctx.client.paced(lambda: exchange(target_of(ctx), chunks, **kw), "a raw request", answer=_answer)
+
+
+def _answer(ex: RawExchange) -> tuple[int | None, Mapping[str, str]]:
+    first = ex.first
+    return (first.status, first.headers) if first else (None, {})
 
 
 def send(ctx: Context, method: str, path: str, body: bytes | None = None, *,
