@@ -17,13 +17,14 @@ import sys
 import tempfile
 import time
 from collections import Counter
+from collections.abc import Iterable
 
 from bench.harness import MODEL_DIR, ROOT, command_line
 from bench.readme_block import replace_block
 from conformance.checks import REGISTRY
 from conformance.config import RunConfig
 from conformance.registry import select
-from conformance.results import Outcome, RunReport, exit_code
+from conformance.results import CheckResult, Outcome, RunReport, exit_code
 from conformance.runner import run
 from contract import spec
 from reference_impl.launcher import VllmProcess, default_python
@@ -52,17 +53,18 @@ def table(report: RunReport) -> str:
     groups: dict[str, Counter[str]] = {}
     for r in report.results:
         groups.setdefault(r.group, Counter())[r.outcome.value] += 1
-    rows = "\n".join(f"| {g} | {c['passed']} | {c['failed']} | {c['skipped']} |" for g, c in groups.items())
+    rows = "\n".join(f"| {g} | {c['passed']} | {c['failed']} | {c['warned']} | {c['skipped']} |"
+                     for g, c in groups.items())
     first = Counter(one_line(r.findings[0].message.split(":")[0])[:70]
                     for r in report.failed if r.findings)
     reasons = "\n".join(f"| {n} | {msg} |" for msg, n in first.most_common(10))
     return f"""**{report.count(Outcome.PASSED)} of {len(report.results)} checks pass, {report.count(Outcome.FAILED)} fail,
-{report.count(Outcome.SKIPPED)} skipped, {report.count(Outcome.ERROR)} tool errors** (exit code
+{report.count(Outcome.WARNED)} warn, {report.count(Outcome.SKIPPED)} skipped, {report.count(Outcome.ERROR)} tool errors** (exit code
 {int(exit_code(report))}); the server generated {report.tokens} tokens (ceiling {report.token_ceiling};
 the plan for a server that does not conform: {report.token_plan}).
 
-| group | passed | failed | skipped |
-| --- | ---: | ---: | ---: |
+| group | passed | failed | warned | skipped |
+| --- | ---: | ---: | ---: | ---: |
 {rows}
 
 What a bare vLLM deployment misses, by the first finding of each failed check:
@@ -78,9 +80,18 @@ def ledger(report: RunReport) -> str:
     return f"Held back by the token ledger: {one_line(note)}.\n\n" if note else ""
 
 
+def listed(results: Iterable[CheckResult]) -> str:
+    """Each check with findings, and its first finding, as a list."""
+    return "\n".join(f"- `{r.id}`: {cut(one_line(r.findings[0].message), 140)}" for r in results if r.findings)
+
+
+def cut(text: str, most: int) -> str:
+    return text if len(text) <= most else text[:most - 1].rstrip() + "…"
+
+
 def markdown(report: RunReport, version: str, duration: float) -> str:
-    non_golden = "\n".join(f"- `{r.id}`: {one_line(r.findings[0].message)[:140]}"
-                            for r in report.failed if r.group != "golden" and r.findings)
+    non_golden = listed(r for r in report.failed if r.group != "golden")
+    warned = listed(report.warned) or "- none"
     passed = ", ".join(f"`{r.id}`" for r in report.results if r.outcome is Outcome.PASSED)
     skipped = "\n".join(f"- `{r.id}`: {r.reason.splitlines()[0][:160]}" for r in report.results
                         if r.outcome is Outcome.SKIPPED)
@@ -98,6 +109,11 @@ Failed checks outside the golden cases:
 
 {non_golden}
 
+Warned (only a front's own words, conformance/README.md "A front's own words: warnings": they do
+not change the exit code; `--strict` makes them failures):
+
+{warned}
+
 Skipped:
 
 {skipped}
@@ -111,9 +127,11 @@ elsewhere, 400 where the contract says 415), writes no `request_id` or
 leaves out (`best_of`, `use_beam_search`), strings and booleans for numbers, the
 cross-field rules, the generated-token cap, bodies over 8 MiB. `GET /v1/models`
 has no `num_layers` or `hidden_size`, and no activations come back. Its streams
-are well framed (the `stream:` checks pass). Every probe that a conforming server
-would refuse asks for one token of one sequence (or is a stream the suite closes
-after its first event), so the whole profile runs within the ceiling.
+are well framed (the `stream:` checks pass). Where a request no HTTP client sends
+gets uvicorn's own words (not JSON), that is a warning, not a failure. Every probe
+that a conforming server would refuse asks for one token of one sequence (or is a
+stream the suite closes after its first event), so the whole profile runs within
+the ceiling.
 """
 
 
