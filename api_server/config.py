@@ -141,6 +141,9 @@ class ServerConfig:
         return cls(**values)  # type: ignore[arg-type]
 
 
+BOOLEANS = {"1": True, "true": True, "yes": True, "0": False, "false": False, "no": False}
+
+
 def _parse(name: str, kind: str, raw: str) -> object:
     """A variable's value, by its field's name and annotation (`int | None`, `float`...)."""
     if name == "keys":
@@ -148,6 +151,10 @@ def _parse(name: str, kind: str, raw: str) -> object:
     if name == "max_model_len":
         return parse_max_model_len(raw)
     types = set(kind.replace(" ", "").split("|"))
+    if "bool" in types:
+        if raw.lower() not in BOOLEANS:
+            raise ValueError(raw)
+        return BOOLEANS[raw.lower()]
     if "str" in types:
         return raw
     if "int" in types:

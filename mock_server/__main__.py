@@ -59,6 +59,8 @@ def parser() -> argparse.ArgumentParser:
     load.add_argument("--jitter", type=float, help="each wait varies by up to this fraction of itself")
     load.add_argument("--load-seed", type=int, help="the jitter's seed")
     p.add_argument("--control-file", help="a JSON file of settings the running mock rereads when it changes")
+    p.add_argument("--disable-log-stats", action="store_true", default=None,
+                   help="no vllm:* metrics on /metrics, as vLLM's option (saves their per-request cost)")
     p.add_argument("--log-level", default=_env("LOG_LEVEL", "warning"))
     p.add_argument("--access-log", action="store_true", help="log every request to stderr")
     return p
@@ -77,7 +79,7 @@ def config_from(args: argparse.Namespace) -> MockConfig:
         load_profile=args.load_profile, max_num_seqs=args.max_num_seqs,
         max_num_queued_reqs=args.max_num_queued_reqs, prefill_ms_per_token=args.prefill_ms_per_token,
         time_factor_under_load=args.time_factor_under_load, jitter=args.jitter, load_seed=args.load_seed,
-        control_file=args.control_file)
+        control_file=args.control_file, disable_log_stats=args.disable_log_stats)
     if config.budget_tokens is not None and config.budget_dir is None and not config.budget_url:
         # Made before the fork, so that every worker spends from the same file.
         config = dataclasses.replace(config, budget_dir=tempfile.mkdtemp(prefix="mock-budget-"))

@@ -39,6 +39,9 @@ class MockConfig(ServerConfig):
     load_seed: int = 0
     # A JSON file of LIVE settings that the running mock rereads when it changes (control.py).
     control_file: str | None = None
+    # vLLM's --disable-log-stats: no vllm:* metrics (their bookkeeping costs about 10 us a
+    # request, bench/results/http_house.md); the API's acs_* stay.
+    disable_log_stats: bool = False
 
     bounds: ClassVar[Mapping[str, Bound]] = {
         **ServerConfig.bounds,

@@ -67,18 +67,16 @@ class Faults:
     latency (live: control.py), the load model (load.py), and vLLM's metrics of it all."""
 
     def __init__(self, config: MockConfig, s: Spec | None = None, metrics: VllmMetrics | None = None) -> None:
+        """`metrics`: where vLLM's metrics of the requests go; None: nowhere (--disable-log-stats)."""
         self.spec = s if s is not None else spec()
         check_spec(self.spec)
         self.settings = Control(config)
         self.rng = random.Random()
-        if metrics is None:   # a hook of its own: its metrics in a registry of their own
-            from mock_server.metrics import VllmMetrics, new_registry
-            metrics = VllmMetrics(new_registry())
         self.metrics = metrics
         self.scheduler = Scheduler(self.settings, self.metrics)
 
     def engine(self, headers: Headers, req: CompletionRequest, engine: Engine) -> Engine:
-        """The engine for this request, observed in vLLM's metrics: `engine`, or `engine`
+        """The engine for this request, observed in vLLM's metrics (if any): `engine`, or `engine`
         with the load model, the latency and the stream error asked for. A forced status
         is raised here: after validation, before the Budget holds anything, as the real
         API refuses a request; a full queue is refused when the engine starts."""
@@ -93,7 +91,7 @@ class Faults:
                 engine = Simulated(engine, 0, 0, after, error)
         elif ttft_s or tpot_s or after is not None:
             engine = Simulated(engine, ttft_s, tpot_s, after, error)
-        return Metered(engine, self.metrics, req.body["model"])
+        return engine if self.metrics is None else Metered(engine, self.metrics, req.body["model"])
 
 
 class Simulated(Engine):

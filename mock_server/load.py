@@ -49,7 +49,7 @@ class Scheduler:
     """The running batch and the waiting queue of one worker process. `settings` gives
     the current MockConfig (live control may change the limits while it runs)."""
 
-    def __init__(self, settings: Callable[[], MockConfig], metrics: VllmMetrics) -> None:
+    def __init__(self, settings: Callable[[], MockConfig], metrics: VllmMetrics | None) -> None:
         self.settings, self.metrics = settings, metrics
         self.running = 0
         self.waiting: deque[Ticket] = deque()
@@ -91,8 +91,9 @@ class Scheduler:
         ticket.turn.set()
 
     def _report(self) -> None:
-        self.metrics.running.set(self.running)
-        self.metrics.waiting.set(len(self.waiting))
+        if self.metrics is not None:
+            self.metrics.running.set(self.running)
+            self.metrics.waiting.set(len(self.waiting))
 
     def steps(self, req: CompletionRequest, ttft_s: float, tpot_s: float) -> Steps:
         """The waits of a running request: the prefill, then decode steps slowed by the

@@ -26,5 +26,5 @@ def create_app(config: MockConfig | None = None, engine: Engine | None = None,
     if engine is None:
         engine = FakeEngine(served_models(api, config, models).values(), config.eos_rate, api)
     registry = new_registry()
-    hook = Faults(config, api, VllmMetrics(registry))
+    hook = Faults(config, api, None if config.disable_log_stats else VllmMetrics(registry))
     return create_api_app(config, engine, models, hook, api, registry)

@@ -73,6 +73,17 @@ def test_the_mock_reports_vllms_names() -> None:
     assert value(text, "acs_requests_total", route=COMPLETIONS, status="200", code="") == 2
 
 
+def test_without_log_stats_the_mock_reports_no_vllm_names() -> None:
+    """vLLM's --disable-log-stats: no vllm:* metrics, the API's own acs_* as before."""
+    with mock_client(disable_log_stats=True, max_num_seqs=2) as c:
+        assert c.post(COMPLETIONS, json=completion_body(max_tokens=3)).status_code == 200
+        with c.stream("POST", COMPLETIONS, json=completion_body(stream=True)) as r:
+            r.read()
+        text = c.get(METRICS_PATH).text
+    assert "vllm:" not in text
+    assert value(text, "acs_requests_total", route=COMPLETIONS, status="200", code="") == 2
+
+
 def test_one_scrape_sums_every_worker() -> None:
     server = MockProcess("--workers", "2").start()
     try:

@@ -8,6 +8,7 @@ import pytest
 
 from contract import spec
 from mock_server.__main__ import config_from, parser
+from api_server.config import ConfigError
 from mock_server.config import MockConfig
 from api_server.engine import ChoiceDelta, Usage
 from api_server.pacing import Pump
@@ -34,6 +35,24 @@ def test_from_env() -> None:
     assert (config.keys, config.budget_tokens, config.ttft_ms, config.max_model_len, config.keepalive_seconds) == (
         ("a", "b"), 1000, 12.5, {MODEL: 4096}, 0.5)
 
+
+@pytest.mark.parametrize(("raw", "expected"), [("1", True), ("TRUE", True), ("yes", True), ("0", False),
+                                               ("false", False), ("No", False)])
+def test_a_yes_or_no_setting_from_env(raw: str, expected: bool) -> None:
+    assert MockConfig.from_env({"MOCK_DISABLE_LOG_STATS": raw}).disable_log_stats is expected
+
+
+def test_a_yes_or_no_setting_that_is_neither_is_refused() -> None:
+    with pytest.raises(ConfigError) as info:
+        MockConfig.from_env({"MOCK_DISABLE_LOG_STATS": "maybe"})
+    assert str(info.value) == "MOCK_DISABLE_LOG_STATS is not valid: 'maybe'"
+
+
+def test_disable_log_stats_on_the_command_line_wins_over_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MOCK_DISABLE_LOG_STATS", "0")
+    assert config_from(parser().parse_args(["--disable-log-stats"])).disable_log_stats is True
+    assert config_from(parser().parse_args([])).disable_log_stats is False
+    assert MockConfig().disable_log_stats is False
 
 
 def test_one_max_model_len_for_every_model() -> None:
