@@ -148,7 +148,8 @@ def _drain(response: Response) -> None:
 
 def _error_response(error: ApiError) -> Response:
     """The one place an error becomes a response, worded by the app's Contract."""
-    errors = state().contract.errors
+    s = state()
+    errors = s.contract.errors
     rid = g.get("request_id")
     if rid is None:
         rid = g.request_id = errors.new_request_id()
@@ -163,7 +164,7 @@ def _error_response(error: ApiError) -> Response:
     if isinstance(error, RequestTooLarge):
         _drain(response)
     rule = request.url_rule
-    state().metrics.responded(rule.rule if rule is not None else None, status, error.code)
+    s.metrics.responded(rule.rule if rule is not None else None, status, error.code)
     return response
 
 

@@ -12,7 +12,7 @@ from bench.harness import Server
 
 MODEL = "llama-8b"
 PROMPT = "The sky is"
-SERVERS = ("mock", "prism", "bare", "mock-gthread", "bare-gthread")
+SERVERS = ("mock", "prism", "bare", "mock-gthread", "bare-gthread", "mock-nostats")
 
 
 class BenchError(Exception):
@@ -56,7 +56,10 @@ def build_servers(args) -> list[Server]:
     servers = []
     for key in args.servers:
         worker = "gthread" if key.endswith("-gthread") else None
-        if key.startswith("mock"):
+        if key == "mock-nostats":   # the mock without vLLM's metrics (--disable-log-stats)
+            servers.append(harness.mock(*serving_args(args), "--log-level", "warning", "--disable-log-stats",
+                                        key=key, label="mock --disable-log-stats"))
+        elif key.startswith("mock"):
             servers.append(harness.mock(*serving_args(args, worker), "--log-level", "warning", key=key))
         elif key.startswith("bare"):
             servers.append(harness.bare(*serving_args(args, worker), key=key,

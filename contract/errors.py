@@ -217,6 +217,9 @@ class Errors:
         self.codes = spec.error_codes
         self._limit, self._mark = spec.caps["quoted_chars"], spec.messages["cut_mark"]
         self._prefix, self._digits = spec.request_id["prefix"], spec.request_id["hex_digits"]
+        # each code's status, type and headers, read once: every refused request needs them
+        self._codes = {code: (int(v["status"]), str(v["type"]), spec.error_headers(code))
+                       for code, v in self.codes.items()}
 
     def new_request_id(self) -> str:
         """`req_` + 32 lowercase hex digits (x-request-id). An id labels a request in logs and
@@ -247,14 +250,14 @@ class Errors:
         return None if error.param is None else self.cut(error.param)
 
     def status(self, error: ApiError) -> int:
-        return int(self.codes[error.code]["status"])
+        return self._codes[error.code][0]
 
     def type(self, error: ApiError) -> str:
-        return str(self.codes[error.code]["type"])
+        return self._codes[error.code][1]
 
     def headers(self, error: ApiError) -> dict[str, str]:
         """Headers the response carries besides X-Request-Id (x-should-retry, Retry-After)."""
-        return self.spec.error_headers(error.code)
+        return self._codes[error.code][2]
 
     def body(self, error: ApiError, request_id: str) -> dict[str, Any]:
         return {
