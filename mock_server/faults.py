@@ -84,25 +84,25 @@ class Faults:
         ttft_s, tpot_s, forced, after = read(self.spec.mock_faults, headers, config, self.rng, req.max_tokens)
         if forced is not None:
             raise forced_error(self.spec, forced, req)
-        error = stream_error(self.spec) if after is not None else None
+        failure = None if after is None else (after, stream_error(self.spec))   # built only when asked for
         if config.loaded:
             engine = Loaded(engine, self.scheduler, ttft_s, tpot_s)
-            if after is not None:
-                engine = Simulated(engine, 0, 0, after, error)
-        elif ttft_s or tpot_s or after is not None:
-            engine = Simulated(engine, ttft_s, tpot_s, after, error)
+            if failure is not None:
+                engine = Simulated(engine, 0, 0, failure)
+        elif ttft_s or tpot_s or failure is not None:
+            engine = Simulated(engine, ttft_s, tpot_s, failure)
         return engine if self.metrics is None else Metered(engine, self.metrics, req.body["model"])
 
 
 class Simulated(Engine):
     """`engine` as one request of the mock runs it: `ttft_s` before its first token and
     `tpot_s` before each later step (latency.py); in a stream, the error event of
-    x-mock-faults (`error`) after `error_after` choice deltas (none without stream)."""
+    x-mock-faults after so many choice deltas (`failure`: the count and the error; none
+    without stream)."""
 
-    def __init__(self, engine: Engine, ttft_s: float, tpot_s: float, error_after: int | None,
-                 error: ApiError | None) -> None:
-        self.engine, self.ttft_s, self.tpot_s, self.error_after = engine, ttft_s, tpot_s, error_after
-        self.error = error
+    def __init__(self, engine: Engine, ttft_s: float, tpot_s: float,
+                 failure: tuple[int, ApiError] | None = None) -> None:
+        self.engine, self.ttft_s, self.tpot_s, self.failure = engine, ttft_s, tpot_s, failure
 
     def generate(self, req: CompletionRequest, request_id: str) -> Iterator[Event]:
         return paced(self.engine.generate(req, request_id), self.ttft_s, self.tpot_s, time.sleep)
@@ -117,9 +117,7 @@ class Simulated(Engine):
         else:   # the waits in the pump's thread, whose sleep cancelling wakes
             batches = Pump(lambda sleep: paced(self.engine.generate(req, request_id), self.ttft_s,
                                                self.tpot_s, sleep), interval).batches()
-        if self.error_after is None or self.error is None:   # (the error is built only when asked for)
-            return batches
-        return _failing(batches, self.error_after, self.error)
+        return batches if self.failure is None else _failing(batches, *self.failure)
 
 
 def _failing(batches: Batches, after: int, error: ApiError) -> Batches:
