@@ -2,9 +2,12 @@
 what it simulates; with several workers, one scrape sums them all."""
 from __future__ import annotations
 
+import time
+
 import httpx
 
 from api_server.app import METRICS_PATH
+from api_server.tally import FLUSH_S
 from contract import InsufficientQuota, spec
 from mock_server import MockConfig, create_app
 from tests.metrics_support import value
@@ -85,12 +88,20 @@ def test_without_log_stats_the_mock_reports_no_vllm_names() -> None:
 
 
 def test_one_scrape_sums_every_worker() -> None:
+    """Whichever worker answers the scrape, once the others have flushed (at most FLUSH_S
+    after their last count: api_server/tally.py)."""
     server = MockProcess("--workers", "2").start()
     try:
         n = 12
         for _ in range(n):   # a new connection each, so that both workers answer some
             assert httpx.post(server.url + COMPLETIONS, json=completion_body(stream=True), headers=AUTH,
                               timeout=60).status_code == 200
+        deadline = time.monotonic() + 30 * FLUSH_S
+        while time.monotonic() < deadline:
+            text = httpx.get(server.url + METRICS_PATH, timeout=60).text
+            if value(text, "acs_requests_total", route=COMPLETIONS, status="200", code="") == n:
+                break
+            time.sleep(FLUSH_S / 10)
         scrapes = [httpx.get(server.url + METRICS_PATH, timeout=60).text for _ in range(4)]
     finally:
         server.close()

@@ -14,7 +14,8 @@ import pytest
 from contract import InferenceUnavailable, spec
 from mock_server.config import MockConfig
 from mock_server.load import Scheduler
-from mock_server.metrics import VllmMetrics, new_registry
+from api_server.metrics import new_tally
+from mock_server.metrics import VllmMetrics
 from mock_server.profiles import PROFILES
 from mock_server.testing import transport
 from tests.metrics_support import value
@@ -119,7 +120,7 @@ def test_running_and_waiting_in_vllms_gauges() -> None:
 # -- the timing, without a server -------------------------------------------------------------
 def scheduler(**settings: Any) -> Scheduler:
     config = MockConfig(**settings)
-    return Scheduler(lambda: config, VllmMetrics(new_registry()))
+    return Scheduler(lambda: config, VllmMetrics(new_tally()))
 
 
 def request(prompt: str) -> Any:
