@@ -47,8 +47,8 @@ class _Written(Protocol):
 
 
 class Tally:
-    """The queue of one registry's counts. `counter` and `histogram` define metrics in
-    `registry`; `read` is what a scrape exposes."""
+    """The queue of one registry's counts. `counter`, `counters` and `histograms` define
+    metrics in `registry`; `read` and `exposition` are what a scrape shows."""
 
     def __init__(self, registry: CollectorRegistry) -> None:
         self.registry = registry
@@ -111,7 +111,10 @@ class Tally:
     def _start(self) -> None:
         """The first count in this process: in multiprocess mode, a flusher every FLUSH_S
         and a flush at exit, since other processes read what this one writes."""
-        self.started = True
+        with self._lock:   # gthread's threads may all count first at once: one flusher
+            if self.started:
+                return
+            self.started = True
         if os.environ.get(MULTIPROC_DIR):
             me = weakref.ref(self)   # the thread ends once the app is gone
             threading.Thread(target=_flush_every, args=(me,), name="metrics-flush", daemon=True).start()
