@@ -6,7 +6,7 @@ Starts the servers on free ports of 127.0.0.1 (http_servers.py) -- the mock
 (`python -m mock_server`), Prism (`@stoplight/prism-cli`, pinned in
 bench/package-lock.json, mocking openapi.yaml) and bench/bare_app.py under the mock's
 server settings (the ceiling); `--servers` adds the candidates `mock-gthread` and
-`bare-gthread`, and `--baseline REF` the mock as of git REF, old against new in one run --
+`bare-gthread`, and `--baseline REF[,REF...]` the mock as of each git REF, old against new in one run --
 then measures (http_measure.py):
 
   (a) a 400 validation error (max_tokens as a string) and
@@ -140,8 +140,9 @@ def parse_args(argv):
         p._add_action(action)
     p.add_argument("--servers", type=lambda s: s.split(","), default=["mock", "prism", "bare"],
                    help=f"a subset of {','.join(SERVERS)} (default mock,prism,bare)")
-    p.add_argument("--baseline", metavar="REF",
-                   help="also run the mock as of git REF (column mock@REF): old against new in one run")
+    p.add_argument("--baseline", metavar="REF[,REF...]", type=lambda s: s.split(","), default=[],
+                   help="also run the mock as of each git REF (column mock@REF): old against new in one run, "
+                        "or a bisection (several commits side by side)")
     p.add_argument("--streams", type=int, default=2000, help="(d) streams opened at once; 0 skips (d)")
     p.add_argument("--stream-tokens", type=int, default=20, help="(d) tokens per stream")
     p.add_argument("--tpot-ms", type=int, default=100, help="(d) milliseconds per token")

@@ -66,9 +66,8 @@ def build_servers(args) -> list[Server]:
                                         label=key.replace("bare", "bare Flask", 1)))
         else:
             servers.append(harness.prism(key))
-    if args.baseline:
+    for ref in args.baseline:
         # The mock as of git REF (`--baseline`), for old against new in one run.
-        servers.append(harness.baseline(args.baseline, lambda folder: harness.mock(
-            *serving_args(args), "--log-level", "warning", key="mock-base", label=f"mock@{args.baseline}",
-            cwd=folder)))
+        servers.append(harness.baseline(ref, lambda folder, ref=ref: harness.mock(
+            *serving_args(args), "--log-level", "warning", key=f"mock@{ref}", cwd=folder)))
     return servers
