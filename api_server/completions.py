@@ -187,15 +187,23 @@ def _stream(asm: Assembler, first: Sequence[StreamEvent] | None, batches: Batche
                 if chunk is not None:
                     out.append(chunk)
             if failure is not None:
-                raise failure.error
+                # Answered, not raised: raised, its traceback would hold this frame, and the
+                # frame `failure`, which holds it: a cycle left to the gc, for every such stream.
+                yield _ending(out, errors.body(failure.error, rid))
+                return
             yield b"".join(out)
             out.clear()
         yield DONE
     except ApiError as error:
-        yield b"".join(out) + sse(errors.body(error, rid)) + DONE
+        yield _ending(out, errors.body(error, rid))
     except Exception:
         log.exception("internal error in the stream of %s", rid)
-        yield b"".join(out) + sse(errors.body(InternalError.from_template("internal_error"), rid)) + DONE
+        yield _ending(out, errors.body(InternalError.from_template("internal_error"), rid))
     finally:
         batches.close()
         settle()
+
+
+def _ending(out: list[bytes], error_body: dict[str, Any]) -> bytes:
+    """The last write of a stream that fails: the chunks so far, the error event, [DONE]."""
+    return b"".join(out) + sse(error_body) + DONE
