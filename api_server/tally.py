@@ -152,10 +152,12 @@ _TALLIES: weakref.WeakSet[Tally] = weakref.WeakSet()
 
 def _forked() -> None:
     # A forked child (a gunicorn worker) has none of its parent's threads: its first
-    # count starts its own flusher. What the parent queued is the parent's to write.
+    # count starts its own flusher. What the parent queued is the parent's to write, and
+    # a lock its flusher held at the fork would stay held here.
     for tally in _TALLIES:
         tally.started = False
         tally.queue.clear()
+        tally._lock = threading.Lock()
 
 
 os.register_at_fork(after_in_child=_forked)

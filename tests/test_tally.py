@@ -127,3 +127,28 @@ def test_the_apps_metrics_read_whole_in_one_process() -> None:
     got = samples(metrics.exposition().decode())
     assert got[("acs_requests_total", frozenset({("route", "none"), ("status", "404"), ("code", "not_found")}))] == 1
     assert got[("acs_generated_tokens_total", frozenset())] == 7
+
+
+def test_a_forked_child_writes_its_own_counts_alone(tmp_path: Path) -> None:
+    """A worker forked while its parent had counts queued and a flush under way (the lock
+    held): the child neither writes the parent's counts again nor waits on that lock."""
+    code = textwrap.dedent(f"""
+        import os
+        os.environ[{MULTIPROC_DIR!r}] = {str(tmp_path)!r}
+        from api_server.metrics import new_tally, ApiMetrics
+        tally = new_tally()
+        api = ApiMetrics(tally)
+        api.responded("/v1/completions", 200)       # queued in the parent
+        tally._lock.acquire()                       # as if its flusher were writing now
+        pid = os.fork()
+        if pid == 0:
+            api.responded("/v1/completions", 200)
+            api.responded("/v1/completions", 200)
+            tally.flush()
+            os._exit(0)
+        tally._lock.release()
+        assert os.waitpid(pid, 0)[1] == 0
+    """)
+    subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True, timeout=60)
+    got = _merged(tmp_path)
+    assert got[("acs_requests_total", frozenset({("route", "/v1/completions"), ("status", "200"), ("code", "")}))] == 3
