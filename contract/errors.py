@@ -32,7 +32,7 @@ the error into the API's error shape (`Errors.body`, the one place).
 from __future__ import annotations
 
 import random
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import cache
 from typing import TYPE_CHECKING, Any, ClassVar, cast
@@ -166,6 +166,15 @@ class InferenceUnavailable(ApiError):
 
 class DeadlineExceeded(ApiError):
     code = "deadline_exceeded"
+
+
+def raise_first(errors: Iterable[ApiError]) -> None:
+    """Raise the first of `errors`; return when there is none."""
+    for error in errors:
+        try:
+            raise error
+        finally:   # else this frame, in the error's traceback, holds the error: a cycle left to the gc
+            del error
 
 
 def _codes(root: type[ApiError]) -> dict[str, type[ApiError]]:

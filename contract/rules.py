@@ -13,7 +13,7 @@ from typing import Any
 
 import jsonschema_rs
 
-from contract.errors import RuleViolation, rule_error
+from contract.errors import RuleViolation, raise_first, rule_error
 from contract.spec import ModelInfo, Spec
 
 
@@ -33,11 +33,7 @@ class Rules:
     def check(self, body: dict[str, Any]) -> None:
         if not self._any.is_valid(body):
             return
-        for error in self.iter_errors(body):
-            try:
-                raise error
-            finally:   # else this frame, in the error's traceback, holds the error: a cycle left to the gc
-                del error
+        raise_first(self.iter_errors(body))
 
     def check_model(self, body: dict[str, Any], model: ModelInfo) -> None:
         """Ranges that depend on the model (the steering vectors are checked by steering.py)."""

@@ -18,7 +18,9 @@ import fastjsonschema
 import jsonschema_rs
 from fastjsonschema import JsonSchemaValueException
 
-from contract.errors import ApiError, InvalidType, Message, MissingField, OutOfRange, SpecText, UnknownField
+from contract.errors import (
+    ApiError, InvalidType, Message, MissingField, OutOfRange, SpecText, UnknownField, raise_first,
+)
 from contract.spec import Spec
 
 RANGE_KEYWORDS = frozenset({
@@ -72,11 +74,7 @@ class ObjectSchema:
         """Raise the first error in the spec's order; return None for a valid body."""
         if self._whole.is_valid(body):
             return
-        for error in self.iter_errors(body):
-            try:
-                raise error
-            finally:   # else this frame, in the error's traceback, holds the error: a cycle left to the gc
-                del error
+        raise_first(self.iter_errors(body))
 
     def coerce(self, body: dict[str, Any]) -> dict[str, Any]:
         """A valid body with integer-valued floats in integer fields made ints."""
