@@ -27,7 +27,7 @@ DEFAULT_CONNECTIONS = 4096
 DEFAULT_THREADS = 32
 DEFAULT_GRACEFUL_TIMEOUT = 5
 BACKLOG = 4096
-MULTIPROC_DIR = "PROMETHEUS_MULTIPROC_DIR"   # api_server/metrics.py reads it
+MULTIPROC_DIR = "PROMETHEUS_MULTIPROC_DIR"   # api_server/tally.py reads it (imported later: serve.prepare)
 # Seconds an idle keep-alive connection waits for its next request (gunicorn's keepalive).
 IDLE_CONNECTION_S = 5
 

@@ -11,10 +11,10 @@ from typing import Any
 import httpx
 import pytest
 
+from api_server.metrics import new_tally
 from contract import InferenceUnavailable, spec
 from mock_server.config import MockConfig
 from mock_server.load import Scheduler
-from api_server.metrics import new_tally
 from mock_server.metrics import VllmMetrics
 from mock_server.profiles import PROFILES
 from mock_server.testing import transport

@@ -6,17 +6,18 @@ the collector: bench/results/http_house.md.)"""
 from __future__ import annotations
 
 import gc
-import io
 import json
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from werkzeug.test import EnvironBuilder
 
 from contract import ApiError, spec
 from mock_server import MockConfig, create_app
+from mock_server.faults import STATUS, STREAM_ERROR_AFTER
+from tests.conformance_support import whole_response
 from tests.mock_helpers import AUTH
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -32,26 +33,17 @@ CASES: dict[str, tuple[str, object, dict[str, str]]] = {
     "broken rule": (COMPLETIONS, {"model": MODEL, "prompt": "x", "best_of": 2, "stream": True}, {}),
     "unknown model": (COMPLETIONS, {"model": "nope", "prompt": "x"}, {}),
     "bad JSON": (COMPLETIONS, b"{nope", {}),
-    "forced status": (COMPLETIONS, {"model": MODEL, "prompt": "x"}, {"HTTP_X_MOCK_STATUS": "503"}),
+    "forced status": (COMPLETIONS, {"model": MODEL, "prompt": "x"}, {STATUS: str(spec().mock_faults["statuses"][0])}),
     "stream error": (COMPLETIONS, {"model": MODEL, "prompt": "x", "max_tokens": 8, "stream": True},
-                     {"HTTP_X_MOCK_STREAM_ERROR_AFTER": "2"}),
+                     {STREAM_ERROR_AFTER: "2"}),
 }
 
 
 def _call(app: Any, path: str, body: object, headers: dict[str, str]) -> str:
     raw = body if isinstance(body, bytes) else json.dumps(body).encode()
-    environ = {
-        "REQUEST_METHOD": "POST", "PATH_INFO": path, "SERVER_NAME": "mock.test", "SERVER_PORT": "80",
-        "SERVER_PROTOCOL": "HTTP/1.1", "wsgi.url_scheme": "http", "wsgi.input": io.BytesIO(raw),
-        "wsgi.errors": sys.stderr, "wsgi.version": (1, 0), "wsgi.multithread": False,
-        "wsgi.multiprocess": False, "wsgi.run_once": False, "CONTENT_LENGTH": str(len(raw)),
-        "CONTENT_TYPE": "application/json", "HTTP_AUTHORIZATION": AUTH["Authorization"], **headers,
-    }
-    status: list[str] = []
-    body_iter = app(environ, lambda s, h, e=None: status.append(s))
-    b"".join(body_iter)
-    body_iter.close()
-    return status[0]
+    environ = EnvironBuilder(path=path, method="POST", data=raw, content_type="application/json",
+                             headers={**AUTH, **headers}).get_environ()
+    return whole_response(app, environ)[0]
 
 
 @pytest.fixture

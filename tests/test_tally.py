@@ -19,10 +19,13 @@ ROOT = Path(__file__).resolve().parent.parent
 VALUES = (0.0, TTFT_BUCKETS[0], TTFT_BUCKETS[3], 0.03, TTFT_BUCKETS[-1], TTFT_BUCKETS[-1] * 2, 0.03)
 
 
+def _timeless(text: bytes) -> dict:  # type: ignore[type-arg]
+    """Every sample but the `_created` ones (prometheus_client's own, not vLLM's)."""
+    return {k: v for k, v in samples(text.decode()).items() if not k[0].endswith("_created")}
+
+
 def _scrape(tally: Tally, source: CollectorRegistry | None = None) -> dict:  # type: ignore[type-arg]
-    """Every sample but the `_created` ones (the Histogram class's own, not vLLM's)."""
-    text = tally.exposition(source).decode()
-    return {k: v for k, v in samples(text).items() if not k[0].endswith("_created")}
+    return _timeless(tally.exposition(source))
 
 
 def test_a_histogram_reads_as_prometheus_clients_histogram() -> None:
@@ -34,7 +37,7 @@ def test_a_histogram_reads_as_prometheus_clients_histogram() -> None:
         for v in values:
             ours.labels(model).observe(v)
             reference.labels(model).observe(v)
-    expected = {k: v for k, v in samples(generate_latest(theirs).decode()).items() if not k[0].endswith("_created")}
+    expected = _timeless(generate_latest(theirs))
     assert _scrape(tally) == expected
     assert expected[("vllm:time_to_first_token_seconds_count", frozenset({("model_name", "a")}))] == len(VALUES)
 
@@ -52,8 +55,7 @@ def test_counters_add_up_across_flushes() -> None:
             c_plain.inc(amount)
             labelled.labels(status).inc()
             c_labelled.labels(status).inc()
-        expected = {k: v for k, v in samples(generate_latest(theirs).decode()).items()
-                    if not k[0].endswith("_created")}
+        expected = _timeless(generate_latest(theirs))
         assert _scrape(tally) == expected, round_
     assert expected[("acs_requests_total", frozenset({("status", "200")}))] == 6
 
