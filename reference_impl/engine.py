@@ -61,7 +61,7 @@ class VllmEngine(Engine):
     `stream` reads vLLM with a bounded wait, and it is `ready` when vLLM is."""
 
     def __init__(self, base_url: str, model: str, *, wait_seconds: float | None = None,
-                 api: Spec | None = None, pool_size: int = 64) -> None:
+                 api: Spec | None = None, pool_size: int = 64, isolate_steering: bool = True) -> None:
         self.base_url = base_url.rstrip("/")
         self.model = model
         # The API's wait for Inference: the longest vLLM may stay silent (without stream,
@@ -72,6 +72,8 @@ class VllmEngine(Engine):
         # Kept-alive connections to vLLM: as many as the worker serves requests at once,
         # so that a burst of streams does not open (and then drop) a connection each.
         self.pool_size = pool_size
+        # False only in tests: a steered request's KV blocks then reach plain requests (upstream.py)
+        self.isolate_steering = isolate_steering
         self._wire = Pool(self.base_url, connect_timeout=CONNECT_TIMEOUT_S,
                           keepalive_expiry=KEEPALIVE_EXPIRY_S, max_idle=pool_size)
         self.health = UpstreamHealth(self.base_url)
@@ -92,8 +94,8 @@ class VllmEngine(Engine):
         return self._wire_batches(req, request_id, interval)
 
     def _post(self, req: CompletionRequest, request_id: str) -> Exchange:
-        return self._wire.post(COMPLETIONS, dumps(upstream_body(req, self.model, self.spec)), _headers(request_id),
-                               self.wait_seconds)
+        body = upstream_body(req, self.model, self.spec, isolate_steering=self.isolate_steering)
+        return self._wire.post(COMPLETIONS, dumps(body), _headers(request_id), self.wait_seconds)
 
     def _wire_completion(self, req: CompletionRequest, request_id: str) -> Iterator[Event]:
         """Without stream: one answer, vLLM's Completion (or its error)."""

@@ -9,9 +9,20 @@ same tokens. The vllm-lens fields go inside vllm_xargs, in the form vllm-lens
 reads (steering vectors as one JSON string). Nothing else from the client is
 sent: the body holds only fields of openapi.yaml, because the core refused
 the rest.
+
+A steered request goes with a `cache_salt` derived from its steering. vLLM
+caches every full KV block of a prompt under a hash of its tokens (and of a
+salt, LoRA, multimodal data), never of vllm-lens's steering; vllm-lens makes a
+steered request skip *reading* the cache but not writing it, so without the
+salt its steered blocks would be read by the next plain request of the same
+prompt (DEPLOY.md, "Prefix caching"). The salt is a hash of the vectors as
+sent, so identical steering keeps one hash and plain requests another. A
+capture needs no salt: vllm-lens makes it skip reading too (its whole prompt
+runs, so it is captured whole), and what it writes is the plain stream's.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 from functools import cache
 from typing import Any
@@ -35,9 +46,14 @@ def request_defaults(s: Spec) -> dict[str, Any]:
     return {k: v for k, v in defaults.items() if k not in NOT_COPIED}
 
 
-def upstream_body(req: CompletionRequest, model: str, s: Spec) -> dict[str, Any]:
+STEERING_SALT = "acs-steering-"   # + the vectors' sha256; vLLM allows 128 characters, no '/'
+
+
+def upstream_body(req: CompletionRequest, model: str, s: Spec, *,
+                  isolate_steering: bool = True) -> dict[str, Any]:
     """The JSON body for vLLM's POST /v1/completions (req.max_tokens is the Hold's), with
-    `s`'s defaults."""
+    `s`'s defaults; `isolate_steering` False leaves a steered request unsalted (tests
+    only: that is how the leak is shown)."""
     body = dict(request_defaults(s))
     body.update((k, v) for k, v in req.body.items() if k not in NOT_COPIED)
     body["model"] = model
@@ -55,7 +71,10 @@ def upstream_body(req: CompletionRequest, model: str, s: Spec) -> dict[str, Any]
     if "output_residual_stream" in req.body:
         xargs["output_residual_stream"] = list(req.body["output_residual_stream"])
     if req.steering:
-        xargs["apply_steering_vectors"] = json.dumps([_vector(v.wire, s) for v in req.steering])
+        vectors = json.dumps([_vector(v.wire, s) for v in req.steering])
+        xargs["apply_steering_vectors"] = vectors
+        if isolate_steering:
+            body["cache_salt"] = STEERING_SALT + hashlib.sha256(vectors.encode()).hexdigest()
     if xargs:
         body["vllm_xargs"] = xargs
     return body

@@ -21,7 +21,7 @@ from contract import InferenceUnavailable, encode_tensor, spec
 from reference_impl.__main__ import api_config
 from reference_impl.deployment import DeploymentError, deployment_models
 from reference_impl.engine import VllmEngine
-from reference_impl.upstream import upstream_body
+from reference_impl.upstream import STEERING_SALT, upstream_body
 from tests.mock_helpers import parse_sse
 from tests.contract_support import CONTRACT
 from tests.upstream_server import Answer, UpstreamServer, closed_port
@@ -165,6 +165,26 @@ def test_only_spec_fields_and_vllm_xargs_go_to_vllm() -> None:
     assert xargs["output_residual_stream"] == [3, 1]
     (sent,) = json.loads(xargs["apply_steering_vectors"])     # vllm-lens reads a JSON string
     assert sent["scale"] == 1 and sent["norm_match"] is False and "position_indices" not in sent
+
+
+def test_a_steered_request_is_salted_by_its_steering_and_no_other_is() -> None:
+    """vLLM's block hash holds the salt, never the steering: so steering picks the salt."""
+    hidden = spec().models[MODEL].hidden_size
+
+    def body(values: float | None, capture: bool = False, **kw: bool) -> dict:
+        fields: dict = {"output_residual_stream": [0]} if capture else {}
+        if values is not None:
+            tensor = encode_tensor(np.full((1, hidden), values, np.float32), "torch.float32")
+            fields["apply_steering_vectors"] = [{"activations": tensor, "layer_indices": [1]}]
+        req = CONTRACT.validate_completion({"model": MODEL, "prompt": "x", "max_tokens": 1, **fields})
+        return upstream_body(req, MODEL, spec(), **kw)
+
+    one, again, other = body(1.0)["cache_salt"], body(1.0)["cache_salt"], body(2.0)["cache_salt"]
+    assert one == again != other
+    assert one.startswith(STEERING_SALT) and len(one) <= 128 and not set(one) & set("@/\\\x00")
+    assert body(1.0, capture=True)["cache_salt"] == one          # a capture changes no block
+    assert "cache_salt" not in body(None) and "cache_salt" not in body(None, capture=True)
+    assert "cache_salt" not in body(1.0, isolate_steering=False)
 
 
 def test_the_request_id_is_the_apis() -> None:
