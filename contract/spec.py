@@ -208,6 +208,12 @@ class Spec:
         return self.raw.get("x-mock-faults", {})
 
     @cached_property
+    def batch_effects(self) -> dict[str, float]:
+        """x-batch-effects: how far two answers of one request may differ (logprob_nats,
+        near_tie_nats), the documentation's one exception to repeatability."""
+        return {k: float(v) for k, v in self.raw["x-batch-effects"].items()}
+
+    @cached_property
     def greedy_below(self) -> float:
         """vLLM samples greedily below this temperature; the spec's greedy_n rule names it."""
         rule = self.rule("x-rules", "greedy_n")

@@ -123,17 +123,25 @@ def scale_zero(ctx: Context) -> None:
 
 # -- the residual stream at the steered layer -------------------------------------------
 
-def _decode(ctx: Context, reply: Reply) -> list[list[list[float]]]:
-    """The captured residual stream as [layer][position][hidden] floats."""
-    acts = reply.data.get("activations") if isinstance(reply.data, dict) else None
-    tensor = acts.get("residual_stream") if isinstance(acts, dict) else None
+def tensor_values(ctx: Context, tensor: Any, reply: Reply) -> tuple[list[int], list[float]]:
+    """A tensor in the wire encoding (activations, a vector): its shape and its values, or the check stops."""
     try:
         raw = zstandard.ZstdDecompressor().decompress(base64.b64decode(tensor["data"], validate=True))
         shape = [int(n) for n in tensor["shape"]]
         values = _floats(raw, tensor["dtype"])
     except (TypeError, KeyError, ValueError, binascii.Error, zstandard.ZstdError) as exc:
         ctx.stop("no residual stream that decodes", received=repr(exc), reply=reply)
-    if len(shape) != 3 or len(values) != math.prod(shape) or shape[0] != 2 or shape[-1] != ctx.model.hidden_size:
+    if len(values) != math.prod(shape):
+        ctx.stop("the residual stream's values do not fill its shape", received=shape, reply=reply)
+    return shape, values
+
+
+def decode_capture(ctx: Context, reply: Reply) -> list[list[list[float]]]:
+    """The captured residual stream as [layer][position][hidden] floats."""
+    acts = reply.data.get("activations") if isinstance(reply.data, dict) else None
+    tensor = acts.get("residual_stream") if isinstance(acts, dict) else None
+    shape, values = tensor_values(ctx, tensor, reply)
+    if len(shape) != 3 or shape[0] != 2 or shape[-1] != ctx.model.hidden_size:
         ctx.stop("the residual stream is not [2 layers, positions, hidden]", received=tensor.get("shape"), reply=reply)
     hidden, positions = shape[2], shape[1]
     return [[values[(k * positions + p) * hidden:(k * positions + p + 1) * hidden] for p in range(positions)]
@@ -152,12 +160,16 @@ def _floats(raw: bytes, dtype: str) -> list[float]:
     return list(struct.unpack(f"<{len(raw) // struct.calcsize(code)}{code}", raw))
 
 
-def capture(ctx: Context, vectors: list[Vector] | None) -> tuple[Reply, list[list[list[float]]]]:
-    """The prompt's residual stream one layer below the middle one and at it (one token)."""
+def capture_body(ctx: Context, prompt: list[int], vectors: list[Vector] | None = None) -> dict[str, Any]:
+    """A capture of `prompt`'s residual stream one layer below the middle one and at it (one token)."""
     steering = {"apply_steering_vectors": vectors} if vectors else {}
-    reply, _ = post(ctx, {"prompt": PROMPT, "max_tokens": 1, "temperature": 0, "top_k": 1,
-                          "output_residual_stream": [layer(ctx) - 1, layer(ctx)], **steering})
-    return reply, _decode(ctx, reply)
+    return {"prompt": prompt, "max_tokens": 1, "temperature": 0, "top_k": 1,
+            "output_residual_stream": [layer(ctx) - 1, layer(ctx)], **steering}
+
+
+def capture(ctx: Context, vectors: list[Vector] | None) -> tuple[Reply, list[list[list[float]]]]:
+    reply, _ = post(ctx, capture_body(ctx, PROMPT, vectors))
+    return reply, decode_capture(ctx, reply)
 
 
 def plain_capture(ctx: Context) -> list[list[list[float]]]:

