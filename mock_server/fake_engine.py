@@ -25,7 +25,7 @@ from api_server.engine import Activations, ChoiceDelta, Engine, Event, LogprobsD
 from contract import CompletionRequest, ModelInfo, Spec, spec
 from contract.tokens import decode
 from mock_server.activations import capture, warm
-from mock_server.logprobs import LEAST_TOP, Ranked, max_top, prompt_logprob, rank_positions, row_width, top_logprobs
+from mock_server.logprobs import GREEDY, LEAST_TOP, Cut, Ranked, max_top, prompt_logprob, rank_positions, row_width, top_logprobs
 from mock_server.sampler import Choice, Settings, sample_choice
 from mock_server.steering import additions, steerer
 from mock_server.vocab import Vocab, vocab
@@ -155,7 +155,7 @@ def _echo(req: CompletionRequest, voc: Vocab, prompt: list[int], prompt_text: st
         # A prompt's logprobs depend on the prompt alone, so echo and prompt_logprobs agree.
         shown = max(k or 0, body.get("prompt_logprobs", 0))
         rows = _rng("prompt", req.model.name, prompt).random((len(prompt), width))
-        ranked = rank_positions(rows, prompt, shown, greedy=False, pool=voc.words)
+        ranked = rank_positions(rows, prompt, shown, Cut(), voc.words)
     texts = [voc.texts[t] for t in prompt] if echo else []
     # A string prompt is echoed as sent; token ids as vLLM decodes them (special tokens kept).
     text = "" if not echo else (prompt_text if prompt_text is not None else decode(req.model, prompt))
@@ -184,7 +184,8 @@ def _choice_deltas(req: CompletionRequest, voc: Vocab, index: int, prompt: list[
     gen: LogprobsDelta | None = None
     if k is not None:
         rows = _rng("logprobs", key).random((len(ids), width))
-        ranked = rank_positions(rows, ids, k, greedy, voc.words)
+        cut = GREEDY if greedy else Cut(req.option("top_k"), req.option("min_p"), req.option("top_p"))
+        ranked = rank_positions(rows, ids, k, cut, voc.words)
         tokens = [voc.texts[t] for t in ids]
         offsets = list(accumulate(map(len, tokens), initial=sum(map(len, head.texts))))
         gen = LogprobsDelta(tokens, [r.logprob for r in ranked],

@@ -34,6 +34,30 @@ def row_width(top: int) -> int:
 
 
 @dataclass(frozen=True)
+class Cut:
+    """What sampling keeps of a row, as vLLM's top_k, min_p and top_p do: a sampled token's
+    rank is at most the ranks they leave (1: greedy)."""
+    top_k: int = 0          # 0: off
+    min_p: float = 0.0
+    top_p: float = 1.0
+
+    def caps(self, values: np.ndarray) -> np.ndarray:
+        """Each row's most ranks (rows of log probabilities, best first)."""
+        caps = np.full(len(values), MAX_RANK)
+        if self.top_k > 0:
+            caps = np.minimum(caps, self.top_k)
+        if self.min_p > 0:
+            caps = np.minimum(caps, (values >= values[:, :1] + np.log(self.min_p)).sum(axis=1))
+        if self.top_p < 1:
+            filled = np.cumsum(np.exp(values[:, :MAX_RANK]), axis=1) >= self.top_p
+            caps = np.minimum(caps, np.where(filled.any(axis=1), filled.argmax(axis=1) + 1, MAX_RANK))
+        return np.maximum(caps, 1)
+
+
+GREEDY = Cut(top_k=1)
+
+
+@dataclass(frozen=True)
 class Ranked:
     """One position: the actual token's logprob and rank, and the alternatives shown."""
     token_id: int
@@ -42,12 +66,12 @@ class Ranked:
     alternatives: list[tuple[int, float, int]]   # (token id, logprob, rank), best first
 
 
-def rank_positions(uniforms: np.ndarray, token_ids: list[int], k: int, greedy: bool,
+def rank_positions(uniforms: np.ndarray, token_ids: list[int], k: int, cut: Cut,
                    pool: np.ndarray) -> list[Ranked]:
     """Rank each actual token and pick the k best alternatives shown beside it.
 
-    `uniforms` has one row of row_width(top) per token. At temperature 0 the actual
-    token is always the likeliest (rank 1).
+    `uniforms` has one row of row_width(top) per token. The actual token's rank is within
+    what `cut` keeps of its row: at temperature 0 (GREEDY) always the likeliest.
     """
     top = (uniforms.shape[1] - 2 - MAX_RANK) // 2   # row_width's inverse
     ranks_u, first_u = uniforms[:, 0], uniforms[:, 1]
@@ -58,10 +82,9 @@ def rank_positions(uniforms: np.ndarray, token_ids: list[int], k: int, greedy: b
     shares = np.concatenate([(LEAST_TOP + 0.75 * first_u)[:, None], 0.3 + 0.6 * gaps_u], axis=1)
     left = np.cumprod(np.concatenate([np.ones((len(shares), 1)), 1 - shares[:, :-1]], axis=1), axis=1)
     values = np.log(-np.sort(-(left * shares), axis=1))   # best first, all below 0
-    if greedy:
-        ranks = np.ones(len(token_ids), dtype=np.int64)
-    else:
-        ranks = np.where(ranks_u < 0.6, 1, 2 + ((ranks_u - 0.6) / 0.4 * (MAX_RANK - 1)).astype(np.int64))
+    caps = cut.caps(values)
+    ranks = np.where((ranks_u < 0.6) | (caps <= 1), 1,
+                     2 + np.minimum(((ranks_u - 0.6) / 0.4 * (caps - 1)).astype(np.int64), caps - 2))
     picks = (picks_u * len(pool)).astype(np.int64)
     out = []
     for i, token in enumerate(token_ids):

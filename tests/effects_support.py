@@ -99,19 +99,38 @@ class Batched:
         return [body]
 
     def _move(self, sent: dict[str, Any], data: dict[str, Any]) -> dict[str, Any]:
-        # a flip needs a near tie: none where allowed_token_ids leaves one choice at a step
+        # a flip needs a near tie: none where allowed_token_ids leaves one choice at a step,
+        # and one seen only with logprobs rows of two tokens or more
         greedy = sent.get("temperature") == 0 or sent.get("top_k") == 1
         for choice in data.get("choices") or []:
             lp = choice.get("logprobs")
-            if isinstance(lp, dict):
-                self._logprobs(lp)
-            if greedy and "allowed_token_ids" not in sent and choice.get("text") \
-                    and next(self.greedy) % FLIP_EVERY == 0:
-                choice["text"] = choice["text"][:-1] + ("x" if choice["text"][-1] != "x" else "y")
+            if not isinstance(lp, dict):
+                continue
+            if greedy and "allowed_token_ids" not in sent and (sent.get("logprobs") or 0) >= 2:
+                self._near_tie(choice, lp, flip=next(self.greedy) % FLIP_EVERY == 0)
+            self._logprobs(lp)
         acts = data.get("activations")
         if isinstance(acts, dict):
             acts["residual_stream"] = self._stream(acts["residual_stream"])
         return data
+
+    @staticmethod
+    def _near_tie(choice: dict[str, Any], lp: dict[str, Any], flip: bool) -> None:
+        """The last token and the runner-up of its row a hair apart (the model's near tie, in
+        every answer alike); `flip`: the batch moved both by less than x-batch-effects allows,
+        so the runner-up is the token now."""
+        i = len(lp["tokens"]) - 1
+        row, token = lp["top_logprobs"][i], lp["tokens"][i]
+        others = sorted((t for t in row if t != token), key=row.get, reverse=True)
+        if not others or not choice["text"].endswith(token):
+            return
+        gap = CONTRACT.spec.batch_effects["logprob_nats"] / 4
+        runner_up = others[0]
+        row[runner_up] = row[token] + (gap if flip else -gap)
+        if flip:
+            lp["tokens"][i] = runner_up
+            lp["token_logprobs"][i] = row[runner_up]
+            choice["text"] = choice["text"][:len(choice["text"]) - len(token)] + runner_up
 
     def _logprobs(self, lp: dict[str, Any]) -> None:
         """Every value a little lower; the sampled token's as its row's entry."""

@@ -24,13 +24,13 @@ KEY = "effects-test-key"
 REGISTRY_BY_ID = {c.id: c for c in REGISTRY}
 EFFECTS = sorted({c.id for c in REGISTRY if c.group == "effects"})
 STEERED = {"effects:steering.changes", "effects:steering.layer_and_scale", "effects:steering.norm_match",
-           "effects:steering.position_indices"}
+           "effects:steering.position_indices", "effects:steering.decoding"}
 # field left out after validation -> the only checks that fail: those that send it at other
 # than its default (effects:temperature.sampling sends temperature 1, the default). Every field
 # an effects: check observes, but the vectors' layer_indices (required: no vector steers without).
 IGNORED: dict[str, set[str]] = {
     "temperature": {"effects:temperature.greedy"},
-    "top_k": {"effects:top_k.greedy"},
+    "top_k": {"effects:top_k.greedy", "effects:top_k.sampled"},
     "top_p": {"effects:top_p.greedy"},
     "min_p": {"effects:min_p.greedy"},
     "ignore_eos": {"effects:ignore_eos"},
@@ -106,6 +106,7 @@ def test_a_deployment_that_samples_at_temperature_0_fails_the_sampling_check(
 def test_every_effect_check_passes_under_batch_effects() -> None:
     """Log probabilities and captures moved by a little, and every third greedy text flipped."""
     with serve(Batched(create_app(MockConfig()))) as url:
-        report = run_suite(url, "effects:*")
+        report = run_suite(url, "effects:*", "isolation:*")
     assert failed(report) == {}
-    assert sorted(r.id for r in report.results if r.outcome is Outcome.PASSED) == EFFECTS
+    isolation = {c.id for c in REGISTRY if c.group == "isolation"}
+    assert sorted(r.id for r in report.results if r.outcome is Outcome.PASSED) == sorted({*EFFECTS, *isolation})

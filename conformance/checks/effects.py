@@ -8,7 +8,8 @@ deployment that ignores the field fails its check and no other:
 - sampling: at temperature 0, top_k 1, min_p 1 or a top_p the likeliest token
   fills, every sampled token is the likeliest of its `top_logprobs` row (vLLM
   computes both from the same logits) and the text does not depend on `seed`;
-  at temperature 1 some token is not the likeliest;
+  with top_k 2 every token is among its row's two likeliest, and some are not the
+  likeliest; at temperature 1 some token is not the likeliest;
 - special tokens: with the model's end tokens as the only `allowed_token_ids`,
   `ignore_eos` runs to max_tokens; with its BOS alone, `skip_special_tokens`
   false writes it;
@@ -16,13 +17,15 @@ deployment that ignores the field fails its check and no other:
 
 The documentation allows a batch to change a log probability by a little and,
 now and then, a token where two are almost equally likely: values are compared
-within LOGPROB_SLACK, and two texts that must agree get TRIES tries.
+within LOGPROB_SLACK, and two answers that must agree are held to agree.py's
+rule (x-batch-effects), each of REPEATS answers, never any one of several tries.
 Steering is in steering.py.
 """
 from __future__ import annotations
 
 from typing import Any
 
+from conformance.checks.agree import LOGPROBS, difference
 from conformance.client import Reply
 from conformance.context import Context
 from conformance.registry import register
@@ -30,7 +33,9 @@ from conformance.registry import register
 PROMPT = "The sky is"
 GREEDY_TOKENS, SAMPLED_TOKENS, END_TOKENS = 4, 6, 3
 SEEDS = (11, 12, 13)
-TRIES = 3                 # two texts that must agree: a batch may flip a near tie now and then
+REPEATS = 8               # answers a check of one field compares: a server that drops the field
+                          # on half its requests passes one such check in 2^8
+TOP_K = 2                 # effects:top_k.sampled's top_k
 LOGPROB_SLACK = 1e-3      # nats: a log probability a batch may move
 TOP_P_ONE = 1e-6          # a top_p that the likeliest token always fills
 PROBES = ("a", "b")       # strings of one token whose text is itself (any byte-level BPE)
@@ -56,62 +61,76 @@ def memo_post(ctx: Context, key: str, body: dict[str, Any]) -> tuple[Reply, dict
     return reply, choice
 
 
-def below_likeliest(ctx: Context, reply: Reply, choice: dict[str, Any]) -> list[int]:
-    """The positions whose sampled token is less likely than the likeliest of its row."""
+def below_likeliest(ctx: Context, reply: Reply, choice: dict[str, Any], within: int = 1) -> list[int]:
+    """The positions whose sampled token is not among the `within` likeliest of its row. Each
+    row must show at least LOGPROBS tokens: in a row of the sampled token alone, it would
+    always be the likeliest, whatever the server sampled."""
     lp = choice.get("logprobs")
+    tokens = lp.get("tokens") if isinstance(lp, dict) else None
     values = lp.get("token_logprobs") if isinstance(lp, dict) else None
     rows = lp.get("top_logprobs") if isinstance(lp, dict) else None
-    if not (isinstance(values, list) and isinstance(rows, list) and len(values) == len(rows) and values):
-        ctx.stop("no token_logprobs and top_logprobs of one length", received=lp, reply=reply)
+    if not (isinstance(values, list) and isinstance(rows, list) and isinstance(tokens, list)
+            and len(values) == len(rows) == len(tokens) and values):
+        ctx.stop("no tokens, token_logprobs and top_logprobs of one length", received=lp, reply=reply)
     out = []
     for i, (value, row) in enumerate(zip(values, rows, strict=True)):
-        if not (isinstance(value, (int, float)) and isinstance(row, dict) and row):
+        if not (isinstance(value, (int, float)) and isinstance(row, dict)
+                and all(isinstance(v, (int, float)) for v in row.values())):
             ctx.stop(f"token {i}: no log probability or no top_logprobs row", received=[value, row], reply=reply)
-        if value < max(row.values()) - LOGPROB_SLACK:
+        shown = max(LOGPROBS, within)
+        if len(row) < shown:
+            ctx.stop(f"token {i}'s top_logprobs row shows {len(row)} tokens, fewer than logprobs = {shown} asked: "
+                     "which tokens are likelier than the sampled one cannot be seen (logprobs:consistent)",
+                     expected=shown, received=row, reply=reply)
+        kept = sorted(row.values(), reverse=True)[within - 1]
+        if value < kept - LOGPROB_SLACK:
             out.append(i)
     return out
 
 
-def same_text(ctx: Context, what: str, first: dict[str, Any], second: dict[str, Any],
-              sent: tuple[Any, Any, Reply] | None = None) -> None:
-    """The two requests write the same text: TRIES tries of both (a batch may flip a near tie);
-    `sent`: the two texts of a first try already made, and the second's reply."""
-    tries = TRIES
-    if sent is not None:
-        a, b, reply = sent
-        if a == b:
-            return
-        tries -= 1
-    for _ in range(tries):
-        a = post(ctx, first)[1].get("text")
-        reply, choice = post(ctx, second)
-        b = choice.get("text")
-        if a == b:
-            return
-    ctx.fail(f"{what}: different texts in {TRIES} tries", expected=a, received=b, reply=reply)
+def agree_all(ctx: Context, what: str, first: dict[str, Any], bodies: list[dict[str, Any]]) -> None:
+    """Every body's answer agrees with `first` (a choice) as two answers of one request may
+    (agree.py): all of them, so that a server wrong on some of its requests shows."""
+    off = []
+    for body in bodies:
+        reply, choice = post(ctx, body)
+        found = difference(ctx.api, first, choice)
+        if found is not None:
+            off.append((found, reply, choice))
+    if off:
+        found, reply, choice = off[0]
+        ctx.fail(f"{what}: {len(off)} of {len(bodies)} answers differ beyond what a batch may change; the first: "
+                 f"{found}", expected=first.get("text"), received=choice.get("text"), reply=reply)
 
 
 # -- sampling ----------------------------------------------------------------------------
 
+def _sampled(ctx: Context, fields: dict[str, Any], tokens: int = GREEDY_TOKENS) -> list[tuple[Reply, dict[str, Any]]]:
+    """REPEATS answers of `fields` at the seeds in turn."""
+    return [post(ctx, {"prompt": PROMPT, "max_tokens": tokens, "logprobs": LOGPROBS, "seed": SEEDS[i % 2],
+                       **fields}) for i in range(REPEATS)]
+
+
 def _greedy(ctx: Context, fields: dict[str, Any], *, seeded: bool = True) -> None:
-    """Every token the likeliest of its row, with either seed; `seeded`: the same text for both."""
-    def body(seed: int) -> dict[str, Any]:
-        return {"prompt": PROMPT, "max_tokens": GREEDY_TOKENS, "logprobs": 1, "seed": seed, **fields}
-    texts = []
-    for seed in SEEDS[:2]:
-        reply, choice = post(ctx, body(seed))
-        texts.append(choice.get("text"))
+    """Every token the likeliest of its row, in each of REPEATS answers at two seeds;
+    `seeded`: every answer the first's (the seed makes no difference)."""
+    answers = _sampled(ctx, fields)
+    for reply, choice in answers:
         below = below_likeliest(ctx, reply, choice)
-        ctx.expect(not below, f"with {fields} a sampled token is not the likeliest of its top_logprobs row",
-                   expected="every token the likeliest",
-                   received={"positions": below, "logprobs": choice.get("logprobs")}, reply=reply)
+        if not ctx.expect(not below, f"with {fields} a sampled token is not the likeliest of its top_logprobs row",
+                          expected="every token the likeliest",
+                          received={"positions": below, "logprobs": choice.get("logprobs")}, reply=reply):
+            return
     if seeded:
-        same_text(ctx, f"with {fields}, seeds {SEEDS[0]} and {SEEDS[1]}", body(SEEDS[0]), body(SEEDS[1]),
-                  (*texts, reply))
+        first = answers[0][1]
+        off = [(difference(ctx.api, first, c), r) for r, c in answers[1:]]
+        off = [(found, r) for found, r in off if found is not None]
+        if off:
+            ctx.fail(f"with {fields}, seeds {SEEDS[0]} and {SEEDS[1]}: {len(off)} of {REPEATS - 1} answers differ "
+                     f"from the first beyond what a batch may change; the first: {off[0][0]}", reply=off[0][1])
 
 
-GREEDY_BOUND = TRIES * 2 * GREEDY_TOKENS
-ROWS_BOUND = 2 * GREEDY_TOKENS
+GREEDY_BOUND = REPEATS * GREEDY_TOKENS
 
 
 @register("effects:temperature.greedy", tags=("sampling",), tokens=GREEDY_BOUND, effects=("temperature",))
@@ -126,15 +145,39 @@ def top_k_greedy(ctx: Context) -> None:
     _greedy(ctx, {"top_k": 1, "temperature": 1.0})
 
 
-# top_p and min_p: the rows alone (two seeds), which is all their effect needs to show.
+@register("effects:top_k.sampled", tags=("sampling",), tokens=2 * REPEATS * SAMPLED_TOKENS, effects=("top_k",))
+def top_k_sampled(ctx: Context) -> None:
+    """top_k TOP_K at temperature 1: every token is among the TOP_K likeliest of its row, and
+    some are not the likeliest (top_k is not taken as 1)."""
+    fields = {"top_k": TOP_K, "temperature": 1.0, "logprobs": TOP_K}
+    below_one = 0
+    for reply, choice in _sampled(ctx, fields, SAMPLED_TOKENS):
+        outside = below_likeliest(ctx, reply, choice, within=TOP_K)
+        if not ctx.expect(not outside, f"with top_k {TOP_K} a sampled token is not among the {TOP_K} likeliest of "
+                          "its top_logprobs row", expected=f"every token among the {TOP_K} likeliest",
+                          received={"positions": outside, "logprobs": choice.get("logprobs")}, reply=reply):
+            return
+        below_one += len(below_likeliest(ctx, reply, choice))
+    if below_one:
+        return
+    # the premise: without top_k the same requests sample (else temperature is what is wrong)
+    if not any(below_likeliest(ctx, r, c) for r, c in _sampled(ctx, {"temperature": 1.0}, SAMPLED_TOKENS)):
+        ctx.skip(f"at temperature 1 every token of {REPEATS} seeded texts is the likeliest without top_k too "
+                 "(effects:temperature.sampling): whether top_k is taken as 1 cannot show")
+    ctx.fail(f"with top_k {TOP_K} at temperature 1, every token of {REPEATS} seeded texts was the likeliest, "
+             "and without top_k they were not: top_k was taken as 1",
+             expected="some token less likely than the likeliest", received=0, reply=reply)
 
-@register("effects:top_p.greedy", tags=("sampling",), tokens=ROWS_BOUND, effects=("top_p",))
+
+# top_p and min_p: the rows alone, which is all their effect needs to show.
+
+@register("effects:top_p.greedy", tags=("sampling",), tokens=GREEDY_BOUND, effects=("top_p",))
 def top_p_greedy(ctx: Context) -> None:
     """A top_p the likeliest token fills alone, at temperature 1: every token is the likeliest."""
     _greedy(ctx, {"top_p": TOP_P_ONE, "temperature": 1.0}, seeded=False)
 
 
-@register("effects:min_p.greedy", tags=("sampling",), tokens=ROWS_BOUND, effects=("min_p",))
+@register("effects:min_p.greedy", tags=("sampling",), tokens=GREEDY_BOUND, effects=("min_p",))
 def min_p_greedy(ctx: Context) -> None:
     """min_p at its maximum (1) at temperature 1: only the likeliest token is left."""
     _greedy(ctx, {"min_p": ctx.api.schema("CompletionRequest")["properties"]["min_p"]["maximum"],
@@ -144,13 +187,14 @@ def min_p_greedy(ctx: Context) -> None:
 @register("effects:temperature.sampling", tags=("sampling",), tokens=len(SEEDS) * SAMPLED_TOKENS,
           effects=("temperature",))
 def temperature_sampling(ctx: Context) -> None:
-    """At temperature 1 the tokens are sampled: some token is not the likeliest (one of three seeds)."""
-    for seed in SEEDS:
-        reply, choice = post(ctx, {"prompt": PROMPT, "max_tokens": SAMPLED_TOKENS, "logprobs": 1,
-                                   "temperature": 1.0, "seed": seed})
+    """At temperature 1 the tokens are sampled: some token of three texts is not the likeliest
+    (no seed: what a seed does is determinism:seed's)."""
+    for _ in SEEDS:
+        reply, choice = post(ctx, {"prompt": PROMPT, "max_tokens": SAMPLED_TOKENS, "logprobs": LOGPROBS,
+                                   "temperature": 1.0})
         if below_likeliest(ctx, reply, choice):
             return
-    ctx.fail(f"at temperature 1, every token of {len(SEEDS)} seeded texts was the likeliest (greedy sampling)",
+    ctx.fail(f"at temperature 1, every token of {len(SEEDS)} texts was the likeliest (greedy sampling)",
              expected="a sampled token less likely than the likeliest", received=choice.get("logprobs"),
              reply=reply)
 

@@ -29,11 +29,15 @@ def check_logprobs(ctx: Context, text: str, lp: Any, tokens: int | None, reply: 
         ctx.equal(f"{where}: the number of tokens", tokens, len(toks), reply)
     ctx.expect(all(v is None or v <= 0 for v in values), f"{where}: a log probability above 0",
                received=values, reply=reply)
-    for top in tops:
-        if top is None:
+    for i, top in enumerate(tops):
+        if not isinstance(top, dict):
             continue
-        ctx.expect(len(top) <= LOGPROBS + 1, f"{where}: more than logprobs + 1 top entries",
-                   expected=LOGPROBS + 1, received=len(top), reply=reply)
+        # vLLM: the `logprobs` likeliest tokens, and the sampled one when it is not among them
+        likeliest = sorted(top, key=lambda t: top[t] if isinstance(top[t], (int, float)) else 0, reverse=True)
+        want = LOGPROBS + (i >= len(toks) or toks[i] not in likeliest[:LOGPROBS])
+        ctx.expect(len(top) == want, f"{where}: token {i}'s top_logprobs row holds {len(top)} tokens, not the "
+                   f"{LOGPROBS} likeliest (logprobs) and the sampled one when it is not among them",
+                   expected=want, received=top, reply=reply)
     # vLLM writes a token that ends inside a UTF-8 character as "bytes:\\x..": such tokens
     # do not join to the text, so the text checks apply only without them.
     if any(not isinstance(t, str) or t.startswith("bytes:") for t in toks):

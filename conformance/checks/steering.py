@@ -14,7 +14,9 @@ layer's own output does not depend on what is added to it), one layer below it
 is unchanged; so the layer, the scale, norm_match and position_indices each show.
 
 A batch may change a value by a little, so vectors are compared within a share
-of their norms (SLACK), and texts that must agree get TRIES tries.
+of their norms (SLACK); answers that must agree are held to agree.py's rule, each of
+REPEATS of them; a check that steering leaves a text alone first sees that the strong
+vector changes it (else it could not fail: skipped, saying so).
 """
 from __future__ import annotations
 
@@ -27,7 +29,8 @@ from typing import Any
 
 import zstandard
 
-from conformance.checks.effects import TRIES, post, same_text
+from conformance.checks.agree import LOGPROBS, difference
+from conformance.checks.effects import REPEATS, agree_all, memo_post, post
 from conformance.checks.lens import encode_float32
 from conformance.client import Reply
 from conformance.context import Context
@@ -36,6 +39,7 @@ from conformance.registry import register
 PROMPT = [0, 1, 2, 3, 4]       # token ids: shorter than a KV block, so no prompt is ever cached
 TOKENS = 3                     # of a greedy continuation
 STRONG = 64.0                  # a strong vector's values: its norm, 64 x sqrt(hidden), is far above the stream's
+DECODE = 3                     # tokens generated in effects:steering.decoding
 SCALE = 4.0                    # the scale effects:steering.layer_and_scale sends (the others leave it out:
                                # one field's effect per check)
 POSITION = 2                   # the prompt position position_indices names
@@ -68,44 +72,69 @@ def vector(ctx: Context, values: list[float], **fields: Any) -> Vector:
 
 def greedy(ctx: Context, vectors: list[Vector] | None) -> dict[str, Any]:
     steering = {"apply_steering_vectors": vectors} if vectors else {}
-    return {"prompt": PROMPT, "max_tokens": TOKENS, "temperature": 0, "top_k": 1, **steering}
+    return {"prompt": PROMPT, "max_tokens": TOKENS, "temperature": 0, "top_k": 1, "logprobs": LOGPROBS, **steering}
 
 
-def _text(ctx: Context, key: str, vectors: list[Vector] | None) -> tuple[Reply, Any]:
-    if key not in ctx.memo:
-        ctx.memo[key] = post(ctx, greedy(ctx, vectors))
-    reply, choice = ctx.memo[key]
-    return reply, choice.get("text")
+def _answer(ctx: Context, key: str, vectors: list[Vector] | None) -> tuple[Reply, dict[str, Any]]:
+    reply, choice = memo_post(ctx, key, greedy(ctx, vectors))
+    return reply, choice
 
 
 def strong(ctx: Context) -> list[Vector]:
     return [vector(ctx, [STRONG * x for x in direction(ctx.model.hidden_size)])]
 
 
+def steering_shows(ctx: Context) -> None:
+    """The premise of a check that steering leaves a text alone: the strong vector changes
+    it (else the check could not fail, and says so instead of passing)."""
+    _, plain = _answer(ctx, "steering.plain", None)
+    _, steered = _answer(ctx, "steering.strong", strong(ctx))
+    if difference(ctx.api, plain, steered) is None:
+        ctx.skip("a strong steering vector leaves the greedy continuation as it is without it "
+                 "(effects:steering.changes): that a vector leaves it alone shows nothing here")
+
+
 def agrees_with_plain(ctx: Context, what: str, vectors: list[Vector]) -> None:
-    """The steered text is the unsteered one (TRIES tries of both: a batch may flip a near tie)."""
-    same_text(ctx, f"{what} changed the greedy continuation", greedy(ctx, None), greedy(ctx, vectors))
+    """Each of REPEATS steered answers is the unsteered one (as a batch may leave it)."""
+    steering_shows(ctx)
+    _, plain = _answer(ctx, "steering.plain", None)
+    agree_all(ctx, f"{what} changed the greedy continuation", plain, [greedy(ctx, vectors)] * REPEATS)
 
 
-AGREE_BOUND = 2 * TRIES * TOKENS
+AGREE_BOUND = (REPEATS + 2) * TOKENS
 
 
-@register("effects:steering.changes", tags=("steering",), tokens=2 * TOKENS, effects=("apply_steering_vectors",))
+@register("effects:steering.changes", tags=("steering",), tokens=(REPEATS + 1) * TOKENS,
+          effects=("apply_steering_vectors",))
 def changes(ctx: Context) -> None:
-    """A strong vector (+-64) at the middle layer changes the greedy continuation."""
-    _, plain = _text(ctx, "steering.plain", None)
-    reply, steered = _text(ctx, "steering.strong", strong(ctx))
-    ctx.expect(steered != plain, "a strong steering vector left the greedy continuation as it is without it",
-               expected=f"not {plain!r}", received=steered, reply=reply)
+    """A strong vector (+-64) at the middle layer changes the greedy continuation, in each of
+    REPEATS answers."""
+    _, plain = _answer(ctx, "steering.plain", None)
+    same = 0
+    for i in range(REPEATS):
+        reply, steered = _answer(ctx, "steering.strong", strong(ctx)) if i == 0 else post(ctx, greedy(ctx, strong(ctx)))
+        same += difference(ctx.api, plain, steered) is None
+    ctx.expect(not same, f"a strong steering vector left the greedy continuation as it is without it in {same} of "
+               f"{REPEATS} answers", expected=f"not {plain.get('text')!r}", received=steered.get("text"), reply=reply)
 
 
 @register("effects:steering.repeatable", tags=("steering",), tokens=AGREE_BOUND, effects=("apply_steering_vectors",))
 def repeatable(ctx: Context) -> None:
-    """The same vector twice gives the same greedy continuation."""
-    _, first = _text(ctx, "steering.strong", strong(ctx))
-    reply, again = post(ctx, greedy(ctx, strong(ctx)))
-    same_text(ctx, "the same steering vector gave different greedy continuations", greedy(ctx, strong(ctx)),
-              greedy(ctx, strong(ctx)), (first, again.get("text"), reply))
+    """The same vector again gives the same greedy continuation, in each of REPEATS answers."""
+    _, plain = _answer(ctx, "steering.plain", None)
+    answers = [_answer(ctx, "steering.strong", strong(ctx))]
+    answers += [post(ctx, greedy(ctx, strong(ctx))) for _ in range(REPEATS - 1)]
+    steered = [choice for _, choice in answers if difference(ctx.api, plain, choice) is not None]
+    if not steered:
+        ctx.skip(f"a strong steering vector left the greedy continuation as it is without it in {REPEATS} answers "
+                 "(effects:steering.changes): whether it repeats shows nothing here")
+    off = [(found, reply, choice) for reply, choice in answers
+           if (found := difference(ctx.api, steered[0], choice)) is not None]
+    if off:
+        found, reply, choice = off[0]
+        ctx.fail(f"the same steering vector gave other greedy continuations: {len(off)} of {REPEATS} answers differ "
+                 f"beyond what a batch may change; the first: {found}", expected=steered[0].get("text"),
+                 received=choice.get("text"), reply=reply)
 
 
 @register("effects:steering.zero", tags=("steering",), tokens=AGREE_BOUND, effects=("apply_steering_vectors",))
@@ -160,22 +189,25 @@ def _floats(raw: bytes, dtype: str) -> list[float]:
     return list(struct.unpack(f"<{len(raw) // struct.calcsize(code)}{code}", raw))
 
 
-def capture_body(ctx: Context, prompt: list[int], vectors: list[Vector] | None = None) -> dict[str, Any]:
-    """A capture of `prompt`'s residual stream one layer below the middle one and at it (one token)."""
+def capture_body(ctx: Context, prompt: list[int], vectors: list[Vector] | None = None,
+                 **fields: Any) -> dict[str, Any]:
+    """A capture of `prompt`'s residual stream one layer below the middle one and at it (one
+    token, unless `fields` say otherwise)."""
     steering = {"apply_steering_vectors": vectors} if vectors else {}
     return {"prompt": prompt, "max_tokens": 1, "temperature": 0, "top_k": 1,
-            "output_residual_stream": [layer(ctx) - 1, layer(ctx)], **steering}
+            "output_residual_stream": [layer(ctx) - 1, layer(ctx)], **steering, **fields}
 
 
-def capture(ctx: Context, vectors: list[Vector] | None) -> tuple[Reply, list[list[list[float]]]]:
-    reply, _ = post(ctx, capture_body(ctx, PROMPT, vectors))
+def capture(ctx: Context, vectors: list[Vector] | None, **fields: Any) -> tuple[Reply, list[list[list[float]]]]:
+    reply, _ = post(ctx, capture_body(ctx, PROMPT, vectors, **fields))
     return reply, decode_capture(ctx, reply)
 
 
-def plain_capture(ctx: Context) -> list[list[list[float]]]:
-    if "steering.capture" not in ctx.memo:
-        ctx.memo["steering.capture"] = capture(ctx, None)[1]
-    stream: list[list[list[float]]] = ctx.memo["steering.capture"]
+def plain_capture(ctx: Context, **fields: Any) -> list[list[list[float]]]:
+    key = f"steering.capture.{sorted(fields.items())}"
+    if key not in ctx.memo:
+        ctx.memo[key] = capture(ctx, None, **fields)[1]
+    stream: list[list[list[float]]] = ctx.memo[key]
     return stream
 
 
@@ -183,27 +215,40 @@ def norm(v: list[float]) -> float:
     return math.sqrt(sum(x * x for x in v))
 
 
-def expect_added(ctx: Context, what: str, vectors: list[Vector], added: list[list[float] | None]) -> None:
-    """At the steered layer each prompt position is the unsteered stream plus `added` (None:
-    nothing); one layer below, nothing is added anywhere."""
-    plain = plain_capture(ctx)
-    reply, steered = capture(ctx, vectors)
+def expect_added(ctx: Context, what: str, vectors: list[Vector], added: list[list[float] | None],
+                 **fields: Any) -> None:
+    """In each of REPEATS steered captures, at the steered layer each position is the unsteered
+    stream plus `added` (None: nothing); one layer below, nothing is added anywhere."""
+    plain = plain_capture(ctx, **fields)
+    for _ in range(REPEATS):
+        reply, steered = capture(ctx, vectors, **fields)
+        if not _added(ctx, what, plain, steered, added, reply):
+            return
+
+
+def _added(ctx: Context, what: str, plain: list[list[list[float]]], steered: list[list[list[float]]],
+           added: list[list[float] | None], reply: Reply) -> bool:
+    ok = True
     for k, name in ((0, f"layer {layer(ctx) - 1} (below the steered one)"), (1, f"layer {layer(ctx)}")):
-        if len(steered[k]) != len(plain[k]):
+        if len(steered[k]) != len(plain[k]) or len(plain[k]) != len(added):
             ctx.stop("the steered capture has other positions than the unsteered one",
-                     expected=len(plain[k]), received=len(steered[k]), reply=reply)
+                     expected=len(added), received=[len(plain[k]), len(steered[k])], reply=reply)
         for p, (before, after) in enumerate(zip(plain[k], steered[k], strict=True)):
             want = added[p] if k == 1 and added[p] is not None else [0.0] * len(before)
             got = [b - a for a, b in zip(before, after, strict=True)]
             error = norm([g - w for g, w in zip(got, want, strict=True)])
             bound = SLACK * (norm(before) + norm(want))
-            ctx.expect(error <= bound, f"{what}: at {name}, position {p}, the steered stream less the unsteered "
-                       f"one is not {'the addition' if any(want) else 'zero'}",
-                       expected={"norm": round(norm(want), 4), "within": round(bound, 4)},
-                       received={"norm": round(norm(got), 4), "off_by": round(error, 4)}, reply=reply)
+            ok &= ctx.expect(error <= bound, f"{what}: at {name}, position {p}, the steered stream less the "
+                             f"unsteered one is not {'the addition' if any(want) else 'zero'}",
+                             expected={"norm": round(norm(want), 4), "within": round(bound, 4)},
+                             received={"norm": round(norm(got), 4), "off_by": round(error, 4)}, reply=reply)
+    return ok
 
 
-@register("effects:steering.layer_and_scale", tags=("steering", "activations"), tokens=2,
+CAPTURE_BOUND = 1 + REPEATS
+
+
+@register("effects:steering.layer_and_scale", tags=("steering", "activations"), tokens=CAPTURE_BOUND,
           effects=("apply_steering_vectors.layer_indices", "apply_steering_vectors.scale"))
 def layer_and_scale(ctx: Context) -> None:
     """At the steered layer the stream gains scale x the vector at every prompt position; one
@@ -213,7 +258,7 @@ def layer_and_scale(ctx: Context) -> None:
                  [[SCALE * x for x in u]] * len(PROMPT))
 
 
-@register("effects:steering.norm_match", tags=("steering", "activations"), tokens=2,
+@register("effects:steering.norm_match", tags=("steering", "activations"), tokens=CAPTURE_BOUND,
           effects=("apply_steering_vectors.norm_match",))
 def norm_match(ctx: Context) -> None:
     """With norm_match the vector is rescaled to the stream's norm at each position: a vector
@@ -228,7 +273,7 @@ def norm_match(ctx: Context) -> None:
                  [vector(ctx, [small * x for x in u], norm_match=True)], added)
 
 
-@register("effects:steering.position_indices", tags=("steering", "activations"), tokens=2,
+@register("effects:steering.position_indices", tags=("steering", "activations"), tokens=CAPTURE_BOUND,
           effects=("apply_steering_vectors.position_indices",))
 def position_indices(ctx: Context) -> None:
     """A vector for one position (position_indices) is added there and nowhere else."""
@@ -237,3 +282,15 @@ def position_indices(ctx: Context) -> None:
     added[POSITION] = u
     expect_added(ctx, f"a +-1 vector at position_indices [{POSITION}]",
                  [vector(ctx, u, position_indices=[POSITION])], added)
+
+
+@register("effects:steering.decoding", tags=("steering", "activations"), tokens=DECODE * CAPTURE_BOUND,
+          effects=("apply_steering_vectors",))
+def decoding(ctx: Context) -> None:
+    """Steering goes on while decoding: with one token allowed (so the steered and unsteered
+    texts are the same tokens), the stream at the steered layer gains the vector at every
+    position, the generated tokens' as the prompt's."""
+    u = direction(ctx.model.hidden_size)
+    positions = len(PROMPT) + DECODE - 1    # every generated token but the last goes through the model
+    expect_added(ctx, f"a +-1 vector, {DECODE} tokens generated", [vector(ctx, u)], [u] * positions,
+                 max_tokens=DECODE, allowed_token_ids=[PROMPT[-1]])

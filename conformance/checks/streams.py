@@ -5,6 +5,8 @@ usage is exact, and ignore_eos so every choice writes exactly max_tokens.
 """
 from __future__ import annotations
 
+import json
+
 import re
 from typing import Any
 
@@ -234,3 +236,24 @@ def seed_reproduces(ctx: Context) -> None:
             return
     ctx.fail("three requests with the same seed got three different texts", expected=replies[0],
              received=replies[1:], reply=reply)
+
+
+OTHER_SEEDS = (4321, 5678)   # beside seeded_body's
+
+
+@register("determinism:seed.differs", tags=("determinism",), tokens=24, effects=("seed",))
+def seed_differs(ctx: Context) -> None:
+    """Other seeds, other texts: of three seeds at temperature 1, not all give the same texts
+    (a server that samples every request with one seed, whatever it asks, gives them)."""
+    seen = []
+    for seed in OTHER_SEEDS:
+        reply = ctx.client.post(ctx.api.completions_path, {**seeded_body(ctx), "seed": seed})
+        ctx.expect_status(reply, 200, fatal=True)
+        seen.append(texts(reply))
+    reply = ctx.client.post(ctx.api.completions_path, seeded_body(ctx))
+    ctx.expect_status(reply, 200, fatal=True)
+    seen.append(texts(reply))
+    ctx.expect(len({json.dumps(t, sort_keys=True) for t in seen}) > 1,
+               f"seeds {OTHER_SEEDS[0]}, {OTHER_SEEDS[1]} and {seeded_body(ctx)['seed']} at temperature 1 gave the "
+               "same texts: the seed asked for is not the one sampled with", expected="other texts for other seeds",
+               received=seen[0], reply=reply)
