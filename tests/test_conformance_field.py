@@ -78,6 +78,35 @@ def test_only_new_findings_fail_a_run_against_a_baseline(mock: tuple[Breaker, st
     assert "NEW caps:max_tokens" in other["out"]
 
 
+def test_another_body_under_the_same_message_is_a_new_finding(mock: tuple[Breaker, str], tmp_path: Path) -> None:
+    """Matched on what a finding expected and received too: a generic message ("the body
+    differs") over another wrong body is new, not still failing."""
+    app, url = mock
+    run(url, tmp_path / "before.json", app=app, mode="wrong_code")
+    code, other = run(url, tmp_path / "other.json", "--baseline", str(tmp_path / "before.json"), app=app,
+                      mode="missing_param")
+    before = json.loads((tmp_path / "before.json").read_text())
+    said_before = {(r["id"], f["message"]) for r in before["results"] for f in r["findings"]}
+    new = [(f["check"], f["message"]) for f in other["baseline"]["new"]]
+    assert code == 1 and set(new) & said_before, (new, said_before)   # same check, same words, new body
+    assert all(f["received"] != g["received"] for f in other["baseline"]["new"] for g in
+               (dict(x, check=r["id"]) for r in before["results"] for x in r["findings"])
+               if (f["check"], f["message"]) == (g["check"], g["message"]))
+
+
+def test_a_baseline_without_expected_and_received_is_a_usage_error(
+        mock: tuple[Breaker, str], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    app, url = mock
+    run(url, tmp_path / "old.json", app=app, mode="wrong_code")
+    data = json.loads((tmp_path / "old.json").read_text())
+    for result in data["results"]:
+        result["findings"] = [{"message": f["message"]} for f in result["findings"]]
+    (tmp_path / "old.json").write_text(json.dumps(data))
+    code, _ = cli("--base-url", url, "--api-key", KEY, "-k", CHECKS, "--baseline", str(tmp_path / "old.json"))
+    assert code == 2
+    assert "without `expected` and `received`" in " ".join(capsys.readouterr().err.split())
+
+
 def test_volatile_parts_of_a_message_are_masked() -> None:
     assert masked("req_9fA2 answered after 12.5 s, cmpl-77x; conformance-0123456789abcdef-") == \
         "… answered after …, …; conformance-…-"
