@@ -16,7 +16,7 @@ PROFILES = ("quick", "full")
 # The most tokens a full run may make the deployment generate, counted from the
 # usage the server reports (streams the suite closes early count what arrived).
 # A check whose upper bound would pass the ceiling is skipped, with the reason.
-DEFAULT_TOKEN_CEILING = 2000
+DEFAULT_TOKEN_CEILING = 2500   # the full profile plans 2,166 for a server that does not conform
 
 # Above this many tokens, a check that only needs to see a request accepted makes
 # it cheap (closes a stream after its first chunk, or lets it stop at once).

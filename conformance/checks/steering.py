@@ -37,9 +37,9 @@ from conformance.context import Context
 from conformance.registry import register
 
 PROMPT = [0, 1, 2, 3, 4]       # token ids: shorter than a KV block, so no prompt is ever cached
-TOKENS = 3                     # of a greedy continuation
+TOKENS = 2                     # of a greedy continuation
 STRONG = 64.0                  # a strong vector's values: its norm, 64 x sqrt(hidden), is far above the stream's
-DECODE = 3                     # tokens generated in effects:steering.decoding
+DECODE = 2                     # tokens generated in effects:steering.decoding
 SCALE = 4.0                    # the scale effects:steering.layer_and_scale sends (the others leave it out:
                                # one field's effect per check)
 POSITION = 2                   # the prompt position position_indices names

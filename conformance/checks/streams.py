@@ -247,10 +247,10 @@ def seed_differs(ctx: Context) -> None:
     (a server that samples every request with one seed, whatever it asks, gives them)."""
     seen = []
     for seed in OTHER_SEEDS:
-        reply = ctx.client.post(ctx.api.completions_path, {**seeded_body(ctx), "seed": seed})
+        reply = ctx.client.post(ctx.api.completions_path, {**seeded_body(ctx), "n": 1, "seed": seed})
         ctx.expect_status(reply, 200, fatal=True)
         seen.append(texts(reply))
-    reply = ctx.client.post(ctx.api.completions_path, seeded_body(ctx))
+    reply = ctx.client.post(ctx.api.completions_path, {**seeded_body(ctx), "n": 1})
     ctx.expect_status(reply, 200, fatal=True)
     seen.append(texts(reply))
     ctx.expect(len({json.dumps(t, sort_keys=True) for t in seen}) > 1,
