@@ -108,13 +108,13 @@ def agree_all(ctx: Context, what: str, first: dict[str, Any], bodies: list[dict[
 
 def _sampled(ctx: Context, fields: dict[str, Any], tokens: int = GREEDY_TOKENS,
              count: int = REPEATS) -> list[tuple[Reply, dict[str, Any]]]:
-    """`count` answers of `fields` at the seeds in turn."""
-    return [post(ctx, {"prompt": PROMPT, "max_tokens": tokens, "logprobs": LOGPROBS, "seed": SEEDS[i % 2],
+    """`count` answers of `fields`, each at a seed of its own."""
+    return [post(ctx, {"prompt": PROMPT, "max_tokens": tokens, "logprobs": LOGPROBS, "seed": SEEDS[0] + i,
                        **fields}) for i in range(count)]
 
 
 def _greedy(ctx: Context, fields: dict[str, Any], *, seeded: bool = True) -> None:
-    """Every token the likeliest of its row, in each of REPEATS answers at two seeds;
+    """Every token the likeliest of its row, in each of REPEATS answers at seeds of their own;
     `seeded`: every answer the first's (the seed makes no difference)."""
     answers = _sampled(ctx, fields)
     for reply, choice in answers:
@@ -128,7 +128,7 @@ def _greedy(ctx: Context, fields: dict[str, Any], *, seeded: bool = True) -> Non
         off = [(difference(ctx.api, first, c), r) for r, c in answers[1:]]
         off = [(found, r) for found, r in off if found is not None]
         if off:
-            ctx.fail(f"with {fields}, seeds {SEEDS[0]} and {SEEDS[1]}: {len(off)} of {REPEATS - 1} answers differ "
+            ctx.fail(f"with {fields}, seeds {SEEDS[0]} to {SEEDS[0] + REPEATS - 1}: {len(off)} of {REPEATS - 1} answers differ "
                      f"from the first beyond what a batch may change; the first: {off[0][0]}", reply=off[0][1])
 
 
