@@ -19,6 +19,11 @@ from typing import Any
 import numpy as np
 import zstandard
 
+from conformance.checks import REGISTRY
+from conformance.config import RunConfig
+from conformance.registry import select
+from conformance.results import RunReport
+from conformance.runner import run
 from contract import ApiError
 from tests.conformance_support import Breaker, Environ, StartResponse, whole_response
 from tests.contract_support import CONTRACT
@@ -152,3 +157,17 @@ class Batched:
         frame = zstandard.ZstdCompressor(write_content_size=True).compress(out.tobytes())
         return {**tensor, "data": base64.b64encode(frame).decode()}
 
+
+
+# -- running the suite against them ---------------------------------------------------------
+
+def run_suite(url: str, *patterns: str) -> RunReport:
+    """The full profile's checks matching `patterns` against `url` (any key: the mock takes it)."""
+    config = RunConfig(url, "effects-test-key", profile="full", select=patterns)
+    return run(config, select(REGISTRY, config))
+
+
+def failed(report: RunReport) -> dict[str, list[str]]:
+    """Each failed check's finding messages; no tool error."""
+    assert not report.errors, [(r.id, r.reason) for r in report.errors]
+    return {r.id: [f.message for f in r.findings] for r in report.failed}

@@ -11,16 +11,12 @@ from collections.abc import Iterator
 import pytest
 
 from conformance.checks import REGISTRY
-from conformance.config import RunConfig
-from conformance.registry import select
-from conformance.results import Outcome, RunReport
-from conformance.runner import run
+from conformance.results import Outcome
 from mock_server import create_app
 from mock_server.config import MockConfig
 from tests.conformance_support import serve
-from tests.effects_support import Batched, Ignoring
+from tests.effects_support import Batched, Ignoring, failed, run_suite
 
-KEY = "effects-test-key"
 REGISTRY_BY_ID = {c.id: c for c in REGISTRY}
 EFFECTS = sorted({c.id for c in REGISTRY if c.group == "effects"})
 STEERED = {"effects:steering.changes", "effects:steering.layer_and_scale", "effects:steering.norm_match",
@@ -43,16 +39,6 @@ IGNORED: dict[str, set[str]] = {
     "apply_steering_vectors.norm_match": {"effects:steering.norm_match"},
     "apply_steering_vectors.position_indices": {"effects:steering.position_indices"},
 }
-
-
-def run_suite(url: str, *patterns: str) -> RunReport:
-    config = RunConfig(url, KEY, profile="full", select=patterns)
-    return run(config, select(REGISTRY, config))
-
-
-def failed(report: RunReport) -> dict[str, list[str]]:
-    assert not report.errors, [(r.id, r.reason) for r in report.errors]
-    return {r.id: [f.message for f in r.findings] for r in report.failed}
 
 
 @pytest.fixture(scope="module")

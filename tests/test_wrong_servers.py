@@ -9,16 +9,13 @@ from collections.abc import Iterator
 import pytest
 
 from conformance.checks import REGISTRY
-from conformance.config import RunConfig
-from conformance.registry import select
-from conformance.results import Outcome, RunReport
-from conformance.runner import run
+from conformance.results import Outcome
 from mock_server import create_app
 from mock_server.config import MockConfig
 from tests.conformance_support import serve
+from tests.effects_support import failed, run_suite
 from tests.wrong_support import WRONGS, Leaking, Wrong, dropping
 
-KEY = "wrong-test-key"
 # What a wrong field can fail, but robust: (gunicorn's), schema: (reads no effect) and the keepalive's wait.
 SUITE = tuple(c.id for c in REGISTRY if c.group not in ("robust", "schema") and c.id != "stream:keepalive")
 CAPTURED = {"effects:steering.layer_and_scale", "effects:steering.norm_match", "effects:steering.position_indices",
@@ -37,16 +34,6 @@ EXPECTED: dict[str, tuple[set[str], set[str]]] = {
     "rows of the sampled token": ({"logprobs:consistent"}, SAMPLING_ROWS | {"shape:stream_joins_to_whole"}),
     "any top_k as 1": ({"effects:top_k.sampled"}, set()),
 }
-
-
-def run_suite(url: str, *patterns: str) -> RunReport:
-    config = RunConfig(url, KEY, profile="full", select=patterns)
-    return run(config, select(REGISTRY, config))
-
-
-def failed(report: RunReport) -> dict[str, list[str]]:
-    assert not report.errors, [(r.id, r.reason) for r in report.errors]
-    return {r.id: [f.message for f in r.findings] for r in report.failed}
 
 
 @pytest.fixture(scope="module")
