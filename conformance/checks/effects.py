@@ -187,17 +187,16 @@ def min_p_greedy(ctx: Context) -> None:
                   "temperature": 1.0}, seeded=False)
 
 
-@register("effects:temperature.sampling", tags=("sampling",), tokens=len(SEEDS) * SAMPLED_TOKENS,
+@register("effects:temperature.sampling", tags=("sampling",), tokens=len(SEEDS) * 2 * SAMPLED_TOKENS,
           effects=("temperature",))
 def temperature_sampling(ctx: Context) -> None:
-    """At temperature 1 the tokens are sampled: some token of three texts is not the likeliest
-    (no seed: what a seed does is determinism:seed's)."""
-    for _ in SEEDS:
-        reply, choice = post(ctx, {"prompt": PROMPT, "max_tokens": SAMPLED_TOKENS, "logprobs": LOGPROBS,
-                                   "temperature": 1.0})
+    """At temperature 1 the tokens are sampled: some token of three seeded texts is not the likeliest."""
+    for seed in SEEDS:
+        reply, choice = post(ctx, {"prompt": PROMPT, "max_tokens": 2 * SAMPLED_TOKENS, "logprobs": LOGPROBS,
+                                   "temperature": 1.0, "seed": seed})
         if below_likeliest(ctx, reply, choice):
             return
-    ctx.fail(f"at temperature 1, every token of {len(SEEDS)} texts was the likeliest (greedy sampling)",
+    ctx.fail(f"at temperature 1, every token of {len(SEEDS)} seeded texts was the likeliest (greedy sampling)",
              expected="a sampled token less likely than the likeliest", received=choice.get("logprobs"),
              reply=reply)
 
