@@ -27,13 +27,30 @@ def html_title(body: bytes | str | None) -> str | None:
     return " ".join(match.group(1).decode("utf-8", "replace").split())[:_TITLE_CHARS]
 
 
-def who_answered(headers: Mapping[str, str], body: bytes | str | None) -> str:
+def writer(headers: Mapping[str, str], body: bytes | str | None) -> tuple[str, ...]:
+    """What an answer says of who wrote it: its Server and Via headers, a product's own version
+    header (LiteLLM's x-litellm-version), and whether it is an HTML page (a front's)."""
+    names = {"server": "Server", "via": "Via"}
+    named = sorted(f"{names.get(key.lower(), key.lower())}: {value}" for key, value in headers.items()
+                   if key.lower() in names or (key.lower().startswith("x-") and key.lower().endswith("-version")))
+    return (*named, *(() if html_title(body) is None else ("an HTML page",)))
+
+
+def who_answered(headers: Mapping[str, str], body: bytes | str | None, own: tuple[str, ...] | None = None) -> str:
     """'answered by Server: nginx/1.22.1, HTML title "400 Bad Request"; a front answering
-    in its own words? see ...', or that nothing in the answer names its writer."""
-    named = [f"{name}: {value}" for name in ("Server", "Via")
-             if (value := _header(headers, name.lower())) is not None]
+    in its own words? see ...', or that nothing in the answer names its writer. `own`: the
+    writer of the deployment's own answers (ServerInfo.writer); an answer by the same writer
+    is the deployment's, and no front is suggested."""
+    named = [n for n in writer(headers, body) if n != "an HTML page"]
     title = html_title(body)
     if title is not None:
         named.append(f'HTML title "{title}"')
     who = f"answered by {', '.join(named)}" if named else "the answer names no writer (no Server, Via or HTML title)"
+    if own is not None and writer(headers, body) == own:
+        return f"{who}, as the deployment's own answers are"
     return f"{who}; a front answering in its own words? see {FRONT_GUIDE}"
+
+
+def is_front(headers: Mapping[str, str], body: bytes | str | None, own: tuple[str, ...] | None) -> bool:
+    """Whether an answer's writer differs from the deployment's own (unknown own: it may)."""
+    return own is None or writer(headers, body) != own

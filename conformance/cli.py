@@ -1,6 +1,8 @@
 """python -m conformance --base-url URL --api-key KEY [options]; see conformance/README.md.
 `python -m conformance diff --base-url URL --api-key KEY --other-url URL2 [--other-key KEY2]
 [options]`: the same checks against two deployments (conformance.diff).
+`python -m conformance replay REPORT.json [CHECK ...]`: a report's failing checks again, each
+finding fixed or still failing (conformance.replay).
 
 The two commands share the options that say what to check and which checks
 (`_add_run_options`); each has its own reports: a run writes JUnit, JSON and
@@ -24,14 +26,14 @@ from typing import Any
 import httpx
 from rich.console import Console
 
-from conformance.config import DEFAULT_TOKEN_CEILING, PROFILES, ConfigError, RunConfig
+from conformance.config import DEFAULT_TOKEN_CEILING, ENV_API_KEY, PROFILES, ConfigError, RunConfig
 from conformance.results import ExitCode, exit_code
 from contract import Spec, SpecError, spec
 from contract.version import VersionAction
 
 ENV_BASE_URL = "CONFORMANCE_BASE_URL"
-ENV_API_KEY = "CONFORMANCE_API_KEY"
 DIFF = "diff"
+REPLAY = "replay"
 
 
 def _tags(values: list[str] | None) -> tuple[str, ...]:
@@ -75,7 +77,8 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m conformance",
                                 description="Check a deployment of the completions API against openapi.yaml. "
-                                            f"`python -m conformance {DIFF} --help`: compare two deployments.")
+                                            f"`python -m conformance {DIFF} --help`: compare two deployments; "
+                                            f"`python -m conformance {REPLAY} --help`: replay a report's failures.")
     _add_run_options(p)
     p.add_argument("--junit", metavar="FILE", help="write a JUnit XML report")
     p.add_argument("--json", metavar="FILE", help="write a JSON report")
@@ -138,6 +141,9 @@ def main(argv: Sequence[str] | None = None, *, transport: httpx.BaseTransport | 
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == [DIFF]:
         return diff_main(argv[1:], console=console, transports=(transport, transport), api=api)
+    if argv[:1] == [REPLAY]:
+        from conformance.replay import replay_main
+        return replay_main(argv[1:], console=console, transport=transport, api=api if api is not None else spec())
     from conformance import baseline
     from conformance.display import ProgressDisplay, print_dry_run, print_summary
     from conformance.reports import write_html, write_json, write_junit

@@ -35,6 +35,8 @@ AUTH_NONE = "none"
 OVER_CEILING = "over the token ceiling"
 
 
+# httpcore's words for a connection closed before any byte of an answer
+DROPPED = "disconnected without sending a response"
 MAX_RETRIES = 5          # a request's 429s with Retry-After waited out, at most
 MAX_WAIT_S = 60.0        # the longest Retry-After waited out; a longer one is answered as it came
 
@@ -101,6 +103,31 @@ class OverCeiling(Exception):
         self.worst = worst
 
 
+def _again_if_dropped(send: Callable[[], R]) -> R:
+    """send(), and once more if the server closed the connection before any byte of an answer.
+
+    A server may close a kept-alive connection at any time (RFC 9112 section 9.3.1), and
+    some do so after an answer without saying so (llama.cpp's after a bare 500): the next
+    request on it then dies unanswered, and would be charged to whichever check sent it.
+    The second try goes out on a new connection, so a server that never answers still fails.
+    """
+    try:
+        return send()
+    except httpx.RemoteProtocolError as exc:
+        if DROPPED not in str(exc):
+            raise
+        return send()
+
+
+@dataclass(frozen=True)
+class Overspend:
+    """A request that generated more than the ledger priced it at: the server went past a
+    bound the price assumed (max_tokens, max_model_len, n); the check that sent it is told."""
+    exchange: Exchange
+    priced: int
+    spent: int
+
+
 def _shown(data: bytes | str | None) -> str | None:
     return None if data is None else quote(data)
 
@@ -134,12 +161,14 @@ class Client:
         self.pace = Pace(rate_limit) if rate_limit else None
         self.api_key = api_key
         self._http = httpx.Client(base_url=self.base_url, timeout=timeout, transport=transport)
+        self.in_process = transport is not None   # no socket: what sends by itself (schemathesis) reaches nothing
         self._lock = threading.Lock()
         self.tokens = 0              # generated tokens, from the server's usage
         # The ledger: with both set, a request whose worst case (the server does not
         # conform) would take `tokens` past `ceiling` is not sent (OverCeiling).
         self.ceiling: int | None = None
         self.cost: CostModel | None = None
+        self.overspends: list[Overspend] = []
         # Called with (method, path, request body, reply) after every answer (spec coverage).
         self.observers: list[Callable[[str, str, bytes | None, Reply], None]] = []
 
@@ -172,7 +201,7 @@ class Client:
                   content: bytes | None) -> Exchange:
         shown = {k: ("Bearer ***" if k.lower() == "authorization" and v == f"Bearer {self.api_key}"
                      else v) for k, v in headers.items()}
-        return Exchange(method, self.base_url + path, shown, _shown(content))
+        return Exchange(method, self.base_url + path, shown, _shown(content), sent=content)
 
     @staticmethod
     def encode(body: Any) -> bytes:
@@ -189,8 +218,8 @@ class Client:
         hdrs = self._headers(auth, headers, content is not None)
         exchange = self._exchange(method, path, hdrs, content)
         try:
-            resp = self.paced(lambda: self._http.request(method, path, content=content, headers=hdrs),
-                              f"{method} {path}")
+            resp = self.paced(lambda: _again_if_dropped(
+                lambda: self._http.request(method, path, content=content, headers=hdrs)), f"{method} {path}")
         except httpx.TransportError as exc:
             exchange.error = f"{type(exc).__name__}: {exc}"
             return Reply(exchange, None, httpx.Headers(), error=exchange.error)
@@ -203,7 +232,7 @@ class Client:
         exchange.response_headers = dict(resp.headers)
         exchange.response_body = _shown(resp.content)
         if resp.status_code == 200:
-            self._count(reply.data if reply.is_json else None, worst)
+            self._count(reply.data if reply.is_json else None, worst, exchange)
         self._observe(method, path, content, reply)
         return reply
 
@@ -239,7 +268,7 @@ class Client:
                         pass
                     exchange.response_body = _shown(resp.content)
                     if resp.status_code == 200:
-                        self._count(reply.data if reply.is_json else None, worst)
+                        self._count(reply.data if reply.is_json else None, worst, exchange)
                     self._observe("POST", path, content, reply)
                     return reply
                 events = 0
@@ -258,7 +287,7 @@ class Client:
         reply.parsed = parse_lines(lines)
         reply.content = "\n".join(line for _, line in lines).encode()
         exchange.response_body = _shown(reply.content)
-        self._count_stream(reply.parsed)
+        self._count_stream(reply.parsed, worst, exchange)
         self._observe("POST", path, content, reply)
         return reply
 
@@ -298,7 +327,7 @@ class Client:
     def _paced_stream(self, path: str, content: bytes, hdrs: dict[str, str]) -> Iterator[httpx.Response]:
         def send() -> httpx.Response:
             request = self._http.build_request("POST", path, content=content, headers=hdrs)
-            return self._http.send(request, stream=True)
+            return _again_if_dropped(lambda: self._http.send(request, stream=True))
         resp = self.paced(send, f"POST {path}", discard=httpx.Response.close)
         try:
             yield resp
@@ -337,21 +366,27 @@ class Client:
                               f"{self.ceiling} are spent", worst)
         return worst
 
-    def _count(self, data: Any, worst: int = 0) -> None:
+    def _count(self, data: Any, worst: int, exchange: Exchange) -> None:
         """The usage's completion_tokens; a 200 without them counts its worst case."""
         usage = data.get("usage") if isinstance(data, dict) else None
         if isinstance(usage, dict) and isinstance(usage.get("completion_tokens"), int):
-            self._add(usage["completion_tokens"])
+            self._spend(usage["completion_tokens"], worst, exchange)
         else:
             self._add(worst)
 
-    def _count_stream(self, parsed: Parsed) -> None:
+    def _count_stream(self, parsed: Parsed, worst: int, exchange: Exchange) -> None:
         """The usage chunk's count; without one (or closed early), the content chunks seen."""
         counts = [e.payload["usage"].get("completion_tokens") for e in parsed.events
                   if e.kind in ("usage", "content") and isinstance(e.payload.get("usage"), dict)]
         counts = [c for c in counts if isinstance(c, int)]
         content = sum(1 for e in parsed.events if e.kind == "content")
-        self._add(max(counts + [content]))
+        self._spend(max(counts + [content]), worst, exchange)
+
+    def _spend(self, n: int, priced: int, exchange: Exchange) -> None:
+        self._add(n)
+        if self.cost is not None and n > priced:
+            with self._lock:
+                self.overspends.append(Overspend(exchange, priced, n))
 
     def add_tokens(self, n: int) -> None:
         """Tokens generated through another client (schemathesis's)."""

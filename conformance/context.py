@@ -1,6 +1,7 @@
 """What a check gets: the client, the server's facts, and assertions that record findings."""
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -25,9 +26,14 @@ class Stop(Exception):
 
 @dataclass
 class ServerInfo:
-    """What GET /v1/models says: each model of the spec with the deployment's
-    max_model_len, num_layers and hidden_size (the spec's where the server says none)."""
+    """What the server said before any check: each model of the spec with the deployment's
+    max_model_len, num_layers and hidden_size from GET /v1/models (the spec's where it says
+    none; `given` names those it said), and what GET /health answered, with the key and
+    without it (None: no HTTP answer), which a check that ends "still healthy" expects again."""
     models: dict[str, ModelInfo]
+    given: dict[str, frozenset[str]] = field(default_factory=dict)
+    health: dict[bool, int | None] = field(default_factory=dict)
+    writer: tuple[str, ...] | None = None     # answerer.writer of GET /v1/models: the deployment's own
 
 
 @dataclass
@@ -58,8 +64,21 @@ class Context:
 
     @property
     def max_model_len(self) -> int:
-        """The deployment's, from GET /v1/models (it is the deployment's to set)."""
+        """The deployment's, from GET /v1/models (it is the deployment's to set); the spec's
+        where the server gave none (`given`)."""
         return self.model.max_model_len
+
+    def given(self, number: str) -> bool:
+        """Whether GET /v1/models gave this number of the model (else it is the spec's)."""
+        return number in self.server.given.get(self.config.model, frozenset())
+
+    def need_given(self, number: str, what: str) -> None:
+        """Skip a check whose requests are sized by a number the server never gave: the spec's
+        would size them for a deployment this may not be (a 131,072-token prompt to a
+        2,048-token server)."""
+        if not self.given(number):
+            self.skip(f"{what} is sized by the deployment's {number}, which GET /v1/models does not give "
+                      f"(the spec's is {getattr(self.spec_model, number)}; routes:models reports the omission)")
 
     # -- outcomes ----------------------------------------------------------
 
@@ -99,7 +118,9 @@ class Context:
 
     def expect_status(self, reply: Reply, status: int, *, fatal: bool = False) -> bool:
         self.responded(reply)
-        ok = self.expect(reply.status == status, f"status {reply.status}, expected {status}",
+        words = said(reply) if reply.status != status else None
+        ok = self.expect(reply.status == status, f"status {reply.status}, expected {status}"
+                         + (f": the server says {words!r}" if words else ""),
                          expected=status, received=_summary(reply), reply=reply)
         if not ok and fatal:
             raise Stop("unexpected status")
@@ -130,7 +151,7 @@ class Context:
             return
         if not reply.is_json:
             from conformance.answerer import who_answered
-            self.fail(f"the body is not JSON ({who_answered(reply.headers, reply.content)})", expected=body,
+            self.fail(f"the body is not JSON ({who_answered(reply.headers, reply.content, self.server.writer)})", expected=body,
                       received=_summary(reply), reply=reply)
             self.expect_request_id(reply, in_body=False)
             return
@@ -142,6 +163,32 @@ class Context:
     def expect_error(self, reply: Reply, body: dict[str, Any], status: int | None = None) -> None:
         from conformance.expect import status_of
         self.expect_response(reply, status or status_of(self.api, body["error"]["code"]), body)
+
+
+SAID_CHARS = 160    # of a server's own message quoted in a finding's line
+
+
+def said(reply: Reply) -> str | None:
+    """The server's own words in a refusal: an error's message (the API's shape, or a
+    `message` or `detail` of another), or the start of a text body; None for a success."""
+    if reply.status is None or reply.status < 400:
+        return None    # a success body is data, not words
+    data = reply.data if reply.is_json else None
+    if isinstance(data, dict):
+        error = data.get("error")
+        words = next((w for w in (error.get("message") if isinstance(error, dict) else error,
+                                  data.get("message"), data.get("detail")) if w), None)
+        text = words if isinstance(words, str) else json.dumps(words) if words is not None else None
+    elif reply.is_json or not reply.content:
+        return None
+    else:
+        text = reply.content[:4 * SAID_CHARS].decode("utf-8", "replace")
+        if not all(c.isprintable() or c.isspace() for c in text):
+            return None    # binary: nothing a reader could read
+    if text is None:
+        return None
+    text = " ".join(text.split())
+    return text if len(text) <= SAID_CHARS else text[:SAID_CHARS] + "…"
 
 
 def _summary(reply: Reply) -> Any:

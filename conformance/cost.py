@@ -7,7 +7,8 @@ its max_model_len. The bound assumes only what no server can escape: at most
 prompts x n sequences (best_of, if larger), each at most `max_tokens` long when
 the request sets it and at most the context (max_model_len less the prompt's
 token ids) in any case. Fields a lax server would coerce ("4", 4.0, true) are
-read as it would read them; `stop` and the like are not trusted to shorten
+read as it would read them, and a length it cannot read as a positive number (0,
+-1, null, 1.5, "x") as no length at all: its whole context; `stop` and the like are not trusted to shorten
 anything, and `allowed_token_ids` set to the model's end tokens (the suite's way
 to make a request that must be accepted cheap) only once the server has shown
 that it stops there (`end_tokens_honoured`, one probe of the full profile).
@@ -69,6 +70,16 @@ def _prompts(body: dict[str, Any]) -> tuple[int, int]:
     return 1, 0
 
 
+def _length(body: dict[str, Any]) -> int | float:
+    """The longest sequence the length fields allow, read as a lax server may: one it cannot
+    read as a positive integer (0, negative, null, a fraction, a word) bounds nothing, as
+    llama.cpp reads 0 as "until the context ends"; none at all bounds nothing either."""
+    lengths = [lax_int(body[f]) for f in LENGTH_FIELDS if f in body]
+    if not lengths or any(v is None or v < 1 for v in lengths):
+        return float("inf")
+    return max(v for v in lengths if v is not None)
+
+
 def _stops_at_once(body: dict[str, Any], end_tokens: frozenset[int]) -> bool:
     allowed = body.get("allowed_token_ids")
     return (bool(end_tokens) and isinstance(allowed, list) and bool(allowed)
@@ -88,8 +99,7 @@ def worst_case(body: Any, max_model_len: int, end_tokens: frozenset[int] = froze
     prompts, shortest = _prompts(body)
     sequences = max([1] + [v for v in (lax_int(body.get(f)) for f in COUNT_FIELDS) if v is not None])
     context = max(max_model_len - shortest, 0)
-    lengths = [v for v in (lax_int(body.get(f)) for f in LENGTH_FIELDS) if v is not None]
-    per_sequence = min(max(lengths), context) if lengths else context
+    per_sequence = min(_length(body), context)
     if _stops_at_once(body, end_tokens):
         per_sequence = min(per_sequence, 1)
     return prompts * sequences * max(per_sequence, 0)

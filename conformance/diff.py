@@ -29,7 +29,7 @@ import httpx
 
 from conformance.client import Reply, StreamReply
 from conformance.config import RunConfig
-from conformance.results import ExitCode
+from conformance.results import ExitCode, bounded
 from conformance.runner import run
 from contract import Spec
 
@@ -135,11 +135,13 @@ def summarise(api: Spec, method: str, path: str, reply: Reply) -> dict[str, Any]
         body_shape = shape(reply.data, _response_schema(api, method, path, reply.status or 0))
     else:
         body_shape = {"bytes": "empty" if not reply.content else "not JSON"}
+    # each part bounded as the run reports bound a body (a 17.5 MB message is quoted, cut)
     return {
         "status": reply.status if reply.error is None else f"no answer ({reply.error.split(':')[0]})",
-        "code": error.get("code"), "param": error.get("param"), "message": mask(error.get("message")),
-        "headers": sorted(k.lower() for k in reply.headers if k.lower() not in TRANSPORT_HEADERS),
-        "shape": body_shape,
+        "code": bounded(error.get("code")), "param": bounded(error.get("param")),
+        "message": bounded(mask(error.get("message"))),
+        "headers": bounded(sorted(k.lower() for k in reply.headers if k.lower() not in TRANSPORT_HEADERS)),
+        "shape": bounded(body_shape),
     }
 
 
@@ -180,8 +182,17 @@ class DiffReport:
     def exit_code(self) -> ExitCode:
         return ExitCode.FAILED if self.differing or self.only_a or self.only_b else ExitCode.CONFORMANT
 
+    def by_status(self) -> Counter[str]:
+        """How many differing answers of each status pair, "500->400"."""
+        return Counter(f"{d['a']['status']}->{d['b']['status']}" for d in self.differing)
+
+    def by_field(self) -> Counter[str]:
+        """How many differing answers differ in each summary field."""
+        return Counter(f for d in self.differing for f in d["fields"])
+
     def to_dict(self) -> dict[str, Any]:
         return {"a": self.a_url, "b": self.b_url, "paired_requests": self.paired,
+                "by_status": dict(self.by_status().most_common()), "by_field": dict(self.by_field().most_common()),
                 "differing": self.differing, "only_a": self.only_a, "only_b": self.only_b,
                 "exit_code": int(self.exit_code)}
 

@@ -50,8 +50,20 @@ class ProgressDisplay:
         self._progress.update(self._task, advance=1, failed=self.failed)
 
 
+GROUP_SHOWN = 4     # checks named in a line of findings of one cause
+
+
+def by_cause(failed: Sequence[CheckResult]) -> list[tuple[str, list[CheckResult]]]:
+    """Failed checks grouped by their first finding's message (one cause: "status 500, expected
+    400: the server says '...'" on a hundred checks is one line), most checks first."""
+    groups: dict[str, list[CheckResult]] = {}
+    for r in failed:
+        groups.setdefault(r.findings[0].message if r.findings else "", []).append(r)
+    return sorted(groups.items(), key=lambda kv: -len(kv[1]))
+
+
 def print_summary(report: RunReport, console: Console) -> None:
-    table = Table(title=f"Conformance of {report.base_url} ({report.model}, {report.profile})")
+    table = Table(title=f"Conformance of {report.base_url} ({report.model}, {report.context_said()}, {report.profile})")
     table.add_column("group")
     for outcome in Outcome:
         table.add_column(outcome.value, justify="right", style=STYLE[outcome])
@@ -64,10 +76,14 @@ def print_summary(report: RunReport, console: Console) -> None:
                       str(sum(r.tokens for r in results)))
     table.add_row("[b]all", *(f"[b]{report.count(o)}" for o in Outcome), f"[b]{report.tokens}")
     console.print(table)
-    for r in report.failed:
-        first = r.findings[0].message if r.findings else ""
-        more = f" (+{len(r.findings) - 1} more)" if len(r.findings) > 1 else ""
-        console.print(f"[red]FAILED[/] {r.id}: {first}{more}", markup=True, highlight=False)
+    for message, results in by_cause(report.failed):
+        if len(results) == 1:
+            r = results[0]
+            more = f" (+{len(r.findings) - 1} more)" if len(r.findings) > 1 else ""
+            console.print(f"[red]FAILED[/] {r.id}: {message}{more}", markup=True, highlight=False)
+            continue
+        names = ", ".join(r.id for r in results[:GROUP_SHOWN]) + (", …" if len(results) > GROUP_SHOWN else "")
+        console.print(f"[red]FAILED[/] x{len(results)}: {message} ({names})", markup=True, highlight=False)
     for r in report.warned:
         console.print(f"[dark_orange]WARNING[/] {r.id}: {r.findings[0].message if r.findings else ''} "
                       "(a front's own words: not counted; --strict counts it)", highlight=False)
@@ -110,8 +126,13 @@ def print_dry_run(checks: Sequence[Check], config: RunConfig, console: Console) 
 
 # -- diff ------------------------------------------------------------------------------
 
+DIFF_ROWS_SHOWN = 40   # rows of the console's diff table; the JSON and HTML reports have them all
+
+
 def _short(value: Any, width: int = 60) -> str:
+    """One printable line of at most `width` characters (binary bytes escaped, not shown raw)."""
     text = value if isinstance(value, str) else json.dumps(value, sort_keys=True)
+    text = "".join(c if c.isprintable() else repr(c)[1:-1] for c in text[:4 * width])
     return text if len(text) <= width else text[:width - 3] + "..."
 
 
@@ -119,22 +140,31 @@ def print_diff(report: DiffReport, console: Console) -> None:
     table = Table(title=f"Answers that differ: A {report.a_url} / B {report.b_url}")
     for column in ("check", "request", "field", "A", "B"):
         table.add_column(column, overflow="fold")
-    for d in report.differing:
+    if report.differing:
+        console.print("by status (A->B): " + ", ".join(f"{k} x{v}" for k, v in report.by_status().most_common())
+                      + "; by field: " + ", ".join(f"{k} x{v}" for k, v in report.by_field().most_common()),
+                      highlight=False, markup=False)
+    rows = [(d, f) for d in report.differing for f in d["fields"]]
+    for d, f in rows[:DIFF_ROWS_SHOWN]:
         req = d["request"]
-        for f in d["fields"]:
-            a, b = d["a"][f], d["b"][f]
-            if f == "shape":        # the place they differ, not the whole shapes
-                where, a, b = where_differs(a, b)
-                f = f"shape: {where}"
-            table.add_row(req["check"], f"{req['method']} {req['path']} {_short(req['body'], 40)}", f,
-                          _short(a), _short(b))
+        a, b = d["a"][f], d["b"][f]
+        if f == "shape":        # the place they differ, not the whole shapes
+            where, a, b = where_differs(a, b)
+            f = f"shape: {where}"
+        table.add_row(req["check"], f"{req['method']} {req['path']} {_short(req['body'], 40)}", f,
+                      _short(a), _short(b))
     if report.differing:
         console.print(table)
+    if len(rows) > DIFF_ROWS_SHOWN:
+        console.print(f"... and {len(rows) - DIFF_ROWS_SHOWN} more rows (--json or --html has every one)",
+                      highlight=False)
     for side, items in (("A", report.only_a), ("B", report.only_b)):
-        for item in items:
+        for item in items[:DIFF_ROWS_SHOWN]:
             req = item["request"]
             console.print(f"only in {side}: {req['check']} {req['method']} {req['path']} {_short(req['body'], 60)}",
                           highlight=False, markup=False)
+        if len(items) > DIFF_ROWS_SHOWN:
+            console.print(f"... and {len(items) - DIFF_ROWS_SHOWN} more only in {side}", highlight=False)
     console.print(f"{len(report.differing)} of {report.paired} paired requests differ; "
                   f"{len(report.only_a)} only in A, {len(report.only_b)} only in B; "
                   f"exit code {int(report.exit_code)}", highlight=False)

@@ -13,10 +13,14 @@ The exit code is computed here and nowhere else.
 """
 from __future__ import annotations
 
+import hashlib
 import json
+import shlex
 from dataclasses import dataclass, field
 from enum import IntEnum, StrEnum
 from typing import Any
+
+from conformance.config import ENV_API_KEY
 
 # The most of any body (request or response) or value a report quotes, in bytes of
 # UTF-8: a server that writes 27 KB of text for one probe must not fill the reports.
@@ -66,6 +70,28 @@ class Exchange:
     response_headers: dict[str, str] = field(default_factory=dict)
     response_body: str | None = None
     error: str | None = None          # no HTTP response: the transport's reason
+    sent: bytes | None = field(default=None, repr=False)   # the whole request body, for curl()
+
+    def body_file(self) -> str | None:
+        """Where a report puts a body too large (or not text enough) for a command line:
+        BODIES/<its sha256>.body beside the report (reports/json_report.py writes it)."""
+        if self.sent is None or (len(self.sent) <= CURL_INLINE_BYTES and _text(self.sent)):
+            return None
+        return f"{BODIES}/{hashlib.sha256(self.sent).hexdigest()[:24]}.body"
+
+    def curl(self) -> str:
+        """One line that sends this request again: the key from $CONFORMANCE_API_KEY (never the
+        run's), the body inline or by file (body_file), other headers as they were sent."""
+        parts = ["curl", "-sS", "-i", "-X", self.method, shlex.quote(self.url)]
+        for name, value in self.request_headers.items():
+            if name.lower() == "authorization" and value == "Bearer ***":
+                parts += ["-H", f'"Authorization: Bearer ${ENV_API_KEY}"']
+            elif name.lower() != "content-length":
+                parts += ["-H", shlex.quote(f"{name}: {value}")]
+        if self.sent is not None:
+            where = self.body_file()
+            parts += ["--data-binary", "@" + where if where else shlex.quote(self.sent.decode("utf-8"))]
+        return " ".join(parts)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -74,7 +100,20 @@ class Exchange:
             "response": None if self.status is None else {
                 "status": self.status, "headers": self.response_headers, "body": self.response_body},
             "error": self.error,
+            "curl": self.curl(),
         }
+
+
+BODIES = "acs-bodies"          # the folder, beside a JSON report, of the bodies its curl lines send
+CURL_INLINE_BYTES = 2048       # a longer body goes by file
+
+
+def _text(raw: bytes) -> bool:
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return all(c.isprintable() for c in text)
 
 
 @dataclass
@@ -134,7 +173,9 @@ class RunReport:
     tokens: int = 0
     token_ceiling: int = 0
     duration: float = 0.0
-    server_max_model_len: int | None = None
+    server_max_model_len: int | None = None   # as GET /v1/models gave it (None: it gave none)
+    # the model's numbers GET /v1/models did not give: the spec's, which the run assumed
+    assumed: dict[str, int] = field(default_factory=dict)
     run_errors: list[str] = field(default_factory=list)   # the tool's, outside any check
     # The suite's package version and the contract's (openapi.yaml's info.version) it checked.
     versions: dict[str, str] = field(default_factory=dict)
@@ -143,15 +184,27 @@ class RunReport:
     ceiling_skipped: list[str] = field(default_factory=list)   # checks skipped for the ceiling
     ceiling_needed: int | None = None     # a --token-ceiling that would run them too
     ceiling_notes: list[str] = field(default_factory=list)    # requests withheld inside checks
+    # checks whose requests generated more than their price: {"check", "spent"} (each also a finding)
+    overspent: list[dict[str, Any]] = field(default_factory=list)
     strict: bool = False                  # --strict: warnings are findings (checks FAILED)
     # --baseline: the findings new, still failing and fixed against an earlier report
     # (conformance.baseline.compare); with one, only new findings fail the run.
     baseline: dict[str, Any] | None = None
     rate_limit: dict[str, Any] | None = None   # --rate-limit: the pace, and the 429s waited out
 
+    def context_said(self) -> str:
+        """max_model_len as the reports show it, saying where it came from."""
+        if self.server_max_model_len is not None:
+            return f"max_model_len {self.server_max_model_len}"
+        return f"max_model_len {self.assumed.get('max_model_len')} (the spec's: the server gave none)"
+
     def ceiling_note(self) -> str:
         """What the ceiling kept from running, or ''."""
         lines = list(self.ceiling_notes)
+        if self.overspent:
+            lines.insert(0, "the server generated more than a request's price in " + ", ".join(
+                f"{o['check']} ({o['spent']} tokens)" for o in self.overspent)
+                + ": what came after had less of the ceiling left")
         if self.ceiling_skipped:
             lines.insert(0, f"{len(self.ceiling_skipped)} checks skipped for the token ceiling of "
                             f"{self.token_ceiling} (if the server does not conform they may cost more): "
@@ -162,6 +215,10 @@ class RunReport:
     def notes(self) -> list[str]:
         """The baseline's comparison and the rate limit's waits, as lines (every report shows them)."""
         lines = []
+        if self.assumed:
+            lines.append("GET /v1/models does not give " + ", ".join(self.assumed) + ": the run took the spec's ("
+                         + ", ".join(f"{k} {v}" for k, v in self.assumed.items())
+                         + ") and skipped the checks sized by them")
         if self.baseline is not None:
             b = self.baseline
             lines.append(f"against the baseline {b['file']}: {len(b['new'])} new findings, {len(b['still'])} still "
@@ -194,12 +251,12 @@ class RunReport:
         return {
             "base_url": self.base_url, "model": self.model, "profile": self.profile,
             "versions": self.versions,
-            "server_max_model_len": self.server_max_model_len,
+            "server_max_model_len": self.server_max_model_len, "assumed": self.assumed,
             "summary": {o.value: self.count(o) for o in Outcome} | {
                 "total": len(self.results), "tokens": self.tokens,
                 "token_ceiling": self.token_ceiling, "token_plan": self.token_plan,
                 "skipped_for_ceiling": self.ceiling_skipped, "token_ceiling_needed": self.ceiling_needed,
-                "ceiling_notes": self.ceiling_notes,
+                "ceiling_notes": self.ceiling_notes, "overspent": self.overspent,
                 "duration_s": round(self.duration, 3), "strict": self.strict,
                 "exit_code": int(exit_code(self))},
             "baseline": self.baseline,

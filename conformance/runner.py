@@ -8,13 +8,14 @@ from collections.abc import Callable, Sequence
 
 import httpx
 
-from conformance.client import OVER_CEILING, Client, OverCeiling, Reply
+from conformance.answerer import writer
+from conformance.client import AUTH_DEFAULT, AUTH_NONE, OVER_CEILING, Client, OverCeiling, Reply
 from conformance.coverage import Coverage
 from conformance.config import ConfigError, RunConfig
 from conformance.cost import CostModel
 from conformance.context import LEDGER_NOTES, Context, ServerInfo, Skipped, Stop
 from conformance.registry import Check, token_bound
-from conformance.results import CheckResult, Outcome, RunReport
+from conformance.results import CheckResult, Finding, Outcome, RunReport
 from contract import Spec
 from contract.version import versions
 
@@ -36,7 +37,8 @@ DEPLOYMENT_NUMBERS = ("max_model_len", "num_layers", "hidden_size")
 
 
 def discover(client: Client, model: str, api: Spec) -> ServerInfo:
-    """GET /v1/models: the deployment's max_model_len, num_layers and hidden_size of each model.
+    """GET /v1/models: the deployment's max_model_len, num_layers and hidden_size of each model;
+    GET /health with the key and without it.
 
     A server that does not list the model (or one of its numbers) gets the
     spec's value here, and the `routes:models` check reports the omission.
@@ -46,7 +48,7 @@ def discover(client: Client, model: str, api: Spec) -> ServerInfo:
         raise Unreachable(f"cannot reach {client.base_url}: {reply.error}")
     if reply.status == api.error_codes["invalid_api_key"]["status"]:
         raise ConfigError(f"the server refused the API key (GET {MODELS_PATH} answered {reply.status})")
-    models = dict(api.models)
+    models, given = dict(api.models), {}
     data = reply.data.get("data") if isinstance(reply.data, dict) else None
     for entry in data if isinstance(data, list) else []:
         if not isinstance(entry, dict) or entry.get("id") not in models:
@@ -54,12 +56,18 @@ def discover(client: Client, model: str, api: Spec) -> ServerInfo:
         numbers = {name: entry[name] for name in DEPLOYMENT_NUMBERS
                    if type(entry.get(name)) is int and entry[name] >= 1}
         models[entry["id"]] = dataclasses.replace(models[entry["id"]], **numbers)
-    return ServerInfo(models=models)
+        given[entry["id"]] = frozenset(numbers)
+    health = {keyed: client.request("GET", api.route("health").path, auth=AUTH_DEFAULT if keyed else AUTH_NONE).status
+              for keyed in (False, True)}
+    return ServerInfo(models=models, given=given, health=health, writer=writer(reply.headers, reply.content))
+
+
+OVERSPEND = "the server generated"   # the start of a finding of a request past its price
 
 
 def run_check(check: Check, ctx: Context) -> CheckResult:
     ctx.findings = []
-    tokens_before = ctx.client.tokens
+    tokens_before, overspends_before = ctx.client.tokens, len(ctx.client.overspends)
     start = time.perf_counter()
     outcome, reason, withheld = Outcome.PASSED, "", 0
     try:
@@ -74,6 +82,11 @@ def run_check(check: Check, ctx: Context) -> CheckResult:
         outcome = Outcome.ERROR
         reason = "".join(traceback.format_exception_only(exc)).strip()
         reason += "\n" + "".join(traceback.format_tb(exc.__traceback__)[-3:])
+    for o in ctx.client.overspends[overspends_before:]:
+        ctx.findings.append(Finding(
+            f"{OVERSPEND} {o.spent} tokens for a request priced at {o.priced} (its prompts x n x "
+            f"max_tokens within max_model_len): past a bound no conforming server passes, and past the "
+            f"token ceiling's plan", expected=f"at most {o.priced}", received=o.spent, exchange=o.exchange))
     if ctx.findings and outcome is not Outcome.ERROR:
         only_warnings = all(f.warning for f in ctx.findings) and not ctx.config.strict
         outcome = Outcome.WARNED if only_warnings else Outcome.FAILED
@@ -175,7 +188,8 @@ def run(config: RunConfig, checks: Sequence[Check], *, progress: Progress | None
         ctx.client.observers.append(lambda method, path, body, reply, observer=observer:
                                     observer(current[0], method, path, body, reply))
     with ctx.client:
-        report.server_max_model_len = ctx.max_model_len
+        report.server_max_model_len = ctx.max_model_len if ctx.given("max_model_len") else None
+        report.assumed = {n: getattr(ctx.spec_model, n) for n in DEPLOYMENT_NUMBERS if not ctx.given(n)}
         if config.full and any(c.worst_case(config, _cost(ctx)) for c in checks):
             probe_end_tokens(ctx)
         report.token_plan = token_bound(checks, config, _cost(ctx))
@@ -190,6 +204,8 @@ def run(config: RunConfig, checks: Sequence[Check], *, progress: Progress | None
             if progress:
                 progress(check, result)
         report.tokens = ctx.client.tokens
+        report.overspent = [{"check": r.id, "spent": r.tokens} for r in results.values()
+                            if any(f.message.startswith(OVERSPEND) for f in r.findings)]
         report.ceiling_notes = list(ctx.memo.get(LEDGER_NOTES, []))
         coverage.observe_effects(f for c in checks if results[c.id].outcome is Outcome.PASSED for f in c.effects)
         report.coverage = coverage.summary()

@@ -104,7 +104,8 @@ def sample_choice(vocab: Vocab, draw: Callable[[], float], s: Settings,
                   steer: Callable[[int, float], float] | None = None) -> Choice:
     """Run one choice, drawing three uniforms in [0, 1) per step from `draw`
     (the token, whether it ends here, which end token); `steer` (steering.py) may
-    replace a step's token uniform."""
+    replace a step's token uniform, and a replaced token is the vector's, an end token's
+    chance included (its push moves every logit, the end tokens' too)."""
     pools = _pools(vocab, s)
     table = vocab.texts_for(s.skip_special_tokens)
     ends = ([s.eos_token_id] if s.eos_token_id is not None else []) + list(s.stop_token_ids)
@@ -118,10 +119,12 @@ def sample_choice(vocab: Vocab, draw: Callable[[], float], s: Settings,
     eos_rate, min_tokens, stops = s.eos_rate, s.min_tokens, s.stop
     for step in range(s.max_tokens):
         u_token, u_end, u_which = draw(), draw(), draw()
+        steered = False
         if steer is not None:
-            u_token = steer(step, u_token)
+            u = steer(step, u_token)
+            steered, u_token = u != u_token, u
         may_end = step >= min_tokens
-        if drawn and may_end and u_end < eos_rate:
+        if drawn and may_end and u_end < eos_rate and not steered:
             token = drawn[min(int(u_which * len(drawn)), len(drawn) - 1)]
         else:
             token = _next_word(vocab, pools, prev, u_token)

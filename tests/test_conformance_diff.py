@@ -125,3 +125,31 @@ def test_diff_refuses_a_report_it_does_not_write(servers: tuple[str, Breaker, st
     assert main(["diff", "--base-url", a, "--api-key", KEY, "--other-url", b, "-k", "routes:health",
                  "--junit", str(junit)], console=Console(record=True)) == 2
     assert not junit.exists()
+
+
+def test_a_diff_against_a_server_of_huge_answers_is_bounded(servers: tuple[str, Breaker, str], tmp_path: Path) -> None:
+    """llama.cpp against the mock: 175 MB of JSON, a 17.5 MB message quoted whole, 22,581 lines.
+    Each answer is bounded as a run's report bounds a body, the console shows a summary by
+    status pair and by field and at most DIFF_ROWS_SHOWN rows."""
+    from conformance.display import DIFF_ROWS_SHOWN
+    from conformance.results import QUOTE_LIMIT_BYTES
+    a, _, _ = servers
+    huge = "x" * (2 << 20)
+
+    def refusing(environ, start_response):  # type: ignore[no-untyped-def]
+        if environ.get("PATH_INFO") == "/v1/models":
+            return create_app(MockConfig())(environ, start_response)
+        body = json.dumps({"error": {"message": huge, "code": "500"}}).encode()
+        start_response("500 Internal Server Error", [("Content-Type", "application/json"),
+                                                     ("Content-Length", str(len(body)))])
+        return [body]
+    with serve(refusing) as b:
+        code, report, html, text = _diff(a, b, tmp_path, ["-k", "golden:*"])
+    assert code == 1 and len(report["differing"]) > DIFF_ROWS_SHOWN
+    assert all(len(json.dumps(d["b"]["message"]).encode()) <= QUOTE_LIMIT_BYTES + 64 for d in report["differing"])
+    assert (tmp_path / "diff.json").stat().st_size < len(report["differing"]) * 4 * QUOTE_LIMIT_BYTES
+    assert max(report["by_status"].values()) == report["by_status"]["400->500"]
+    assert sum(report["by_status"].values()) == len(report["differing"])
+    assert text.splitlines()[0].startswith("by status (A->B): 400->500 x")
+    assert "more rows (--json or --html has every one)" in text
+    assert len(text.splitlines()) < 4 * DIFF_ROWS_SHOWN + 20

@@ -49,6 +49,14 @@ SERVED_LEN = 300          # the fake deployment's max_model_len (GET /v1/models)
     ({"prompt": [0], "max_tokens": 4.0, "n": "2"}, 8),
     ({"prompt": [0], "max_tokens": 1.5}, SERVED_LEN - 1),    # unreadable: the server's default
     ({"prompt": [0], "max_tokens": 10 ** 9}, SERVED_LEN - 1),
+    # a length no server may read as a bound: llama.cpp reads 0 as "until the context ends"
+    ({"prompt": [0], "max_tokens": 0}, SERVED_LEN - 1),
+    ({"prompt": [0], "max_tokens": -1}, SERVED_LEN - 1),
+    ({"prompt": [0], "max_tokens": None}, SERVED_LEN - 1),
+    ({"prompt": [0], "max_tokens": "x"}, SERVED_LEN - 1),
+    ({"prompt": [0], "max_tokens": 4, "max_completion_tokens": 0}, SERVED_LEN - 1),
+    ({"prompt": [0], "max_tokens": 4, "max_completion_tokens": 6}, 6),
+    ({"prompt": [0], "max_tokens": 0, "n": 0}, SERVED_LEN - 1),
     ({"prompt": [0], "max_tokens": 3, "n": 2, "best_of": 5}, 15),
     ({"prompt": [0], "max_tokens": 50, "allowed_token_ids": sorted(EOS)}, 50),   # not yet trusted
     ({"messages": [{"role": "user", "content": "hi"}]}, SERVED_LEN),

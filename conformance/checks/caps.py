@@ -39,6 +39,7 @@ def _no_stream_limit_worst(config: RunConfig, cost: CostModel) -> int:
 
 
 def _fits_body(ctx: Context, prompt_tokens: int) -> None:
+    ctx.need_given("max_model_len", f"a prompt of {prompt_tokens} token ids")
     # two bytes per id ("0,"): skip rather than send a body the 413 rule would refuse first
     if 2 * prompt_tokens + 256 > ctx.api.caps["max_body_bytes"]:
         ctx.skip(f"a prompt of {prompt_tokens} token ids does not fit the body cap")

@@ -26,6 +26,7 @@ from __future__ import annotations
 from typing import Any
 
 from conformance.checks.agree import LOGPROBS, difference
+from conformance.checks.common import prompt_ids_returned
 from conformance.client import Reply
 from conformance.context import Context
 from conformance.registry import register
@@ -203,10 +204,25 @@ def temperature_sampling(ctx: Context) -> None:
 
 # -- end tokens ------------------------------------------------------------------------
 
-@register("effects:ignore_eos", tokens=END_TOKENS, effects=("ignore_eos",))
+def allowed_tokens_honoured(ctx: Context) -> None:
+    """The premise of the checks that allow only some tokens: with only the end tokens allowed,
+    a choice ends on its first token (semantics:finish_reason.eos's rule). A server that
+    ignores allowed_token_ids writes what it likes, and a check of another field read
+    through it would blame that field."""
+    reply, choice = memo_post(ctx, "effects.end_tokens", {
+        "prompt": PROMPT, "max_tokens": END_TOKENS, "allowed_token_ids": list(ctx.model.eos_token_ids)})
+    usage = reply.data.get("usage") if isinstance(reply.data.get("usage"), dict) else {}
+    if usage.get("completion_tokens") != 1 or choice.get("finish_reason") != "stop":
+        ctx.skip(f"with only the end tokens allowed, a choice wrote {usage.get('completion_tokens')} tokens and "
+                 f"finished with {choice.get('finish_reason')!r}, not 1 and 'stop': allowed_token_ids is not "
+                 "applied here (semantics:finish_reason.eos), and this check reads its field through it")
+
+
+@register("effects:ignore_eos", tokens=END_TOKENS + END_TOKENS, effects=("ignore_eos",))
 def ignore_eos(ctx: Context) -> None:
     """ignore_eos with only end tokens allowed: the choice writes max_tokens tokens (usage),
-    not ending on its first token (semantics:finish_reason.eos: without it)."""
+    not ending on its first token (as it does without it: allowed_tokens_honoured)."""
+    allowed_tokens_honoured(ctx)
     reply, _ = post(ctx, {"prompt": PROMPT, "max_tokens": END_TOKENS, "ignore_eos": True,
                           "allowed_token_ids": list(ctx.model.eos_token_ids)})
     usage = reply.data.get("usage") if isinstance(reply.data.get("usage"), dict) else {}
@@ -214,10 +230,11 @@ def ignore_eos(ctx: Context) -> None:
               END_TOKENS, usage.get("completion_tokens"), reply)
 
 
-@register("effects:skip_special_tokens", tokens=2 * END_TOKENS, effects=("skip_special_tokens",))
+@register("effects:skip_special_tokens", tokens=3 * END_TOKENS, effects=("skip_special_tokens",))
 def skip_special_tokens(ctx: Context) -> None:
     """With only the BOS token allowed (a special token that ends nothing), it is left out of
     the text by default and written (x-models special_tokens) with skip_special_tokens false."""
+    allowed_tokens_honoured(ctx)
     bos = ctx.model.bos_token_id
     text = ctx.api.special_tokens(ctx.config.model)[bos]
     for skip, want in ((None, ""), (False, text * END_TOKENS)):
@@ -234,10 +251,7 @@ def token_of(ctx: Context, text: str) -> tuple[int, list[int]]:
     reply, choice = memo_post(ctx, f"effects.tokens.{text}", {
         "prompt": text, "max_tokens": 1, "allowed_token_ids": list(ctx.model.eos_token_ids),
         "return_token_ids": True})
-    ids = choice.get("prompt_token_ids")
-    if not (isinstance(ids, list) and ids and all(type(t) is int for t in ids)):
-        ctx.stop(f"no prompt_token_ids with return_token_ids: the token of {text!r} is unknown",
-                 expected="prompt_token_ids", received=ids, reply=reply)
+    ids = prompt_ids_returned(ctx, text, choice.get("prompt_token_ids"))
     return ids[-1], ids
 
 

@@ -109,6 +109,8 @@ def worst_case(case: Case, cost: CostModel, config: RunConfig) -> int:
 
 def run_case(case: Case, ctx: Context) -> None:
     assumed, served = ctx.spec_model, ctx.model
+    if "caps" in case.tags:
+        ctx.need_given("max_model_len", "the case")
     if "caps" in case.tags and served.max_model_len != assumed.max_model_len:
         ctx.skip(f"the golden cap cases assume max_model_len {assumed.max_model_len}; this server "
                  f"reports {served.max_model_len} (the caps: checks cover it)")

@@ -280,7 +280,9 @@ def _st_config(config: RunConfig, mode: str, phases: tuple[str, ...]) -> Schemat
     })
 
 
-def _run(config: RunConfig, raw: dict[str, Any], mode: str, phases: tuple[str, ...]) -> Iterator[Any]:
+def _run(config: RunConfig, raw: dict[str, Any], mode: str, phases: tuple[str, ...],
+         unanswered: list[Any]) -> Iterator[Any]:
+    """schemathesis's recorders; `unanswered` gets each request it sent without an HTTP answer."""
     st_config = _st_config(config, mode, phases)
     schema = schemathesis.openapi.from_dict(raw, config=st_config)
     for event in from_schema(schema).execute():
@@ -288,6 +290,19 @@ def _run(config: RunConfig, raw: dict[str, Any], mode: str, phases: tuple[str, .
             yield event.recorder
         elif isinstance(event, events.FatalError):
             raise RuntimeError(f"schemathesis: {event.exception}")
+        elif isinstance(event, events.NonFatalError) and isinstance(event.value, requests.RequestException):
+            unanswered.append(event)
+
+
+def _no_answer(mode: str, unanswered: list[Any], answered: int, base_url: str) -> list[Finding]:
+    """Requests schemathesis got no HTTP answer to: findings of not_a_server_error, or, when
+    none of its requests was answered, the tool's error (it reached no server: the suite's
+    client did, so schemathesis is not sending where the run points)."""
+    if unanswered and not answered:
+        raise RuntimeError(f"schemathesis reached no server at {base_url} ({len(unanswered)} requests unanswered): "
+                           f"{type(unanswered[0].value).__name__}: {str(unanswered[0].value)[:300]}")
+    return [Finding(f"{mode} data, {e.label}: no HTTP response", expected="an HTTP answer",
+                    received=f"{type(e.value).__name__}: {str(e.value)[:300]}") for e in unanswered]
 
 
 def _exchange(interaction: Any) -> Exchange | None:
@@ -298,7 +313,8 @@ def _exchange(interaction: Any) -> Exchange | None:
     if "Authorization" in headers:
         headers["Authorization"] = "Bearer ***"
     body = quote(req.body) if req.body else None
-    ex = Exchange(req.method, req.uri, headers, body)
+    sent = req.body.encode("utf-8", "surrogateescape") if isinstance(req.body, str) else req.body or None
+    ex = Exchange(req.method, req.uri, headers, body, sent=sent)
     if resp is not None:
         ex.status = resp.status_code
         ex.response_headers = {k: (v[0] if isinstance(v, list) else v) for k, v in resp.headers.items()}
@@ -356,7 +372,20 @@ def _observe(ctx: Context, interaction: Any) -> None:
 def run_schemathesis(ctx: Context) -> dict[str, list[Finding]]:
     """Both runs, once per suite run; check name -> findings."""
     if "schemathesis" in ctx.memo:
+        if isinstance(ctx.memo["schemathesis"], Exception):   # each schema check is the tool's error
+            raise RuntimeError(str(ctx.memo["schemathesis"]))
         return ctx.memo["schemathesis"]
+    if ctx.client.in_process:
+        ctx.skip("schemathesis sends its own requests over the network, and this run reaches the server "
+                 "through an in-process transport")
+    try:
+        return _run_both(ctx)
+    except Exception as exc:
+        ctx.memo["schemathesis"] = exc
+        raise
+
+
+def _run_both(ctx: Context) -> dict[str, list[Finding]]:
     findings: dict[str, list[Finding]] = {}
     runs: list[tuple[str, dict[str, Any], tuple[str, ...]]] = [
         ("negative", schemathesis_spec(ctx.api), ("coverage", "fuzzing"))]
@@ -366,8 +395,9 @@ def run_schemathesis(ctx: Context) -> dict[str, list[Finding]]:
     refused = _never_accepted(schemathesis_spec(ctx.api))
     for mode, raw, phases in runs:
         _LEDGERS.append(_Ledger(ctx.client, mode, raw, ctx.api))
+        unanswered: list[Any] = []
         try:
-            recorders = list(_run(ctx.config, raw, mode, phases))
+            recorders = list(_run(ctx.config, raw, mode, phases, unanswered))
         finally:
             ledger = _LEDGERS.pop()
             ledger.close()
@@ -377,6 +407,9 @@ def run_schemathesis(ctx: Context) -> dict[str, list[Finding]]:
                     f"schemathesis ({mode} data) did not send {ledger.withheld} of "
                     f"{ledger.sent + ledger.withheld} requests that can generate: together they may "
                     f"generate {ledger.withheld_worst} tokens if the server does not conform")
+        answered = sum(getattr(i, "response", None) is not None for r in recorders for i in r.interactions.values())
+        findings.setdefault("not_a_server_error", []).extend(
+            _no_answer(mode, unanswered, answered, ctx.config.base_url))
         for recorder in recorders:
             for interaction in recorder.interactions.values():
                 _observe(ctx, interaction)    # tokens: counted by the ledger's after_call hook

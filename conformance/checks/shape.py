@@ -16,7 +16,7 @@ import math
 from itertools import accumulate
 from typing import Any
 
-from conformance.checks.common import open_stream
+from conformance.checks.common import n_applied, open_stream
 from conformance.client import Reply
 from conformance.context import Context
 from conformance.registry import register
@@ -59,13 +59,16 @@ def offsets_of(tokens: list[str]) -> list[int]:
     return list(accumulate((len(t) for t in tokens[:-1]), initial=0)) if tokens else []
 
 
-@register("shape:text_offset", tags=("logprobs",), tokens=MAX_TOKENS)
+@register("shape:text_offset", tags=("logprobs",), tokens=2 * MAX_TOKENS)
 def text_offset(ctx: Context) -> None:
-    """text_offset is the running sum of the token texts' lengths, special tokens counted (echo included)."""
-    reply = ctx.client.post(ctx.api.completions_path, _body(ctx))
-    for choice in _choices(ctx, reply):
-        lp = _logprobs(ctx, choice, reply)
-        ctx.equal(f"choice {choice.get('index')}: text_offset", offsets_of(lp["tokens"]), lp["text_offset"], reply)
+    """text_offset is the running sum of the token texts' lengths from 0, special tokens counted:
+    with echo from the prompt's first token, without it from the first generated one."""
+    for echo in (True, False):
+        reply = ctx.client.post(ctx.api.completions_path, _body(ctx, echo=echo))
+        for choice in _choices(ctx, reply):
+            lp = _logprobs(ctx, choice, reply)
+            ctx.equal(f"choice {choice.get('index')}, echo {str(echo).lower()}: text_offset",
+                      offsets_of(lp["tokens"]), lp["text_offset"], reply)
 
 
 @register("shape:tokens_join_text", tags=("logprobs",), tokens=2 * MAX_TOKENS)
@@ -137,6 +140,7 @@ def token_ids(ctx: Context) -> None:
         ctx.equal(f"{where}: prompt_token_ids", prompt, choice.get("prompt_token_ids"), reply)
         ctx.equal(f"{where}: logprobs entries", len(choice["token_ids"]), len(_logprobs(ctx, choice, reply)["tokens"]),
                   reply)
+    n_applied(ctx, 2, len(choices))   # what held for one choice, said; the second unseen
 
 
 @register("shape:stream_joins_to_whole", tags=("logprobs", "streaming"), tokens=2 * MAX_TOKENS)

@@ -30,7 +30,7 @@ from typing import Any
 import zstandard
 
 from conformance.checks.agree import LOGPROBS, difference
-from conformance.checks.effects import REPEATS, agree_all, memo_post, post
+from conformance.checks.effects import END_TOKENS, REPEATS, agree_all, allowed_tokens_honoured, memo_post, post
 from conformance.checks.lens import encode_float32
 from conformance.client import Reply
 from conformance.context import Context
@@ -268,7 +268,8 @@ def norm_match(ctx: Context) -> None:
     # a power of two far below the stream's norm: without norm_match it would add next to nothing
     typical = sorted(norm(row) for row in plain)[len(plain) // 2]
     small = 2.0 ** math.floor(math.log2(max(typical, 1e-30) * NORM_SMALL / norm(u)))
-    added = [[norm(row) * x / norm(u) for x in u] for row in plain]
+    unit = [x / norm(u) for x in u]
+    added = [[k * x for x in unit] for k in map(norm, plain)]
     expect_added(ctx, f"a vector of norm {norm(u) * small:.3g} with norm_match",
                  [vector(ctx, [small * x for x in u], norm_match=True)], added)
 
@@ -284,13 +285,14 @@ def position_indices(ctx: Context) -> None:
                  [vector(ctx, u, position_indices=[POSITION])], added)
 
 
-@register("effects:steering.decoding", tags=("steering", "activations"), tokens=DECODE * CAPTURE_BOUND,
+@register("effects:steering.decoding", tags=("steering", "activations"), tokens=DECODE * CAPTURE_BOUND + END_TOKENS,
           effects=("apply_steering_vectors",))
 def decoding(ctx: Context) -> None:
     """Steering goes on while decoding: with one token allowed (so the steered and unsteered
     texts are the same tokens), the stream at the steered layer gains the vector at every
     position, the generated tokens' as the prompt's."""
     u = direction(ctx.model.hidden_size)
+    allowed_tokens_honoured(ctx)   # else the two texts differ, and so do their streams, steering or not
     positions = len(PROMPT) + DECODE - 1    # every generated token but the last goes through the model
     expect_added(ctx, f"a +-1 vector, {DECODE} tokens generated", [vector(ctx, u)], [u] * positions,
                  max_tokens=DECODE, allowed_token_ids=[PROMPT[-1]])

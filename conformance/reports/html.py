@@ -112,7 +112,7 @@ def render(report: RunReport) -> str:
 <html lang="en"><head><meta charset="utf-8"><title>Conformance: {escape(report.base_url)}</title>
 <style>{CSS}</style></head><body>
 <h1>Conformance of {escape(report.base_url)}: {verdict}</h1>
-<p>model <b>{escape(report.model)}</b> (max_model_len {report.server_max_model_len}), profile
+<p>model <b>{escape(report.model)}</b> ({escape(report.context_said())}), profile
 <b>{escape(report.profile)}</b>, {report.duration:.1f} s, {report.tokens} generated tokens
 (ceiling {report.token_ceiling}), exit code {int(exit_code(report))}.</p>
 {"".join(f'<p class="skipped">{escape(line)}</p>' for line in report.ceiling_note().splitlines())}

@@ -1,4 +1,7 @@
-"""The whole run as JSON: summary, results (findings with their exchanges), tool errors apart."""
+"""The whole run as JSON: summary, results (findings with their exchanges), tool errors apart.
+
+Each finding's exchange carries a curl line that resends its request; a body too large for a
+command line is written beside the report, in results.BODIES, where that line reads it."""
 from __future__ import annotations
 
 import json
@@ -8,4 +11,13 @@ from conformance.results import RunReport
 
 
 def write_json(report: RunReport, path: str | Path) -> None:
-    Path(path).write_text(json.dumps(report.to_dict(), indent=2, default=str), encoding="utf-8")
+    path = Path(path)
+    path.write_text(json.dumps(report.to_dict(), indent=2, default=str), encoding="utf-8")
+    for result in report.results:
+        for finding in result.findings:
+            ex = finding.exchange
+            where = ex.body_file() if ex is not None else None
+            if where is not None and ex is not None and ex.sent is not None:
+                target = path.parent / where
+                target.parent.mkdir(exist_ok=True)
+                target.write_bytes(ex.sent)
