@@ -375,11 +375,13 @@ class Client:
             self._add(worst)
 
     def _count_stream(self, parsed: Parsed, worst: int, exchange: Exchange) -> None:
-        """The usage chunk's count; without one (or closed early), the content chunks seen."""
+        """The usage chunk's count; without one (or closed early), the choices' chunks seen that
+        carry text (a last chunk of "" with its finish_reason, as llama.cpp sends, is no token)."""
         counts = [e.payload["usage"].get("completion_tokens") for e in parsed.events
                   if e.kind in ("usage", "content") and isinstance(e.payload.get("usage"), dict)]
         counts = [c for c in counts if isinstance(c, int)]
-        content = sum(1 for e in parsed.events if e.kind == "content")
+        content = sum(1 for e in parsed.events if e.kind == "content" for c in e.payload["choices"]
+                      if not isinstance(c, dict) or c.get("text") != "")
         self._spend(max(counts + [content]), worst, exchange)
 
     def _spend(self, n: int, priced: int, exchange: Exchange) -> None:

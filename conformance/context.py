@@ -120,7 +120,7 @@ class Context:
         self.responded(reply)
         words = said(reply) if reply.status != status else None
         ok = self.expect(reply.status == status, f"status {reply.status}, expected {status}"
-                         + (f": the server says {words!r}" if words else ""),
+                         + (f"{SAYS}{words!r}" if words else ""),
                          expected=status, received=_summary(reply), reply=reply)
         if not ok and fatal:
             raise Stop("unexpected status")
@@ -166,6 +166,7 @@ class Context:
 
 
 SAID_CHARS = 160    # of a server's own message quoted in a finding's line
+SAYS = ": the server says "
 
 
 def said(reply: Reply) -> str | None:

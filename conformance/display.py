@@ -3,6 +3,7 @@ table of answers a diff found different (rich)."""
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Sequence
 from types import TracebackType
 from typing import Any
@@ -12,6 +13,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from conformance.config import RunConfig
+from conformance.context import SAYS
 from conformance.diff import DiffReport, where_differs
 from conformance.registry import Check, token_bound
 from conformance.results import CheckResult, Outcome, RunReport, exit_code
@@ -53,13 +55,26 @@ class ProgressDisplay:
 GROUP_SHOWN = 4     # checks named in a line of findings of one cause
 
 
+CAUSE_CHARS = 80       # of the server's words that tell one cause from another
+
+
+def cause(message: str) -> str:
+    """What tells one cause from another in a finding's line: the line, with the server's
+    quoted words cut and their numbers masked (pydantic's "6 validation errors: ... 'input':
+    [0, 1, 2, 3, 4]" and "3 validation errors: ... [[0, 1, 2], [3, 4]]" are one cause)."""
+    head, says, words = message.partition(SAYS)
+    return head + says + re.sub(r"\d+", "N", words)[:CAUSE_CHARS] if says else message
+
+
 def by_cause(failed: Sequence[CheckResult]) -> list[tuple[str, list[CheckResult]]]:
-    """Failed checks grouped by their first finding's message (one cause: "status 500, expected
-    400: the server says '...'" on a hundred checks is one line), most checks first."""
+    """Failed checks grouped by the cause of their first finding (one cause: "status 500,
+    expected 400: the server says '...'" on a hundred checks is one line), each group shown
+    by its first message, most checks first."""
     groups: dict[str, list[CheckResult]] = {}
     for r in failed:
-        groups.setdefault(r.findings[0].message if r.findings else "", []).append(r)
-    return sorted(groups.items(), key=lambda kv: -len(kv[1]))
+        groups.setdefault(cause(r.findings[0].message) if r.findings else "", []).append(r)
+    ordered = sorted(groups.values(), key=len, reverse=True)
+    return [(rs[0].findings[0].message if rs[0].findings else "", rs) for rs in ordered]
 
 
 def print_summary(report: RunReport, console: Console) -> None:
