@@ -35,8 +35,8 @@ AUTH_NONE = "none"
 OVER_CEILING = "over the token ceiling"
 
 
-# httpcore's words for a connection closed before any byte of an answer
-DROPPED = "disconnected without sending a response"
+# httpcore's words for a connection closed before an answer, and the kernel's for one reset
+DROPPED = ("disconnected without sending a response", "Connection reset by peer")
 MAX_RETRIES = 5          # a request's 429s with Retry-After waited out, at most
 MAX_WAIT_S = 60.0        # the longest Retry-After waited out; a longer one is answered as it came
 
@@ -104,7 +104,7 @@ class OverCeiling(Exception):
 
 
 def _again_if_dropped(send: Callable[[], R]) -> R:
-    """send(), and once more if the server closed the connection before any byte of an answer.
+    """send(), and once more if the server closed or reset the connection before an answer.
 
     A server may close a kept-alive connection at any time (RFC 9112 section 9.3.1), and
     some do so after an answer without saying so (llama.cpp's after a bare 500): the next
@@ -113,8 +113,8 @@ def _again_if_dropped(send: Callable[[], R]) -> R:
     """
     try:
         return send()
-    except httpx.RemoteProtocolError as exc:
-        if DROPPED not in str(exc):
+    except (httpx.RemoteProtocolError, httpx.ReadError) as exc:
+        if not any(words in str(exc) for words in DROPPED):
             raise
         return send()
 
