@@ -375,20 +375,25 @@ class Client:
             self._add(worst)
 
     def _count_stream(self, parsed: Parsed, worst: int, exchange: Exchange) -> None:
-        """The usage chunk's count; without one (or closed early), the choices' chunks seen that
-        carry text (a last chunk of "" with its finish_reason, as llama.cpp sends, is no token)."""
+        """The usage chunk's count or the choices' chunks seen that carry text, whichever is more
+        (closed early, there is no usage); a chunk without text (llama.cpp's last "" with its
+        finish_reason, LiteLLM's finish chunk) is no token. Past its price is judged by the
+        server's own usage where it gives one: a proxy may cut one token's text in two chunks."""
         counts = [e.payload["usage"].get("completion_tokens") for e in parsed.events
                   if e.kind in ("usage", "content") and isinstance(e.payload.get("usage"), dict)]
         counts = [c for c in counts if isinstance(c, int)]
         content = sum(1 for e in parsed.events if e.kind == "content" for c in e.payload["choices"]
-                      if not isinstance(c, dict) or c.get("text") != "")
-        self._spend(max(counts + [content]), worst, exchange)
+                      if isinstance(c, dict) and isinstance(c.get("text"), str) and c["text"])
+        self._spend(max(counts + [content]), worst, exchange, max(counts) if counts else content)
 
-    def _spend(self, n: int, priced: int, exchange: Exchange) -> None:
+    def _spend(self, n: int, priced: int, exchange: Exchange, said: int | None = None) -> None:
+        """Count `n` tokens; `said` (default n), what the answer says it generated, past `priced`
+        is an Overspend."""
         self._add(n)
-        if self.cost is not None and n > priced:
+        said = n if said is None else said
+        if self.cost is not None and said > priced:
             with self._lock:
-                self.overspends.append(Overspend(exchange, priced, n))
+                self.overspends.append(Overspend(exchange, priced, said))
 
     def add_tokens(self, n: int) -> None:
         """Tokens generated through another client (schemathesis's)."""

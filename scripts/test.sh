@@ -13,7 +13,7 @@ bash scripts/setup_nginx.sh
 if [[ "${ACS_SKIP_VLLM:-0}" != 1 ]]; then
   bash scripts/setup_vllm.sh
 fi
-.venv/bin/python -m pytest -q "$@"
+.venv/bin/python -m pytest -q --durations=25 "$@"
 # The whole suite (no arguments): then once more with the patches of gunicorn and Flask
 # off (ACS_PATCHES=0, api_server/patches.py), over the tests that start the servers
 # (about a minute): both servers must work on those packages' own code.
