@@ -22,7 +22,7 @@ from werkzeug.exceptions import HTTPException
 
 from api_server.budget_store import open_budget
 from api_server.completions import create_completion, stall_bound
-from api_server.config import ServerConfig
+from api_server.config import EVERY_MODEL, ServerConfig
 from api_server.engine import Engine
 from api_server.hooks import Hook
 from api_server.patches import flask_class
@@ -44,11 +44,15 @@ METRICS_PATH = "/metrics"
 def served_models(s: Spec, config: ServerConfig, served: Mapping[str, ModelInfo] | None) -> dict[str, ModelInfo]:
     """The served models (the spec's by default), with the deployment's max_model_len."""
     models = dict(s.models if served is None else served)
-    unknown = set(config.max_model_len) - set(models)
+    lengths = dict(config.max_model_len)
+    every = lengths.pop(EVERY_MODEL, None)
+    unknown = set(lengths) - set(models)
     if unknown:
         raise ValueError(f"max_model_len for unknown models: {sorted(unknown)}")
-    for name, length in config.max_model_len.items():
-        models[name] = dataclasses.replace(models[name], max_model_len=length)
+    for name in models:
+        length = lengths.get(name, every)
+        if length is not None:
+            models[name] = dataclasses.replace(models[name], max_model_len=length)
     return models
 
 

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import ClassVar, TypeVar
 
-from contract import Spec, spec
+from contract import Spec
 
 C = TypeVar("C", bound="ServerConfig")
 
@@ -167,10 +167,14 @@ def parse_keys(raw: str) -> tuple[str, ...]:
     return tuple(k.strip() for k in raw.split(",") if k.strip())
 
 
+EVERY_MODEL = "*"    # max_model_len's key for every model the app serves (one number given)
+
+
 def parse_max_model_len(raw: str) -> dict[str, int]:
-    """`llama-8b=4096,other=2048`, or one number for every model of the spec."""
+    """`llama-8b=4096,other=2048`, or one number for every model the app serves (EVERY_MODEL:
+    which models those are is the app's spec's, known only when it is built)."""
     raw = raw.strip()
     if "=" not in raw:
-        return {name: int(raw) for name in spec().models}
+        return {EVERY_MODEL: int(raw)}
     pairs = (item.split("=", 1) for item in raw.split(",") if item.strip())
     return {name.strip(): int(value) for name, value in pairs}

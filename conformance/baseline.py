@@ -5,41 +5,28 @@ A finding is known when the baseline has a finding of the same check that says t
 its message, what it expected and what it received, each once its volatile parts (request
 and completion ids, hex tokens, times, large numbers) are masked. So a check that failed
 for one reason and now fails for another has a new finding, and so has one whose message
-is the same ("the body differs") over another body. A report whose findings lack
+is the same ("the body differs") over another body (the masking is conformance.volatile's). A report whose findings lack
 `expected` and `received` (none that this suite writes) is refused as a baseline. Every finding of the baseline counts, warnings too (a run under --strict may
 adopt a baseline written without it).
 """
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 from typing import Any
 
 from conformance.config import ConfigError
 from conformance.results import Outcome, RunReport
+from conformance.volatile import masked
+from contract import Spec
 
 SPEC_VERSION = "openapi.yaml"      # the key of the spec's version in a report's versions
-MASK = "…"
-
-_VOLATILE = re.compile("|".join((
-    r"\b(?:req|cmpl|chatcmpl)[_-][A-Za-z0-9]+",             # request and completion ids
-    r"\b[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\b",   # UUIDs
-    r"\b[0-9a-fA-F]{8,}\b",                                  # hex tokens (the suite's distinctive inputs)
-    r"\d+(?:\.\d+)?\s?(?:ms|s)\b",                           # times
-    r"\d{4}-\d{2}-\d{2}[T ][\d:.]+Z?",                       # timestamps
-    r"\b\d{7,}\b",                                           # epoch seconds, byte counts of a run
-)))
 
 
-def masked(message: str) -> str:
-    return _VOLATILE.sub(MASK, message)
-
-
-def _key(check: str, finding: dict[str, Any]) -> tuple[str, ...]:
+def _key(api: Spec, check: str, finding: dict[str, Any]) -> tuple[str, ...]:
     said = (json.dumps(finding.get(k), sort_keys=True, ensure_ascii=False, default=str)
             for k in ("expected", "received"))
-    return (check, masked(finding["message"]), *map(masked, said))
+    return (check, masked(api, finding["message"]), *(masked(api, s) for s in said))
 
 
 def load(path: str, spec_version: str) -> list[dict[str, Any]]:
@@ -72,15 +59,15 @@ def load(path: str, spec_version: str) -> list[dict[str, Any]]:
     return found
 
 
-def compare(report: RunReport, baseline: list[dict[str, str]], path: str) -> dict[str, Any]:
+def compare(report: RunReport, baseline: list[dict[str, str]], path: str, api: Spec) -> dict[str, Any]:
     """New, still failing and fixed findings: this run's findings of failed checks against the
     baseline's (warnings of a warned check are neither: they fail nothing)."""
     def said(check: str, f: Any) -> dict[str, Any]:
         return {"check": check, "message": f.message, "expected": f.expected, "received": f.received}
     now = [said(r.id, f) for r in report.results if r.outcome is Outcome.FAILED for f in r.findings]
-    known = {_key(f["check"], f) for f in baseline}
-    current = {_key(r.id, said(r.id, f)) for r in report.results for f in r.findings}
+    known = {_key(api, f["check"], f) for f in baseline}
+    current = {_key(api, r.id, said(r.id, f)) for r in report.results for f in r.findings}
     return {"file": path,
-            "new": [f for f in now if _key(f["check"], f) not in known],
-            "still": [f for f in now if _key(f["check"], f) in known],
-            "fixed": [f for f in baseline if _key(f["check"], f) not in current]}
+            "new": [f for f in now if _key(api, f["check"], f) not in known],
+            "still": [f for f in now if _key(api, f["check"], f) in known],
+            "fixed": [f for f in baseline if _key(api, f["check"], f) not in current]}

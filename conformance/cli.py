@@ -166,7 +166,7 @@ def main(argv: Sequence[str] | None = None, *, transport: httpx.BaseTransport | 
         with ProgressDisplay(len(checks), err, enabled=show) as progress:
             report = run(config, checks, progress=progress, transport=transport)
         if known is not None:
-            report.baseline = baseline.compare(report, known, args.baseline)
+            report.baseline = baseline.compare(report, known, args.baseline, config.api)
     except (ConfigError, SpecError) as exc:
         err.print(f"[magenta]error:[/] {exc}", highlight=False)
         return int(exit_code(None))

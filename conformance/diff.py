@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
 import threading
 from collections import Counter
 from collections.abc import Sequence
@@ -30,6 +29,7 @@ import httpx
 from conformance.client import Reply, StreamReply
 from conformance.config import RunConfig
 from conformance.results import ExitCode, bounded
+from conformance.volatile import masked
 from conformance.runner import run
 from contract import Spec
 
@@ -38,20 +38,7 @@ SUMMARY_FIELDS = ("status", "code", "param", "message", "headers", "shape")
 TRANSPORT_HEADERS = frozenset({"date", "server", "connection", "keep-alive", "transfer-encoding",
                                "content-length", "vary"})
 VOLATILE_REQUEST_HEADERS = frozenset({"content-length", "user-agent"})
-_MASKS = (
-    (re.compile(r"req_[0-9a-f]{32}"), "req_*"),
-    (re.compile(r"cmpl-[0-9a-f]+"), "cmpl-*"),
-    (re.compile(r"\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(?:\.\d+)?(?:Z|[+-]\d{2}:?\d{2})?"), "<time>"),
-)
 EVENT_KINDS_SHOWN = 40
-
-
-def mask(text: Any) -> Any:
-    if not isinstance(text, str):
-        return text
-    for pattern, repl in _MASKS:
-        text = pattern.sub(repl, text)
-    return text
 
 
 def _json_type(value: Any) -> str:
@@ -139,7 +126,7 @@ def summarise(api: Spec, method: str, path: str, reply: Reply) -> dict[str, Any]
     return {
         "status": reply.status if reply.error is None else f"no answer ({reply.error.split(':')[0]})",
         "code": bounded(error.get("code")), "param": bounded(error.get("param")),
-        "message": bounded(mask(error.get("message"))),
+        "message": bounded(masked(api, error.get("message"))),
         "headers": bounded(sorted(k.lower() for k in reply.headers if k.lower() not in TRANSPORT_HEADERS)),
         "shape": bounded(body_shape),
     }

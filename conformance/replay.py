@@ -79,7 +79,7 @@ def replay_main(argv: Sequence[str], *, console: Console | None = None,
     except ConfigError as exc:
         err.print(f"[magenta]error:[/] {exc}", highlight=False)
         return int(ExitCode.USAGE)
-    verdict = baseline.compare(report, [f for f in known if f["check"] in chosen], args.report)
+    verdict = baseline.compare(report, [f for f in known if f["check"] in chosen], args.report, api)
     for word, key in (("FIXED", "fixed"), ("STILL FAILING", "still"), ("NEW", "new")):
         for f in verdict[key]:
             console.print(f"{word} {f['check']}: {f['message']}", highlight=False, markup=False)

@@ -143,7 +143,7 @@ spec:
 def ingress_nginx(spec: Spec) -> str:
     """ingress-nginx's ConfigMap and an Ingress for the API's Service (k8s/api.yaml)."""
     snippet = "\n".join(("    " + line).rstrip() for line in nginx_errors(spec).splitlines())
-    return INGRESS.format(version=spec.raw["info"]["version"], body_read=spec.caps["body_read_seconds"],
+    return INGRESS.format(version=spec.version, body_read=spec.caps["body_read_seconds"],
                           snippet=snippet)
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from conformance.baseline import masked
+from conformance.volatile import masked
 from conformance.cli import main
 from contract import spec
 from mock_server import create_app
@@ -108,9 +108,9 @@ def test_a_baseline_without_expected_and_received_is_a_usage_error(
 
 
 def test_volatile_parts_of_a_message_are_masked() -> None:
-    assert masked("req_9fA2 answered after 12.5 s, cmpl-77x; conformance-0123456789abcdef-") == \
+    assert masked(spec(), "req_9fA2 answered after 12.5 s, cmpl-77x; conformance-0123456789abcdef-") == \
         "… answered after …, …; conformance-…-"
-    assert masked("status 429, expected 400") == "status 429, expected 400"
+    assert masked(spec(), "status 429, expected 400") == "status 429, expected 400"
 
 
 def test_a_baseline_that_is_not_a_report_of_this_spec_is_a_usage_error(

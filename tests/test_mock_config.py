@@ -55,8 +55,18 @@ def test_disable_log_stats_on_the_command_line_wins_over_env(monkeypatch: pytest
     assert MockConfig().disable_log_stats is False
 
 
-def test_one_max_model_len_for_every_model() -> None:
-    assert MockConfig.from_env({"MOCK_MAX_MODEL_LEN": "2048"}).max_model_len == {m: 2048 for m in spec().models}
+def test_one_max_model_len_for_every_model_the_app_serves() -> None:
+    """One number is every served model's, whatever spec (or models) the app is built with: the
+    default spec's model names are not read (issue 33: they were, for any app)."""
+    import dataclasses
+    from api_server.app import served_models
+    config = MockConfig.from_env({"MOCK_MAX_MODEL_LEN": "2048"})
+    assert {n: m.max_model_len for n, m in served_models(spec(), config, None).items()} == \
+        {n: 2048 for n in spec().models}
+    other = {"other-model": dataclasses.replace(next(iter(spec().models.values())), name="other-model")}
+    assert {n: m.max_model_len for n, m in served_models(spec(), config, other).items()} == {"other-model": 2048}
+    mixed = MockConfig.from_env({"MOCK_MAX_MODEL_LEN": f"{next(iter(spec().models))}=100"})
+    assert served_models(spec(), mixed, None)[next(iter(spec().models))].max_model_len == 100
 
 
 def test_command_line_overrides_env(monkeypatch: pytest.MonkeyPatch) -> None:
