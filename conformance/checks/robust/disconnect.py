@@ -3,12 +3,11 @@ from __future__ import annotations
 
 import json
 
-from conformance.checks.robust.raw import TAGS, deliver, healthy_after, minimal, request_headers, target_of
+from conformance.checks.robust.raw import deliver, minimal, request_headers, robust, target_of
 from conformance.context import Context
-from conformance.registry import register
 
 
-@register("robust:disconnect.mid_body", tags=TAGS)
+@robust("robust:disconnect.mid_body")
 def disconnect_mid_body(ctx: Context) -> None:
     """A client that resets the connection halfway through its body leaves the server healthy."""
     body = json.dumps(minimal(ctx), separators=(",", ":")).encode()
@@ -16,10 +15,9 @@ def disconnect_mid_body(ctx: Context) -> None:
     for _ in range(5):
         head = target.head("POST", ctx.api.completions_path, request_headers(ctx, body, close=False))
         deliver(ctx, [head + body[: len(body) // 2]], bound=ctx.config.timeout, linger_reset=True)
-    healthy_after(ctx)
 
 
-@register("robust:disconnect.mid_stream", tags=TAGS, tokens=lambda config: 5)
+@robust("robust:disconnect.mid_stream", tokens=lambda config: 5)
 def disconnect_mid_stream(ctx: Context) -> None:
     """Clients that reset the connection as a stream starts leave the server healthy (5 streams of max_tokens 1)."""
     body = json.dumps(minimal(ctx, stream=True), separators=(",", ":")).encode()
@@ -28,4 +26,3 @@ def disconnect_mid_stream(ctx: Context) -> None:
         head = target.head("POST", ctx.api.completions_path, request_headers(ctx, body, close=False))
         deliver(ctx, [head + body], bound=ctx.config.timeout, linger_reset=True)
     ctx.client.add_tokens(5)
-    healthy_after(ctx)

@@ -5,19 +5,18 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from conformance.checks.robust.raw import (HEALTH, TAGS, UNKNOWN, answered, deliver, error_shaped,
-                                           healthy_after, minimal, refused, request_headers, shown, target_of)
+from conformance.checks.robust.raw import (HEALTH, UNKNOWN, answered, deliver, error_shaped, minimal, refused,
+                                           request_headers, robust, shown, target_of)
 from conformance.context import Context
 from conformance.expect import error_body, message
 from conformance.rawhttp import RawExchange
-from conformance.registry import register
 
 
 def malformed(ctx: Context) -> dict[str, Any]:
     return error_body(ctx.api, "invalid_request", message(ctx.api, "malformed_http"))
 
 
-@register("robust:http.short_body", tags=TAGS)
+@robust("robust:http.short_body")
 def short_body(ctx: Context) -> None:
     """Valid JSON shorter than its Content-Length, then a half-close: never executed; 400 malformed HTTP, then
     close; or a close without an answer (RFC 9112 section 8: a server may close on an incomplete message)."""
@@ -27,10 +26,9 @@ def short_body(ctx: Context) -> None:
     ex = deliver(ctx, [head + body], expect=2, bound=ctx.config.timeout, half_close=True)
     refused(ctx, ex, "a body 50 bytes short", malformed(ctx), front=True, may_close=True)
     _closed_after_one(ctx, ex, "a body 50 bytes short")
-    healthy_after(ctx)
 
 
-@register("robust:http.stalled_body", tags=TAGS)
+@robust("robust:http.stalled_body")
 def stalled_body(ctx: Context) -> None:
     """Part of a body, then nothing: 400 malformed HTTP once the server's body-read timeout passes
     (x-caps.body_read_seconds). Runs with --stall-seconds: how long to wait for that answer."""
@@ -52,7 +50,6 @@ def stalled_body(ctx: Context) -> None:
     refused(ctx, ex, "a stalled body over the cap",
             error_body(ctx.api, "request_too_large", message(ctx.api, "request_too_large", limit=limit)))
     _closed_after_one(ctx, ex, "a stalled body over the cap")
-    healthy_after(ctx)
 
 
 def _closed_after_one(ctx: Context, ex: RawExchange, what: str) -> None:
@@ -61,7 +58,7 @@ def _closed_after_one(ctx: Context, ex: RawExchange, what: str) -> None:
                expected="closed after one answer", received={"responses": len(ex.responses), "closed": ex.closed})
 
 
-@register("robust:http.cl_te", tags=TAGS)
+@robust("robust:http.cl_te")
 def cl_te(ctx: Context) -> None:
     """Content-Length and Transfer-Encoding together, hiding a second request: one answer, never two."""
     target = target_of(ctx)
@@ -77,7 +74,6 @@ def cl_te(ctx: Context) -> None:
     ctx.expect(response is None or response.status < 500, "CL and TE: a server error", received=shown(response))
     ctx.expect(len(ex.responses) <= 1, "the request hidden in the body was answered (smuggled)",
                expected="one answer", received=[shown(r) for r in ex.responses])
-    healthy_after(ctx)
 
 
 def _framings(ctx: Context, body: bytes) -> dict[str, bytes]:
@@ -107,7 +103,7 @@ def _framings(ctx: Context, body: bytes) -> dict[str, bytes]:
     }
 
 
-@register("robust:http.framing", tags=TAGS)
+@robust("robust:http.framing")
 def framing(ctx: Context) -> None:
     """Malformed or ambiguous framing (bad Content-Lengths, bare LFs, folded headers, NULs, HTTP/2.0 on
     HTTP/1.1, odd Transfer-Encodings, huge chunk extensions and trailers): refused in the error shape."""
@@ -115,10 +111,9 @@ def framing(ctx: Context) -> None:
     for name, data in _framings(ctx, body).items():
         ex = deliver(ctx, [data], bound=ctx.config.timeout)
         refused(ctx, ex, name, front=True)
-    healthy_after(ctx)
 
 
-@register("robust:http.pipelining", tags=TAGS)
+@robust("robust:http.pipelining")
 def pipelining(ctx: Context) -> None:
     """20 requests sent at once on one connection: answered in order (/health's answer before the
     checks, 200 where it is served, and 404 alternating), each whole."""
@@ -140,4 +135,3 @@ def pipelining(ctx: Context) -> None:
     for response, path in zip(ex.responses, paths):
         if path == UNKNOWN:
             error_shaped(ctx, response, f"pipelined GET {path}")
-    healthy_after(ctx)

@@ -1,13 +1,12 @@
 """robust:priority.* — priority as a string past the int64 range."""
 from __future__ import annotations
 
-from conformance.checks.robust.raw import TAGS, healthy_after, minimal, post, refused
+from conformance.checks.robust.raw import minimal, post, refused, robust
 from conformance.context import Context
 from conformance.expect import error_body
-from conformance.registry import register
 
 
-@register("robust:priority.int64_string", tags=TAGS)
+@robust("robust:priority.int64_string")
 def priority_int64_string(ctx: Context) -> None:
     """priority as a string past the int64 range is refused like the number."""
     schema = ctx.api.schema("CompletionRequest")["properties"]["priority"]["anyOf"][0]
@@ -15,4 +14,3 @@ def priority_int64_string(ctx: Context) -> None:
         refused(ctx, post(ctx, minimal(ctx, priority=str(value))), f"priority {value!r} as a string",
                 error_body(ctx.api, "invalid_request", ctx.api.messages["range"]["pattern"].format(param="priority"),
                            "priority"))
-    healthy_after(ctx)

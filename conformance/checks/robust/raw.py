@@ -10,9 +10,10 @@ in its own words (not JSON) or a close without one is a warning, not a finding
 answer in JSON that is not the API's, an echo and an unhealthy server stay findings."""
 from __future__ import annotations
 
+import functools
 import json
 import secrets
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from conformance.answerer import is_front, who_answered
@@ -20,6 +21,7 @@ from conformance.checks.common import schema_errors
 from conformance.context import Context
 from conformance.expect import REQUEST_ID_MASK, error_body, message, request_id_re
 from conformance.rawhttp import RawExchange, RawResponse, Target, exchange
+from conformance.registry import register
 
 
 HEALTH = "/health"
@@ -167,6 +169,18 @@ def not_echoed(ctx: Context, sent: str, response: RawResponse, what: str) -> Non
                f"{what}: the input comes back past {ctx.api.caps['quoted_chars']} characters",
                expected=f"at most {ctx.api.caps['quoted_chars']} characters of it",
                received={"bytes": len(response.body), **(shown(response) or {})})
+
+
+def robust(check_id: str, **kw: Any) -> Callable[[Callable[[Context], None]], Callable[[Context], None]]:
+    """Register a robust check: every one ends by asking whether the server is still healthy
+    (healthy_after), a property of the group, not a line each check must remember."""
+    def wrap(func: Callable[[Context], None]) -> Callable[[Context], None]:
+        @functools.wraps(func)
+        def check(ctx: Context) -> None:
+            func(ctx)
+            healthy_after(ctx)
+        return register(check_id, tags=TAGS, **kw)(check)
+    return wrap
 
 
 def healthy_after(ctx: Context) -> None:

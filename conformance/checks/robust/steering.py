@@ -8,10 +8,9 @@ from typing import Any
 
 import zstandard
 
-from conformance.checks.robust.raw import TAGS, healthy_after, minimal, post, refused
+from conformance.checks.robust.raw import minimal, post, refused, robust
 from conformance.context import Context
 from conformance.expect import steering_body
-from conformance.registry import register
 
 
 def _tensor(frame: bytes, shape: list[int]) -> dict[str, Any]:
@@ -37,7 +36,7 @@ def _declaring(frame: bytes, size: int) -> bytes:
     return frame[:4] + bytes([(fhd & 0x3F) | 0xC0]) + frame[5:at] + struct.pack("<Q", size) + frame[at + old:]
 
 
-@register("robust:steering.positions", tags=TAGS)
+@robust("robust:steering.positions")
 def steering_positions(ctx: Context) -> None:
     """A 200-byte frame declaring 1 TiB (shape [1, 67108864, hidden], sizes agreeing): 400 before anything is decoded."""
     hidden, positions = ctx.model.hidden_size, 67108864
@@ -45,10 +44,9 @@ def steering_positions(ctx: Context) -> None:
     param = "apply_steering_vectors[0]"
     refused(ctx, post(ctx, _steer(ctx, _tensor(frame, [1, positions, hidden]))), "1 TiB declared",
             steering_body(ctx.api, "positions", param, got=positions, max_model_len=ctx.max_model_len))
-    healthy_after(ctx)
 
 
-@register("robust:steering.decoded_cap", tags=TAGS)
+@robust("robust:steering.decoded_cap")
 def steering_decoded_cap(ctx: Context) -> None:
     """Vectors of zeros that decode past x-caps.steering_decoded_bytes in all: 400 on the one that passes it."""
     hidden, cap = ctx.model.hidden_size, ctx.api.caps["steering_decoded_bytes"]
@@ -60,10 +58,9 @@ def steering_decoded_cap(ctx: Context) -> None:
     param = f"apply_steering_vectors[{count - 1}]"
     refused(ctx, post(ctx, _steer(ctx, *vectors)), f"{count} vectors of {size} bytes",
             steering_body(ctx.api, "decoded_cap", param, cap=cap, total=count * size))
-    healthy_after(ctx)
 
 
-@register("robust:steering.frames", tags=TAGS)
+@robust("robust:steering.frames")
 def steering_frames(ctx: Context) -> None:
     """One zstd frame and nothing after it, inflating to exactly its declared size: trailing bytes, a
     second frame, and a header that lies (the data inflates past it, or short of it) get 400."""
@@ -77,4 +74,3 @@ def steering_frames(ctx: Context) -> None:
     for name, frame in cases.items():
         refused(ctx, post(ctx, _steer(ctx, _tensor(frame, [1, hidden]))), name,
                 steering_body(ctx.api, "zstd", param))
-    healthy_after(ctx)
