@@ -38,6 +38,7 @@ class RawExchange:
     responses: list[RawResponse] = field(default_factory=list)
     data: bytes = b""            # every byte read
     closed: bool = False         # the server closed the connection (or reset it)
+    reset: bool = False          # ... by a reset (RST), not a close
     timed_out: bool = False      # the bound passed while more was expected
     error: str | None = None     # a connection that failed before any answer
 
@@ -127,6 +128,7 @@ def _read(sock: socket.socket, out: RawExchange, expect: int, deadline: float) -
             out.timed_out = True
             return
         except ConnectionResetError:
+            out.reset = True
             chunk = b""
         if chunk:
             out.data += chunk

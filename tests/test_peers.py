@@ -4,6 +4,7 @@ and LiteLLM's proxy, reproduced with a server of ours that behaves as the peer d
 finding, each finding on the check that caused it."""
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -179,3 +180,52 @@ def test_numbers_the_server_gave_are_its_own() -> None:
     assert report.server_max_model_len == CONTEXT and "max_model_len" not in report.assumed
     assert report.context_said() == f"max_model_len {CONTEXT}"
     assert all(r.outcome is Outcome.PASSED for r in report.results), messages(report)
+
+
+# -- a reset is never a front's warning (issue 30, part 4) -------------------------------------
+
+@contextmanager
+def resetting() -> Iterator[str]:
+    """A server that answers GET /v1/models and /health and resets every other connection
+    (RST, not a close), as one that dies on dot-segment paths does."""
+    import socket
+    import struct
+    import threading
+    models = json.dumps({"object": "list", "data": [{"id": MODEL, "object": "model"}]}).encode()
+    listener = socket.create_server(("127.0.0.1", 0))
+    stop = threading.Event()
+
+    def serve_one(conn: socket.socket) -> None:
+        with conn:
+            head = conn.recv(65536)
+            if head.startswith((b"GET /v1/models ", b"GET /health ")):
+                conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nConnection: close\r\n"
+                             b"Content-Length: %d\r\n\r\n%s" % (len(models), models))
+            else:
+                conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+
+    def loop() -> None:
+        listener.settimeout(0.2)
+        while not stop.is_set():
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                continue
+            threading.Thread(target=serve_one, args=(conn,), daemon=True).start()
+    thread = threading.Thread(target=loop, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{listener.getsockname()[1]}"
+    finally:
+        stop.set()
+        thread.join(5)
+        listener.close()
+
+
+def test_a_server_that_resets_the_connection_fails_and_is_never_warned() -> None:
+    with resetting() as url:
+        report = gate(url, "robust:path.tricks", "robust:headers.long_request_line", profile="quick")
+    for r in report.results:
+        assert r.outcome is Outcome.FAILED, (r.id, r.outcome, messages(report))
+        assert not any(f.warning for f in r.findings)
+        assert any("was reset without an answer" in f.message for f in r.findings), messages(report)

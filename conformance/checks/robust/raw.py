@@ -85,7 +85,8 @@ def shown(response: RawResponse | None) -> Any:
 def answered(ctx: Context, ex: RawExchange, what: str, *, front: bool = False,
              may_close: bool = False) -> RawResponse | None:
     """The first response, or a finding: no connection, a hang, or a close without an answer
-    (a warning with `front`; nothing with `may_close`, where HTTP lets any server close)."""
+    (a warning with `front`; nothing with `may_close`, where HTTP lets any server close). A
+    reset is never a warning: no front answers in its own words by resetting."""
     if ex.error is not None:
         ctx.fail(f"{what}: no connection: {ex.error}")
         return None
@@ -94,8 +95,9 @@ def answered(ctx: Context, ex: RawExchange, what: str, *, front: bool = False,
             ctx.fail(f"{what}: no answer within {ctx.config.timeout:g} s (a hang)",
                      received=ex.data[:300].decode("latin-1"))
         elif not may_close:
-            (ctx.warn if front else ctx.fail)(f"{what}: the connection closed without an answer",
-                                              received=ex.data[:300].decode("latin-1"))
+            (ctx.warn if front and not ex.reset else ctx.fail)(
+                f"{what}: the connection {'was reset' if ex.reset else 'closed'} without an answer",
+                received=ex.data[:300].decode("latin-1"))
     for response in ex.responses:       # a broken server's accepted request counts against the ceiling
         data = response.json() if response.status == 200 else None
         usage = data.get("usage") if isinstance(data, dict) else None
