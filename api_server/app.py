@@ -33,8 +33,8 @@ from contract import (
     RequestTooLarge, Spec, spec,
 )
 
-if TYPE_CHECKING:   # (imported by create_app: api_server/metrics.py says why)
-    from api_server.tally import Tally
+if TYPE_CHECKING:   # (imported by create_app: prometheus_client picks its mode when imported)
+    from prometheus_client import CollectorRegistry
 
 log = logging.getLogger("api_server")
 
@@ -58,7 +58,7 @@ def served_models(s: Spec, config: ServerConfig, served: Mapping[str, ModelInfo]
 
 def create_app(config: ServerConfig, engine: Engine, models: Mapping[str, ModelInfo] | None = None,
                hook: Hook | None = None, api: Spec | None = None,
-               tally: Tally | None = None) -> Flask:
+               registry: CollectorRegistry | None = None) -> Flask:
     """A server of this API over `engine` (the mock's fake one, or vLLM).
 
     `models` replaces the spec's models (a deployment whose model differs from the
@@ -66,8 +66,8 @@ def create_app(config: ServerConfig, engine: Engine, models: Mapping[str, ModelI
     still applies on top. `hook` adds what the API itself does not do (the mock's
     faults and latency); a server of the real API passes none. `api` is the spec
     (spec() by default): the app's Contract, built from it here, is what every request
-    is checked and every error worded by. `tally` holds the app's metrics (GET /metrics), and any
-    the server adds (a new one by default)."""
+    is checked and every error worded by. `registry` holds the app's metrics (GET /metrics), and
+    any the server adds (a new one by default)."""
     if not isinstance(engine, Engine):   # its capabilities are Engine's methods: fail at start
         raise TypeError(f"{type(engine).__name__} is not an api_server.Engine (api_server/engine.py)")
     api = api if api is not None else spec()
@@ -83,10 +83,10 @@ def create_app(config: ServerConfig, engine: Engine, models: Mapping[str, ModelI
     # completions.read_body cuts a chunked body off at the cap itself.
     # prometheus_client is imported now, not with this module: it picks its multiprocess
     # mode once, from a variable that serve.prepare sets after the servers' mains import us.
-    from api_server.metrics import ApiMetrics, new_tally
-    tally = tally if tally is not None else new_tally()
+    from api_server.metrics import ApiMetrics, new_registry
+    registry = registry if registry is not None else new_registry()
     app.state = State(contract, config, models, engine, open_budget(config), hook, int(time.time()),  # type: ignore[attr-defined]
-                      ApiMetrics(tally))
+                      ApiMetrics(registry))
     app.register_error_handler(ApiError, _api_error)
     app.register_error_handler(HTTPException, _http_error)
     app.register_error_handler(Exception, _unexpected)

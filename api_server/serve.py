@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import atexit
 import gc
+import glob
 import os
 import shutil
 import tempfile
@@ -27,7 +28,7 @@ DEFAULT_CONNECTIONS = 4096
 DEFAULT_THREADS = 32
 DEFAULT_GRACEFUL_TIMEOUT = 5
 BACKLOG = 4096
-MULTIPROC_DIR = "PROMETHEUS_MULTIPROC_DIR"   # api_server/tally.py reads it (imported later: serve.prepare)
+MULTIPROC_DIR = "PROMETHEUS_MULTIPROC_DIR"   # prometheus_client reads it when imported (after serve.prepare)
 # Seconds an idle keep-alive connection waits for its next request (gunicorn's keepalive).
 IDLE_CONNECTION_S = 5
 
@@ -76,7 +77,13 @@ def prepare(worker: str) -> None:
     if worker == "gevent":
         from gevent import monkey
         monkey.patch_all()
-    if not os.environ.get(MULTIPROC_DIR):
+    given = os.environ.get(MULTIPROC_DIR)
+    if given:
+        # prometheus_client's documentation: wiped between runs, before start (else the last
+        # run's counts carry over into this one's)
+        for stale in glob.glob(os.path.join(given, "*.db")):
+            os.remove(stale)
+    else:
         os.environ[MULTIPROC_DIR] = path = tempfile.mkdtemp(prefix="acs-metrics-")
         master = os.getpid()
         # Removed when the master exits, not when a worker does (it runs atexit too).

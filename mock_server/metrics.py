@@ -2,16 +2,12 @@
 (api_server/metrics.py) in the app's registry: the running batch and the waiting queue
 (load.py), time to first token, time per output token, end-to-end latency, and the
 prompt and generation tokens. The buckets are vLLM 0.32's (vllm/v1/metrics/buckets.py).
-Imported by create_app alone (prometheus_client picks its multiprocess mode when
-imported: api_server/metrics.py).
 """
 from __future__ import annotations
 
 from typing import NamedTuple
 
-from prometheus_client import Gauge
-
-from api_server.tally import Count, Observed, Tally
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 
 TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5,
@@ -24,29 +20,28 @@ MODEL = ["model_name"]   # vLLM's label: the served model's name
 
 
 class VllmMetrics:
-    """vLLM's metrics of the mock, in `tally` (the app's: api_server/metrics.py's new_tally).
-    The gauges are written at once (the load model sets them); the rest in batches (tally.py)."""
+    """vLLM's metrics of the mock, in the app's `registry` (api_server/metrics.py's new_registry)."""
 
-    def __init__(self, tally: Tally) -> None:
-        registry = tally.registry
+    def __init__(self, registry: CollectorRegistry) -> None:
         self.running = Gauge("vllm:num_requests_running", "Number of requests in model execution batches.",
                              registry=registry, multiprocess_mode="livesum")
         self.waiting = Gauge("vllm:num_requests_waiting", "Number of requests waiting to be processed.",
                              registry=registry, multiprocess_mode="livesum")
-        self.ttft = tally.histograms("vllm:time_to_first_token_seconds",
-                                     "Histogram of time to first token in seconds.", MODEL, TTFT_BUCKETS)
-        self.tpot = tally.histograms("vllm:time_per_output_token_seconds",
-                                     "Histogram of time per output token in seconds (one value per request).",
-                                     MODEL, TPOT_BUCKETS)
-        self.e2e = tally.histograms("vllm:e2e_request_latency_seconds",
-                                    "Histogram of e2e request latency in seconds.", MODEL, E2E_BUCKETS)
-        self.prompt_tokens = tally.counters("vllm:prompt_tokens", "Number of prefill tokens processed.", MODEL)
-        self.generation_tokens = tally.counters("vllm:generation_tokens", "Number of generation tokens processed.",
-                                                MODEL)
+        self.ttft = Histogram("vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.",
+                              MODEL, registry=registry, buckets=TTFT_BUCKETS)
+        self.tpot = Histogram("vllm:time_per_output_token_seconds",
+                              "Histogram of time per output token in seconds (one value per request).",
+                              MODEL, registry=registry, buckets=TPOT_BUCKETS)
+        self.e2e = Histogram("vllm:e2e_request_latency_seconds", "Histogram of e2e request latency in seconds.",
+                             MODEL, registry=registry, buckets=E2E_BUCKETS)
+        self.prompt_tokens = Counter("vllm:prompt_tokens", "Number of prefill tokens processed.", MODEL,
+                                     registry=registry)
+        self.generation_tokens = Counter("vllm:generation_tokens", "Number of generation tokens processed.", MODEL,
+                                         registry=registry)
         self._models: dict[str, ModelMetrics] = {}
 
     def model(self, name: str) -> ModelMetrics:
-        """One model's metrics, looked up once."""
+        """One model's metrics, their label children looked up once."""
         found = self._models.get(name)
         if found is None:
             found = self._models[name] = ModelMetrics(
@@ -56,8 +51,8 @@ class VllmMetrics:
 
 
 class ModelMetrics(NamedTuple):
-    ttft: Observed
-    tpot: Observed
-    e2e: Observed
-    prompt_tokens: Count
-    generation_tokens: Count
+    ttft: Histogram
+    tpot: Histogram
+    e2e: Histogram
+    prompt_tokens: Counter
+    generation_tokens: Counter

@@ -19,13 +19,13 @@ def create_app(config: MockConfig | None = None, engine: Engine | None = None,
     """The mock (MockConfig.from_env() when no config is given); `engine` replaces the
     fake one, `models` the spec's models (config.max_model_len still applies on top)."""
     # prometheus_client is imported now, after serve.prepare (api_server/metrics.py).
-    from api_server.metrics import new_tally
+    from api_server.metrics import new_registry
     from mock_server.metrics import VllmMetrics
 
     config = config if config is not None else MockConfig.from_env()
     api = api if api is not None else spec()
     if engine is None:
         engine = FakeEngine(served_models(api, config, models).values(), config.eos_rate, api)
-    tally = new_tally()
-    hook = Faults(config, api, None if config.disable_log_stats else VllmMetrics(tally))
-    return create_api_app(config, engine, models, hook, api, tally)
+    registry = new_registry()
+    hook = Faults(config, api, None if config.disable_log_stats else VllmMetrics(registry))
+    return create_api_app(config, engine, models, hook, api, registry)

@@ -2,12 +2,11 @@
 what it simulates; with several workers, one scrape sums them all."""
 from __future__ import annotations
 
-import time
+from pathlib import Path
 
 import httpx
 
 from api_server.app import METRICS_PATH
-from api_server.tally import FLUSH_S
 from contract import InsufficientQuota, spec
 from mock_server import MockConfig, create_app
 from tests.metrics_support import value
@@ -88,20 +87,14 @@ def test_without_log_stats_the_mock_reports_no_vllm_names() -> None:
 
 
 def test_one_scrape_sums_every_worker() -> None:
-    """Whichever worker answers the scrape, once the others have flushed (at most FLUSH_S
-    after their last count: api_server/tally.py)."""
+    """Whichever worker answers the scrape, every worker's counts are in it at once (each
+    writes its values where prometheus_client's multiprocess mode reads them)."""
     server = MockProcess("--workers", "2").start()
     try:
         n = 12
         for _ in range(n):   # a new connection each, so that both workers answer some
             assert httpx.post(server.url + COMPLETIONS, json=completion_body(stream=True), headers=AUTH,
                               timeout=60).status_code == 200
-        deadline = time.monotonic() + 30 * FLUSH_S
-        while time.monotonic() < deadline:
-            text = httpx.get(server.url + METRICS_PATH, timeout=60).text
-            if value(text, "acs_requests_total", route=COMPLETIONS, status="200", code="") == n:
-                break
-            time.sleep(FLUSH_S / 10)
         scrapes = [httpx.get(server.url + METRICS_PATH, timeout=60).text for _ in range(4)]
     finally:
         server.close()
@@ -109,3 +102,17 @@ def test_one_scrape_sums_every_worker() -> None:
         assert value(text, "acs_requests_total", route=COMPLETIONS, status="200", code="") == n
         assert value(text, "vllm:e2e_request_latency_seconds_count", model_name=MODEL) == n
         assert value(text, "acs_open_streams") == 0
+
+
+def test_a_metrics_directory_given_is_wiped_at_start(tmp_path: Path) -> None:
+    """PROMETHEUS_MULTIPROC_DIR set by the user: the last run's counts do not carry over."""
+    env = {"PROMETHEUS_MULTIPROC_DIR": str(tmp_path)}
+    for run in range(2):
+        server = MockProcess(env=env).start()
+        try:
+            assert httpx.post(server.url + COMPLETIONS, json=completion_body(), headers=AUTH,
+                              timeout=60).status_code == 200
+            text = httpx.get(server.url + METRICS_PATH, timeout=60).text
+        finally:
+            server.close()
+        assert value(text, "acs_requests_total", route=COMPLETIONS, status="200", code="") == 1, run

@@ -11,7 +11,7 @@ from typing import Any
 import httpx
 import pytest
 
-from api_server.metrics import new_tally
+from api_server.metrics import new_registry
 from contract import InferenceUnavailable, spec
 from mock_server.config import MockConfig
 from mock_server.load import Scheduler
@@ -120,7 +120,7 @@ def test_running_and_waiting_in_vllms_gauges() -> None:
 # -- the timing, without a server -------------------------------------------------------------
 def scheduler(**settings: Any) -> Scheduler:
     config = MockConfig(**settings)
-    return Scheduler(lambda: config, VllmMetrics(new_tally()))
+    return Scheduler(lambda: config, VllmMetrics(new_registry()))
 
 
 def request(prompt: str) -> Any:
