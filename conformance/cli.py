@@ -71,6 +71,9 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
                         "sends) fail the run too")
     p.add_argument("--rate-limit", type=float, metavar="N",
                    help="send at most N requests per second; a 429 with Retry-After is waited out and sent again")
+    p.add_argument("--metrics-url", metavar="URL",
+                   help="the deployment's /metrics (its vLLM's, or the mock's): run the metrics:* checks "
+                        "(vLLM's names, types, labels and buckets; counters that move with the run's requests)")
     p.add_argument("--no-progress", action="store_true", help="no progress display")
 
 
@@ -111,6 +114,7 @@ def _config(args: argparse.Namespace, api: Spec) -> RunConfig:
         wrong_key_expected=args.wrong_key_expected, exhausted_key=args.exhausted_key,
         token_ceiling=args.token_ceiling, timeout=args.timeout, schema_examples=args.schema_examples,
         stall_seconds=args.stall_seconds, strict=args.strict, rate_limit=args.rate_limit, api=api,
+        metrics_url=args.metrics_url,
     ).validate()
 
 

@@ -50,6 +50,7 @@ class RunConfig:
                                         # body-read timeout; 0 skips it (the spec's is 30 s)
     strict: bool = False                # warnings (a front's own words) are findings
     rate_limit: float | None = None     # the most requests per second; 429s with Retry-After waited out
+    metrics_url: str | None = None      # the deployment's Prometheus /metrics: the metrics:* checks
     api: Spec = field(default_factory=spec, repr=False, compare=False)  # the spec it is checked against
 
     def __post_init__(self) -> None:

@@ -92,8 +92,7 @@ class Scheduler:
 
     def _report(self) -> None:
         if self.metrics is not None:
-            self.metrics.running.set(self.running)
-            self.metrics.waiting.set(len(self.waiting))
+            self.metrics.load(self.running, len(self.waiting), self.settings().max_num_seqs or 0)
 
     def steps(self, req: CompletionRequest, ttft_s: float, tpot_s: float) -> Steps:
         """The waits of a running request: the prefill, then decode steps slowed by the

@@ -13,21 +13,24 @@ if TYPE_CHECKING:   # (imported by create_app: api_server/metrics.py says why)
 
 
 class _Clock:
-    """One request's times: from its start, its first and its last token."""
+    """One request's times: from its start, its first and its last token; how it finished."""
 
-    __slots__ = ("start", "first", "last", "usage")
+    __slots__ = ("start", "first", "last", "usage", "reason")
 
     def __init__(self) -> None:
         self.start = time.monotonic()
         self.first: float | None = None
         self.last = 0.0
         self.usage: Usage | None = None
+        self.reason = "abort"      # vLLM's finished_reason until a choice says how it finished
 
     def see(self, event: StreamEvent) -> None:
         if isinstance(event, ChoiceDelta):
             self.last = time.monotonic()
             if self.first is None:
                 self.first = self.last
+            if event.finish_reason is not None:
+                self.reason = event.finish_reason
         elif isinstance(event, Usage):
             self.usage = event
 
@@ -41,9 +44,11 @@ class _Clock:
             self.last = time.monotonic()
             if self.first is None:
                 self.first = self.last
-        for event in batch[-3:]:
+        for event in batch[-4:]:
             if isinstance(event, Usage):
                 self.usage = event
+            elif isinstance(event, ChoiceDelta) and event.finish_reason is not None:
+                self.reason = event.finish_reason
 
 
 class Metered(Engine):
@@ -76,6 +81,7 @@ class Metered(Engine):
         m = self.metrics.model(self.model)
         if clock.first is not None:
             m.ttft.observe(clock.first - clock.start)
+        m.success[clock.reason if clock.usage is not None else "abort"].inc()
         if clock.usage is not None:
             m.prompt_tokens.inc(clock.usage.prompt_tokens)
             m.generation_tokens.inc(clock.usage.completion_tokens)

@@ -1,10 +1,12 @@
 """vLLM's metrics for what the mock simulates, by vLLM's names, beside the API's acs_*
 (api_server/metrics.py) in the app's registry: the running batch and the waiting queue
-(load.py), time to first token, time per output token, end-to-end latency, and the
-prompt and generation tokens. The buckets are vLLM 0.32's (vllm/v1/metrics/buckets.py).
+(load.py) and the KV cache's share in use, time to first token, time per output token (one
+value a request), end-to-end latency, the prompt and generation tokens, and the requests
+finished by reason. The buckets are vLLM 0.32's (vllm/v1/metrics/buckets.py).
 """
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import NamedTuple
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
@@ -16,38 +18,64 @@ TPOT_BUCKETS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1
                 20.0, 40.0, 80.0)
 E2E_BUCKETS = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0,
                240.0, 480.0, 960.0, 1920.0, 7680.0)
-MODEL = ["model_name"]   # vLLM's label: the served model's name
+LABELS = ["model_name", "engine"]   # vLLM's labels on every series: the served model, the engine's index
+ENGINE = "0"                        # one engine, as vLLM without data parallelism
+FINISHED = ("stop", "length", "abort")   # vllm:request_success's finished_reason values the mock has
 
 
 class VllmMetrics:
-    """vLLM's metrics of the mock, in the app's `registry` (api_server/metrics.py's new_registry)."""
+    """vLLM 0.32's metrics of the mock, by vLLM's names, types, labels and buckets
+    (conformance/vllm_metrics.json, recorded from vLLM, holds them; metrics:vllm_families checks
+    them), in the app's `registry`. Every series of every served model shows from the start,
+    at 0, as vLLM's do."""
 
-    def __init__(self, registry: CollectorRegistry) -> None:
+    def __init__(self, registry: CollectorRegistry, models: Iterable[str]) -> None:
+        gauge = {"registry": registry, "multiprocess_mode": "livesum"}
         self.running = Gauge("vllm:num_requests_running", "Number of requests in model execution batches.",
-                             registry=registry, multiprocess_mode="livesum")
+                             LABELS, **gauge)
         self.waiting = Gauge("vllm:num_requests_waiting", "Number of requests waiting to be processed.",
-                             registry=registry, multiprocess_mode="livesum")
+                             LABELS, **gauge)
+        self.kv_cache = Gauge("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.",
+                              LABELS, **gauge)
         self.ttft = Histogram("vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.",
-                              MODEL, registry=registry, buckets=TTFT_BUCKETS)
-        self.tpot = Histogram("vllm:time_per_output_token_seconds",
-                              "Histogram of time per output token in seconds (one value per request).",
-                              MODEL, registry=registry, buckets=TPOT_BUCKETS)
+                              LABELS, registry=registry, buckets=TTFT_BUCKETS)
+        self.tpot = Histogram("vllm:request_time_per_output_token_seconds",
+                              "Histogram of time_per_output_token_seconds per request.",
+                              LABELS, registry=registry, buckets=TPOT_BUCKETS)
         self.e2e = Histogram("vllm:e2e_request_latency_seconds", "Histogram of e2e request latency in seconds.",
-                             MODEL, registry=registry, buckets=E2E_BUCKETS)
-        self.prompt_tokens = Counter("vllm:prompt_tokens", "Number of prefill tokens processed.", MODEL,
+                             LABELS, registry=registry, buckets=E2E_BUCKETS)
+        self.prompt_tokens = Counter("vllm:prompt_tokens", "Number of prefill tokens processed.", LABELS,
                                      registry=registry)
-        self.generation_tokens = Counter("vllm:generation_tokens", "Number of generation tokens processed.", MODEL,
+        self.generation_tokens = Counter("vllm:generation_tokens", "Number of generation tokens processed.", LABELS,
                                          registry=registry)
-        self._models: dict[str, ModelMetrics] = {}
+        self.success = Counter("vllm:request_success", "Count of successfully processed requests.",
+                               ["model_name", "engine", "finished_reason"], registry=registry)
+        self._models = {name: self._model(name) for name in models}
+        self._load = next(iter(self._models.values()), None)
+
+    def _model(self, name: str) -> ModelMetrics:
+        for reason in FINISHED:
+            self.success.labels(name, ENGINE, reason)
+        return ModelMetrics(
+            self.ttft.labels(name, ENGINE), self.tpot.labels(name, ENGINE), self.e2e.labels(name, ENGINE),
+            self.prompt_tokens.labels(name, ENGINE), self.generation_tokens.labels(name, ENGINE),
+            {reason: self.success.labels(name, ENGINE, reason) for reason in FINISHED},
+            self.running.labels(name, ENGINE), self.waiting.labels(name, ENGINE), self.kv_cache.labels(name, ENGINE))
 
     def model(self, name: str) -> ModelMetrics:
         """One model's metrics, their label children looked up once."""
         found = self._models.get(name)
         if found is None:
-            found = self._models[name] = ModelMetrics(
-                self.ttft.labels(name), self.tpot.labels(name), self.e2e.labels(name),
-                self.prompt_tokens.labels(name), self.generation_tokens.labels(name))
+            found = self._models[name] = self._model(name)
         return found
+
+    def load(self, running: int, waiting: int, capacity: int) -> None:
+        """The load model's batch and queue (one engine: the first served model's series), and
+        the KV cache as the share of the batch's sequence slots in use."""
+        if self._load is not None:
+            self._load.running.set(running)
+            self._load.waiting.set(waiting)
+            self._load.kv_cache.set(min(running / capacity, 1.0) if capacity else 0.0)
 
 
 class ModelMetrics(NamedTuple):
@@ -56,3 +84,7 @@ class ModelMetrics(NamedTuple):
     e2e: Histogram
     prompt_tokens: Counter
     generation_tokens: Counter
+    success: dict[str, Counter]
+    running: Gauge
+    waiting: Gauge
+    kv_cache: Gauge

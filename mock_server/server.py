@@ -24,8 +24,9 @@ def create_app(config: MockConfig | None = None, engine: Engine | None = None,
 
     config = config if config is not None else MockConfig.from_env()
     api = api if api is not None else spec()
+    served = served_models(api, config, models)
     if engine is None:
-        engine = FakeEngine(served_models(api, config, models).values(), config.eos_rate, api)
+        engine = FakeEngine(served.values(), config.eos_rate, api)
     registry = new_registry()
-    hook = Faults(config, api, None if config.disable_log_stats else VllmMetrics(registry))
+    hook = Faults(config, api, None if config.disable_log_stats else VllmMetrics(registry, served))
     return create_api_app(config, engine, models, hook, api, registry)

@@ -9,15 +9,17 @@ import httpx
 from api_server.app import METRICS_PATH
 from contract import InsufficientQuota, spec
 from mock_server import MockConfig, create_app
-from tests.metrics_support import value
+from tests.metrics_support import samples, value
 from tests.mock_helpers import AUTH, MockProcess, completion_body
 from tests.test_reference_engine import BODY, SKY, api, streamed
 
 COMPLETIONS = spec().completions_path
 MODEL = spec().default_model
-VLLM_NAMES = ("vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:time_to_first_token_seconds",
-              "vllm:time_per_output_token_seconds", "vllm:e2e_request_latency_seconds",
-              "vllm:prompt_tokens_total", "vllm:generation_tokens_total")
+VLLM_NAMES = ("vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc",
+              "vllm:time_to_first_token_seconds", "vllm:request_time_per_output_token_seconds",
+              "vllm:e2e_request_latency_seconds", "vllm:prompt_tokens_total", "vllm:generation_tokens_total",
+              "vllm:request_success_total")
+SERIES = {"model_name": MODEL, "engine": "0"}   # vLLM's labels on every series
 
 
 def mock_client(**settings: object) -> httpx.Client:
@@ -67,12 +69,25 @@ def test_the_mock_reports_vllms_names() -> None:
     for name in VLLM_NAMES:
         assert f"\n{name}" in text, name
     usage = body["usage"]
-    assert value(text, "vllm:prompt_tokens_total", model_name=MODEL) == 2 * usage["prompt_tokens"]
-    assert value(text, "vllm:generation_tokens_total", model_name=MODEL) == 12
-    assert value(text, "vllm:time_to_first_token_seconds_count", model_name=MODEL) == 2
-    assert value(text, "vllm:e2e_request_latency_seconds_count", model_name=MODEL) == 2
-    assert value(text, "vllm:time_per_output_token_seconds_count", model_name=MODEL) >= 1
+    assert value(text, "vllm:prompt_tokens_total", **SERIES) == 2 * usage["prompt_tokens"]
+    assert value(text, "vllm:generation_tokens_total", **SERIES) == 12
+    assert value(text, "vllm:time_to_first_token_seconds_count", **SERIES) == 2
+    assert value(text, "vllm:e2e_request_latency_seconds_count", **SERIES) == 2
+    assert value(text, "vllm:request_time_per_output_token_seconds_count", **SERIES) >= 1
+    assert value(text, "vllm:request_success_total", finished_reason="length", **SERIES) == 2
     assert value(text, "acs_requests_total", route=COMPLETIONS, status="200", code="") == 2
+
+
+def test_every_vllm_series_shows_from_the_start_at_0() -> None:
+    """As vLLM's: a dashboard or a router sees each series before the first request."""
+    with mock_client() as c:
+        text = c.get(METRICS_PATH).text
+    for name in ("vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc",
+                 "vllm:prompt_tokens_total", "vllm:generation_tokens_total",
+                 "vllm:time_to_first_token_seconds_count", "vllm:e2e_request_latency_seconds_count"):
+        assert (name, frozenset(SERIES.items())) in samples(text), name
+    for reason in ("stop", "length", "abort"):
+        assert ("vllm:request_success_total", frozenset({**SERIES, "finished_reason": reason}.items())) in samples(text)
 
 
 def test_without_log_stats_the_mock_reports_no_vllm_names() -> None:
@@ -100,7 +115,7 @@ def test_one_scrape_sums_every_worker() -> None:
         server.close()
     for text in scrapes:   # whichever worker answered the scrape
         assert value(text, "acs_requests_total", route=COMPLETIONS, status="200", code="") == n
-        assert value(text, "vllm:e2e_request_latency_seconds_count", model_name=MODEL) == n
+        assert value(text, "vllm:e2e_request_latency_seconds_count", **SERIES) == n
         assert value(text, "acs_open_streams") == 0
 
 

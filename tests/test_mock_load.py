@@ -23,6 +23,7 @@ from tests.mock_helpers import AUTH, completion_body
 from tests.contract_support import CONTRACT
 
 COMPLETIONS = spec().completions_path
+SERIES = {"model_name": spec().default_model, "engine": "0"}   # vLLM's labels on every series
 WAIT_S = 60   # generous: only a bound on a test that would otherwise hang
 
 
@@ -109,18 +110,21 @@ def test_running_and_waiting_in_vllms_gauges() -> None:
         deadline = time.monotonic() + WAIT_S
         while True:   # until the second is queued
             text = c.get("/metrics").text
-            if value(text, "vllm:num_requests_waiting") == 1 or time.monotonic() > deadline:
+            if value(text, "vllm:num_requests_waiting", **SERIES) == 1 or time.monotonic() > deadline:
                 break
         first.join(), second.join()
         done = c.get("/metrics").text
-    assert (value(text, "vllm:num_requests_running"), value(text, "vllm:num_requests_waiting")) == (1, 1)
-    assert (value(done, "vllm:num_requests_running"), value(done, "vllm:num_requests_waiting")) == (0, 0)
+    assert (value(text, "vllm:num_requests_running", **SERIES), value(text, "vllm:num_requests_waiting", **SERIES)) \
+        == (1, 1)
+    assert value(text, "vllm:kv_cache_usage_perc", **SERIES) == 1.0     # the one slot in use
+    assert (value(done, "vllm:num_requests_running", **SERIES), value(done, "vllm:num_requests_waiting", **SERIES)) \
+        == (0, 0)
 
 
 # -- the timing, without a server -------------------------------------------------------------
 def scheduler(**settings: Any) -> Scheduler:
     config = MockConfig(**settings)
-    return Scheduler(lambda: config, VllmMetrics(new_registry()))
+    return Scheduler(lambda: config, VllmMetrics(new_registry(), [spec().default_model]))
 
 
 def request(prompt: str) -> Any:

@@ -1,0 +1,94 @@
+"""metrics:* — with --metrics-url, a deployment's Prometheus metrics against vLLM's own.
+
+A router (the Gateway API Inference Extension), an autoscaler and a dashboard read vLLM's
+metrics by name: a renamed one breaks them silently. The contract is a real vLLM's scrape
+(conformance/vllm_metrics.json, recorded by conformance.metrics_contract), so these checks
+say what vLLM says, not what someone wrote down:
+
+- metrics:vllm_families: every `vllm:` family the deployment exports is one of vLLM's, with
+  its type, labels and buckets; the families gateways read are there;
+- metrics:counters_move: the counters move with the requests this check sends (requests
+  finished, prompt and generation tokens), by at least what their usage says.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+
+from conformance.context import Context
+from conformance.metrics_contract import GATEWAY, families, load
+from conformance.registry import register
+
+TAGS = ("metrics",)
+SENT = 2            # requests counters_move sends
+MAX_TOKENS = 1
+
+
+def scrape(ctx: Context) -> str:
+    if not ctx.config.metrics_url:
+        ctx.skip("no --metrics-url: the deployment's /metrics is not checked")
+    try:
+        resp = httpx.get(ctx.config.metrics_url, timeout=ctx.config.timeout)
+    except httpx.HTTPError as exc:
+        ctx.stop(f"GET {ctx.config.metrics_url}: no HTTP response: {type(exc).__name__}: {exc}")
+    if resp.status_code != 200:
+        ctx.stop(f"GET {ctx.config.metrics_url} answered {resp.status_code}", expected=200,
+                 received=resp.text[:300])
+    return resp.text
+
+
+@register("metrics:vllm_families", tags=TAGS)
+def vllm_families(ctx: Context) -> None:
+    """Each `vllm:` family exported is vLLM's, with its type, labels and buckets; the families
+    gateways and autoscalers read are exported."""
+    theirs = families(scrape(ctx))
+    contract = load()
+    known, vllm = contract["families"], contract["recorded_from"]
+    for name, got in sorted(theirs.items()):
+        want = known.get(name)
+        if want is None:
+            ctx.fail(f"{name} is not a metric of {vllm}: what reads vLLM's names finds nothing there",
+                     expected="one of vLLM's families", received=name)
+            continue
+        for part in ("type", "labels", "buckets"):
+            if want.get(part) is not None and got.get(part) != want[part]:
+                ctx.fail(f"{name}: its {part} differs from {vllm}'s", expected=want[part], received=got.get(part))
+    missing = [name for name in GATEWAY if name not in theirs]
+    ctx.expect(not missing, f"families gateways and autoscalers read are not exported: {', '.join(missing)}",
+               expected=list(GATEWAY), received=sorted(theirs))
+
+
+def _totals(text: str) -> dict[str, float]:
+    """Each counter's value summed over its label sets (the model's, the engine's, a reason's)."""
+    from prometheus_client.parser import text_string_to_metric_families
+    out: dict[str, float] = {}
+    for family in text_string_to_metric_families(text):
+        if family.type == "counter":
+            out[family.name] = sum(s.value for s in family.samples if s.name.endswith("_total"))
+    return out
+
+
+COUNTERS = {"vllm:request_success": "requests", "vllm:prompt_tokens": "prompt_tokens",
+            "vllm:generation_tokens": "completion_tokens"}
+
+
+@register("metrics:counters_move", tags=TAGS, tokens=SENT * MAX_TOKENS)
+def counters_move(ctx: Context) -> None:
+    """Requests finished, prompt and generation tokens grow by at least what this check's own
+    requests used (other traffic may add more, never less)."""
+    before = _totals(scrape(ctx))
+    used: dict[str, Any] = {"requests": 0, "prompt_tokens": 0, "completion_tokens": 0}
+    for _ in range(SENT):
+        reply = ctx.client.post(ctx.api.completions_path, {"model": ctx.config.model, "prompt": "The sky is",
+                                                            "max_tokens": MAX_TOKENS})
+        ctx.expect_status(reply, 200, fatal=True)
+        usage = reply.data.get("usage") if isinstance(reply.data, dict) else None
+        used["requests"] += 1
+        for key in ("prompt_tokens", "completion_tokens"):
+            used[key] += usage.get(key, 0) if isinstance(usage, dict) and isinstance(usage.get(key), int) else 0
+    after = _totals(scrape(ctx))
+    for name, key in COUNTERS.items():
+        grew = after.get(name, 0.0) - before.get(name, 0.0)
+        ctx.expect(grew >= used[key], f"{name} grew by {grew:g} over {SENT} requests that used {used[key]} {key}",
+                   expected=f"at least {used[key]}", received=grew)
