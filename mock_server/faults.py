@@ -19,7 +19,7 @@ from api_server.engine import Batches, ChoiceDelta, Engine, ErrorEvent, Event
 from api_server.hooks import Headers
 from api_server.pacing import Pump
 from contract import ApiError, CompletionRequest, InvalidRequest, Spec, spec
-from contract.errors import error_class
+from contract.errors import Message, error_class
 from mock_server.config import MockConfig
 from mock_server.control import Control
 from mock_server.latency import paced, paced_batches
@@ -74,6 +74,7 @@ class Faults:
         self.rng = random.Random()
         self.metrics = metrics
         self.scheduler = Scheduler(self.settings, self.metrics)
+        self.known_headers = tuple(sorted(self.spec.mock_headers))
 
     def engine(self, headers: Headers, req: CompletionRequest, engine: Engine) -> Engine:
         """The engine for this request, observed in vLLM's metrics (if any): `engine`, or `engine`
@@ -81,7 +82,8 @@ class Faults:
         is raised here: after validation, before the Budget holds anything, as the real
         API refuses a request; a full queue is refused when the engine starts."""
         config = self.settings()
-        ttft_s, tpot_s, forced, after = read(self.spec.mock_faults, headers, config, self.rng, req.max_tokens)
+        ttft_s, tpot_s, forced, after = read(self.spec.mock_faults, headers, config, self.rng, req.max_tokens,
+                                             self.known_headers)
         if forced is not None:
             raise forced_error(self.spec, forced, req)
         failure = None if after is None else (after, stream_error(self.spec))   # built only when asked for
@@ -138,10 +140,22 @@ def _failing(batches: Batches, after: int, error: ApiError) -> Batches:
         batches.close()
 
 
+def _unknown_header(faults: dict[str, Any], headers: Headers, known: tuple[str, ...]) -> None:
+    """400 for a header with the mock's prefix that it does not read (the name quoted cut)."""
+    prefix = faults["header_prefix"].lower()
+    for name in headers.keys():
+        if name.lower().startswith(prefix) and name.lower() not in {k.lower() for k in known}:
+            raise InvalidRequest(Message(text=faults["unknown_header"], fields={
+                "header": name, "known": Message(text=", ".join(known))}))
+
+
 def read(faults: dict[str, Any], headers: Headers, config: MockConfig, rng: random.Random,
-         max_tokens: int) -> tuple[float, float, int | None, int | None]:
-    """Read the mock's headers (400 for a bad value) and roll the configured fault rates:
-    (ttft_s, tpot_s, forced status, choice deltas before a stream error)."""
+         max_tokens: int, known: tuple[str, ...] = ()) -> tuple[float, float, int | None, int | None]:
+    """Read the mock's headers (400 for a bad value, or for one of `known`'s prefix it does not
+    read) and roll the configured fault rates: (ttft_s, tpot_s, forced status, choice deltas
+    before a stream error)."""
+    if known:
+        _unknown_header(faults, headers, known)
     # One lookup a header (each costs about half a microsecond, on every request).
     statuses = faults["statuses"]
     forced = None

@@ -279,6 +279,20 @@ def test_a_bad_mock_header_is_400_with_the_specs_message(client: FlaskClient, he
     assert assert_code(r, "invalid_request")["error"]["message"] == want
 
 
+@pytest.mark.parametrize("header", ["X-Mock-Ttft", "x-mock-stauts", "X-Mock-" + "a" * 300])
+def test_an_unknown_mock_header_is_400_naming_it_cut_and_the_ones_the_mock_reads(client: FlaskClient,
+                                                                               header: str) -> None:
+    """A typo must fail the test that sent it, not pass unread (issue 32)."""
+    faults = spec().mock_faults
+    known = ", ".join(sorted(spec().mock_headers))
+    r = client.post("/v1/completions", json=completion_body(), headers={**AUTH, header: "5"})
+    sent = "-".join(w.capitalize() for w in header.split("-"))   # as werkzeug's environ names it
+    quoted = CONTRACT.errors.cut(sent)
+    assert assert_code(r, "invalid_request")["error"]["message"] == \
+        faults["unknown_header"].format(header=quoted, known=known)
+    assert len(quoted) < len(header) or len(header) <= spec().caps["quoted_chars"]
+
+
 def test_x_mock_stream_error_after(client: FlaskClient) -> None:
     r = client.post("/v1/completions", json=completion_body(stream=True, ignore_eos=True),
                     headers={**AUTH, STREAM_ERROR_AFTER: "2"})
