@@ -18,7 +18,8 @@ fields as keywords (`transport(ttft_ms=50, max_num_seqs=2)`).
 conftest.py, or `pytest -p mock_server.testing`): a live mock on a free port
 (`python -m mock_server --workers 1`), started once per session; `live_mock(*options)`
 starts one with other options.
-This module needs httpx (the [mock] extra) and, for the fixture, pytest.
+This module needs httpx (the [mock] extra) and, for the fixture alone, pytest: without
+pytest it imports, with its transports and without `acs_mock`.
 """
 from __future__ import annotations
 
@@ -34,9 +35,13 @@ from typing import Any
 
 import anyio.to_thread
 import httpx
-import pytest
 
 from mock_server.config import MockConfig
+
+try:
+    import pytest
+except ImportError:     # the [mock] extra has no pytest: the transports work without it (no fixture)
+    pytest = None  # type: ignore[assignment]
 
 # Any host: the in-process transports never resolve it. BASE_URL is the SDK's (/v1).
 URL = "http://acs-mock"
@@ -146,8 +151,9 @@ def _wait_ready(mock: LiveMock) -> None:
     raise RuntimeError(f"the mock did not answer GET /health within {START_TIMEOUT_S} s")
 
 
-@pytest.fixture(scope="session")
-def acs_mock() -> Iterator[LiveMock]:
-    """A live mock on a free port for the whole test session (any Bearer key works)."""
-    with live_mock() as mock:
-        yield mock
+if pytest is not None:
+    @pytest.fixture(scope="session")
+    def acs_mock() -> Iterator[LiveMock]:
+        """A live mock on a free port for the whole test session (any Bearer key works)."""
+        with live_mock() as mock:
+            yield mock

@@ -65,3 +65,17 @@ def test_the_acs_mock_fixture_is_a_live_mock(acs_mock: LiveMock) -> None:
         c = client.completions.create(model=MODEL, prompt="The sky is", max_tokens=3)
     assert c.object == "text_completion" and acs_mock.base_url.startswith("http://127.0.0.1:")
     assert httpx.get(acs_mock.url + "/health").json() == {"status": "ok"}
+
+
+def test_the_transports_import_without_pytest() -> None:
+    """The [mock] extra has no pytest (issue 32): a client developer's own code imports the
+    in-process transports and answers a request with pytest nowhere to be found."""
+    import subprocess
+    import sys
+    code = ("import sys; sys.modules['pytest'] = None\n"
+            "import httpx\nfrom mock_server.testing import URL, transport\n"
+            "import mock_server.testing as t\nassert not hasattr(t, 'acs_mock')\n"
+            "r = httpx.Client(transport=transport(), base_url=URL).get('/health')\n"
+            "print(r.status_code)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and done.stdout.strip() == "200", done.stderr[-2000:]
