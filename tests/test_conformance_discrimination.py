@@ -143,7 +143,8 @@ def test_the_full_profile_passes_against_the_mock(breaker: tuple[Breaker, str]) 
     app.mode = None
     # robust: needs the HTTP server the mock ships with (gunicorn), not werkzeug's development
     # server: tests/test_robust_discrimination.py runs it there.
-    config = RunConfig(url, KEY, profile="full", skip=("robust",))
+    # metrics: its own /metrics against vLLM's (conformance/vllm_metrics.json)
+    config = RunConfig(url, KEY, profile="full", skip=("robust",), metrics_url=url + "/metrics")
     checks = select(REGISTRY, config)
     report = run(config, checks)
     problems = {r.id: r.reason or [f.message for f in r.findings] for r in report.failed + report.errors}

@@ -43,11 +43,13 @@ def problems(report: RunReport) -> str:
 
 
 def test_full_profile_passes(reference: Any, tmp_path: Path) -> None:
-    """`python -m conformance --profile full` as a user runs it, with nothing injected."""
+    """`python -m conformance --profile full` as a user runs it, with nothing injected (its
+    vLLM's /metrics checked too: metrics:*)."""
     report_path = tmp_path / "report.json"
     done = subprocess.run(
         [sys.executable, "-m", "conformance", "--base-url", reference.url, "--api-key", reference.key,
-         "--profile", "full", "--wrong-key-expected", "--no-progress", "--json", str(report_path)],
+         "--profile", "full", "--wrong-key-expected", "--no-progress", "--json", str(report_path),
+         "--metrics-url", reference.vllm_url + "/metrics"],   # its vLLM's: what a router reads
         cwd=ROOT, capture_output=True, text=True, timeout=540)
     assert done.returncode == 0, done.stdout + done.stderr
     results = json.loads(report_path.read_text())["results"]
@@ -67,6 +69,7 @@ def test_full_profile_passes(reference: Any, tmp_path: Path) -> None:
     assert {c.id for c in REGISTRY if c.group == "shape"} <= passed, sorted(passed)
     robust = {c.id for c in REGISTRY if c.group == "robust"} - opt_in
     assert robust <= passed, sorted(robust - passed)
+    assert {"metrics:vllm_families", "metrics:counters_move"} <= passed
 
 
 def test_budget_checks_with_a_spent_key(reference: Any, models: dict[str, ModelInfo]) -> None:
