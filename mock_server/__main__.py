@@ -45,6 +45,8 @@ def parser() -> argparse.ArgumentParser:
                    help="a client's read silent this long gets 400 (default: the spec's x-caps)")
     p.add_argument("--fault-rate", type=float, help="fraction of requests failed with a random status")
     p.add_argument("--stream-error-rate", type=float, help="fraction of streams broken by an error event")
+    p.add_argument("--fault-seed", type=int, help="the faults' seed: with one worker, a run's faults repeat exactly")
+    p.add_argument("--fault-statuses", help="the statuses --fault-rate picks from, e.g. 500,503 (default: all)")
     p.add_argument("--eos-rate", type=float, help="chance per token of an end-of-text token")
     p.add_argument("--max-model-len", help="'4096' for every model, or 'llama-8b=4096,...'")
     load = p.add_argument_group("load model (off unless --max-num-seqs or --load-profile is given)")
@@ -74,7 +76,8 @@ def config_from(args: argparse.Namespace) -> MockConfig:
         budget_tokens=args.budget_tokens, budget_dir=args.budget_dir, budget_url=args.budget_url,
         ttft_ms=args.ttft_ms, tpot_ms=args.tpot_ms, keepalive_seconds=args.keepalive_seconds,
         body_read_seconds=args.body_read_seconds, fault_rate=args.fault_rate,
-        stream_error_rate=args.stream_error_rate, eos_rate=args.eos_rate,
+        stream_error_rate=args.stream_error_rate, eos_rate=args.eos_rate, fault_seed=args.fault_seed,
+        fault_statuses=args.fault_statuses,
         max_model_len=parse_max_model_len(args.max_model_len) if args.max_model_len else None,
         load_profile=args.load_profile, max_num_seqs=args.max_num_seqs,
         max_num_queued_reqs=args.max_num_queued_reqs, prefill_ms_per_token=args.prefill_ms_per_token,

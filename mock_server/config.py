@@ -25,6 +25,11 @@ class MockConfig(ServerConfig):
     # Random faults, for client developers testing retries (fractions of requests).
     fault_rate: float = 0.0
     stream_error_rate: float = 0.0
+    # The faults' seed (None: a new sequence each run; with one worker, a seed repeats a
+    # run's faults exactly), and the statuses fault_rate picks from ("500,503"; None: every
+    # status of x-mock-faults).
+    fault_seed: int | None = None
+    fault_statuses: str | None = None
     # How often the fake model ends a choice with an end-of-text token (per token).
     eos_rate: float = 1 / 64
     # The load model (load.py), off unless max_num_seqs is set (by it or a profile):
@@ -49,7 +54,7 @@ class MockConfig(ServerConfig):
         "fault_rate": FRACTION, "stream_error_rate": FRACTION, "eos_rate": FRACTION,
         "max_num_seqs": Bound(1), "max_num_queued_reqs": AT_LEAST_0,
         "prefill_ms_per_token": AT_LEAST_0, "time_factor_under_load": Bound(1),
-        "jitter": Bound(0, high=0.99), "load_seed": AT_LEAST_0,
+        "jitter": Bound(0, high=0.99), "load_seed": AT_LEAST_0, "fault_seed": AT_LEAST_0,
     }
 
     def __post_init__(self) -> None:

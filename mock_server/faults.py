@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from api_server.engine import Batches, ChoiceDelta, Engine, ErrorEvent, Event
 from api_server.hooks import Headers
 from api_server.pacing import Pump
+from api_server.config import ConfigError
 from contract import ApiError, CompletionRequest, InvalidRequest, Spec, spec
 from contract.errors import Message, error_class
 from mock_server.config import MockConfig
@@ -71,7 +72,8 @@ class Faults:
         self.spec = s if s is not None else spec()
         check_spec(self.spec)
         self.settings = Control(config)
-        self.rng = random.Random()
+        self.rng = random.Random(config.fault_seed)
+        self.fault_statuses = fault_statuses(config, self.spec.mock_faults)
         self.metrics = metrics
         self.scheduler = Scheduler(self.settings, self.metrics)
         self.known_headers = tuple(sorted(self.spec.mock_headers))
@@ -83,7 +85,7 @@ class Faults:
         API refuses a request; a full queue is refused when the engine starts."""
         config = self.settings()
         ttft_s, tpot_s, forced, after = read(self.spec.mock_faults, headers, config, self.rng, req.max_tokens,
-                                             self.known_headers)
+                                             self.known_headers, self.fault_statuses)
         if forced is not None:
             raise forced_error(self.spec, forced, req)
         failure = None if after is None else (after, stream_error(self.spec))   # built only when asked for
@@ -140,6 +142,20 @@ def _failing(batches: Batches, after: int, error: ApiError) -> Batches:
         batches.close()
 
 
+def fault_statuses(config: MockConfig, faults: dict[str, Any]) -> tuple[int, ...] | None:
+    """config.fault_statuses as statuses of x-mock-faults; ConfigError (at start) names the option."""
+    if config.fault_statuses is None:
+        return None
+    try:
+        chosen = tuple(int(v) for v in config.fault_statuses.split(",") if v.strip())
+    except ValueError:
+        chosen = ()
+    if not chosen or set(chosen) - set(faults["statuses"]):
+        raise ConfigError(f"{config.option('fault_statuses')} must be some of {', '.join(map(str, faults['statuses']))}"
+                          f" (comma-separated), got {config.fault_statuses!r}")
+    return chosen
+
+
 def _unknown_header(faults: dict[str, Any], headers: Headers, known: tuple[str, ...]) -> None:
     """400 for a header with the mock's prefix that it does not read (the name quoted cut)."""
     prefix = faults["header_prefix"].lower()
@@ -150,7 +166,8 @@ def _unknown_header(faults: dict[str, Any], headers: Headers, known: tuple[str, 
 
 
 def read(faults: dict[str, Any], headers: Headers, config: MockConfig, rng: random.Random,
-         max_tokens: int, known: tuple[str, ...] = ()) -> tuple[float, float, int | None, int | None]:
+         max_tokens: int, known: tuple[str, ...] = (),
+         chosen: tuple[int, ...] | None = None) -> tuple[float, float, int | None, int | None]:
     """Read the mock's headers (400 for a bad value, or for one of `known`'s prefix it does not
     read) and roll the configured fault rates: (ttft_s, tpot_s, forced status, choice deltas
     before a stream error)."""
@@ -166,7 +183,7 @@ def read(faults: dict[str, Any], headers: Headers, config: MockConfig, rng: rand
             raise _invalid(faults, STATUS, "status")
         forced = int(raw)
     elif config.fault_rate and rng.random() < config.fault_rate:
-        forced = rng.choice(statuses)
+        forced = rng.choice(chosen or statuses)
     after: int | None = None
     if headers.get(STREAM_ERROR_AFTER) is not None:
         after = int(_number(faults, headers, STREAM_ERROR_AFTER, 0, integer=True))

@@ -15,6 +15,7 @@ from flask.testing import FlaskClient
 
 import api_server
 from api_server import Engine, ServerConfig
+from api_server.config import ConfigError
 from api_server.responses import DONE, KEEPALIVE, sse
 from conformance.checks.common import schema_errors
 from contract import ApiError, CompletionRequest, InferenceUnavailable, InternalError, hold, spec
@@ -382,3 +383,21 @@ def test_the_app_compiles_the_request_schema_before_any_request() -> None:
     """Built in gunicorn's master (preload), so no worker's first request compiles it."""
     contract = create_app(MockConfig()).state.contract
     assert {"request_schema", "rules"} <= set(vars(contract))   # its cached validators, built
+
+
+def _fault_run(**settings: Any) -> list[int]:
+    client = create_app(MockConfig(fault_rate=0.5, **settings)).test_client()
+    return [client.post("/v1/completions", json=completion_body(), headers=AUTH).status_code for _ in range(40)]
+
+
+def test_faults_repeat_with_a_seed_and_keep_to_the_statuses_chosen() -> None:
+    """Issue 32: two identical runs gave different sequences, and a quarter were 429s."""
+    first, again, other = (_fault_run(fault_seed=s, fault_statuses="500,503") for s in (7, 7, 8))
+    assert first == again and first != other
+    assert set(first) == {200, 500, 503}
+
+
+@pytest.mark.parametrize("statuses", ["418", "500,x", ""])
+def test_fault_statuses_outside_the_specs_are_refused_at_start(statuses: str) -> None:
+    with pytest.raises(ConfigError, match="fault-statuses"):
+        create_app(MockConfig(fault_statuses=statuses))
