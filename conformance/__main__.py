@@ -1,6 +1,4 @@
 """python -m conformance: see conformance/README.md."""
-import sys
+from conformance.cli import entry
 
-from conformance.cli import main
-
-sys.exit(main())
+entry()

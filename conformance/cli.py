@@ -138,6 +138,19 @@ def _write(reports: Sequence[tuple[str | None, Callable[[Any, str], None]]], rep
                 errors.append(f"cannot write {path}: {exc}")
 
 
+def _cache_outside_the_working_directory() -> None:
+    """schemathesis's hypothesis keeps caches in `.hypothesis/` of the working directory: a
+    gate run from a deployment's repository must not leave one there. The command puts them
+    in the user's cache (XDG_CACHE_HOME) unless HYPOTHESIS_STORAGE_DIRECTORY says where. Only the
+    command does (`entry`): `main` in another process (a test, pytest_plugin.py) leaves that
+    process's hypothesis as it is."""
+    if os.environ.get("HYPOTHESIS_STORAGE_DIRECTORY"):
+        return
+    from hypothesis.configuration import set_hypothesis_home_dir
+    cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    set_hypothesis_home_dir(os.path.join(cache, "acs-conformance", "hypothesis"))
+
+
 def main(argv: Sequence[str] | None = None, *, transport: httpx.BaseTransport | None = None,
          console: Console | None = None, api: Spec | None = None) -> int:
     """Run the CLI in-process; returns the exit code (never raises SystemExit).
@@ -215,5 +228,12 @@ def diff_main(argv: Sequence[str], *, console: Console | None = None,
     return int(ExitCode.USAGE) if errors else int(report.exit_code)
 
 
-if __name__ == "__main__":  # pragma: no cover
+def entry() -> None:
+    """`acs-conformance` and `python -m conformance`: main, with the caches kept out of the
+    working directory."""
+    _cache_outside_the_working_directory()
     sys.exit(main())
+
+
+if __name__ == "__main__":  # pragma: no cover
+    entry()

@@ -240,3 +240,23 @@ def test_checks_that_need_the_mocks_headers_skip_where_they_are_ignored() -> Non
                                               f"{spec().caps['keepalive_seconds']} s "
                                               "(the server ignored X-Mock-Ttft-Ms)"),
     }
+
+
+def test_the_command_leaves_no_cache_in_the_working_directory(mock: tuple[Breaker, str], tmp_path: Path) -> None:
+    """hypothesis (under schemathesis) keeps caches in `.hypothesis/` of the working directory;
+    a gate run from a deployment's repository must leave nothing there (issue 32)."""
+    import os
+    import subprocess
+    import sys
+    _, url = mock
+    cache = tmp_path / "cache"
+    work = tmp_path / "repo"
+    work.mkdir()
+    env = {**os.environ, "XDG_CACHE_HOME": str(cache), "PYTHONPATH": str(ROOT)}
+    env.pop("HYPOTHESIS_STORAGE_DIRECTORY", None)
+    done = subprocess.run([sys.executable, "-m", "conformance", "--base-url", url, "--api-key", KEY, "--no-progress",
+                           "-k", "schema:not_a_server_error", "--schema-examples", "2"],
+                          cwd=work, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert list(work.iterdir()) == []
+    assert (cache / "acs-conformance" / "hypothesis").is_dir()

@@ -107,7 +107,7 @@ def test_the_wheel_carries_the_top_level_spec_unchanged_and_the_commands(wheel: 
         entry_points = next(n for n in z.namelist() if n.endswith(".dist-info/entry_points.txt"))
         lines = z.read(entry_points).decode().split("[console_scripts]\n", 1)[1].splitlines()
     declared = dict(line.split(" = ") for line in lines if " = " in line)
-    assert declared == SCRIPTS == {"acs-conformance": "conformance.cli:main",
+    assert declared == SCRIPTS == {"acs-conformance": "conformance.cli:entry",
                                    "acs-mock": "mock_server.__main__:main",
                                    "acs-reference": "reference_impl.__main__:main"}
 
