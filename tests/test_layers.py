@@ -40,6 +40,9 @@ EXTRA: dict[str, set[str]] = {
     "conformance/golden/generate.py": {"numpy"},               # writes steering vectors' wire form
     "conformance/checks/schema.py": {"requests"},              # schemathesis's transport: its 429s sent again
     "mock_server/testing.py": {"httpx", "anyio", "pytest"},     # client developers' transports and fixture
+    "conformance/metrics_contract.py": {"prometheus_client"},  # its parser reads a /metrics scrape
+    "conformance/checks/metrics.py": {"prometheus_client"},
+    "conformance/cli.py": {"hypothesis"},                       # its caches kept out of the working directory
 }
 # conformance reads the spec through contract, never the core's validators.
 CONFORMANCE_CONTRACT_NAMES = {"spec", "Spec", "ModelInfo", "SpecError"}
