@@ -1,4 +1,6 @@
 """python -m conformance: see conformance/README.md."""
+import sys
+
 from conformance.cli import entry
 
-entry()
+sys.exit(entry())

@@ -228,12 +228,12 @@ def diff_main(argv: Sequence[str], *, console: Console | None = None,
     return int(ExitCode.USAGE) if errors else int(report.exit_code)
 
 
-def entry() -> None:
+def entry(argv: Sequence[str] | None = None) -> int:
     """`acs-conformance` and `python -m conformance`: main, with the caches kept out of the
     working directory."""
     _cache_outside_the_working_directory()
-    sys.exit(main())
+    return main(argv)
 
 
 if __name__ == "__main__":  # pragma: no cover
-    entry()
+    sys.exit(entry())
