@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The main job: set up, start the bundled mock, run the conformance suite against it.
+# The main job: set up, start the bundled mock, run the conformance suite against it (its
+# /metrics too, against vLLM's: --metrics-url).
 # Reports land in reports/ (JUnit, JSON, HTML). Extra arguments go to the suite
 # (for example --profile quick). The exit code is the suite's.
 set -euo pipefail
@@ -15,5 +16,5 @@ for _ in $(seq 1 100); do
   sleep 0.2
 done
 .venv/bin/python -m conformance --base-url "http://127.0.0.1:$PORT" --api-key local-key \
-  --profile full --junit reports/conformance.xml --json reports/conformance.json \
+  --profile full --metrics-url "http://127.0.0.1:$PORT/metrics" --junit reports/conformance.xml --json reports/conformance.json \
   --html reports/conformance.html "$@"
