@@ -36,17 +36,27 @@ def paced_steps(events: Iterator[Event], steps: Steps,
     """`events` with `steps(n)` seconds waited before step n."""
     # A delta may carry several tokens (the fake engine's whole choices without
     # stream): it takes one step per token. Steps so far = the most tokens any one
-    # choice has had; each new step waits steps(n).
+    # choice has had; each new step waits steps(n). A delta leaves after its first
+    # token's step, and the steps of its later tokens are waited before what follows
+    # it: the same time in all, and its first token comes when an engine's would
+    # (vLLM's time to first token, stream or not: metered.py reads it).
     counts: dict[int, int] = {}
-    done = 0
+    done = owed = 0
     for event in events:
+        while done < owed:
+            sleep(steps(done))
+            done += 1
         if isinstance(event, ChoiceDelta):
             count = counts.get(event.index, 0) + max(1, len(event.token_ids))
             counts[event.index] = count
-            while done < count:
+            if done < count:
                 sleep(steps(done))
                 done += 1
+            owed = max(owed, count)
         yield event
+    while done < owed:
+        sleep(steps(done))
+        done += 1
 
 
 class Schedule:

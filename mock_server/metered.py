@@ -32,7 +32,11 @@ class _Clock:
             if event.finish_reason is not None:
                 self.reason = event.finish_reason
         elif isinstance(event, Usage):
+            # without stream a delta holds a whole choice, its later tokens' steps waited
+            # after it (latency.paced_steps): the last token is out when the Usage comes
             self.usage = event
+            if self.first is not None:
+                self.last = time.monotonic()
 
     def see_batch(self, batch: Sequence[StreamEvent]) -> None:
         """A stream's batch, looked at once (a look per event cost 0.5 us a token): the

@@ -78,6 +78,21 @@ def test_the_mock_reports_vllms_names() -> None:
     assert value(text, "acs_requests_total", route=COMPLETIONS, status="200", code="") == 2
 
 
+def test_without_stream_the_first_token_is_timed_as_vllm_times_it() -> None:
+    """vLLM times the first token in the engine, stream or not (issue 32: the mock's TTFT was
+    the whole request and its time per output token 0 without stream). Bounds that noise
+    cannot break: sleeps only grow."""
+    ttft_s, tpot_s, tokens = 0.1, 0.1, 5
+    with mock_client(ttft_ms=ttft_s * 1000, tpot_ms=tpot_s * 1000) as c:
+        c.post(COMPLETIONS, json=completion_body(max_tokens=tokens, ignore_eos=True, min_tokens=tokens))
+        text = c.get(METRICS_PATH).text
+    ttft = value(text, "vllm:time_to_first_token_seconds_sum", **SERIES)
+    tpot = value(text, "vllm:request_time_per_output_token_seconds_sum", **SERIES)
+    e2e = value(text, "vllm:e2e_request_latency_seconds_sum", **SERIES)
+    assert ttft >= ttft_s and tpot >= tpot_s and e2e >= ttft_s + (tokens - 1) * tpot_s
+    assert ttft < e2e / 2      # the first token, not the whole request
+
+
 def test_every_vllm_series_shows_from_the_start_at_0() -> None:
     """As vLLM's: a dashboard or a router sees each series before the first request."""
     with mock_client() as c:
