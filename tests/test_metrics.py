@@ -2,6 +2,7 @@
 what it simulates; with several workers, one scrape sums them all."""
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import httpx
@@ -146,3 +147,24 @@ def test_a_metrics_directory_given_is_wiped_at_start(tmp_path: Path) -> None:
         finally:
             server.close()
         assert value(text, "acs_requests_total", route=COMPLETIONS, status="200", code="") == 1, run
+
+
+def test_an_abandoned_streams_tokens_are_counted_and_it_finished_by_abort() -> None:
+    """vLLM counts the tokens it generated, read or not (issue 32: the mock counted none of
+    a stream its client left)."""
+    server = MockProcess("--workers", "1", "--tpot-ms", "50").start()
+    try:
+        body = completion_body(max_tokens=200, ignore_eos=True, min_tokens=200, stream=True)
+        with httpx.stream("POST", server.url + COMPLETIONS, json=body, headers=AUTH, timeout=60) as r:
+            lines = r.iter_lines()
+            read = sum(1 for _, line in zip(range(20), lines) if line.startswith("data: {"))
+        text = ""
+        for _ in range(100):      # the server notices the close at its next write
+            text = httpx.get(server.url + METRICS_PATH, timeout=60).text
+            if value(text, "vllm:request_success_total", finished_reason="abort", **SERIES):
+                break
+            time.sleep(0.1)
+    finally:
+        server.close()
+    assert value(text, "vllm:request_success_total", finished_reason="abort", **SERIES) == 1
+    assert read <= value(text, "vllm:generation_tokens_total", **SERIES) < 200
