@@ -45,6 +45,9 @@ class Ticket:
         self.running = False
 
 
+RECHECK_S = 0.1   # how often a waiting request looks at the live limit
+
+
 class Scheduler:
     """The running batch and the waiting queue of one worker process. `settings` gives
     the current MockConfig (live control may change the limits while it runs)."""
@@ -61,6 +64,7 @@ class Scheduler:
         config = self.settings()
         ticket = Ticket()
         with self._lock:
+            self._admit(config)   # a limit raised live: those waiting first
             if self.waiting or self.running >= (config.max_num_seqs or 1):
                 limit = config.max_num_queued_reqs
                 if limit is not None and len(self.waiting) >= limit:
@@ -79,11 +83,28 @@ class Scheduler:
                 ticket.running = False
             elif ticket in self.waiting:
                 self.waiting.remove(ticket)
-            # Turned off live (no max_num_seqs): every waiting request runs now.
-            limit = self.settings().max_num_seqs or math.inf
-            while self.waiting and self.running < limit:
-                self._start(self.waiting.popleft())
+            self._admit(self.settings())
             self._report()
+
+    def wait(self, ticket: Ticket, timeout: float | None = None) -> bool:
+        """Until the ticket runs (True) or `timeout` passes (False). A waiting ticket looks
+        at the live limit every RECHECK_S: raised while nothing ends, it admits those waiting
+        into the slots it frees, not at the next request's end."""
+        deadline = math.inf if timeout is None else time.monotonic() + timeout
+        while not ticket.turn.wait(min(RECHECK_S, max(deadline - time.monotonic(), 0))):
+            if time.monotonic() >= deadline:
+                return False
+            with self._lock:
+                self._admit(self.settings())
+                self._report()
+        return True
+
+    def _admit(self, config: MockConfig) -> None:
+        """Those waiting, first come first served, into the free slots of the batch (every
+        one with max_num_seqs turned off live)."""
+        limit = config.max_num_seqs or math.inf
+        while self.waiting and self.running < limit:
+            self._start(self.waiting.popleft())
 
     def _start(self, ticket: Ticket) -> None:
         self.running += 1
@@ -129,7 +150,7 @@ class Loaded(Engine):
                   sleep: Callable[[float], object]) -> Iterator[Event]:
         ticket = self.scheduler.enter()   # a full queue raises here: an HTTP 503
         try:
-            ticket.turn.wait()
+            self.scheduler.wait(ticket)
             yield from paced_steps(self.engine.generate(req, request_id),
                                    self.scheduler.steps(req, self.ttft_s, self.tpot_s), sleep)
         finally:
@@ -144,7 +165,7 @@ class Loaded(Engine):
                  interval: float) -> Generator[list[Event], None, None]:
         ticket = self.scheduler.enter()   # raised before the first batch: an HTTP 503
         try:
-            while not ticket.turn.wait(interval):
+            while not self.scheduler.wait(ticket, interval):
                 yield []   # waiting in the queue: a keepalive
             yield from stepped_batches(self.engine.generate(req, request_id),
                                        self.scheduler.steps(req, self.ttft_s, self.tpot_s), interval)

@@ -93,3 +93,23 @@ def test_every_worker_of_a_running_mock_follows_the_file(tmp_path: Path) -> None
         assert until(lambda: all(status() == 200 for _ in range(8)))
     finally:
         server.close()
+
+
+def test_a_batch_raised_live_admits_those_waiting_at_once() -> None:
+    """Issue 32: raising max_num_seqs live admitted no one until a running request ended
+    (3 waited 2.8 s with 3 slots free), and new arrivals queued behind them."""
+    import dataclasses
+    from mock_server.load import Scheduler
+    current = [MockConfig(max_num_seqs=1)]
+    scheduler = Scheduler(lambda: current[0], None)
+    first, second, third = scheduler.enter(), scheduler.enter(), scheduler.enter()
+    assert first.running and not second.running and not third.running
+    assert not scheduler.wait(second, timeout=0.3)        # the batch is full: it waits
+    current[0] = dataclasses.replace(current[0], max_num_seqs=4)   # as a control file would
+    assert scheduler.wait(second, timeout=WAIT_S) and scheduler.wait(third, timeout=WAIT_S)
+    assert first.running                                   # nobody had to end for it
+    fourth = scheduler.enter()                             # a slot is free: no queue
+    assert fourth.running and scheduler.running == 4 and not scheduler.waiting
+    for ticket in (first, second, third, fourth):
+        scheduler.leave(ticket)
+    assert scheduler.running == 0
