@@ -52,9 +52,9 @@ def parser() -> argparse.ArgumentParser:
     load = p.add_argument_group("load model (off unless --max-num-seqs or --load-profile is given)")
     load.add_argument("--load-profile", choices=sorted(PROFILES),
                       help="a named profile's numbers (mock_server/profiles.py); the options below override them")
-    load.add_argument("--max-num-seqs", type=int, help="the running batch, per worker, as vLLM's option")
+    load.add_argument("--max-num-seqs", type=int, help="the running batch, as vLLM's option (the load model runs one worker)")
     load.add_argument("--max-num-queued-reqs", type=int,
-                      help="the waiting queue per worker; when it is full: 503 with Retry-After (default: unbounded)")
+                      help="the waiting queue; when it is full: 503 with Retry-After (default: unbounded)")
     load.add_argument("--prefill-ms-per-token", type=float, help="prefill time per prompt token, after --ttft-ms")
     load.add_argument("--time-factor-under-load", type=float,
                       help="a decode step's slowdown with max-num-seqs running (1: none)")
@@ -89,11 +89,30 @@ def config_from(args: argparse.Namespace) -> MockConfig:
     return config
 
 
+def _workers_given(argv: Sequence[str] | None) -> bool:
+    """Whether --workers (or MOCK_WORKERS) was given, not left to its default (the cores)."""
+    args = sys.argv[1:] if argv is None else argv
+    return bool(_env("WORKERS")) or any(a == "--workers" or a.startswith("--workers=") for a in args)
+
+
+def workers_for(config: MockConfig, workers: int, *, given: bool) -> int:
+    """The load model's batch and queue are one process's, so the server as a whole holds
+    them only with one worker: its default is then 1, and more, asked for, is refused."""
+    if not config.loaded or workers == 1:
+        return workers
+    if given:
+        raise ConfigError(f"--workers {workers} with the load model would admit {workers} times "
+                          f"--max-num-seqs {config.max_num_seqs} (each worker has its own batch and queue): "
+                          "run --workers 1 (one gevent worker holds thousands of streams)")
+    return 1
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     p = parser()
     args = p.parse_args(argv)
     try:
         config = config_from(args)
+        args.workers = workers_for(config, args.workers, given=_workers_given(argv))
     except ConfigError as error:
         p.error(str(error))
     prepare(args.worker)   # before the app's modules are imported

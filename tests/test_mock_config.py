@@ -164,6 +164,9 @@ def start_error(capsys: pytest.CaptureFixture[str], *argv: str) -> str:
      "--time-factor-under-load (MOCK_TIME_FACTOR_UNDER_LOAD) must be >= 1, got 0.5"),
     (["--max-num-queued-reqs", "3"], "--max-num-queued-reqs (MOCK_MAX_NUM_QUEUED_REQS) needs --max-num-seqs (MOCK_MAX_NUM_SEQS)"),
     (["--workers", "0"], "argument --workers: must be >= 1, got 0"),
+    (["--max-num-seqs", "2", "--workers", "2"],
+     "--workers 2 with the load model would admit 2 times --max-num-seqs 2 (each worker has its own batch "
+     "and queue): run --workers 1 (one gevent worker holds thousands of streams)"),
     (["--port", "70000"], "argument --port: must be between 0 and 65535, got 70000"),
     (["--graceful-timeout", "-1"], "argument --graceful-timeout: must be >= 0, got -1"),
 ])

@@ -19,7 +19,7 @@ from mock_server.metrics import VllmMetrics
 from mock_server.profiles import PROFILES
 from mock_server.testing import transport
 from tests.metrics_support import value
-from tests.mock_helpers import AUTH, completion_body
+from tests.mock_helpers import AUTH, MockProcess, completion_body
 from tests.contract_support import CONTRACT
 
 COMPLETIONS = spec().completions_path
@@ -172,3 +172,19 @@ def test_every_profile_is_a_valid_config_that_says_where_its_numbers_come_from()
 
 def test_the_load_model_is_off_by_default() -> None:
     assert not MockConfig().loaded and not MockConfig.from_env({}).loaded
+
+
+def test_the_server_as_a_whole_holds_the_load_models_limits() -> None:
+    """Issue 32: the limits were per worker, with a worker a core by default. With the load
+    model the mock runs one worker unless told otherwise: 4 requests at once against a batch
+    of 1 and no queue get one 200 and three 503s, whichever connections they come on."""
+    from concurrent.futures import ThreadPoolExecutor
+    server = MockProcess("--max-num-seqs", "1", "--max-num-queued-reqs", "0", "--tpot-ms", "100").start()
+    try:
+        body = completion_body(max_tokens=20, ignore_eos=True, min_tokens=20)
+        with ThreadPoolExecutor(4) as pool:
+            statuses = sorted(pool.map(lambda _: httpx.post(server.url + COMPLETIONS, json=body, headers=AUTH,
+                                                            timeout=60).status_code, range(4)))
+    finally:
+        server.close()
+    assert statuses == [200, 503, 503, 503]
