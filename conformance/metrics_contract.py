@@ -44,6 +44,12 @@ def families(text: str) -> dict[str, dict[str, Any]]:
     return out
 
 
+def counter_totals(text: str) -> dict[str, float]:
+    """Each counter's value summed over its label sets (the model's, the engine's, a reason's)."""
+    return {family.name: sum(s.value for s in family.samples if s.name.endswith("_total"))
+            for family in text_string_to_metric_families(text) if family.type == "counter"}
+
+
 def load() -> dict[str, Any]:
     return json.loads(CONTRACT.read_text(encoding="utf-8"))
 

@@ -87,6 +87,14 @@ def test_a_renamed_relabelled_or_missing_metric_fails_vllm_families(change: Call
     assert found["metrics:counters_move"].outcome is Outcome.PASSED
 
 
+def test_a_metrics_page_that_is_not_prometheus_text_is_a_finding_not_a_tool_error() -> None:
+    with mock(lambda t: 'vllm:num_requests_running{model_name="x" 1\n') as url:
+        found = gate(url, url + "/metrics")      # gate() asserts no tool error
+    for check in CHECKS:
+        assert found[check].outcome is Outcome.FAILED
+        assert "not Prometheus' text format" in found[check].findings[0].message
+
+
 def test_counters_that_do_not_move_fail_counters_move() -> None:
     """A /metrics that always answers its first scrape (a cache in front, a stale exporter)."""
     first: list[str] = []

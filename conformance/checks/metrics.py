@@ -12,20 +12,24 @@ say what vLLM says, not what someone wrote down:
 """
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import httpx
 
 from conformance.context import Context
-from conformance.metrics_contract import GATEWAY, families, load
+from conformance.metrics_contract import GATEWAY, counter_totals, families, load
 from conformance.registry import register
 
 TAGS = ("metrics",)
+T = TypeVar("T")
 SENT = 2            # requests counters_move sends
 MAX_TOKENS = 1
 
 
-def scrape(ctx: Context) -> str:
+def scrape(ctx: Context, read: Callable[[str], T]) -> T:
+    """The deployment's /metrics, read by `read`; one that is not Prometheus' text format is a
+    finding (the server's), never the suite's error."""
     if not ctx.config.metrics_url:
         ctx.skip("no --metrics-url: the deployment's /metrics is not checked")
     try:
@@ -35,14 +39,18 @@ def scrape(ctx: Context) -> str:
     if resp.status_code != 200:
         ctx.stop(f"GET {ctx.config.metrics_url} answered {resp.status_code}", expected=200,
                  received=resp.text[:300])
-    return resp.text
+    try:
+        return read(resp.text)
+    except ValueError as exc:
+        ctx.stop(f"GET {ctx.config.metrics_url}: not Prometheus' text format: {exc}", received=resp.text[:300])
+        raise   # unreachable: stop raises
 
 
 @register("metrics:vllm_families", tags=TAGS)
 def vllm_families(ctx: Context) -> None:
     """Each `vllm:` family exported is vLLM's, with its type, labels and buckets; the families
     gateways and autoscalers read are exported."""
-    theirs = families(scrape(ctx))
+    theirs = scrape(ctx, families)
     contract = load()
     known, vllm = contract["families"], contract["recorded_from"]
     for name, got in sorted(theirs.items()):
@@ -59,16 +67,6 @@ def vllm_families(ctx: Context) -> None:
                expected=list(GATEWAY), received=sorted(theirs))
 
 
-def _totals(text: str) -> dict[str, float]:
-    """Each counter's value summed over its label sets (the model's, the engine's, a reason's)."""
-    from prometheus_client.parser import text_string_to_metric_families
-    out: dict[str, float] = {}
-    for family in text_string_to_metric_families(text):
-        if family.type == "counter":
-            out[family.name] = sum(s.value for s in family.samples if s.name.endswith("_total"))
-    return out
-
-
 COUNTERS = {"vllm:request_success": "requests", "vllm:prompt_tokens": "prompt_tokens",
             "vllm:generation_tokens": "completion_tokens"}
 
@@ -77,7 +75,7 @@ COUNTERS = {"vllm:request_success": "requests", "vllm:prompt_tokens": "prompt_to
 def counters_move(ctx: Context) -> None:
     """Requests finished, prompt and generation tokens grow by at least what this check's own
     requests used (other traffic may add more, never less)."""
-    before = _totals(scrape(ctx))
+    before = scrape(ctx, counter_totals)
     used: dict[str, Any] = {"requests": 0, "prompt_tokens": 0, "completion_tokens": 0}
     for _ in range(SENT):
         reply = ctx.client.post(ctx.api.completions_path, {"model": ctx.config.model, "prompt": "The sky is",
@@ -87,7 +85,7 @@ def counters_move(ctx: Context) -> None:
         used["requests"] += 1
         for key in ("prompt_tokens", "completion_tokens"):
             used[key] += usage.get(key, 0) if isinstance(usage, dict) and isinstance(usage.get(key), int) else 0
-    after = _totals(scrape(ctx))
+    after = scrape(ctx, counter_totals)
     for name, key in COUNTERS.items():
         grew = after.get(name, 0.0) - before.get(name, 0.0)
         ctx.expect(grew >= used[key], f"{name} grew by {grew:g} over {SENT} requests that used {used[key]} {key}",
