@@ -214,11 +214,11 @@ def prism(key: str = "prism") -> Server:
                   prepare=ensure_prism)
 
 
-def reference(workers: int) -> tuple[Server, Endpoint]:
-    """`python -m reference_impl --model models/tiny-llama` with its own vLLM, on a port it
-    is told: the reference, and that vLLM to call directly (it stops with the reference)."""
+def reference(workers: int, model: Path = MODEL_DIR) -> tuple[Server, Endpoint]:
+    """`python -m reference_impl --model models/tiny-llama` (or `model`) with its own vLLM, on
+    a port it is told: the reference, and that vLLM to call directly (it stops with the reference)."""
     port, direct = free_port(), Endpoint("vLLM direct", free_port())
-    argv = [sys.executable, "-m", "reference_impl", "--model", str(MODEL_DIR), "--port", str(port),
+    argv = [sys.executable, "-m", "reference_impl", "--model", str(model), "--port", str(port),
             "--vllm-port", str(direct.port), "--keys", API_KEY, "--workers", str(workers)]
     # Its vLLM may take minutes to load and as long to stop.
     return Server("reference", argv, port, api_key=API_KEY, grace=60), direct

@@ -184,7 +184,8 @@ def _choice_deltas(req: CompletionRequest, voc: Vocab, index: int, prompt: list[
     gen: LogprobsDelta | None = None
     if k is not None:
         rows = _rng("logprobs", key).random((len(ids), width))
-        cut = GREEDY if greedy else Cut(req.option("top_k"), req.option("min_p"), req.option("top_p"))
+        cut = GREEDY if greedy else Cut(req.option("top_k"), req.option("min_p"), req.option("top_p"),
+                                            req.option("temperature"))
         ranked = rank_positions(rows, ids, k, cut, voc.words)
         tokens = [voc.texts[t] for t in ids]
         offsets = list(accumulate(map(len, tokens), initial=sum(map(len, head.texts))))

@@ -35,23 +35,35 @@ def row_width(top: int) -> int:
 
 @dataclass(frozen=True)
 class Cut:
-    """What sampling keeps of a row, as vLLM's top_k, min_p and top_p do: a sampled token's
-    rank is at most the ranks they leave (1: greedy)."""
+    """What sampling keeps of a row, as vLLM's top_k, min_p and top_p do (a sampled token's
+    rank is at most the ranks they leave; 1: greedy), and the temperature it samples at."""
     top_k: int = 0          # 0: off
     min_p: float = 0.0
     top_p: float = 1.0
+    temperature: float = 1.0
 
     def caps(self, values: np.ndarray) -> np.ndarray:
         """Each row's most ranks (rows of log probabilities, best first)."""
         caps = np.full(len(values), MAX_RANK)
         if self.top_k > 0:
             caps = np.minimum(caps, self.top_k)
-        if self.min_p > 0:
-            caps = np.minimum(caps, (values >= values[:, :1] + np.log(self.min_p)).sum(axis=1))
+        if self.min_p > 0:   # vLLM applies min_p to the tempered probabilities
+            kept = values >= values[:, :1] + self.temperature * np.log(self.min_p)
+            caps = np.minimum(caps, kept.sum(axis=1))
         if self.top_p < 1:
             filled = np.cumsum(np.exp(values[:, :MAX_RANK]), axis=1) >= self.top_p
             caps = np.minimum(caps, np.where(filled.any(axis=1), filled.argmax(axis=1) + 1, MAX_RANK))
         return np.maximum(caps, 1)
+
+    def ranks(self, values: np.ndarray, uniforms: np.ndarray) -> np.ndarray:
+        """Each row's sampled rank (1-based): drawn from the kept ranks in proportion to
+        exp(logprob / temperature), as vLLM samples its tempered, cut distribution."""
+        caps = self.caps(values)
+        head = values[:, :MAX_RANK] / self.temperature
+        weights = np.where(np.arange(MAX_RANK)[None, :] < caps[:, None], np.exp(head - head[:, :1]), 0.0)
+        cdf = np.cumsum(weights, axis=1)
+        below = (cdf < (uniforms * cdf[:, -1])[:, None]).sum(axis=1)
+        return np.minimum(below, caps - 1) + 1
 
 
 GREEDY = Cut(top_k=1)
@@ -82,9 +94,7 @@ def rank_positions(uniforms: np.ndarray, token_ids: list[int], k: int, cut: Cut,
     shares = np.concatenate([(LEAST_TOP + 0.75 * first_u)[:, None], 0.3 + 0.6 * gaps_u], axis=1)
     left = np.cumprod(np.concatenate([np.ones((len(shares), 1)), 1 - shares[:, :-1]], axis=1), axis=1)
     values = np.log(-np.sort(-(left * shares), axis=1))   # best first, all below 0
-    caps = cut.caps(values)
-    ranks = np.where((ranks_u < 0.6) | (caps <= 1), 1,
-                     2 + np.minimum(((ranks_u - 0.6) / 0.4 * (caps - 1)).astype(np.int64), caps - 2))
+    ranks = cut.ranks(values, ranks_u)
     picks = (picks_u * len(pool)).astype(np.int64)
     out = []
     for i, token in enumerate(token_ids):

@@ -224,3 +224,20 @@ def test_html_report_is_self_contained_and_escaped() -> None:
 def test_only_the_chat_refusal_is_never_accepted() -> None:
     """schemathesis's positive_data_acceptance is not held against an operation with no 2xx."""
     assert _never_accepted(schemathesis_spec(spec())) == {"POST /v1/chat/completions"}
+
+
+# -- who answered ------------------------------------------------------------------------
+
+def test_a_schemathesis_failure_answered_by_another_party_names_it() -> None:
+    from types import SimpleNamespace
+
+    from conformance.checks.schema import _other_party
+    ctx = SimpleNamespace(server=SimpleNamespace(writer=("Server: gunicorn",)))
+
+    def interaction(headers: dict[str, list[str]]) -> SimpleNamespace:
+        return SimpleNamespace(response=SimpleNamespace(headers=headers, content=b"<title>405 Not Allowed</title>"))
+    assert _other_party(ctx, interaction({"Server": ["nginx/1.22.1"]})) == (
+        'answered by Server: nginx/1.22.1, HTML title "405 Not Allowed"; a front answering in its own words? '
+        'see reference_impl/DEPLOY.md, "Fronts"')
+    assert _other_party(ctx, interaction({"Server": ["gunicorn"]})) is None
+    assert _other_party(ctx, SimpleNamespace(response=None)) is None

@@ -25,7 +25,7 @@ STEERED = {"effects:steering.changes", "effects:steering.layer_and_scale", "effe
 # than its default (effects:temperature.sampling sends temperature 1, the default). Every field
 # an effects: check observes, but the vectors' layer_indices (required: no vector steers without).
 IGNORED: dict[str, set[str]] = {
-    "temperature": {"effects:temperature.greedy"},
+    "temperature": {"effects:temperature.greedy", "effects:temperature.scale"},
     "top_k": {"effects:top_k.greedy", "effects:top_k.sampled"},
     "top_p": {"effects:top_p.greedy"},
     "min_p": {"effects:min_p.greedy"},
@@ -64,7 +64,8 @@ def test_every_field_an_effect_check_observes_is_ignored_once() -> None:
         assert all(any(f == field or f.startswith(f"{field}.") for f in REGISTRY_BY_ID[c].effects)
                    for c in checks), field
     assert set().union(*IGNORED.values()) == set(EFFECTS) - {"effects:temperature.sampling", "effects:steering.zero",
-                                                             "effects:steering.repeatable"}
+                                                             "effects:steering.repeatable",
+                                                             "effects:steering.layers_above"}
 
 
 @pytest.mark.parametrize("field", IGNORED)
@@ -86,7 +87,7 @@ def test_a_deployment_that_samples_at_temperature_0_fails_the_sampling_check(
         report = run_suite(url, "effects:*", "determinism:*", "semantics:*")
     finally:
         app.field = None
-    assert set(failed(report)) == {"effects:temperature.sampling"}, failed(report)
+    assert set(failed(report)) == {"effects:temperature.sampling", "effects:temperature.scale"}, failed(report)
 
 
 def test_every_effect_check_passes_under_batch_effects() -> None:

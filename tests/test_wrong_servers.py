@@ -21,18 +21,22 @@ SUITE = tuple(c.id for c in REGISTRY if c.group not in ("robust", "schema") and 
 CAPTURED = {"effects:steering.layer_and_scale", "effects:steering.norm_match", "effects:steering.position_indices",
             "effects:steering.decoding"}
 SAMPLING_ROWS = {"effects:temperature.greedy", "effects:top_k.greedy", "effects:top_k.sampled", "effects:top_p.greedy",
-                 "effects:min_p.greedy", "effects:temperature.sampling"}
+                 "effects:min_p.greedy", "effects:temperature.sampling", "effects:temperature.scale"}
 # way -> (the checks that must fail, the checks that may fail beside them)
 EXPECTED: dict[str, tuple[set[str], set[str]]] = {
-    "scale x 2": ({"effects:steering.layer_and_scale"}, CAPTURED),          # every capture's addition doubles
+    # every capture's addition doubles, the replayed one's too
+    "scale x 2": ({"effects:steering.layer_and_scale"}, CAPTURED | {"effects:steering.layers_above"}),
     "layer + 1": (CAPTURED, set()),
+    # the captures one layer below or at the steered one see nothing of it: only the replay shows
+    "every layer above": ({"effects:steering.layers_above"}, set()),
     "layer - 1": (CAPTURED, set()),
     "prompt only": ({"effects:steering.decoding"}, set()),
     "constant seed": ({"determinism:seed.differs"}, set()),
     # the rows' own check, and those that read rows, saying that their premise failed
     "rows one short": ({"logprobs:consistent"}, SAMPLING_ROWS | {"shape:stream_joins_to_whole"}),
     "rows of the sampled token": ({"logprobs:consistent"}, SAMPLING_ROWS | {"shape:stream_joins_to_whole"}),
-    "any top_k as 1": ({"effects:top_k.sampled"}, set()),
+    "any top_k as 1": ({"effects:top_k.sampled"}, {"effects:temperature.scale"}),
+    "temperature clamped to 1": ({"effects:temperature.scale"}, set()),
 }
 
 
@@ -105,6 +109,7 @@ def test_a_server_that_ignores_steering_passes_no_check_that_steering_leaves_a_t
         report = run_suite(url, "effects:steering.*", "isolation:*")
     outcome = {r.id: r for r in report.results}
     for check in ("effects:steering.zero", "effects:steering.scale_zero", "effects:steering.repeatable",
+                  "effects:steering.layers_above",
                   "isolation:steering.prefix_cache", "isolation:steering.same_batch"):
         assert outcome[check].outcome is Outcome.SKIPPED, (check, outcome[check].outcome)
         assert "could not show" in outcome[check].reason or "shows nothing" in outcome[check].reason

@@ -45,6 +45,26 @@ def _layers_moved(by: int) -> Callable[[Body], Body]:
     return lambda body: _vectors(body, move)
 
 
+def _decoded(tensor: Body) -> np.ndarray:
+    raw = zstandard.ZstdDecompressor().decompress(base64.b64decode(tensor["data"]))
+    return np.frombuffer(raw, "<f4").reshape(tensor["shape"])
+
+
+def _layers_above(body: Body) -> Body:
+    """Each layer's row also added at every layer above it, up to the top (float32 vectors)."""
+    vectors = body.get("apply_steering_vectors")
+    if not isinstance(vectors, list) or any(v["activations"]["dtype"] != "float32" for v in vectors):
+        return body
+    out = []
+    for v in vectors:
+        rows = _decoded(v["activations"])
+        for k, at in enumerate(v["layer_indices"]):
+            above = list(range(at, NUM_LAYERS))
+            tiled = np.repeat(rows[k:k + 1], len(above), axis=0)
+            out.append({**v, "layer_indices": above, "activations": encode_tensor(tiled, "torch.float32")})
+    return {**body, "apply_steering_vectors": out}
+
+
 def _prompt_only(body: Body) -> Body:
     """Each vector for every position given as one for the prompt's positions alone."""
     prompt = body.get("prompt")
@@ -55,8 +75,7 @@ def _prompt_only(body: Body) -> Body:
         tensor = v["activations"]
         if v.get("position_indices") is not None or tensor["dtype"] != "float32" or len(tensor["shape"]) != 2:
             return v
-        raw = zstandard.ZstdDecompressor().decompress(base64.b64decode(tensor["data"]))
-        rows = np.frombuffer(raw, "<f4").reshape(tensor["shape"])
+        rows = _decoded(tensor)
         tiled = np.repeat(rows[:, None, :], len(prompt), axis=1)
         return {**v, "activations": encode_tensor(tiled, "torch.float32"), "position_indices": list(range(len(prompt)))}
     return _vectors(body, positional)
@@ -64,6 +83,12 @@ def _prompt_only(body: Body) -> Body:
 
 def _top_k_as_1(body: Body) -> Body:
     return {**body, "top_k": 1} if isinstance(body.get("top_k"), int) and body["top_k"] > 1 else body
+
+
+def _temperature_clamped(body: Body) -> Body:
+    """A proxy that holds temperature to another vendor's range, [0, 1]."""
+    t = body.get("temperature")
+    return {**body, "temperature": 1.0} if isinstance(t, (int, float)) and t > 1 else body
 
 
 def _constant_seed(body: Body) -> Body:
@@ -97,11 +122,13 @@ WRONGS: dict[str, tuple[Callable[[Body], Body] | None, Callable[[Body, Body], Bo
     "scale x 2": (_scaled(2.0), None),
     "layer + 1": (_layers_moved(+1), None),
     "layer - 1": (_layers_moved(-1), None),
+    "every layer above": (_layers_above, None),
     "prompt only": (_prompt_only, None),
     "constant seed": (_constant_seed, None),
     "rows one short": (None, _rows(_one_short)),
     "rows of the sampled token": (None, _rows(_sampled_only)),
     "any top_k as 1": (_top_k_as_1, None),
+    "temperature clamped to 1": (_temperature_clamped, None),
 }
 
 

@@ -27,6 +27,7 @@ from typing import Any
 
 from conformance.checks.agree import LOGPROBS, difference
 from conformance.checks.common import prompt_ids_returned
+from conformance.checks.tempered import CRITICAL, Step, evidence, low_statistic, statistic
 from conformance.client import Reply
 from conformance.context import Context
 from conformance.registry import register
@@ -200,6 +201,59 @@ def temperature_sampling(ctx: Context) -> None:
     ctx.fail(f"at temperature 1, every token of {len(SEEDS)} seeded texts was the likeliest (greedy sampling)",
              expected="a sampled token less likely than the likeliest", received=choice.get("logprobs"),
              reply=reply)
+
+
+TEMPERED_K = 5           # effects:temperature.scale's top_k: the row shown is all it samples from
+TEMPERED_TOKENS = 8      # of each of its answers
+TEMPERED_ANSWERS = 24    # at most, at each temperature: until the tokens can show a wrong one
+TEMPERED_HOPELESS = 4    # answers after which rows that would not show it in all TEMPERED_ANSWERS end the check
+WRONG_TEMPERATURE = 1.0  # what a server that clamps or ignores temperature samples at
+
+
+def _tempered_steps(ctx: Context, asked: float) -> tuple[list[Step], Reply, float]:
+    """Seeded answers at `asked` until, had the server sampled at WRONG_TEMPERATURE, the
+    statistic would exceed CRITICAL about 39 times in 40: (their steps, the last reply, the
+    statistic it would at least give)."""
+    fields = {"prompt": PROMPT, "max_tokens": TEMPERED_TOKENS, "top_k": TEMPERED_K, "logprobs": TEMPERED_K,
+              "temperature": asked}
+    steps: list[Step] = []
+    power = 0.0
+    for i in range(TEMPERED_ANSWERS):
+        reply, choice = post(ctx, {**fields, "seed": SEEDS[0] + i})
+        outside = below_likeliest(ctx, reply, choice, within=TEMPERED_K)
+        if outside:
+            ctx.stop(f"with top_k {TEMPERED_K} a sampled token is not among the {TEMPERED_K} likeliest of its row "
+                     "(effects:top_k.sampled): what it was sampled from cannot be seen",
+                     received={"positions": outside}, reply=reply)
+        lp = choice["logprobs"]
+        steps += [(row[token], list(row.values())) for token, row in zip(lp["tokens"], lp["top_logprobs"])
+                  if token in row]
+        mean, variance = evidence(steps, asked, WRONG_TEMPERATURE)
+        power = low_statistic(mean, variance)
+        if power >= CRITICAL or (i + 1 >= TEMPERED_HOPELESS and 2 * low_statistic(
+                mean, variance, TEMPERED_ANSWERS / (i + 1)) < CRITICAL):
+            break
+    return steps, reply, power
+
+
+@register("effects:temperature.scale", tags=("sampling",), tokens=2 * TEMPERED_ANSWERS * TEMPERED_TOKENS,
+          effects=("temperature",))
+def temperature_scale(ctx: Context) -> None:
+    """At temperature 0.25 and at its maximum, with top_k 5, the sampled tokens fit the asked
+    temperature (tempered.py): a server that clamps it, or samples at 1 whatever is asked, fails."""
+    highest = ctx.api.schema("CompletionRequest")["properties"]["temperature"]["maximum"]
+    for asked in (0.25, highest):
+        steps, reply, power = _tempered_steps(ctx, asked)
+        if power < CRITICAL:
+            ctx.skip(f"the rows of {len(steps)} sampled tokens are too even for temperature to show: had the server "
+                     f"sampled at {WRONG_TEMPERATURE} where {asked} was asked, the statistic could be as low as "
+                     f"{power:.1f}, not above {CRITICAL}")
+        found, best = statistic(steps, asked)
+        if not ctx.expect(found <= CRITICAL, f"at temperature {asked} with top_k {TEMPERED_K}, {len(steps)} sampled "
+                          f"tokens fit temperature {best:.2f} better than the asked one (likelihood-ratio "
+                          f"statistic {found:.1f}, above {CRITICAL}: once in 10,000 by chance)",
+                          expected=asked, received=round(best, 2), reply=reply):
+            return
 
 
 # -- end tokens ------------------------------------------------------------------------

@@ -53,6 +53,7 @@ from schemathesis.checks import CHECKS
 from schemathesis.config import SchemathesisConfig
 from schemathesis.engine import events, from_schema
 
+from conformance.answerer import is_front, who_answered
 from conformance.client import OVER_CEILING, Client, OverCeiling, Reply, StreamReply
 from conformance.config import RunConfig
 from conformance.context import LEDGER_NOTES, Context
@@ -422,10 +423,25 @@ def _run_both(ctx: Context) -> dict[str, list[Finding]]:
                         continue
                     text = f"{mode} data, {failure.operation}: {failure.title}"
                     detail = (failure.message or "").strip()
+                    interaction = recorder.interactions.get(failure.case_id or case_id)
+                    other = _other_party(ctx, interaction)
                     findings.setdefault(node.name, []).append(Finding(
-                        text, expected=f"no {node.name} failure", received=detail[:1500] or failure.title,
-                        exchange=_exchange(recorder.interactions.get(failure.case_id or case_id))))
+                        text + (f" ({other})" if other else ""), expected=f"no {node.name} failure",
+                        received=detail[:1500] or failure.title, exchange=_exchange(interaction),
+                        warning=other is not None))
     return findings
+
+
+def _other_party(ctx: Context, interaction: Any) -> str | None:
+    """Who answered, where another party than the deployment did (a front's own 405 page to
+    TRACE, which has no Allow header): its failure is a warning, as the suite's own checks'."""
+    resp = getattr(interaction, "response", None)
+    if resp is None or ctx.server.writer is None:
+        return None
+    headers = {k: (v[0] if isinstance(v, list) else v) for k, v in resp.headers.items()}
+    if not is_front(headers, resp.content, ctx.server.writer):
+        return None
+    return who_answered(headers, resp.content, ctx.server.writer)
 
 
 def _report(name: str, ctx: Context) -> None:

@@ -12,6 +12,10 @@ and on the residual stream of the prompt (output_residual_stream, one token): at
 the steered layer it is the unsteered stream plus exactly that addition (the
 layer's own output does not depend on what is added to it), one layer below it
 is unchanged; so the layer, the scale, norm_match and position_indices each show.
+That it is added at no layer above shows by replaying a steered stream: with a vector
+at layer L, what layer L+1 put out is set again by adding, at L+1 alone, that output
+less the unsteered one; every layer above then reads what it read before, so at L+2
+the two streams agree, and a vector also added above L makes them differ by itself.
 
 A batch may change a value by a little, so vectors are compared within a share
 of their norms (SLACK); answers that must agree are held to agree.py's rule, each of
@@ -283,6 +287,47 @@ def position_indices(ctx: Context) -> None:
     added[POSITION] = u
     expect_added(ctx, f"a +-1 vector at position_indices [{POSITION}]",
                  [vector(ctx, u, position_indices=[POSITION])], added)
+
+
+def _replayed_layers(ctx: Context) -> int:
+    """L of effects:steering.layers_above: the middle layer, or lower where L+2 would be past the top."""
+    below_top = ctx.model.num_layers - 3
+    if below_top < 0:
+        ctx.skip(f"the model has {ctx.model.num_layers} layers: no two layers above a steered one")
+    return min(ctx.model.num_layers // 2, below_top)
+
+
+@register("effects:steering.layers_above", tags=("steering", "activations"), tokens=2 + REPEATS,
+          effects=("apply_steering_vectors.layer_indices",))
+def layers_above(ctx: Context) -> None:
+    """A vector at layer L is added there and at no layer above: its stream at L+1, given again
+    at L+1 alone as an addition to the unsteered stream, leaves the same stream at L+2."""
+    at = _replayed_layers(ctx)
+    above = [at + 1, at + 2]
+    plain = plain_capture(ctx, output_residual_stream=above)
+    u = direction(ctx.model.hidden_size)
+    size = sorted(norm(row) for row in plain[0])[len(plain[0]) // 2] / norm(u)   # about the stream's own norm
+    first = {"activations": encode_float32([size * x for x in u], [1, ctx.model.hidden_size]), "layer_indices": [at]}
+    reply, steered = capture(ctx, [first], output_residual_stream=above)
+    if len(steered[0]) != len(plain[0]):
+        ctx.stop("the steered capture has other positions than the unsteered one",
+                 expected=len(plain[0]), received=len(steered[0]), reply=reply)
+    rows = [[b - a for a, b in zip(before, after, strict=True)] for before, after in zip(plain[0], steered[0])]
+    if max(map(norm, rows)) <= SLACK * size * norm(u):
+        ctx.skip(f"a vector at layer {at} left the stream at layer {at + 1} as it is without it "
+                 "(effects:steering.layer_and_scale): that it is added at no layer above shows nothing here")
+    again = {"activations": encode_float32([x for row in rows for x in row], [1, len(rows), ctx.model.hidden_size]),
+             "layer_indices": [at + 1], "position_indices": list(range(len(rows)))}
+    for _ in range(REPEATS):
+        reply, replayed = capture(ctx, [again], output_residual_stream=above)
+        for p, (want, got) in enumerate(zip(steered[1], replayed[1], strict=True)):
+            error = norm([g - w for g, w in zip(got, want, strict=True)])
+            bound = SLACK * norm(want)
+            if not ctx.expect(error <= bound, f"a vector at layer {at}: its stream at layer {at + 1} given again there "
+                              f"leaves another stream at layer {at + 2} (position {p}): the vector was also added "
+                              f"above layer {at}", expected={"off_by_within": round(bound, 4)},
+                              received={"off_by": round(error, 4)}, reply=reply):
+                return
 
 
 @register("effects:steering.decoding", tags=("steering", "activations"), tokens=DECODE * CAPTURE_BOUND + END_TOKENS,
