@@ -234,10 +234,10 @@ def test_a_schemathesis_failure_answered_by_another_party_names_it() -> None:
     from conformance.checks.schema import _other_party
     ctx = SimpleNamespace(server=SimpleNamespace(writer=("Server: gunicorn",)))
 
-    def interaction(headers: dict[str, list[str]]) -> SimpleNamespace:
-        return SimpleNamespace(response=SimpleNamespace(headers=headers, content=b"<title>405 Not Allowed</title>"))
+    def interaction(headers: dict[str, list[str]], body: bytes = b"<title>405 Not Allowed</title>") -> SimpleNamespace:
+        return SimpleNamespace(response=SimpleNamespace(headers=headers, content=body))
     assert _other_party(ctx, interaction({"Server": ["nginx/1.22.1"]})) == (
         'answered by Server: nginx/1.22.1, HTML title "405 Not Allowed"; a front answering in its own words? '
         'see reference_impl/DEPLOY.md, "Fronts"')
-    assert _other_party(ctx, interaction({"Server": ["gunicorn"]})) is None
+    assert _other_party(ctx, interaction({"Server": ["gunicorn"]}, b'{"error": {}}')) is None   # the deployment's own
     assert _other_party(ctx, SimpleNamespace(response=None)) is None
