@@ -205,20 +205,21 @@ def temperature_sampling(ctx: Context) -> None:
 
 TEMPERED_K = 5           # effects:temperature.scale's top_k: the row shown is all it samples from
 TEMPERED_TOKENS = 8      # of each of its answers
-TEMPERED_ANSWERS = 24    # at most, at each temperature: until the tokens can show a wrong one
-TEMPERED_HOPELESS = 4    # answers after which rows that would not show it in all TEMPERED_ANSWERS end the check
+TEMPERED_ANSWERS = 26    # at most, both temperatures together (the full profile's ceiling holds them):
+                         # each takes answers until its tokens can show a wrong temperature
+TEMPERED_HOPELESS = 4    # answers after which rows that would not show it in all those left end its turn
 WRONG_TEMPERATURE = 1.0  # what a server that clamps or ignores temperature samples at
 
 
-def _tempered_steps(ctx: Context, asked: float) -> tuple[list[Step], Reply, float]:
+def _tempered_steps(ctx: Context, asked: float, answers: int) -> tuple[list[Step], Reply, float, int]:
     """Seeded answers at `asked` until, had the server sampled at WRONG_TEMPERATURE, the
-    statistic would exceed CRITICAL about 39 times in 40: (their steps, the last reply, the
-    statistic it would at least give)."""
+    statistic would exceed CRITICAL about 39 times in 40, at most `answers` of them: (their
+    steps, the last reply, the statistic it would at least give, the answers taken)."""
     fields = {"prompt": PROMPT, "max_tokens": TEMPERED_TOKENS, "top_k": TEMPERED_K, "logprobs": TEMPERED_K,
               "temperature": asked}
     steps: list[Step] = []
     power = 0.0
-    for i in range(TEMPERED_ANSWERS):
+    for i in range(answers):
         reply, choice = post(ctx, {**fields, "seed": SEEDS[0] + i})
         outside = below_likeliest(ctx, reply, choice, within=TEMPERED_K)
         if outside:
@@ -231,20 +232,22 @@ def _tempered_steps(ctx: Context, asked: float) -> tuple[list[Step], Reply, floa
         mean, variance = evidence(steps, asked, WRONG_TEMPERATURE)
         power = low_statistic(mean, variance)
         if power >= CRITICAL or (i + 1 >= TEMPERED_HOPELESS and 2 * low_statistic(
-                mean, variance, TEMPERED_ANSWERS / (i + 1)) < CRITICAL):
+                mean, variance, answers / (i + 1)) < CRITICAL):
             break
-    return steps, reply, power
+    return steps, reply, power, i + 1
 
 
-@register("effects:temperature.scale", tags=("sampling",), tokens=2 * TEMPERED_ANSWERS * TEMPERED_TOKENS,
+@register("effects:temperature.scale", tags=("sampling",), tokens=TEMPERED_ANSWERS * TEMPERED_TOKENS,
           effects=("temperature",))
 def temperature_scale(ctx: Context) -> None:
     """At temperature 0.25 and at its maximum, with top_k 5, the sampled tokens fit the asked
     temperature (tempered.py): a server that clamps it, or samples at 1 whatever is asked, fails."""
     highest = ctx.api.schema("CompletionRequest")["properties"]["temperature"]["maximum"]
     too_even = []
-    for asked in (0.25, highest):
-        steps, reply, power = _tempered_steps(ctx, asked)
+    left = TEMPERED_ANSWERS
+    for asked in (0.25, highest):    # 0.25 first: it shows in fewer tokens
+        steps, reply, power, taken = _tempered_steps(ctx, asked, left - (asked == 0.25))
+        left -= taken
         if power < CRITICAL:   # this temperature cannot show here; the other may
             too_even.append(f"at {asked}, {len(steps)} tokens, as low as {power:.1f}")
             continue
