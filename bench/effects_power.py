@@ -81,7 +81,6 @@ def loaded_run(target: harness.Endpoint, report: Path, log: Path) -> dict[str, s
 
 def power(vllm_url: str, runs: int) -> list[tuple[str, str, int, int]]:
     """(way, check, runs it failed, runs) for each wrong way and each check that must fail it."""
-    from mock_server.config import MockConfig  # noqa: F401  (the tests' helpers import the mock)
     from api_server import create_app
     from reference_impl.__main__ import api_config
     from reference_impl.deployment import deployment_models, read_model_config, upstream_models
