@@ -27,13 +27,13 @@ def html_title(body: bytes | str | None) -> str | None:
     return " ".join(match.group(1).decode("utf-8", "replace").split())[:_TITLE_CHARS]
 
 
-def writer(headers: Mapping[str, str], body: bytes | str | None) -> tuple[str, ...]:
-    """What an answer says of who wrote it: its Server and Via headers, a product's own version
-    header (LiteLLM's x-litellm-version), and whether it is an HTML page (a front's)."""
+def writer(headers: Mapping[str, str]) -> tuple[str, ...]:
+    """What an answer says of who wrote it: its Server and Via headers and a product's own version
+    header (LiteLLM's x-litellm-version). Not the body: a server's own error page (a development
+    server's HTML 400) is still the server's answer, and judged as one."""
     names = {"server": "Server", "via": "Via"}
-    named = sorted(f"{names.get(key.lower(), key.lower())}: {value}" for key, value in headers.items()
-                   if key.lower() in names or (key.lower().startswith("x-") and key.lower().endswith("-version")))
-    return (*named, *(() if html_title(body) is None else ("an HTML page",)))
+    return tuple(sorted(f"{names.get(key.lower(), key.lower())}: {value}" for key, value in headers.items()
+                        if key.lower() in names or (key.lower().startswith("x-") and key.lower().endswith("-version"))))
 
 
 def who_answered(headers: Mapping[str, str], body: bytes | str | None, own: tuple[str, ...] | None = None) -> str:
@@ -41,16 +41,17 @@ def who_answered(headers: Mapping[str, str], body: bytes | str | None, own: tupl
     in its own words? see ...', or that nothing in the answer names its writer. `own`: the
     writer of the deployment's own answers (ServerInfo.writer); an answer by the same writer
     is the deployment's, and no front is suggested."""
-    named = [n for n in writer(headers, body) if n != "an HTML page"]
+    named = list(writer(headers))
     title = html_title(body)
     if title is not None:
         named.append(f'HTML title "{title}"')
     who = f"answered by {', '.join(named)}" if named else "the answer names no writer (no Server, Via or HTML title)"
-    if own is not None and writer(headers, body) == own:
+    if own is not None and writer(headers) == own:
         return f"{who}, as the deployment's own answers are"
     return f"{who}; a front answering in its own words? see {FRONT_GUIDE}"
 
 
-def is_front(headers: Mapping[str, str], body: bytes | str | None, own: tuple[str, ...] | None) -> bool:
-    """Whether an answer's writer differs from the deployment's own (unknown own: it may)."""
-    return own is None or writer(headers, body) != own
+def is_front(headers: Mapping[str, str], own: tuple[str, ...] | None) -> bool:
+    """Whether another party wrote an answer: its Server, Via or version header differs from what
+    the deployment's own answers carry (unknown own: no sign that another party answered)."""
+    return own is not None and writer(headers) != own

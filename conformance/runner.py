@@ -59,7 +59,7 @@ def discover(client: Client, model: str, api: Spec) -> ServerInfo:
         given[entry["id"]] = frozenset(numbers)
     health = {keyed: client.request("GET", api.route("health").path, auth=AUTH_DEFAULT if keyed else AUTH_NONE).status
               for keyed in (False, True)}
-    return ServerInfo(models=models, given=given, health=health, writer=writer(reply.headers, reply.content))
+    return ServerInfo(models=models, given=given, health=health, writer=writer(reply.headers))
 
 
 OVERSPEND = "the server generated"   # the start of a finding of a request past its price

@@ -240,4 +240,5 @@ def test_a_schemathesis_failure_answered_by_another_party_names_it() -> None:
         'answered by Server: nginx/1.22.1, HTML title "405 Not Allowed"; a front answering in its own words? '
         'see reference_impl/DEPLOY.md, "Fronts"')
     assert _other_party(ctx, interaction({"Server": ["gunicorn"]}, b'{"error": {}}')) is None   # the deployment's own
+    assert _other_party(ctx, interaction({"Server": ["gunicorn"]})) is None   # its own HTML page is its own too
     assert _other_party(ctx, SimpleNamespace(response=None)) is None

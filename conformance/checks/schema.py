@@ -306,11 +306,16 @@ def _no_answer(mode: str, unanswered: list[Any], answered: int, base_url: str) -
                     received=f"{type(e.value).__name__}: {str(e.value)[:300]}") for e in unanswered]
 
 
+def _headers(message: Any) -> dict[str, str]:
+    """A cassette's headers (each a list of values) as one value a name."""
+    return {k: (v[0] if isinstance(v, list) else v) for k, v in message.headers.items()}
+
+
 def _exchange(interaction: Any) -> Exchange | None:
     if interaction is None:
         return None
     req, resp = interaction.request, interaction.response
-    headers = {k: (v[0] if isinstance(v, list) else v) for k, v in req.headers.items()}
+    headers = _headers(req)
     if "Authorization" in headers:
         headers["Authorization"] = "Bearer ***"
     body = quote(req.body) if req.body else None
@@ -318,7 +323,7 @@ def _exchange(interaction: Any) -> Exchange | None:
     ex = Exchange(req.method, req.uri, headers, body, sent=sent)
     if resp is not None:
         ex.status = resp.status_code
-        ex.response_headers = {k: (v[0] if isinstance(v, list) else v) for k, v in resp.headers.items()}
+        ex.response_headers = _headers(resp)
         ex.response_body = quote(resp.content)
     return ex
 
@@ -438,8 +443,8 @@ def _other_party(ctx: Context, interaction: Any) -> str | None:
     resp = getattr(interaction, "response", None)
     if resp is None or ctx.server.writer is None:
         return None
-    headers = {k: (v[0] if isinstance(v, list) else v) for k, v in resp.headers.items()}
-    if not is_front(headers, resp.content, ctx.server.writer):
+    headers = _headers(resp)
+    if not is_front(headers, ctx.server.writer):
         return None
     return who_answered(headers, resp.content, ctx.server.writer)
 

@@ -68,7 +68,7 @@ def cl_te(ctx: Context) -> None:
         ("Authorization", f"Bearer {ctx.client.api_key}"), ("Content-Type", "application/json"),
         ("Content-Length", str(len(chunked))), ("Transfer-Encoding", "chunked")])
     ex = deliver(ctx, [head + chunked], expect=2, bound=min(ctx.config.timeout, 5.0))
-    response = answered(ctx, ex, "CL and TE", front=True)
+    response = answered(ctx, ex, "CL and TE")
     if response is not None and response.status >= 400:
         error_shaped(ctx, response, "CL and TE", front=True)
     ctx.expect(response is None or response.status < 500, "CL and TE: a server error", received=shown(response))

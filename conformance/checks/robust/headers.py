@@ -8,7 +8,7 @@ from conformance.context import Context
 def _header_check(ctx: Context, what: str, extra: list[tuple[str, str]], echo: str | None = None) -> None:
     """A request the server may answer (200) or refuse (a 4xx in the error shape), but never 5xx or hang."""
     ex = send(ctx, "GET", HEALTH, extra=extra)
-    response = answered(ctx, ex, what, front=True)
+    response = answered(ctx, ex, what)
     if response is not None and response.status != 200:
         error_shaped(ctx, response, what, front=True)
         if echo is not None:

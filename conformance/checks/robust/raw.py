@@ -5,9 +5,11 @@ no input quoted back past x-caps.quoted_chars, and a server still healthy afterw
 
 `front=True` marks a request no HTTP client sends (malformed framing, huge heads, path
 tricks), which a front (nginx, an ingress, a load balancer) refuses by itself: its answer
-in its own words (not JSON) or a close without one is a warning, not a finding
-(conformance/README.md, "A front's own words"). A hang, a 5xx, an accepted request, an
-answer in JSON that is not the API's, an echo and an unhealthy server stay findings."""
+in its own words (not JSON), written by another party than the deployment's own answers
+(answerer.is_front), is a warning, not a finding (conformance/README.md, "A front's own
+words"). A close or a reset without an answer names no one: a finding. A hang, a 5xx, an
+accepted request, an answer in JSON that is not the API's, an echo and an unhealthy server
+stay findings."""
 from __future__ import annotations
 
 import functools
@@ -82,11 +84,11 @@ def shown(response: RawResponse | None) -> Any:
     return {"status": response.status, "body": text + ("..." if len(response.body) > 600 else "")}
 
 
-def answered(ctx: Context, ex: RawExchange, what: str, *, front: bool = False,
+def answered(ctx: Context, ex: RawExchange, what: str, *,
              may_close: bool = False) -> RawResponse | None:
     """The first response, or a finding: no connection, a hang, or a close without an answer
-    (a warning with `front`; nothing with `may_close`, where HTTP lets any server close). A
-    reset is never a warning: no front answers in its own words by resetting."""
+    (nothing with `may_close`, where HTTP lets any server close). A close is never a warning,
+    even with `front`: it says nothing of who closed."""
     if ex.error is not None:
         ctx.fail(f"{what}: no connection: {ex.error}")
         return None
@@ -95,9 +97,8 @@ def answered(ctx: Context, ex: RawExchange, what: str, *, front: bool = False,
             ctx.fail(f"{what}: no answer within {ctx.config.timeout:g} s (a hang)",
                      received=ex.data[:300].decode("latin-1"))
         elif not may_close:
-            (ctx.warn if front and not ex.reset else ctx.fail)(
-                f"{what}: the connection {'was reset' if ex.reset else 'closed'} without an answer",
-                received=ex.data[:300].decode("latin-1"))
+            ctx.fail(f"{what}: the connection {'was reset' if ex.reset else 'closed'} without an answer",
+                     received=ex.data[:300].decode("latin-1"))
     for response in ex.responses:       # a broken server's accepted request counts against the ceiling
         data = response.json() if response.status == 200 else None
         usage = data.get("usage") if isinstance(data, dict) else None
@@ -128,7 +129,7 @@ def error_shaped(ctx: Context, response: RawResponse, what: str, *, front: bool 
     problems = schema_errors(data, ctx.api.schema("ErrorBody")) if data is not None else ["not JSON"]
     if problems:
         who = who_answered(response.headers, response.body, ctx.server.writer)
-        warns = front and ok and in_own_words(response) and is_front(response.headers, response.body, ctx.server.writer)
+        warns = front and ok and in_own_words(response) and is_front(response.headers, ctx.server.writer)
         (ctx.warn if warns else ctx.fail)(f"{what}: the error body is not the API's shape ({who})",
                                           expected="ErrorBody", received={"problems": problems, **(shown(response) or {})})
         if warns:
@@ -144,9 +145,9 @@ def error_shaped(ctx: Context, response: RawResponse, what: str, *, front: bool 
 def refused(ctx: Context, ex: RawExchange, what: str, body: dict[str, Any] | None = None,
             echo: str | None = None, *, front: bool = False, may_close: bool = False) -> RawResponse | None:
     """Answered, in the error shape; the whole body when the spec fixes it; `echo` not quoted back.
-    `front`, `may_close`: as `answered` and `error_shaped` take them (a front's page is not
+    `front`: as `error_shaped` takes it; `may_close`: as `answered` does (a front's page is not
     compared with the API's body)."""
-    response = answered(ctx, ex, what, front=front, may_close=may_close)
+    response = answered(ctx, ex, what, may_close=may_close)
     if response is None:
         return None
     error_shaped(ctx, response, what, front=front)
