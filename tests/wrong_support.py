@@ -9,7 +9,6 @@ keys blocks without the steering does.
 """
 from __future__ import annotations
 
-import base64
 import json
 import random
 import threading
@@ -17,16 +16,16 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 import numpy as np
-import zstandard
 
-from contract.steering import encode_tensor
+from contract.steering import decode_vector, encode_tensor
 from tests.conformance_support import Breaker, Environ, StartResponse, whole_response
 from tests.contract_support import CONTRACT
 from tests.effects_support import _valid, _without
 
 App = Callable[[Environ, StartResponse], Iterable[bytes]]
 Body = dict[str, Any]
-NUM_LAYERS = CONTRACT.spec.models[CONTRACT.spec.default_model].num_layers
+MODEL = CONTRACT.spec.models[CONTRACT.spec.default_model]
+NUM_LAYERS = MODEL.num_layers
 
 
 def _vectors(body: Body, change: Callable[[Body], Body]) -> Body:
@@ -45,9 +44,9 @@ def _layers_moved(by: int) -> Callable[[Body], Body]:
     return lambda body: _vectors(body, move)
 
 
-def _decoded(tensor: Body) -> np.ndarray:
-    raw = zstandard.ZstdDecompressor().decompress(base64.b64decode(tensor["data"]))
-    return np.frombuffer(raw, "<f4").reshape(tensor["shape"])
+def _decoded(vector: Body) -> np.ndarray:
+    """The vector's values, decoded as the API decodes them (the request is valid: checked first)."""
+    return decode_vector(vector, MODEL, CONTRACT.spec, "apply_steering_vectors").values
 
 
 def _layers_above(body: Body) -> Body:
@@ -57,7 +56,7 @@ def _layers_above(body: Body) -> Body:
         return body
     out = []
     for v in vectors:
-        rows = _decoded(v["activations"])
+        rows = _decoded(v)
         for k, at in enumerate(v["layer_indices"]):
             above = list(range(at, NUM_LAYERS))
             tiled = np.repeat(rows[k:k + 1], len(above), axis=0)
@@ -75,7 +74,7 @@ def _prompt_only(body: Body) -> Body:
         tensor = v["activations"]
         if v.get("position_indices") is not None or tensor["dtype"] != "float32" or len(tensor["shape"]) != 2:
             return v
-        rows = _decoded(tensor)
+        rows = _decoded(v)
         tiled = np.repeat(rows[:, None, :], len(prompt), axis=1)
         return {**v, "activations": encode_tensor(tiled, "torch.float32"), "position_indices": list(range(len(prompt)))}
     return _vectors(body, positional)

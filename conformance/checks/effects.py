@@ -27,7 +27,7 @@ from typing import Any
 
 from conformance.checks.agree import LOGPROBS, difference
 from conformance.checks.common import prompt_ids_returned
-from conformance.checks.tempered import CRITICAL, Step, evidence, low_statistic, statistic
+from conformance.checks.tempered import CRITICAL, Step, low_statistic, row_evidence, statistic
 from conformance.client import Reply
 from conformance.context import Context
 from conformance.registry import register
@@ -209,6 +209,7 @@ TEMPERED_ANSWERS = 26    # at most, both temperatures together (the full profile
                          # each takes answers until its tokens can show a wrong temperature
 TEMPERED_HOPELESS = 4    # answers after which rows that would not show it in all those left end its turn
 WRONG_TEMPERATURE = 1.0  # what a server that clamps or ignores temperature samples at
+COLD_TEMPERATURE = 0.25  # tried first: far enough below 1 to show in fewer tokens than the maximum
 
 
 def _tempered_steps(ctx: Context, asked: float, answers: int) -> tuple[list[Step], Reply, float, int]:
@@ -218,7 +219,7 @@ def _tempered_steps(ctx: Context, asked: float, answers: int) -> tuple[list[Step
     fields = {"prompt": PROMPT, "max_tokens": TEMPERED_TOKENS, "top_k": TEMPERED_K, "logprobs": TEMPERED_K,
               "temperature": asked}
     steps: list[Step] = []
-    power = 0.0
+    power = mean = variance = 0.0
     for i in range(answers):
         reply, choice = post(ctx, {**fields, "seed": SEEDS[0] + i})
         outside = below_likeliest(ctx, reply, choice, within=TEMPERED_K)
@@ -227,9 +228,11 @@ def _tempered_steps(ctx: Context, asked: float, answers: int) -> tuple[list[Step
                      "(effects:top_k.sampled): what it was sampled from cannot be seen",
                      received={"positions": outside}, reply=reply)
         lp = choice["logprobs"]
-        steps += [(row[token], list(row.values())) for token, row in zip(lp["tokens"], lp["top_logprobs"])
-                  if token in row]
-        mean, variance = evidence(steps, asked, WRONG_TEMPERATURE)
+        for token, row in zip(lp["tokens"], lp["top_logprobs"]):
+            if token in row:
+                steps.append((row[token], list(row.values())))
+                gained, spread = row_evidence(steps[-1][1], asked, WRONG_TEMPERATURE)
+                mean, variance = mean + gained, variance + spread
         power = low_statistic(mean, variance)
         if power >= CRITICAL or (i + 1 >= TEMPERED_HOPELESS and 2 * low_statistic(
                 mean, variance, answers / (i + 1)) < CRITICAL):
@@ -240,13 +243,14 @@ def _tempered_steps(ctx: Context, asked: float, answers: int) -> tuple[list[Step
 @register("effects:temperature.scale", tags=("sampling",), tokens=TEMPERED_ANSWERS * TEMPERED_TOKENS,
           effects=("temperature",))
 def temperature_scale(ctx: Context) -> None:
-    """At temperature 0.25 and at its maximum, with top_k 5, the sampled tokens fit the asked
+    """At temperature COLD_TEMPERATURE (0.25) and at its maximum, with top_k 5, the sampled tokens fit the asked
     temperature (tempered.py): a server that clamps it, or samples at 1 whatever is asked, fails."""
     highest = ctx.api.schema("CompletionRequest")["properties"]["temperature"]["maximum"]
     too_even = []
     left = TEMPERED_ANSWERS
-    for asked in (0.25, highest):    # 0.25 first: it shows in fewer tokens
-        steps, reply, power, taken = _tempered_steps(ctx, asked, left - (asked == 0.25))
+    for asked in (COLD_TEMPERATURE, highest):
+        # the cold turn leaves at least one answer to the hot one
+        steps, reply, power, taken = _tempered_steps(ctx, asked, left - (asked == COLD_TEMPERATURE))
         left -= taken
         if power < CRITICAL:   # this temperature cannot show here; the other may
             too_even.append(f"at {asked}, {len(steps)} tokens, as low as {power:.1f}")

@@ -262,6 +262,11 @@ def layer_and_scale(ctx: Context) -> None:
                  [[SCALE * x for x in u]] * len(PROMPT))
 
 
+def typical_norm(rows: list[list[float]]) -> float:
+    """The median norm of a layer's rows: the stream's own size there."""
+    return sorted(map(norm, rows))[len(rows) // 2]
+
+
 @register("effects:steering.norm_match", tags=("steering", "activations"), tokens=CAPTURE_BOUND,
           effects=("apply_steering_vectors.norm_match",))
 def norm_match(ctx: Context) -> None:
@@ -270,8 +275,7 @@ def norm_match(ctx: Context) -> None:
     plain = plain_capture(ctx)[1]
     u = direction(ctx.model.hidden_size)
     # a power of two far below the stream's norm: without norm_match it would add next to nothing
-    typical = sorted(norm(row) for row in plain)[len(plain) // 2]
-    small = 2.0 ** math.floor(math.log2(max(typical, 1e-30) * NORM_SMALL / norm(u)))
+    small = 2.0 ** math.floor(math.log2(max(typical_norm(plain), 1e-30) * NORM_SMALL / norm(u)))
     unit = [x / norm(u) for x in u]
     added = [[k * x for x in unit] for k in map(norm, plain)]
     expect_added(ctx, f"a vector of norm {norm(u) * small:.3g} with norm_match",
@@ -306,7 +310,7 @@ def layers_above(ctx: Context) -> None:
     above = [at + 1, at + 2]
     plain = plain_capture(ctx, output_residual_stream=above)
     u = direction(ctx.model.hidden_size)
-    size = sorted(norm(row) for row in plain[0])[len(plain[0]) // 2] / norm(u)   # about the stream's own norm
+    size = typical_norm(plain[0]) / norm(u)   # about the stream's own norm
     first = {"activations": encode_float32([size * x for x in u], [1, ctx.model.hidden_size]), "layer_indices": [at]}
     reply, steered = capture(ctx, [first], output_residual_stream=above)
     if len(steered[0]) != len(plain[0]):

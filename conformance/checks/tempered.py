@@ -42,19 +42,22 @@ def statistic(steps: Sequence[Step], asked: float) -> tuple[float, float]:
     return 2 * (log_likelihood(steps, best) - log_likelihood(steps, asked)), best
 
 
+def row_evidence(row: Sequence[float], asked: float, truth: float) -> tuple[float, float]:
+    """Had the server sampled this row at `truth` instead of `asked`, the mean and variance,
+    over its draws, of twice the log likelihood ratio of `truth` over `asked` (statistic() is
+    never below the sum of these over the rows)."""
+    p_true = [v / truth - _logsumexp([w / truth for w in row]) for v in row]
+    p_asked = [v / asked - _logsumexp([w / asked for w in row]) for v in row]
+    gains = [2 * (a - b) for a, b in zip(p_true, p_asked, strict=True)]
+    first = sum(math.exp(a) * g for a, g in zip(p_true, gains, strict=True))
+    second = sum(math.exp(a) * g * g for a, g in zip(p_true, gains, strict=True))
+    return first, max(second - first * first, 0.0)
+
+
 def evidence(steps: Sequence[Step], asked: float, truth: float) -> tuple[float, float]:
-    """Had the server sampled at `truth` instead, the mean and variance, over the rows' draws,
-    of the log likelihood ratio of `truth` over `asked` (twice it: statistic() is never below)."""
-    mean = variance = 0.0
-    for _, row in steps:
-        p_true = [v / truth - _logsumexp([w / truth for w in row]) for v in row]
-        p_asked = [v / asked - _logsumexp([w / asked for w in row]) for v in row]
-        gains = [2 * (a - b) for a, b in zip(p_true, p_asked, strict=True)]
-        first = sum(math.exp(a) * g for a, g in zip(p_true, gains, strict=True))
-        second = sum(math.exp(a) * g * g for a, g in zip(p_true, gains, strict=True))
-        mean += first
-        variance += max(second - first * first, 0.0)
-    return mean, variance
+    """row_evidence summed over the steps' rows (the draws are independent)."""
+    rows = [row_evidence(row, asked, truth) for _, row in steps]
+    return sum(m for m, _ in rows), sum(v for _, v in rows)
 
 
 def low_statistic(mean: float, variance: float, times: float = 1.0) -> float:
