@@ -93,7 +93,7 @@ def power(vllm_url: str, runs: int) -> list[tuple[str, str, int, int]]:
     served = spec().default_model
     models = deployment_models(served, upstream_models(vllm_url)[served]["max_model_len"], read_model_config(str(MODEL)))
     engine = VllmEngine(vllm_url, served)
-    app = Wrong(create_app(api_config(), engine, models))
+    app = Wrong(create_app(api_config(), engine, models), models)
     ways = [(name, WRONGS[name], sorted(EXPECTED[name][0]), None) for name in WRONGS]
     ways += [(f"{field} dropped on half", dropping(field), sorted(checks), 0.5) for field, checks in HALF.items()]
     out = []

@@ -12,11 +12,12 @@ from __future__ import annotations
 import json
 import random
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import numpy as np
 
+from contract import ModelInfo
 from contract.steering import decode_vector, encode_tensor
 from tests.conformance_support import Breaker, Environ, StartResponse, whole_response
 from tests.contract_support import CONTRACT
@@ -24,8 +25,7 @@ from tests.effects_support import _valid, _without
 
 App = Callable[[Environ, StartResponse], Iterable[bytes]]
 Body = dict[str, Any]
-MODEL = CONTRACT.spec.models[CONTRACT.spec.default_model]
-NUM_LAYERS = MODEL.num_layers
+Rewrite = Callable[[Body, ModelInfo], Body]     # a valid request, and the model it names
 
 
 def _vectors(body: Body, change: Callable[[Body], Body]) -> Body:
@@ -34,37 +34,39 @@ def _vectors(body: Body, change: Callable[[Body], Body]) -> Body:
     return {**body, "apply_steering_vectors": [change(dict(v)) for v in body["apply_steering_vectors"]]}
 
 
-def _scaled(k: float) -> Callable[[Body], Body]:
-    return lambda body: _vectors(body, lambda v: {**v, "scale": (1.0 if v.get("scale") is None else v["scale"]) * k})
+def _scaled(k: float) -> Rewrite:
+    return lambda body, _: _vectors(body, lambda v: {**v, "scale": (1.0 if v.get("scale") is None else v["scale"]) * k})
 
 
-def _layers_moved(by: int) -> Callable[[Body], Body]:
-    def move(v: Body) -> Body:
-        return {**v, "layer_indices": [min(max(i + by, 0), NUM_LAYERS - 1) for i in v["layer_indices"]]}
-    return lambda body: _vectors(body, move)
+def _layers_moved(by: int) -> Rewrite:
+    def moved(body: Body, model: ModelInfo) -> Body:
+        def move(v: Body) -> Body:
+            return {**v, "layer_indices": [min(max(i + by, 0), model.num_layers - 1) for i in v["layer_indices"]]}
+        return _vectors(body, move)
+    return moved
 
 
-def _decoded(vector: Body) -> np.ndarray:
+def _decoded(vector: Body, model: ModelInfo) -> np.ndarray:
     """The vector's values, decoded as the API decodes them (the request is valid: checked first)."""
-    return decode_vector(vector, MODEL, CONTRACT.spec, "apply_steering_vectors").values
+    return decode_vector(vector, model, CONTRACT.spec, "apply_steering_vectors").values
 
 
-def _layers_above(body: Body) -> Body:
+def _layers_above(body: Body, model: ModelInfo) -> Body:
     """Each layer's row also added at every layer above it, up to the top (float32 vectors)."""
     vectors = body.get("apply_steering_vectors")
     if not isinstance(vectors, list) or any(v["activations"]["dtype"] != "float32" for v in vectors):
         return body
     out = []
     for v in vectors:
-        rows = _decoded(v)
+        rows = _decoded(v, model)
         for k, at in enumerate(v["layer_indices"]):
-            above = list(range(at, NUM_LAYERS))
+            above = list(range(at, model.num_layers))
             tiled = np.repeat(rows[k:k + 1], len(above), axis=0)
             out.append({**v, "layer_indices": above, "activations": encode_tensor(tiled, "torch.float32")})
     return {**body, "apply_steering_vectors": out}
 
 
-def _prompt_only(body: Body) -> Body:
+def _prompt_only(body: Body, model: ModelInfo) -> Body:
     """Each vector for every position given as one for the prompt's positions alone."""
     prompt = body.get("prompt")
     if not (isinstance(prompt, list) and prompt and all(type(t) is int for t in prompt)):
@@ -74,23 +76,23 @@ def _prompt_only(body: Body) -> Body:
         tensor = v["activations"]
         if v.get("position_indices") is not None or tensor["dtype"] != "float32" or len(tensor["shape"]) != 2:
             return v
-        rows = _decoded(v)
+        rows = _decoded(v, model)
         tiled = np.repeat(rows[:, None, :], len(prompt), axis=1)
         return {**v, "activations": encode_tensor(tiled, "torch.float32"), "position_indices": list(range(len(prompt)))}
     return _vectors(body, positional)
 
 
-def _top_k_as_1(body: Body) -> Body:
+def _top_k_as_1(body: Body, _: ModelInfo) -> Body:
     return {**body, "top_k": 1} if isinstance(body.get("top_k"), int) and body["top_k"] > 1 else body
 
 
-def _temperature_clamped(body: Body) -> Body:
+def _temperature_clamped(body: Body, _: ModelInfo) -> Body:
     """A proxy that holds temperature to another vendor's range, [0, 1]."""
     t = body.get("temperature")
     return {**body, "temperature": 1.0} if isinstance(t, (int, float)) and t > 1 else body
 
 
-def _constant_seed(body: Body) -> Body:
+def _constant_seed(body: Body, _: ModelInfo) -> Body:
     """The seed asked for replaced by the server's one."""
     return {**body, "seed": 0} if "seed" in body else body
 
@@ -117,7 +119,8 @@ def _sampled_only(row: dict[str, float], token: str) -> dict[str, float]:
 
 
 # name -> (request rewrite, response rewrite)
-WRONGS: dict[str, tuple[Callable[[Body], Body] | None, Callable[[Body, Body], Body] | None]] = {
+Way = tuple[Rewrite | None, Callable[[Body, Body], Body] | None]
+WRONGS: dict[str, Way] = {
     "scale x 2": (_scaled(2.0), None),
     "layer + 1": (_layers_moved(+1), None),
     "layer - 1": (_layers_moved(-1), None),
@@ -131,22 +134,24 @@ WRONGS: dict[str, tuple[Callable[[Body], Body] | None, Callable[[Body, Body], Bo
 }
 
 
-def dropping(field: str) -> tuple[Callable[[Body], Body], None]:
-    return (lambda body: _without(body, field)), None
+def dropping(field: str) -> Way:
+    return (lambda body, _: _without(body, field)), None
 
 
 class Wrong:
     """The app with one way of being wrong (None: none), on every valid completion request, or
-    on a `share` of them by a coin seeded with `seed`."""
+    on a `share` of them by a coin seeded with `seed`. `models` are the app's (the spec's by
+    default): what it takes is what it is wrong on."""
 
-    def __init__(self, app: App) -> None:
+    def __init__(self, app: App, models: Mapping[str, ModelInfo] | None = None) -> None:
         self.app = app
-        self.way: tuple[Callable[[Body], Body] | None, Callable[[Body, Body], Body] | None] | None = None
+        self.models = dict(CONTRACT.spec.models if models is None else models)
+        self.way: Way | None = None
         self.coin: random.Random | None = None
         self.share = 1.0
         self._lock = threading.Lock()
 
-    def set(self, way: Any, *, seed: int | None = None, share: float = 1.0) -> None:
+    def set(self, way: Way | None, *, seed: int | None = None, share: float = 1.0) -> None:
         self.way, self.share = way, share
         self.coin = random.Random(seed) if seed is not None else None
 
@@ -165,10 +170,10 @@ class Wrong:
 
         def rewrite(body: Body) -> Body:
             sent.update(body)
-            if not _valid(body) or not self._now():
+            if not _valid(body, self.models) or not self._now():
                 return body
             wrong["now"] = True
-            return way[0](body) if way[0] else body
+            return way[0](body, self.models[body["model"]]) if way[0] else body
         Breaker._rewrite_request(environ, rewrite)
         status, headers, body = whole_response(self.app, environ)
         if way[1] and wrong["now"] and status.startswith("200") and not sent.get("stream"):

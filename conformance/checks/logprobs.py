@@ -47,14 +47,18 @@ def check_logprobs(ctx: Context, text: str, lp: Any, tokens: int | None, reply: 
     ctx.equal(f"{where}: text_offset", starts, offsets, reply)
 
 
-@register("logprobs:consistent", tags=("logprobs",), tokens=MAX_TOKENS, effects=("logprobs",))
+@register("logprobs:consistent", tags=("logprobs",), tokens=2 * MAX_TOKENS, effects=("logprobs",))
 def consistent(ctx: Context) -> None:
-    """Without stream: one entry per generated token, joined tokens = text, offsets follow the text."""
-    reply = ctx.client.post(ctx.api.completions_path, _body(ctx))
-    ctx.expect_status(reply, 200, fatal=True)
-    for choice in reply.data.get("choices", []):
-        check_logprobs(ctx, choice.get("text", ""), choice.get("logprobs"), MAX_TOKENS, reply,
-                       f"choice {choice.get('index')}")
+    """Without stream, sampled and greedy: one entry per generated token, joined tokens = text,
+    offsets follow the text. The greedy answer's every row must hold the `logprobs` likeliest
+    alone (its token is the likeliest): a row short of one shows there on any model, where a
+    sampled token outside them may hide it."""
+    for extra, what in (({}, "sampled"), ({"temperature": 0}, "greedy")):
+        reply = ctx.client.post(ctx.api.completions_path, _body(ctx, **extra))
+        ctx.expect_status(reply, 200, fatal=True)
+        for choice in reply.data.get("choices", []):
+            check_logprobs(ctx, choice.get("text", ""), choice.get("logprobs"), MAX_TOKENS, reply,
+                           f"{what}, choice {choice.get('index')}")
 
 
 @register("logprobs:stream", tags=("logprobs", "streaming"), tokens=MAX_TOKENS)
