@@ -12,7 +12,7 @@ from typing import Any, cast
 from flask import Response, g, request
 from werkzeug.wsgi import get_content_length
 
-from api_server.engine import Batches, Engine, ErrorEvent, Event, StreamEvent
+from api_server.engine import Batches, Dropped, Engine, ErrorEvent, Event, StreamEvent
 from api_server.responses import CLAMPED, DONE, JSON, KEEPALIVE, Assembler, Meta, completion_id, dumps, sse
 from api_server.state import State, state
 from contract import (
@@ -194,6 +194,8 @@ def _stream(asm: Assembler, first: Sequence[StreamEvent] | None, batches: Batche
             yield b"".join(out)
             out.clear()
         yield DONE
+    except Dropped:   # to the WSGI server, which closes the connection mid-body
+        raise
     except ApiError as error:
         yield _ending(out, errors.body(error, rid))
     except Exception:

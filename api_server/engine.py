@@ -14,6 +14,7 @@ one request), and tests/test_third_engine.py writes a third in a few lines.
 """
 from __future__ import annotations
 
+import errno
 from abc import ABC, abstractmethod
 from collections.abc import Generator, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -73,6 +74,15 @@ class Activations:
 
 
 Event = Union[ChoiceDelta, Usage, Activations]
+
+
+class Dropped(ConnectionResetError):
+    """Raised by an engine's stream to drop the connection: no error event, no [DONE], no
+    end of the chunked body (the mock's X-Mock-Stream-Drop-After). The WSGI server closes
+    the socket as for a client that reset it (gunicorn: quietly, for ECONNRESET)."""
+
+    def __init__(self) -> None:
+        super().__init__(errno.ECONNRESET, "the stream was dropped on request")
 
 
 @dataclass(frozen=True, slots=True)

@@ -70,6 +70,7 @@ class ApiError(Exception):
         super().__init__(message)
         self.message = message
         self.param = param
+        self.headers: dict[str, str] = {}   # over its code's (the mock's X-Mock-Retry-After)
 
     @classmethod
     def from_template(cls, key: str, param: str | None = None, /, **fields: Any) -> "ApiError":
@@ -266,7 +267,8 @@ class Errors:
 
     def headers(self, error: ApiError) -> dict[str, str]:
         """Headers the response carries besides X-Request-Id (x-should-retry, Retry-After)."""
-        return self._codes[error.code][2]
+        spec_headers: dict[str, str] = self._codes[error.code][2]
+        return {**spec_headers, **error.headers} if error.headers else spec_headers
 
     def body(self, error: ApiError, request_id: str) -> dict[str, Any]:
         return {

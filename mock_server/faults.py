@@ -13,9 +13,9 @@ import math
 import random
 import time
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
-from api_server.engine import Batches, ChoiceDelta, Engine, ErrorEvent, Event
+from api_server.engine import Batches, ChoiceDelta, Dropped, Engine, ErrorEvent, Event
 from api_server.hooks import Headers
 from api_server.pacing import Pump
 from api_server.config import ConfigError
@@ -23,6 +23,7 @@ from contract import ApiError, CompletionRequest, InvalidRequest, Spec, spec
 from contract.errors import Message, error_class
 from mock_server.config import MockConfig
 from mock_server.control import Control
+from mock_server.counts import SeenCounts
 from mock_server.latency import paced, paced_batches
 from mock_server.load import Loaded, Scheduler
 from mock_server.metered import Metered
@@ -32,25 +33,36 @@ if TYPE_CHECKING:   # (imported by create_app: api_server/metrics.py says why)
 
 STATUS = "X-Mock-Status"
 STREAM_ERROR_AFTER = "X-Mock-Stream-Error-After"
+STREAM_ERROR_CODE = "X-Mock-Stream-Error-Code"
 TTFT_MS = "X-Mock-Ttft-Ms"
 TPOT_MS = "X-Mock-Tpot-Ms"
+FAIL_FIRST = "X-Mock-Fail-First"
+FAIL_KEY = "X-Mock-Fail-Key"
+RETRY_AFTER = "X-Mock-Retry-After"
+STALL_AFTER = "X-Mock-Stream-Stall-After"
+STALL_MS = "X-Mock-Stall-Ms"
+DROP_AFTER = "X-Mock-Stream-Drop-After"
+HEADERS = (STATUS, STREAM_ERROR_AFTER, STREAM_ERROR_CODE, TTFT_MS, TPOT_MS, FAIL_FIRST, FAIL_KEY, RETRY_AFTER,
+           STALL_AFTER, STALL_MS, DROP_AFTER)
 
 
 def check_spec(s: Spec) -> None:
     """Fail at start if the spec no longer documents a header this module reads."""
     documented = s.mock_headers
-    missing = [h for h in (STATUS, STREAM_ERROR_AFTER, TTFT_MS, TPOT_MS) if h not in documented]
+    missing = [h for h in HEADERS if h not in documented]
     if missing or not s.mock_faults:
         raise RuntimeError(f"openapi.yaml lacks the mock's headers {missing} or x-mock-faults")
 
 
-def _invalid(faults: dict[str, Any], header: str, expected: str) -> InvalidRequest:
-    text = faults["expected"][expected].format(statuses=", ".join(map(str, faults["statuses"])))
+def _invalid(faults: dict[str, Any], header: str, expected: str, codes: tuple[str, ...] = ()) -> InvalidRequest:
+    text = faults["expected"][expected].format(statuses=", ".join(map(str, faults["statuses"])),
+                                               codes=", ".join(codes), max_retry_after=faults["max_retry_after"],
+                                               max_stall_ms=faults["max_stall_ms"])
     return InvalidRequest(faults["invalid_header"].format(header=header, expected=text))
 
 
 def _number(faults: dict[str, Any], headers: Headers, name: str, default: float,
-            integer: bool = False) -> float:
+            integer: bool = False, most: float = math.inf, expected: str | None = None) -> float:
     raw = headers.get(name)
     if raw is None:
         return default
@@ -58,9 +70,29 @@ def _number(faults: dict[str, Any], headers: Headers, name: str, default: float,
         value = int(raw) if integer else float(raw)
     except ValueError:
         value = -1
-    if not math.isfinite(value) or value < 0:
-        raise _invalid(faults, name, "count" if integer else "milliseconds")
+    if not math.isfinite(value) or not 0 <= value <= most:
+        raise _invalid(faults, name, expected or ("count" if integer else "milliseconds"))
     return value
+
+
+class Fault(NamedTuple):
+    """After `after` choice deltas: the error event of `code` (`error`, filled in for the
+    request), a stall of `stall_s`, or a dropped connection."""
+    after: int
+    code: str | None = None
+    error: ApiError | None = None
+    stall_s: float = 0.0
+    drop: bool = False
+
+
+class Asked(NamedTuple):
+    """What one request's headers (and the configured rates) ask of the mock."""
+    ttft_s: float
+    tpot_s: float
+    forced: int | None            # a status answered in place of the completion
+    fail_first: int | None        # ... on the first this many requests of one key
+    retry_after: int | None       # the forced error's Retry-After, in place of the API's
+    stream: tuple[Fault, ...]     # what a stream does after so many choice deltas
 
 
 class Faults:
@@ -77,36 +109,47 @@ class Faults:
         self.metrics = metrics
         self.scheduler = Scheduler(self.settings, self.metrics)
         self.known_headers = tuple(sorted(self.spec.mock_headers))
+        self.seen = SeenCounts()   # here, before gunicorn forks: one count for every worker
 
     def engine(self, headers: Headers, req: CompletionRequest, engine: Engine) -> Engine:
         """The engine for this request, observed in vLLM's metrics (if any): `engine`, or `engine`
-        with the load model, the latency and the stream error asked for. A forced status
+        with the load model, the latency and the stream faults asked for. A forced status
         is raised here: after validation, before the Budget holds anything, as the real
         API refuses a request; a full queue is refused when the engine starts."""
         config = self.settings()
-        ttft_s, tpot_s, forced, after = read(self.spec.mock_faults, headers, config, self.rng, req.max_tokens,
-                                             self.known_headers, self.fault_statuses)
-        if forced is not None:
-            raise forced_error(self.spec, forced, req)
-        failure = None if after is None else (after, stream_error(self.spec))   # built only when asked for
+        asked = read(self.spec, headers, config, self.rng, req.max_tokens, self.known_headers, self.fault_statuses)
+        forced = asked.forced
+        if asked.fail_first is not None:
+            key = headers.get(FAIL_KEY) or headers.get("Authorization") or ""
+            forced = (forced or self.spec.mock_faults["fail_status"]) \
+                if self.seen.next(key) <= asked.fail_first else None
+        if forced is not None:   # raised without a local: one would hold its traceback's frame (a cycle)
+            raise self._forced(forced, asked.retry_after, req)
+        faults = tuple(f._replace(error=coded_error(self.spec, f.code, req)) if f.code else f
+                       for f in asked.stream) if req.stream else ()
         if config.loaded:
-            engine = Loaded(engine, self.scheduler, ttft_s, tpot_s)
-            if failure is not None:
-                engine = Simulated(engine, 0, 0, failure)
-        elif ttft_s or tpot_s or failure is not None:
-            engine = Simulated(engine, ttft_s, tpot_s, failure)
+            engine = Loaded(engine, self.scheduler, asked.ttft_s, asked.tpot_s)
+            if faults:
+                engine = Simulated(engine, 0, 0, faults)
+        elif asked.ttft_s or asked.tpot_s or faults:
+            engine = Simulated(engine, asked.ttft_s, asked.tpot_s, faults)
         return engine if self.metrics is None else Metered(engine, self.metrics, req.body["model"])
+
+    def _forced(self, status: int, retry_after: int | None, req: CompletionRequest) -> ApiError:
+        """The error of a forced status: its first code's, with the Retry-After asked for."""
+        error = coded_error(self.spec, next(c for c, v in self.spec.error_codes.items() if v["status"] == status), req)
+        if retry_after is not None and "Retry-After" in self.spec.error_headers(error.code):
+            error.headers = {"Retry-After": str(retry_after)}
+        return error
 
 
 class Simulated(Engine):
     """`engine` as one request of the mock runs it: `ttft_s` before its first token and
-    `tpot_s` before each later step (latency.py); in a stream, the error event of
-    x-mock-faults after so many choice deltas (`failure`: the count and the error; none
-    without stream)."""
+    `tpot_s` before each later step (latency.py); in a stream, `faults` (an error event, a
+    stall, a dropped connection) after so many choice deltas."""
 
-    def __init__(self, engine: Engine, ttft_s: float, tpot_s: float,
-                 failure: tuple[int, ApiError] | None = None) -> None:
-        self.engine, self.ttft_s, self.tpot_s, self.failure = engine, ttft_s, tpot_s, failure
+    def __init__(self, engine: Engine, ttft_s: float, tpot_s: float, faults: tuple[Fault, ...] = ()) -> None:
+        self.engine, self.ttft_s, self.tpot_s, self.faults = engine, ttft_s, tpot_s, faults
 
     def generate(self, req: CompletionRequest, request_id: str) -> Iterator[Event]:
         return paced(self.engine.generate(req, request_id), self.ttft_s, self.tpot_s, time.sleep)
@@ -121,23 +164,38 @@ class Simulated(Engine):
         else:   # the waits in the pump's thread, whose sleep cancelling wakes
             batches = Pump(lambda sleep: paced(self.engine.generate(req, request_id), self.ttft_s,
                                                self.tpot_s, sleep), interval).batches()
-        return batches if self.failure is None else _failing(batches, *self.failure)
+        return _faulted(batches, self.faults) if self.faults else batches
 
 
-def _failing(batches: Batches, after: int, error: ApiError) -> Batches:
-    """`batches`, ending with the stream error event (`error`) in place of choice delta `after`
-    (counted from 0): an event even before the first delta, and in the same write as the
-    deltas that precede it."""
-    sent = 0
+def _faulted(batches: Batches, faults: tuple[Fault, ...]) -> Batches:
+    """`batches`, with each fault in place at choice delta `after` (counted from 0): the error
+    event, in the same write as the deltas before it, ends the stream; a stall sends those
+    deltas and then nothing (no keepalive: the batches the engine makes meanwhile wait);
+    a drop sends them and raises Dropped. A stall or drop before any delta first lets the
+    headers go (an empty batch: the route's first), so that it happens in the body."""
+    pending = sorted(faults, key=lambda f: (f.after, f.error is not None or f.drop))
+    sent, started = 0, False
     try:
         for batch in batches:
+            start = 0
             for i, event in enumerate(batch):
-                if isinstance(event, ChoiceDelta):
-                    if sent == after:
-                        yield [*batch[:i], ErrorEvent(error)]
+                if not isinstance(event, ChoiceDelta):
+                    continue
+                while pending and pending[0].after == sent:
+                    fault = pending.pop(0)
+                    if fault.error is not None:
+                        yield [*batch[start:i], ErrorEvent(fault.error)]
                         return
-                    sent += 1
-            yield batch
+                    if batch[start:i] or not started:
+                        yield batch[start:i]
+                    started, start = True, i
+                    if fault.drop:
+                        raise Dropped()
+                    time.sleep(fault.stall_s)
+                sent += 1
+            if batch[start:] or not started:
+                yield batch[start:]
+                started = True
     finally:
         batches.close()
 
@@ -165,12 +223,11 @@ def _unknown_header(faults: dict[str, Any], headers: Headers, known: tuple[str, 
                 "header": name, "known": Message(text=", ".join(known))}))
 
 
-def read(faults: dict[str, Any], headers: Headers, config: MockConfig, rng: random.Random,
-         max_tokens: int, known: tuple[str, ...] = (),
-         chosen: tuple[int, ...] | None = None) -> tuple[float, float, int | None, int | None]:
+def read(s: Spec, headers: Headers, config: MockConfig, rng: random.Random, max_tokens: int,
+         known: tuple[str, ...] = (), chosen: tuple[int, ...] | None = None) -> Asked:
     """Read the mock's headers (400 for a bad value, or for one of `known`'s prefix it does not
-    read) and roll the configured fault rates: (ttft_s, tpot_s, forced status, choice deltas
-    before a stream error)."""
+    read) and roll the configured fault rates."""
+    faults = s.mock_faults
     if known:
         _unknown_header(faults, headers, known)
     # One lookup a header (each costs about half a microsecond, on every request).
@@ -184,24 +241,47 @@ def read(faults: dict[str, Any], headers: Headers, config: MockConfig, rng: rand
         forced = int(raw)
     elif config.fault_rate and rng.random() < config.fault_rate:
         forced = rng.choice(chosen or statuses)
+    fail_first = headers.get(FAIL_FIRST)
+    retry_after = headers.get(RETRY_AFTER)
+    return Asked(_number(faults, headers, TTFT_MS, config.ttft_ms) / 1000,
+                 _number(faults, headers, TPOT_MS, config.tpot_ms) / 1000, forced,
+                 None if fail_first is None else int(_number(faults, headers, FAIL_FIRST, 0, integer=True)),
+                 None if retry_after is None else int(_number(faults, headers, RETRY_AFTER, 0, integer=True,
+                                                              most=faults["max_retry_after"], expected="seconds")),
+                 _stream_faults(s, headers, config, rng, max_tokens))
+
+
+def _stream_faults(s: Spec, headers: Headers, config: MockConfig, rng: random.Random,
+                   max_tokens: int) -> tuple[Fault, ...]:
+    faults = s.mock_faults
+    out = []
     after: int | None = None
     if headers.get(STREAM_ERROR_AFTER) is not None:
         after = int(_number(faults, headers, STREAM_ERROR_AFTER, 0, integer=True))
     elif config.stream_error_rate and rng.random() < config.stream_error_rate:
         after = rng.randrange(max_tokens)
-    return (_number(faults, headers, TTFT_MS, config.ttft_ms) / 1000,
-            _number(faults, headers, TPOT_MS, config.tpot_ms) / 1000, forced, after)
+    code = headers.get(STREAM_ERROR_CODE)
+    if code is not None and code.strip() not in stream_error_codes(s):
+        raise _invalid(faults, STREAM_ERROR_CODE, "code", stream_error_codes(s))
+    if after is not None:
+        out.append(Fault(after, code=code.strip() if code else faults["stream_error_code"]))
+    if headers.get(STALL_AFTER) is not None:
+        stall_ms = _number(faults, headers, STALL_MS, faults["stall_ms"], most=faults["max_stall_ms"],
+                           expected="stall")
+        out.append(Fault(int(_number(faults, headers, STALL_AFTER, 0, integer=True)), stall_s=stall_ms / 1000))
+    if headers.get(DROP_AFTER) is not None:
+        out.append(Fault(int(_number(faults, headers, DROP_AFTER, 0, integer=True)), drop=True))
+    return tuple(out)
 
 
-def forced_error(s: Spec, status: int, req: CompletionRequest) -> ApiError:
-    """The error the API would send with this status (`s`'s first code with it), its
+def coded_error(s: Spec, code: str, req: CompletionRequest) -> ApiError:
+    """The error of `code` (a forced status's first code, or a stream error's), its
     message filled as the API would."""
-    code = next(c for c, v in s.error_codes.items() if v["status"] == status)
     return error_class(code).from_template(
         code, remaining=0, prompt_tokens=sum(req.prompt_token_counts),
         sequences=len(req.prompts) * req.n, seconds=s.caps["wait_seconds"])
 
 
-def stream_error(s: Spec) -> ApiError:
-    code = s.mock_faults["stream_error_code"]
-    return error_class(code).from_template(code)
+def stream_error_codes(s: Spec) -> tuple[str, ...]:
+    """What X-Mock-Stream-Error-Code may name: the codes of x-mock-faults' statuses."""
+    return tuple(c for c, v in s.error_codes.items() if v["status"] in s.mock_faults["statuses"])

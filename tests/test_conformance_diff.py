@@ -136,7 +136,7 @@ def test_a_diff_against_a_server_of_huge_answers_is_bounded(servers: tuple[str, 
     from conformance.display import DIFF_ROWS_SHOWN
     from conformance.results import QUOTE_LIMIT_BYTES
     a, _, _ = servers
-    huge = "x" * (2 << 20)
+    huge = "x" * (64 * QUOTE_LIMIT_BYTES)   # far past what a report quotes (2 MiB cost a minute, proving no more)
 
     def refusing(environ, start_response):  # type: ignore[no-untyped-def]
         if environ.get("PATH_INFO") == "/v1/models":
