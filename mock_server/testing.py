@@ -50,8 +50,10 @@ START_TIMEOUT_S = 60.0
 
 
 def _app(config: MockConfig | None, settings: dict[str, Any]) -> Any:
+    """The mock of `config`, or of `settings` (any of MockConfig's fields, a load_profile's
+    numbers under them, as the server's command line has them; no MOCK_* variable read)."""
     from mock_server.server import create_app
-    return create_app(config if config is not None else MockConfig(**settings))
+    return create_app(config if config is not None else MockConfig.from_env({}, **settings))
 
 
 def transport(config: MockConfig | None = None, **settings: Any) -> httpx.WSGITransport:

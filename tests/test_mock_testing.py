@@ -3,6 +3,7 @@ and async, over the in-process transports, and the `acs_mock` fixture's live moc
 from __future__ import annotations
 
 import asyncio
+import time
 
 import httpx
 import openai
@@ -10,6 +11,7 @@ from openai import AsyncOpenAI, OpenAI
 
 from contract import spec
 from mock_server.faults import STATUS
+from mock_server.profiles import PROFILES
 from mock_server.testing import BASE_URL, URL, LiveMock, acs_mock, async_transport, transport
 from tests.metrics_support import value
 
@@ -32,6 +34,20 @@ def test_the_sdk_in_process_with_a_stream_that_arrives_as_it_is_made() -> None:
         after = value(probe.get("/metrics").text, "acs_open_streams")
     assert "".join(texts) == whole.choices[0].text
     assert (open_at_first, after) == (1, 0)
+
+
+def test_a_load_profile_in_process_paces_as_its_numbers_say() -> None:
+    """transport(load_profile=...) takes the profile's numbers (its max_num_seqs among them),
+    as `acs-mock --load-profile` does: a request takes at least its first token's time and
+    the next token's."""
+    profile = PROFILES["llama-8b-h100"].settings
+    with httpx.Client(transport=transport(load_profile="llama-8b-h100")) as http:
+        client = OpenAI(base_url=BASE_URL, api_key="any", http_client=http, max_retries=0)
+        start = time.monotonic()
+        done = client.completions.create(model=MODEL, prompt="x", max_tokens=2, extra_body={"ignore_eos": True})
+        took = time.monotonic() - start
+    assert done.usage is not None and done.usage.completion_tokens == 2
+    assert took >= (profile["ttft_ms"] + profile["tpot_ms"]) / 1000
 
 
 def test_the_sdks_errors_in_process() -> None:
