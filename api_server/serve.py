@@ -12,8 +12,10 @@ import argparse
 import atexit
 import gc
 import glob
+import logging
 import os
 import shutil
+import sys
 import tempfile
 from collections.abc import Callable
 from typing import Any
@@ -97,6 +99,26 @@ def _child_exit(server: Any, worker: Any) -> None:
     multiprocess.mark_process_dead(worker.pid)
 
 
+def _worker_exit(server: Any, worker: Any) -> None:
+    """gunicorn's hook, a worker's last step (its SystemExit in flight): the logs flushed and
+    closed, then the worker leaves with its exit code by os._exit, without the interpreter's
+    finalization, as a forked child should. Under gevent, finalization frees module-level
+    logging handlers (logging's, Flask's) after gevent.thread is torn down, and logging's
+    weakref callback on each printed a TypeError traceback from every worker at every
+    shutdown (gevent issue #2148, open). The master still prints one: it must run its atexit
+    cleanups (the metrics folder, the mock's counts)."""
+    leaving = sys.exc_info()[1]
+    code = leaving.code if isinstance(leaving, SystemExit) else 1
+    if not isinstance(code, int):   # sys.exit(None) is 0; sys.exit("message") prints it, status 1
+        if code is not None:
+            print(code, file=sys.stderr)
+        code = 0 if code is None else 1
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
 def gunicorn_options(host: str, port: int, workers: int, threads: int = DEFAULT_THREADS,
                      log_level: str = "warning", access_log: bool = False, worker: str = DEFAULT_WORKER,
                      connections: int = DEFAULT_CONNECTIONS, graceful_timeout: int = DEFAULT_GRACEFUL_TIMEOUT) -> dict[str, Any]:
@@ -109,7 +131,7 @@ def gunicorn_options(host: str, port: int, workers: int, threads: int = DEFAULT_
         "worker_class": WORKERS[worker], "worker_connections": connections, "backlog": BACKLOG,
         "preload_app": True, "loglevel": log_level, "accesslog": "-" if access_log else None,
         "keepalive": IDLE_CONNECTION_S, "timeout": 60, "graceful_timeout": graceful_timeout,
-        "child_exit": _child_exit,
+        "child_exit": _child_exit, "worker_exit": _worker_exit,
         # gunicorn's Python parser, not its C one (gunicorn_h1c 0.6): the C parser takes a
         # request line with two spaces between its parts (`POST  /v1/completions  HTTP/1.1`)
         # as if it were well formed, and has no setting to refuse it; malformed HTTP gets

@@ -13,6 +13,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 
 from api_server.budget import BudgetStore
@@ -111,5 +112,20 @@ def test_sigterm_lets_an_open_stream_finish_then_exits_cleanly() -> None:
         # Every token, then [DONE] and the chunked body's last chunk: the stream ended whole.
         assert reply.count(b"data: {") == 10 and reply.endswith(b"data: [DONE]\n\n\r\n0\r\n\r\n")
         assert proc.proc.wait(timeout=30) == 0
+    finally:
+        proc.close()
+
+
+def test_a_shutdown_prints_no_traceback_from_its_workers() -> None:
+    """Three gevent workers stopped: at most the master's one "Exception ignored" of gevent
+    issue #2148 (serve._worker_exit says why), not one a worker more."""
+    proc = MockProcess("--workers", "3").start()
+    try:
+        assert httpx.post(proc.url + "/v1/completions", json=completion_body(max_tokens=2),
+                          headers={"Authorization": f"Bearer {KEY}"}, timeout=30).status_code == 200
+        assert proc.proc is not None
+        proc.proc.terminate()
+        assert proc.proc.wait(timeout=30) == 0
+        assert proc.log().count("Exception ignored") <= 1, proc.log()
     finally:
         proc.close()
