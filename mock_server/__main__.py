@@ -54,10 +54,14 @@ def parser() -> argparse.ArgumentParser:
                       help="a named profile's numbers (mock_server/profiles.py); the options below override them")
     load.add_argument("--max-num-seqs", type=int, help="the running batch, as vLLM's option (the load model runs one worker)")
     load.add_argument("--max-num-queued-reqs", type=int,
-                      help="the waiting queue; when it is full: 503 with Retry-After (default: unbounded)")
+                      help="sequences in flight, waiting plus running, as vLLM 0.32 counts them (n a request); "
+                           "past it: 503 with Retry-After (default: unbounded)")
     load.add_argument("--prefill-ms-per-token", type=float, help="prefill time per prompt token, after --ttft-ms")
     load.add_argument("--time-factor-under-load", type=float,
-                      help="a decode step's slowdown with max-num-seqs running (1: none)")
+                      help="a decode step's slowdown with --full-load-seqs running (1: none)")
+    load.add_argument("--full-load-seqs", type=int,
+                      help="the running sequences at which a step takes --time-factor-under-load "
+                           "(default: --max-num-seqs; a profile's own)")
     load.add_argument("--jitter", type=float, help="each wait varies by up to this fraction of itself")
     load.add_argument("--load-seed", type=int, help="the jitter's seed")
     p.add_argument("--control-file", help="a JSON file of settings the running mock rereads when it changes")
@@ -81,7 +85,7 @@ def config_from(args: argparse.Namespace) -> MockConfig:
         max_model_len=parse_max_model_len(args.max_model_len) if args.max_model_len else None,
         load_profile=args.load_profile, max_num_seqs=args.max_num_seqs,
         max_num_queued_reqs=args.max_num_queued_reqs, prefill_ms_per_token=args.prefill_ms_per_token,
-        time_factor_under_load=args.time_factor_under_load, jitter=args.jitter, load_seed=args.load_seed,
+        time_factor_under_load=args.time_factor_under_load, full_load_seqs=args.full_load_seqs, jitter=args.jitter, load_seed=args.load_seed,
         control_file=args.control_file, disable_log_stats=args.disable_log_stats)
     if config.budget_tokens is not None and config.budget_dir is None and not config.budget_url:
         # Made before the fork, so that every worker spends from the same file.

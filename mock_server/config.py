@@ -33,13 +33,15 @@ class MockConfig(ServerConfig):
     # How often the fake model ends a choice with an end-of-text token (per token).
     eos_rate: float = 1 / 64
     # The load model (load.py), off unless max_num_seqs is set (by it or a profile):
-    # vLLM's running batch and waiting queue (None: unbounded), prefill per prompt token,
-    # the decode step's slowdown with a full batch, and seeded jitter.
+    # vLLM's running batch and its bound on sequences in flight (None: unbounded), prefill
+    # per prompt token, the decode step's slowdown with full_load_seqs running (None:
+    # max_num_seqs; a profile's is its hardware's), and seeded jitter.
     load_profile: str | None = None
     max_num_seqs: int | None = None
     max_num_queued_reqs: int | None = None
     prefill_ms_per_token: float = 0.0
     time_factor_under_load: float = 1.0
+    full_load_seqs: int | None = None
     jitter: float = 0.0
     load_seed: int = 0
     # A JSON file of LIVE settings that the running mock rereads when it changes (control.py).
@@ -53,7 +55,7 @@ class MockConfig(ServerConfig):
         "ttft_ms": AT_LEAST_0, "tpot_ms": AT_LEAST_0,
         "fault_rate": FRACTION, "stream_error_rate": FRACTION, "eos_rate": FRACTION,
         "max_num_seqs": Bound(1), "max_num_queued_reqs": AT_LEAST_0,
-        "prefill_ms_per_token": AT_LEAST_0, "time_factor_under_load": Bound(1),
+        "prefill_ms_per_token": AT_LEAST_0, "time_factor_under_load": Bound(1), "full_load_seqs": Bound(1),
         "jitter": Bound(0, high=0.99), "load_seed": AT_LEAST_0, "fault_seed": AT_LEAST_0,
     }
 

@@ -26,7 +26,7 @@ log = logging.getLogger("mock_server")
 
 CHECK_S = 0.2
 LIVE = ("ttft_ms", "tpot_ms", "fault_rate", "stream_error_rate", "load_profile", "max_num_seqs",
-        "max_num_queued_reqs", "prefill_ms_per_token", "time_factor_under_load", "jitter")
+        "max_num_queued_reqs", "prefill_ms_per_token", "time_factor_under_load", "full_load_seqs", "jitter")
 
 
 def apply(base: MockConfig, values: Any) -> MockConfig:

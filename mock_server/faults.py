@@ -26,7 +26,7 @@ from mock_server.control import Control
 from mock_server.counts import SeenCounts
 from mock_server.latency import paced, paced_batches
 from mock_server.load import Loaded, Scheduler
-from mock_server.metered import Metered
+from mock_server.metered import Metered, RequestClock
 
 if TYPE_CHECKING:   # (imported by create_app: api_server/metrics.py says why)
     from mock_server.metrics import VllmMetrics
@@ -127,13 +127,14 @@ class Faults:
             raise self._forced(forced, asked.retry_after, req)
         faults = tuple(f._replace(error=coded_error(self.spec, f.code, req)) if f.code else f
                        for f in asked.stream) if req.stream else ()
+        clock = RequestClock()
         if config.loaded:
-            engine = Loaded(engine, self.scheduler, asked.ttft_s, asked.tpot_s)
+            engine = Loaded(engine, self.scheduler, asked.ttft_s, asked.tpot_s, clock)
             if faults:
                 engine = Simulated(engine, 0, 0, faults)
         elif asked.ttft_s or asked.tpot_s or faults:
             engine = Simulated(engine, asked.ttft_s, asked.tpot_s, faults)
-        return engine if self.metrics is None else Metered(engine, self.metrics, req.body["model"])
+        return engine if self.metrics is None else Metered(engine, self.metrics, req.body["model"], clock)
 
     def _forced(self, status: int, retry_after: int | None, req: CompletionRequest) -> ApiError:
         """The error of a forced status: its first code's, with the Retry-After asked for."""

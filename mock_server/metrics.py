@@ -1,8 +1,10 @@
 """vLLM's metrics for what the mock simulates, by vLLM's names, beside the API's acs_*
 (api_server/metrics.py) in the app's registry: the running batch and the waiting queue
-(load.py) and the KV cache's share in use, time to first token, time per output token (one
-value a request), end-to-end latency, the prompt and generation tokens, and the requests
-finished by reason. The buckets are vLLM 0.32's (vllm/v1/metrics/buckets.py).
+(load.py), the KV cache's share in use and the requests the queue limit refused; time to
+first token, between tokens (one value a step), per output token (one value a request),
+in the queue, prefill, decode, inference and end to end; the prompt and generation
+tokens, and the requests finished by reason. The buckets are vLLM 0.32's
+(vllm/v1/metrics/loggers.py; conformance/vllm_metrics.json records them).
 """
 from __future__ import annotations
 
@@ -20,7 +22,8 @@ E2E_BUCKETS = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 4
                240.0, 480.0, 960.0, 1920.0, 7680.0)
 LABELS = ["model_name", "engine"]   # vLLM's labels on every series: the served model, the engine's index
 ENGINE = "0"                        # one engine, as vLLM without data parallelism
-FINISHED = ("stop", "length", "abort")   # vllm:request_success's finished_reason values the mock has
+FINISHED = ("stop", "length", "abort")
+ADMISSION = "max_num_queued_reqs"   # vllm:admission_rejections' reason for the mock's one queue limit   # vllm:request_success's finished_reason values the mock has
 
 
 class VllmMetrics:
@@ -44,6 +47,23 @@ class VllmMetrics:
                               LABELS, registry=registry, buckets=TPOT_BUCKETS)
         self.e2e = Histogram("vllm:e2e_request_latency_seconds", "Histogram of e2e request latency in seconds.",
                              LABELS, registry=registry, buckets=E2E_BUCKETS)
+        self.itl = Histogram("vllm:inter_token_latency_seconds", "Histogram of inter-token latency in seconds.",
+                             LABELS, registry=registry, buckets=TPOT_BUCKETS)
+        self.queue = Histogram("vllm:request_queue_time_seconds",
+                               "Histogram of time spent in WAITING phase for request.",
+                               LABELS, registry=registry, buckets=E2E_BUCKETS)
+        self.prefill = Histogram("vllm:request_prefill_time_seconds",
+                                 "Histogram of time spent in PREFILL phase for request.",
+                                 LABELS, registry=registry, buckets=E2E_BUCKETS)
+        self.decode = Histogram("vllm:request_decode_time_seconds",
+                                "Histogram of time spent in DECODE phase for request.",
+                                LABELS, registry=registry, buckets=E2E_BUCKETS)
+        self.inference = Histogram("vllm:request_inference_time_seconds",
+                                   "Histogram of time spent in RUNNING phase for request.",
+                                   LABELS, registry=registry, buckets=E2E_BUCKETS)
+        self.admission_rejections = Counter("vllm:admission_rejections",
+                                            "Number of admission attempts rejected by a queue limit, by reason.",
+                                            ["model_name", "reason"], registry=registry)
         self.prompt_tokens = Counter("vllm:prompt_tokens", "Number of prefill tokens processed.", LABELS,
                                      registry=registry)
         self.generation_tokens = Counter("vllm:generation_tokens", "Number of generation tokens processed.", LABELS,
@@ -54,13 +74,15 @@ class VllmMetrics:
         self._load = next(iter(self._models.values()), None)
 
     def _model(self, name: str) -> ModelMetrics:
-        for reason in FINISHED:
-            self.success.labels(name, ENGINE, reason)
+        self.admission_rejections.labels(name, ADMISSION)
         return ModelMetrics(
             self.ttft.labels(name, ENGINE), self.tpot.labels(name, ENGINE), self.e2e.labels(name, ENGINE),
+            self.itl.labels(name, ENGINE), self.queue.labels(name, ENGINE), self.prefill.labels(name, ENGINE),
+            self.decode.labels(name, ENGINE), self.inference.labels(name, ENGINE),
             self.prompt_tokens.labels(name, ENGINE), self.generation_tokens.labels(name, ENGINE),
             {reason: self.success.labels(name, ENGINE, reason) for reason in FINISHED},
-            self.running.labels(name, ENGINE), self.waiting.labels(name, ENGINE), self.kv_cache.labels(name, ENGINE))
+            self.running.labels(name, ENGINE), self.waiting.labels(name, ENGINE), self.kv_cache.labels(name, ENGINE),
+            self.admission_rejections.labels(name, ADMISSION))
 
     def model(self, name: str) -> ModelMetrics:
         """One model's metrics, their label children looked up once."""
@@ -68,6 +90,12 @@ class VllmMetrics:
         if found is None:
             found = self._models[name] = self._model(name)
         return found
+
+    def rejected(self) -> None:
+        """A request the load model's queue limit refused (counted on the first served model,
+        as the load model's gauges: one engine)."""
+        if self._load is not None:
+            self._load.rejections.inc()
 
     def load(self, running: int, waiting: int, capacity: int) -> None:
         """The load model's batch and queue (one engine: the first served model's series), and
@@ -82,9 +110,15 @@ class ModelMetrics(NamedTuple):
     ttft: Histogram
     tpot: Histogram
     e2e: Histogram
+    itl: Histogram
+    queue: Histogram
+    prefill: Histogram
+    decode: Histogram
+    inference: Histogram
     prompt_tokens: Counter
     generation_tokens: Counter
     success: dict[str, Counter]
     running: Gauge
     waiting: Gauge
     kv_cache: Gauge
+    rejections: Counter

@@ -5,7 +5,8 @@ puts under the options and MOCK_* variables (either overrides any of them), and 
 source of each number. The timing follows llm-d's inference-sim's `per-token` latency
 calculator: TTFT = time in the queue + prefill overhead + prompt tokens x prefill time
 per token; a decode step = inter-token latency x a factor that grows linearly from 1
-(one running sequence) to time-factor-under-load (max-num-seqs running).
+(one running sequence) to time-factor-under-load (full_load_seqs running: the batch
+inference-sim's factor was measured at, which a smaller --max-num-seqs does not change).
 """
 from __future__ import annotations
 
@@ -39,11 +40,11 @@ class Profile:
 PROFILES: dict[str, Profile] = {p.name: p for p in [
     Profile(
         "llama-8b-h100", "Llama 3.1 8B (BF16) on one H100 SXM, vLLM's defaults",
-        {**SIM_8B_H100, "max_num_seqs": VLLM_H100_MAX_NUM_SEQS},
+        {**SIM_8B_H100, "max_num_seqs": VLLM_H100_MAX_NUM_SEQS, "full_load_seqs": VLLM_H100_MAX_NUM_SEQS},
         "inference-sim's 8B-on-H100 per-token profile; vLLM 0.32's max_num_seqs for H100/H200"),
     Profile(
         "llama-8b-h200", "Llama 3.1 8B (BF16) on one H200, vLLM's defaults",
         {**SIM_8B_H100, "tpot_ms": round(SIM_8B_H100["tpot_ms"] * H200_DECODE_SCALE, 2),
-         "max_num_seqs": VLLM_H100_MAX_NUM_SEQS},
+         "max_num_seqs": VLLM_H100_MAX_NUM_SEQS, "full_load_seqs": VLLM_H100_MAX_NUM_SEQS},
         "llama-8b-h100 with its decode step scaled by HBM bandwidth (H100 3.35 TB/s, H200 4.8 TB/s)"),
 ]}

@@ -19,7 +19,9 @@ MODEL = spec().default_model
 VLLM_NAMES = ("vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc",
               "vllm:time_to_first_token_seconds", "vllm:request_time_per_output_token_seconds",
               "vllm:e2e_request_latency_seconds", "vllm:prompt_tokens_total", "vllm:generation_tokens_total",
-              "vllm:request_success_total")
+              "vllm:request_success_total", "vllm:inter_token_latency_seconds", "vllm:request_queue_time_seconds",
+              "vllm:request_prefill_time_seconds", "vllm:request_decode_time_seconds",
+              "vllm:request_inference_time_seconds", "vllm:admission_rejections_total")
 SERIES = {"model_name": MODEL, "engine": "0"}   # vLLM's labels on every series
 
 
@@ -94,13 +96,47 @@ def test_without_stream_the_first_token_is_timed_as_vllm_times_it() -> None:
     assert ttft < e2e / 2      # the first token, not the whole request
 
 
+def test_each_phase_and_each_step_is_timed_as_vllm_times_it() -> None:
+    """vllm/v1/metrics/stats.py: queue = scheduled - queued, prefill = first token - scheduled,
+    decode = last - first token, inference = last token - scheduled, and one inter-token
+    latency a step after the first. Two requests against a batch of one: the second waits
+    the first's whole run in the queue. Lower bounds only: sleeps only grow."""
+    ttft_s, tpot_s, tokens = 0.05, 0.04, 4
+    body = completion_body(max_tokens=tokens, ignore_eos=True, min_tokens=tokens)
+    with mock_client(ttft_ms=ttft_s * 1000, tpot_ms=tpot_s * 1000, max_num_seqs=1) as c:
+        from concurrent.futures import ThreadPoolExecutor
+        with ThreadPoolExecutor(2) as pool:
+            first = pool.submit(c.post, COMPLETIONS, json=body)
+            time.sleep(ttft_s / 2)
+            second = pool.submit(c.post, COMPLETIONS, json={**body, "stream": True})
+            assert first.result().status_code == second.result().status_code == 200
+        text = c.get(METRICS_PATH).text
+    def got(name: str) -> tuple[float, float]:
+        return (value(text, f"vllm:{name}_count", **SERIES), value(text, f"vllm:{name}_sum", **SERIES))
+    run_s = ttft_s + (tokens - 1) * tpot_s
+    assert got("inter_token_latency_seconds")[0] == 2 * (tokens - 1)   # a step each, stream or not
+    assert got("inter_token_latency_seconds")[1] >= 2 * (tokens - 1) * tpot_s
+    assert got("request_queue_time_seconds")[0] == 2
+    assert got("request_queue_time_seconds")[1] >= run_s - ttft_s / 2 - 0.01   # the second waited the first
+    assert got("request_prefill_time_seconds")[1] >= 2 * ttft_s
+    assert got("request_decode_time_seconds")[1] >= 2 * (tokens - 1) * tpot_s
+    assert got("request_inference_time_seconds")[1] >= 2 * run_s
+    decode, prefill, inference = (got(f"request_{n}_time_seconds")[1] for n in ("decode", "prefill", "inference"))
+    assert abs(inference - (prefill + decode)) < 1e-6   # inference is prefill then decode
+    e2e = got("e2e_request_latency_seconds")[1]
+    assert e2e >= inference + got("request_queue_time_seconds")[1] - 1e-6
+
+
 def test_every_vllm_series_shows_from_the_start_at_0() -> None:
     """As vLLM's: a dashboard or a router sees each series before the first request."""
     with mock_client() as c:
         text = c.get(METRICS_PATH).text
     for name in ("vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc",
                  "vllm:prompt_tokens_total", "vllm:generation_tokens_total",
-                 "vllm:time_to_first_token_seconds_count", "vllm:e2e_request_latency_seconds_count"):
+                 "vllm:time_to_first_token_seconds_count", "vllm:e2e_request_latency_seconds_count",
+                 "vllm:inter_token_latency_seconds_count", "vllm:request_queue_time_seconds_count",
+                 "vllm:request_prefill_time_seconds_count", "vllm:request_decode_time_seconds_count",
+                 "vllm:request_inference_time_seconds_count"):
         assert (name, frozenset(SERIES.items())) in samples(text), name
     for reason in ("stop", "length", "abort"):
         assert ("vllm:request_success_total", frozenset({**SERIES, "finished_reason": reason}.items())) in samples(text)

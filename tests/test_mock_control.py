@@ -71,7 +71,7 @@ def test_the_load_model_turns_on_live(tmp_path: Path) -> None:
     ([1], "the control file must hold a JSON object"),
     ({"keys": "a"}, "not settable live: keys (live: ttft_ms, tpot_ms, fault_rate, stream_error_rate, "
                     "load_profile, max_num_seqs, max_num_queued_reqs, prefill_ms_per_token, "
-                    "time_factor_under_load, jitter)"),
+                    "time_factor_under_load, full_load_seqs, jitter)"),
     ({"fault_rate": 2}, "--fault-rate (MOCK_FAULT_RATE) must be between 0 and 1, got 2"),
 ])
 def test_a_bad_control_file_is_refused_with_the_reason(values: Any, message: str) -> None:

@@ -79,27 +79,61 @@ def test_two_running_sequences_overlap() -> None:
 
 
 def test_a_full_queue_is_503_with_retry_after_and_the_next_request_runs_after() -> None:
-    with client(max_num_seqs=1, max_num_queued_reqs=0, tpot_ms=30) as c:
+    with client(max_num_seqs=1, max_num_queued_reqs=1, tpot_ms=30) as c:
         running = Timed(c, max_tokens=8)
         assert running.started.wait(WAIT_S)
         refused = c.post(COMPLETIONS, json=completion_body())
         running.join()
         after = c.post(COMPLETIONS, json=completion_body())
+        text = c.get("/metrics").text
     want = InferenceUnavailable.from_template("inference_unavailable")
     rid = refused.headers["x-request-id"]
     assert refused.status_code == CONTRACT.errors.status(want) == 503
     assert refused.json() == CONTRACT.errors.body(want, rid)
     assert refused.headers["retry-after"] == CONTRACT.errors.headers(want)["Retry-After"]
     assert after.status_code == 200
+    assert value(text, "vllm:admission_rejections_total", model_name=spec().default_model,
+                 reason="max_num_queued_reqs") == 1
 
 
 def test_a_stream_refused_by_a_full_queue_is_an_http_503_too() -> None:
-    with client(max_num_seqs=1, max_num_queued_reqs=0, tpot_ms=30) as c:
+    with client(max_num_seqs=1, max_num_queued_reqs=1, tpot_ms=30) as c:
         running = Timed(c, max_tokens=8)
         assert running.started.wait(WAIT_S)
         refused = c.post(COMPLETIONS, json=completion_body(stream=True))
         running.join()
     assert refused.status_code == 503 and refused.json()["error"]["code"] == InferenceUnavailable.code
+
+
+def statuses_at_once(c: httpx.Client, bodies: list[dict[str, Any]]) -> list[int]:
+    from concurrent.futures import ThreadPoolExecutor
+    with ThreadPoolExecutor(len(bodies)) as pool:
+        return sorted(pool.map(lambda b: c.post(COMPLETIONS, json=b).status_code, bodies))
+
+
+def test_the_queue_limit_bounds_waiting_plus_running_as_vllm_counts_them() -> None:
+    """Issue 32: vLLM 0.32 refuses a request when its sequences in flight, waiting and
+    running, would pass --max-num-queued-reqs (AsyncLLM.check_admission); the mock bounded
+    the waiting alone, and `--max-num-seqs 2 --max-num-queued-reqs 2` admitted 4 of 4."""
+    body = completion_body(max_tokens=10, ignore_eos=True, min_tokens=10)
+    with client(max_num_seqs=2, max_num_queued_reqs=2, tpot_ms=50) as c:
+        assert statuses_at_once(c, [body] * 4) == [200, 200, 503, 503]
+    with client(max_num_seqs=2, max_num_queued_reqs=3, tpot_ms=50) as c:
+        assert statuses_at_once(c, [body] * 4) == [200, 200, 200, 503]   # 2 running and 1 waiting
+
+
+def test_a_request_is_n_sequences() -> None:
+    """n: 4 is 4 sequences, past a limit of 3 alone; n: 2 fills a batch of 2."""
+    with client(max_num_seqs=4, max_num_queued_reqs=3) as c:
+        refused = c.post(COMPLETIONS, json=completion_body(n=4, max_tokens=2))
+        assert (refused.status_code, c.post(COMPLETIONS, json=completion_body(n=3, max_tokens=2)).status_code) \
+            == (503, 200)
+    with client(max_num_seqs=2, tpot_ms=20) as c:
+        pair = Timed(c, max_tokens=6, n=2)
+        assert pair.started.wait(WAIT_S)
+        one = Timed(c, max_tokens=6)
+        pair.join(), one.join()
+    assert one.times[0] > pair.times[-1]   # the batch of 2 was full with the first's two choices
 
 
 def test_running_and_waiting_in_vllms_gauges() -> None:
@@ -122,9 +156,9 @@ def test_running_and_waiting_in_vllms_gauges() -> None:
 
 
 # -- the timing, without a server -------------------------------------------------------------
-def scheduler(**settings: Any) -> Scheduler:
+def scheduler(clock: Any = time.monotonic, **settings: Any) -> Scheduler:
     config = MockConfig(**settings)
-    return Scheduler(lambda: config, VllmMetrics(new_registry(), [spec().default_model]))
+    return Scheduler(lambda: config, VllmMetrics(new_registry(), [spec().default_model]), clock)
 
 
 def request(prompt: str) -> Any:
@@ -132,10 +166,10 @@ def request(prompt: str) -> Any:
 
 
 def test_prefill_grows_with_the_prompts_tokens() -> None:
-    s = scheduler(max_num_seqs=4, prefill_ms_per_token=2)
     short, long = request("Hi"), request("Hi " * 50)
     tokens = [sum(r.prompt_token_counts) for r in (short, long)]
-    assert [s.steps(r, 0.010, 0.005)(0) for r in (short, long)] == pytest.approx(
+    assert [scheduler(max_num_seqs=4, prefill_ms_per_token=2).steps(r, 0.010, 0.005)(0)   # each alone
+            for r in (short, long)] == pytest.approx(
         [0.010 + n * 0.002 for n in tokens])
 
 
@@ -147,6 +181,49 @@ def test_a_decode_step_slows_with_the_batch_up_to_the_factor() -> None:
         s.running = running
         seen.append(step(1))
     assert seen == pytest.approx([0.010, 0.020, 0.030])   # 1 + (3 - 1) x (running - 1) / (5 - 1)
+
+
+def test_a_profiles_step_is_its_hardwares_whatever_max_num_seqs_is_set_to() -> None:
+    """Issue 32: llama-8b-h100 with --max-num-seqs 8 took 24 ms a step at 8 running (the
+    factor reached at 8), 12.09 ms with its own 1024: the GPU does not slow down because a
+    smaller batch is allowed. Its factor is reached at full_load_seqs, the profile's 1024."""
+    profile = PROFILES["llama-8b-h100"].settings
+    config = MockConfig.from_env({}, load_profile="llama-8b-h100", max_num_seqs=8)
+    s = Scheduler(lambda: config, None)
+    s.running = 8
+    full = profile["full_load_seqs"]
+    want = profile["tpot_ms"] / 1000 * (1 + (profile["time_factor_under_load"] - 1) * 7 / (full - 1))
+    step = s.steps(request("Hi"), 0, profile["tpot_ms"] / 1000)
+    assert [step(1) for _ in range(200)] == pytest.approx([want] * 200, rel=profile["jitter"] + 1e-9)
+    own = Scheduler(lambda: MockConfig.from_env({}, load_profile="llama-8b-h100", jitter=0), None)
+    own.running = 8
+    assert own.steps(request("Hi"), 0, profile["tpot_ms"] / 1000)(1) == pytest.approx(want)
+
+
+def test_prompts_that_arrive_together_are_prefilled_one_after_another() -> None:
+    """Issue 32: prefill never contended (4 prompts of 1,502 tokens at once each took the one
+    prompt's time). Prefill is bound by compute: on one timeline, the k-th of k prompts that
+    arrive together is done after all k (a clock that stands still: no wall clock)."""
+    now = [100.0]
+    s = scheduler(lambda: now[0], max_num_seqs=8, prefill_ms_per_token=1)
+    req = request("Hi " * 50)
+    work = sum(req.prompt_token_counts) / 1000
+    waits = [s.steps(req, 0.010, 0.005)(0) for _ in range(4)]
+    assert waits == pytest.approx([0.010 + k * work for k in (1, 2, 3, 4)])
+    now[0] += 10   # long after: the timeline is free again
+    assert s.steps(req, 0.010, 0.005)(0) == pytest.approx(0.010 + work)
+
+
+def test_four_long_prompts_at_once_wait_for_each_others_prefill() -> None:
+    """The same, sent: four streams of one long prompt at once; the last first token comes
+    after all four prefills (a lower bound: sleeps only grow)."""
+    with client(max_num_seqs=8, prefill_ms_per_token=1) as c:
+        req = request("Hi " * 100)
+        work = sum(req.prompt_token_counts) / 1000
+        sent = time.monotonic()
+        streams = [Timed(c, prompt="Hi " * 100, max_tokens=2) for _ in range(4)]
+        firsts = sorted(t.join().times[0] - sent for t in streams)
+    assert firsts[-1] >= 4 * work and firsts[1] >= 2 * work
 
 
 def test_jitter_is_seeded_and_bounded() -> None:
@@ -179,7 +256,7 @@ def test_the_server_as_a_whole_holds_the_load_models_limits() -> None:
     model the mock runs one worker unless told otherwise: 4 requests at once against a batch
     of 1 and no queue get one 200 and three 503s, whichever connections they come on."""
     from concurrent.futures import ThreadPoolExecutor
-    server = MockProcess("--max-num-seqs", "1", "--max-num-queued-reqs", "0", "--tpot-ms", "100").start()
+    server = MockProcess("--max-num-seqs", "1", "--max-num-queued-reqs", "1", "--tpot-ms", "100").start()
     try:
         body = completion_body(max_tokens=20, ignore_eos=True, min_tokens=20)
         with ThreadPoolExecutor(4) as pool:
