@@ -11,10 +11,12 @@ profile's numbers give (bench/results/mock_load.png, made with matplotlib) and w
 table to bench/results/mock_load.md. `--max-num-seqs` is lower than the profile's (vLLM's
 1,024) so that the queue shows on two CPU cores: past S streams, requests wait in waves.
 
-Expected, from the load model (mock_server/load.py): the prefill P = ttft + prompt tokens x
-prefill per token; with c <= S streams, TPOT = tpot x (1 + (F - 1)(c - 1)/(S - 1)); with
-c > S, the streams run in waves of S, each taking P + (tokens - 1) x tpot x F, so stream i
-waits floor(i/S) waves before its prefill.
+Expected, from the load model (mock_server/load.py): a prompt's prefill work W = prompt
+tokens x prefill per token, on one timeline, so the k-th of streams that arrive together
+has its first token after ttft + k x W; TPOT = tpot x (1 + (F - 1)(c - 1)/(L - 1)) with c
+running and L the profile's full_load_seqs. With c > S the streams run in waves of S: the
+k-th of a later wave starts when the k-th of the wave before ends (their ends W apart, so
+its prefill waits for no other), and takes ttft + W before its first token.
 Exit codes: 0 measured; 1 a stream failed.
 """
 from __future__ import annotations
@@ -40,17 +42,22 @@ PROMPT = "The sky is blue because " * 25   # 127 prompt tokens: a prefill that s
 
 def expected(settings: dict[str, float], seqs: int, c: int, prompt_tokens: int, tokens: int) -> tuple[float, float]:
     """(mean TTFT, mean TPOT) in seconds that the load model gives `c` streams at once."""
-    prefill = (settings["ttft_ms"] + prompt_tokens * settings["prefill_ms_per_token"]) / 1000
-    factor = settings["time_factor_under_load"]
+    ttft, work = settings["ttft_ms"] / 1000, prompt_tokens * settings["prefill_ms_per_token"] / 1000
+    factor, full = settings["time_factor_under_load"], settings.get("full_load_seqs", seqs)
     def tpot(running: int) -> float:
-        load = (running - 1) / (seqs - 1) if seqs > 1 else 0
+        load = (running - 1) / (full - 1) if full > 1 else float(running > 1)
         return settings["tpot_ms"] / 1000 * (1 + (factor - 1) * min(1.0, load))
-    if c <= seqs:
-        return prefill, tpot(c)
-    wave = prefill + (tokens - 1) * tpot(seqs)
-    ttfts = [prefill + (i // seqs) * wave for i in range(c)]
+    first = min(c, seqs)
+    decode = (tokens - 1) * tpot(first)
+    ttfts = []
+    for i in range(c):
+        wave, k = divmod(i, seqs)
+        if wave == 0:
+            ttfts.append(ttft + (k + 1) * work)
+        else:   # after the first wave's k-th ends, then each later wave's
+            ttfts.append(ttft + (k + 1) * work + decode + (wave - 1) * (ttft + work + decode) + ttft + work)
     last = c % seqs or seqs   # the last wave may run fewer
-    tpots = [tpot(seqs if i < c - last else last) for i in range(c)]
+    tpots = [tpot(first if i < c - last or c <= seqs else last) for i in range(c)]
     return statistics.fmean(ttfts), statistics.fmean(tpots)
 
 
