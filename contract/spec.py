@@ -208,6 +208,11 @@ class Spec:
         return self.raw.get("x-mock-faults", {})
 
     @cached_property
+    def mock_cassette(self) -> dict[str, Any]:
+        """x-mock-cassette: the mock's record and replay format and messages ({} without)."""
+        return self.raw.get("x-mock-cassette", {})
+
+    @cached_property
     def batch_effects(self) -> dict[str, float]:
         """x-batch-effects: how far two answers of one request may differ (logprob_nats,
         near_tie_nats), the documentation's one exception to repeatability."""

@@ -127,7 +127,7 @@ class Faults:
             raise self._forced(forced, asked.retry_after, req)
         faults = tuple(f._replace(error=coded_error(self.spec, f.code, req)) if f.code else f
                        for f in asked.stream) if req.stream else ()
-        clock = RequestClock()
+        clock = RequestClock(timed=config.loaded or bool(asked.ttft_s or asked.tpot_s))
         if config.loaded:
             engine = Loaded(engine, self.scheduler, asked.ttft_s, asked.tpot_s, clock)
             if faults:

@@ -16,14 +16,18 @@ if TYPE_CHECKING:   # (imported by create_app: api_server/metrics.py says why)
 
 class RequestClock:
     """One request's times: its arrival, when it was scheduled (the load model's Loaded
-    says; else at arrival), its first and its last token, the gap before each later step
-    (a step is one token of every choice), and how it finished."""
+    says; else at arrival), its first and its last token, and how it finished. `timed`: the
+    mock simulates this request's latency, so its phases and the gap before each later step
+    (a step is one token of every choice) are vLLM's engine timings to show; a request
+    answered at once has none (each gap the microseconds of a write), and an observe a
+    token costs about 5 us (bench/results/metrics_cost.md), so it is not timed."""
 
-    __slots__ = ("start", "scheduled", "first", "last", "usage", "reason", "tokens", "steps", "owed", "gaps",
-                 "_counts")
+    __slots__ = ("start", "timed", "scheduled", "first", "last", "usage", "reason", "tokens", "steps", "owed",
+                 "gaps", "_counts")
 
-    def __init__(self) -> None:
+    def __init__(self, timed: bool = False) -> None:
         self.start = time.monotonic()
+        self.timed = timed
         self.scheduled: float | None = None
         self.first: float | None = None
         self.last = 0.0
@@ -59,28 +63,48 @@ class RequestClock:
 
     def see(self, event: StreamEvent) -> None:
         if isinstance(event, ChoiceDelta):
-            self._delta(event, time.monotonic())
+            now = time.monotonic()
+            if self.timed:
+                self._delta(event, now)
+            else:
+                self.tokens += len(event.token_ids)
+                self.last = now
+                if self.first is None:
+                    self.first = now
             if event.finish_reason is not None:
                 self.reason = event.finish_reason
         elif isinstance(event, Usage):
             self.usage = event
-            self._settle(time.monotonic())   # the last token is out when the Usage comes
+            if self.first is None:
+                return
+            if self.timed:   # the last token is out when the Usage comes
+                self._settle(time.monotonic())
+            else:
+                self.last = time.monotonic()
 
     def see_batch(self, batch: Sequence[StreamEvent]) -> None:
         """A stream's batch: its events leave together, deltas first; the Usage comes after
-        the last delta, followed at most by the Activations and an ErrorEvent."""
+        the last delta, followed at most by the Activations and an ErrorEvent. Untimed, it
+        is looked at once but for its tokens' count (a look per event cost 0.5 us a token)."""
         if not batch:
             return
         now = time.monotonic()
-        for event in batch:
-            if type(event) is ChoiceDelta:
-                self._delta(event, now)
-                if event.finish_reason is not None:
-                    self.reason = event.finish_reason
+        if self.timed:
+            for event in batch:
+                if type(event) is ChoiceDelta:
+                    self._delta(event, now)
+        else:
+            self.tokens += sum(len(e.token_ids) for e in batch if type(e) is ChoiceDelta)
+            if isinstance(batch[0], ChoiceDelta) or isinstance(batch[-1], ChoiceDelta):
+                self.last = now
+                if self.first is None:
+                    self.first = now
         for event in batch[-4:]:
             if isinstance(event, Usage):
                 self.usage = event
                 self._settle(now)
+            elif isinstance(event, ChoiceDelta) and event.finish_reason is not None:
+                self.reason = event.finish_reason
 
 
 class Metered(Engine):
@@ -126,11 +150,13 @@ class Metered(Engine):
         m.prompt_tokens.inc(clock.usage.prompt_tokens)
         m.generation_tokens.inc(clock.usage.completion_tokens)
         m.e2e.observe(time.monotonic() - clock.start)
-        scheduled = clock.scheduled if clock.scheduled is not None else clock.start
-        m.queue.observe(scheduled - clock.start)
-        if clock.first is not None:
+        if clock.first is None:
+            return
+        if clock.usage.completion_tokens > 1:
+            m.tpot.observe((clock.last - clock.first) / (clock.usage.completion_tokens - 1))
+        if clock.timed:
+            scheduled = clock.scheduled if clock.scheduled is not None else clock.start
+            m.queue.observe(scheduled - clock.start)
             m.prefill.observe(clock.first - scheduled)
             m.decode.observe(clock.last - clock.first)
             m.inference.observe(clock.last - scheduled)
-            if clock.usage.completion_tokens > 1:
-                m.tpot.observe((clock.last - clock.first) / (clock.usage.completion_tokens - 1))

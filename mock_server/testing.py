@@ -9,15 +9,22 @@
                           http_client=httpx.AsyncClient(transport=async_transport()))
 
 `transport()` runs the mock's WSGI app in the calling thread (httpx's WSGITransport):
-a stream's chunks arrive as the app makes them, simulated latency included.
+a stream's chunks arrive as the app makes them, simulated latency included, and a
+dropped connection raises httpx.RemoteProtocolError, as over a socket.
 `async_transport()` runs the same app in worker threads (anyio's), one step of a
 stream at a time, so an event loop never waits on it. Both take a MockConfig, or its
 fields as keywords (`transport(ttft_ms=50, max_num_seqs=2)`).
 
 `acs_mock`, a pytest fixture (`from mock_server.testing import acs_mock` in a
 conftest.py, or `pytest -p mock_server.testing`): a live mock on a free port
-(`python -m mock_server --workers 1`), started once per session; `live_mock(*options)`
-starts one with other options.
+(`python -m mock_server --workers 1`), started once per session with the options of an
+`acs_mock_options` fixture where the tests define one:
+
+    @pytest.fixture(scope="session")
+    def acs_mock_options() -> list[str]:
+        return ["--load-profile", "llama-8b-h100", "--max-num-seqs", "8"]
+
+`live_mock(*options)` starts one with other options, for a block.
 This module needs httpx (the [mock] extra) and, for the fixture alone, pytest: without
 pytest it imports, with its transports and without `acs_mock`.
 """
@@ -56,9 +63,46 @@ def _app(config: MockConfig | None, settings: dict[str, Any]) -> Any:
     return create_app(config if config is not None else MockConfig.from_env({}, **settings))
 
 
-def transport(config: MockConfig | None = None, **settings: Any) -> httpx.WSGITransport:
+# httpx's words (httpcore's) for a connection closed mid-body or before any answer.
+CUT_BODY = "peer closed connection without sending complete message body (incomplete chunked read)"
+NO_RESPONSE = "Server disconnected without sending a response."
+
+
+class _Body(httpx.SyncByteStream):
+    """A WSGI body whose dropped connection (the app's ConnectionResetError: the mock's
+    X-Mock-Stream-Drop-After) reads as httpx's error for a body cut off over a socket."""
+
+    def __init__(self, stream: httpx.SyncByteStream) -> None:
+        self._stream = stream
+
+    def __iter__(self) -> Iterator[bytes]:
+        try:
+            yield from self._stream
+        except ConnectionResetError as exc:
+            raise httpx.RemoteProtocolError(CUT_BODY) from exc
+
+    def close(self) -> None:
+        self._stream.close()
+
+
+class MockTransport(httpx.WSGITransport):
+    """httpx's WSGITransport over the mock, a dropped connection raising what a socket's would
+    (httpx.RemoteProtocolError, which the openai SDK turns into APIConnectionError), not the
+    app's own exception."""
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        try:
+            response = super().handle_request(request)
+        except ConnectionResetError as exc:   # dropped before the first byte of the body
+            raise httpx.RemoteProtocolError(NO_RESPONSE, request=request) from exc
+        assert isinstance(response.stream, httpx.SyncByteStream)   # WSGITransport's body
+        return httpx.Response(response.status_code, headers=response.headers, stream=_Body(response.stream),
+                              extensions=response.extensions)
+
+
+def transport(config: MockConfig | None = None, **settings: Any) -> MockTransport:
     """An httpx transport that serves every request with a mock in this process."""
-    return httpx.WSGITransport(app=_app(config, settings))
+    return MockTransport(app=_app(config, settings))
 
 
 class _ThreadedStream(httpx.AsyncByteStream):
@@ -81,7 +125,7 @@ class _ThreadedStream(httpx.AsyncByteStream):
 class AsyncMockTransport(httpx.AsyncBaseTransport):
     """The mock in this process for an httpx.AsyncClient: transport()'s, in threads."""
 
-    def __init__(self, sync: httpx.WSGITransport) -> None:
+    def __init__(self, sync: MockTransport) -> None:
         self._sync = sync
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
@@ -155,7 +199,13 @@ def _wait_ready(mock: LiveMock) -> None:
 
 if pytest is not None:
     @pytest.fixture(scope="session")
-    def acs_mock() -> Iterator[LiveMock]:
-        """A live mock on a free port for the whole test session (any Bearer key works)."""
-        with live_mock() as mock:
+    def acs_mock(request: pytest.FixtureRequest) -> Iterator[LiveMock]:
+        """A live mock on a free port for the whole test session (any Bearer key works),
+        started with the options of an `acs_mock_options` fixture where the tests have one
+        (acs-mock's command-line options, a list of strings), else with none."""
+        try:
+            options = list(request.getfixturevalue("acs_mock_options"))
+        except pytest.FixtureLookupError:
+            options = []
+        with live_mock(*options) as mock:
             yield mock

@@ -77,6 +77,8 @@ def test_the_mock_reports_vllms_names() -> None:
     assert value(text, "vllm:time_to_first_token_seconds_count", **SERIES) == 2
     assert value(text, "vllm:e2e_request_latency_seconds_count", **SERIES) == 2
     assert value(text, "vllm:request_time_per_output_token_seconds_count", **SERIES) >= 1
+    assert value(text, "vllm:inter_token_latency_seconds_count", **SERIES) == 2 * 5   # a step after each first
+    assert value(text, "vllm:request_queue_time_seconds_count", **SERIES) == 2
     assert value(text, "vllm:request_success_total", finished_reason="length", **SERIES) == 2
     assert value(text, "acs_requests_total", route=COMPLETIONS, status="200", code="") == 2
 

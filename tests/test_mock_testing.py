@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import time
+from typing import Any
 
 import httpx
 import openai
+import pytest
 from openai import AsyncOpenAI, OpenAI
 
 from contract import spec
@@ -95,3 +97,69 @@ def test_the_transports_import_without_pytest() -> None:
             "print(r.status_code)")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0 and done.stdout.strip() == "200", done.stderr[-2000:]
+
+
+def test_a_dropped_stream_in_process_raises_as_over_a_socket() -> None:
+    """Issue 32: through the in-process transports a drop raised the app's own
+    ConnectionResetError, which the SDK does not know; over a socket it is httpx's
+    RemoteProtocolError, and the SDK's APIConnectionError."""
+    from mock_server.faults import DROP_AFTER
+    from mock_server.testing import CUT_BODY
+    with OpenAI(base_url=BASE_URL, api_key="any", max_retries=0,
+                http_client=httpx.Client(transport=transport())) as client:
+        stream = client.completions.create(model=MODEL, prompt="x", max_tokens=6, stream=True,
+                                           extra_body={"ignore_eos": True}, extra_headers={DROP_AFTER: "2"})
+        texts = []
+        with pytest.raises(openai.APIConnectionError) as info:
+            for chunk in stream:
+                texts.append(chunk.choices[0].text)
+    assert len(texts) == 2 and isinstance(info.value.__cause__, httpx.RemoteProtocolError)
+    assert str(info.value.__cause__) == CUT_BODY
+
+    async def read() -> tuple[int, BaseException]:
+        async with httpx.AsyncClient(transport=async_transport(), base_url=URL) as c:
+            seen = 0
+            try:
+                async with c.stream("POST", spec().completions_path, headers={"Authorization": "Bearer k", DROP_AFTER: "1"},
+                                    json={"model": MODEL, "prompt": "x", "max_tokens": 6, "stream": True,
+                                          "ignore_eos": True}) as r:
+                    async for line in r.aiter_lines():
+                        seen += line.startswith("data: {")
+            except httpx.HTTPError as exc:
+                return seen, exc
+        raise AssertionError("the stream was not dropped")
+    seen, error = asyncio.run(read())
+    assert seen == 1 and isinstance(error, httpx.RemoteProtocolError)
+
+
+INNER_TEST = '''
+import os
+import httpx
+
+def test_the_fixtures_mock(acs_mock):
+    data = httpx.get(acs_mock.base_url + "/models", headers={"Authorization": "Bearer k"}).json()["data"]
+    assert {m["max_model_len"] for m in data} == {int(os.environ["WANT"])}
+'''
+OPTIONS = '''
+@pytest.fixture(scope="session")
+def acs_mock_options():
+    return ["--max-model-len", "64"]
+'''
+
+
+def test_the_acs_mock_fixture_takes_its_options_from_an_acs_mock_options_fixture(tmp_path: Any) -> None:
+    """Issue 32: the fixture took no options. A client's conftest.py that imports it and
+    defines acs_mock_options gets a mock started with them; one that does not, the defaults."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+    (tmp_path / "test_client.py").write_text(INNER_TEST)
+    runs = {}
+    for name, extra, want in (("with", OPTIONS, 64), ("without", "", spec().models[MODEL].max_model_len)):
+        (tmp_path / "conftest.py").write_text("import pytest\nfrom mock_server.testing import acs_mock\n" + extra)
+        env = {**os.environ, "WANT": str(want), "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
+        runs[name] = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(tmp_path)],
+                                    cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    for name, done in runs.items():
+        assert done.returncode == 0 and "1 passed" in done.stdout, (name, done.stdout[-3000:])
