@@ -14,6 +14,8 @@ import os
 import sys
 import tempfile
 from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
 
 from api_server.config import ConfigError, parse_keys, parse_max_model_len
 from api_server.serve import PORT, add_arguments, gunicorn_options, prepare, serve
@@ -64,6 +66,13 @@ def parser() -> argparse.ArgumentParser:
                            "(default: --max-num-seqs; a profile's own)")
     load.add_argument("--jitter", type=float, help="each wait varies by up to this fraction of itself")
     load.add_argument("--load-seed", type=int, help="the jitter's seed")
+    tape = p.add_argument_group("record and replay (mock_server/cassette.py)")
+    tape.add_argument("--record", metavar="UPSTREAM", default=_env("RECORD"),
+                      help="be a proxy to this URL, appending each exchange to --cassette (no header of a request kept)")
+    tape.add_argument("--cassette", metavar="FILE", default=_env("CASSETTE"), help="the cassette --record appends to")
+    tape.add_argument("--replay", metavar="CASSETTE", default=_env("REPLAY"), help="answer from this cassette, at its recorded times")
+    tape.add_argument("--replay-miss", choices=("error", "engine"), default=_env("REPLAY_MISS", "error"),
+                      help="a request the cassette lacks: the API's 404 naming it (error), or the fake engine's answer")
     p.add_argument("--control-file", help="a JSON file of settings the running mock rereads when it changes")
     p.add_argument("--disable-log-stats", action="store_true", default=None,
                    help="no vllm:* metrics on /metrics, as vLLM's option (saves their per-request cost)")
@@ -111,18 +120,40 @@ def workers_for(config: MockConfig, workers: int, *, given: bool) -> int:
     return 1
 
 
+def tape_app(args: argparse.Namespace, config: MockConfig, create_app: Any) -> Any:
+    """The app to serve: the recording proxy, the replayer (over the mock for misses, when
+    asked), or the mock."""
+    from contract import spec
+    from mock_server.cassette import Recorder, Replayer
+    app = create_app(config)
+    if args.record:
+        return Recorder(args.record, Path(args.cassette), spec(), app)
+    if args.replay:
+        return Replayer(Path(args.replay), spec(), app, misses_to_local=args.replay_miss == "engine")
+    return app
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     p = parser()
     args = p.parse_args(argv)
     try:
         config = config_from(args)
         args.workers = workers_for(config, args.workers, given=_workers_given(argv))
+        if args.replay and not _workers_given(argv):
+            args.workers = 1   # one place in each request's recorded exchanges, not one a worker
     except ConfigError as error:
         p.error(str(error))
+    if args.record and (args.replay or not args.cassette):
+        p.error("--record needs --cassette FILE, and not --replay")
+    if args.cassette and not args.record:
+        p.error("--cassette is --record's: to answer from one, --replay FILE")
     prepare(args.worker)   # before the app's modules are imported
     from mock_server.server import create_app  # after parsing, so --help is instant
 
-    app = create_app(config)
+    try:
+        app = tape_app(args, config, create_app)
+    except ConfigError as error:
+        p.error(str(error))
     serve(app, gunicorn_options(args.host, args.port, args.workers, args.threads, args.log_level,
                                 args.access_log, args.worker, args.connections, args.graceful_timeout))
     return 0

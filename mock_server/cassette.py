@@ -9,8 +9,8 @@ and each body chunk with the seconds since the request began.
 `Replayer` answers from a cassette: a request matches by method, path with its query and
 body (JSON compared as data; every header ignored), a key's exchanges are answered in the
 order recorded (the last again once they are used up), each chunk at its recorded time.
-A miss is the API's 404 not_found naming the request, or, with `fallback`, the fake
-engine's answer. A cassette made under another openapi.yaml version is refused at start.
+A miss is the API's 404 not_found naming the request, or, when asked, the fake engine's
+answer. GET /health is the mock's own in both modes (its readiness, not the upstream's). A cassette made under another openapi.yaml version is refused at start.
 
 The format, the messages and what is left out are openapi.yaml's x-mock-cassette.
 """
@@ -30,6 +30,7 @@ from typing import Any
 import httpx
 
 from api_server.config import ConfigError
+from api_server.responses import REQUEST_ID, dumps
 from contract import ApiError, Contract, Message, Spec
 from contract.errors import error_class
 
@@ -87,11 +88,12 @@ class _Answer:
         self.limit = int(api.caps["max_body_bytes"])
 
     def error(self, error: ApiError, start_response: Callable[..., Any]) -> list[bytes]:
-        body = json.dumps(self.errors.body(error, self.errors.new_request_id())).encode()
+        rid = self.errors.new_request_id()
+        body = dumps(self.errors.body(error, rid))
         status = self.errors.status(error)
         start_response(f"{status} {httpx.codes.get_reason_phrase(status)}",
                        [("Content-Type", "application/json"), ("Content-Length", str(len(body))),
-                        *self.errors.headers(error).items()])
+                        (REQUEST_ID, rid), *self.errors.headers(error).items()])
         return [body]
 
     def coded(self, code: str, template: str, **fields: Any) -> ApiError:
@@ -101,11 +103,18 @@ class _Answer:
         return error_class("request_too_large").from_template("request_too_large", limit=self.limit)
 
 
-class Recorder:
-    """A proxy to `upstream` that appends each exchange to the cassette at `path`."""
+def _own(api: Spec) -> set[str]:
+    """The paths the mock answers itself in both modes (its readiness): the spec's health route."""
+    return {r.path for r in api.routes if r.operation_id == "health"}
 
-    def __init__(self, upstream: str, path: Path, api: Spec, timeout: float = 600.0) -> None:
+
+class Recorder:
+    """A proxy to `upstream` that appends each exchange to the cassette at `path`; the mock's
+    own readiness (GET /health) is `local`'s, never the upstream's."""
+
+    def __init__(self, upstream: str, path: Path, api: Spec, local: WSGIApp, timeout: float = 600.0) -> None:
         self.upstream, self.path, self.answer = upstream.rstrip("/"), path, _Answer(api)
+        self.local, self.own = local, _own(api)
         self.left_out = {h.lower() for h in api.mock_cassette["left_out_headers"]}
         self.client = httpx.Client(base_url=self.upstream, timeout=httpx.Timeout(timeout, connect=10.0))
         if not path.exists() or path.stat().st_size == 0:
@@ -113,6 +122,8 @@ class Recorder:
                           "upstream": self.upstream})
 
     def __call__(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+        if environ.get("PATH_INFO") in self.own:
+            return self.local(environ, start_response)
         try:
             body = read_body(environ, self.answer.limit)
         except BodyTooLarge:
@@ -175,16 +186,20 @@ def load(path: Path, api: Spec) -> dict[str, list[dict[str, Any]]]:
 
 
 class Replayer:
-    """Answers from the cassette at `path`; a miss from `fallback` where given."""
+    """Answers from the cassette at `path`; the mock's own readiness from `local`, and a miss
+    too when `misses_to_local` (the fake engine's answer)."""
 
-    def __init__(self, path: Path, api: Spec, fallback: WSGIApp | None = None,
+    def __init__(self, path: Path, api: Spec, local: WSGIApp, misses_to_local: bool = False,
                  sleep: Callable[[float], Any] = time.sleep) -> None:
-        self.path, self.answer, self.fallback, self.sleep = path, _Answer(api), fallback, sleep
+        self.path, self.answer, self.local, self.sleep = path, _Answer(api), local, sleep
+        self.misses_to_local, self.own = misses_to_local, _own(api)
         self.exchanges = load(path, api)
         self.used: dict[str, int] = {}
         self._lock = threading.Lock()
 
     def __call__(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+        if environ.get("PATH_INFO") in self.own:
+            return self.local(environ, start_response)
         try:
             body = read_body(environ, self.answer.limit)
         except BodyTooLarge:
@@ -193,9 +208,9 @@ class Replayer:
         key = match_key(method, path, body)
         recorded = self.exchanges.get(key)
         if not recorded:
-            if self.fallback is not None:
+            if self.misses_to_local:
                 environ["wsgi.input"], environ["CONTENT_LENGTH"] = io.BytesIO(body), str(len(body))
-                return self.fallback(environ, start_response)
+                return self.local(environ, start_response)
             return self.answer.error(self.answer.coded(self.answer.conf["miss_code"], "miss", cassette=self.path.name,
                                                        method=method, path=path, digest=key[:16]), start_response)
         with self._lock:
