@@ -76,6 +76,8 @@ def prepare(worker: str) -> None:
     reference's connection pool) must be gevent's in the workers; and give the metrics a
     directory of their own, so that every worker writes there and one scrape sums them
     (prometheus_client reads PROMETHEUS_MULTIPROC_DIR when it is imported)."""
+    _MASTER_EXIT.pid = os.getpid()
+    atexit.register(_MASTER_EXIT)   # first, so that it runs last
     if worker == "gevent":
         from gevent import monkey
         monkey.patch_all()
@@ -105,18 +107,48 @@ def _worker_exit(server: Any, worker: Any) -> None:
     finalization, as a forked child should. Under gevent, finalization frees module-level
     logging handlers (logging's, Flask's) after gevent.thread is torn down, and logging's
     weakref callback on each printed a TypeError traceback from every worker at every
-    shutdown (gevent issue #2148, open). The master still prints one: it must run its atexit
-    cleanups (the metrics folder, the mock's counts)."""
-    leaving = sys.exc_info()[1]
+    shutdown (gevent issue #2148, open). The master leaves the same way, after its atexit
+    cleanups (_MasterExit)."""
+    _leave(_status(sys.exc_info()[1]))
+
+
+def _status(leaving: BaseException | None) -> int:
+    """The exit status of a SystemExit (1 for anything else): sys.exit(None) is 0;
+    sys.exit("message") prints it, status 1."""
     code = leaving.code if isinstance(leaving, SystemExit) else 1
-    if not isinstance(code, int):   # sys.exit(None) is 0; sys.exit("message") prints it, status 1
+    if not isinstance(code, int):
         if code is not None:
             print(code, file=sys.stderr)
         code = 0 if code is None else 1
+    return code
+
+
+def _leave(code: int) -> None:
+    """Out of the process by os._exit, the logs flushed and closed first: no finalization."""
     logging.shutdown()
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)
+
+
+class _MasterExit:
+    """The master's way out after gunicorn stops (serve): its atexit cleanups run (those
+    registered after this one: the metrics folder, the mock's counts; atexit runs the last
+    registered first), then it leaves by os._exit, as a worker does (_worker_exit), so that
+    finalization never frees logging's handlers under gevent (gevent issue #2148). Registered
+    first, in prepare: before it only logging's own atexit (logging.shutdown, which _leave
+    calls)."""
+
+    def __init__(self) -> None:
+        self.pid = os.getpid()
+        self.code: int | None = None   # set by serve once gunicorn has stopped
+
+    def __call__(self) -> None:
+        if self.code is not None and os.getpid() == self.pid:
+            _leave(self.code)
+
+
+_MASTER_EXIT = _MasterExit()
 
 
 def gunicorn_options(host: str, port: int, workers: int, threads: int = DEFAULT_THREADS,
@@ -162,4 +194,8 @@ def serve(app: Any, options: dict[str, Any]) -> None:
     # thousands of requests: a pause for every request open on that worker), and
     # touching their headers copies the pages the workers share.
     gc.freeze()
-    _Gunicorn(app, options).run()
+    try:
+        _Gunicorn(app, options).run()
+    except SystemExit as leaving:   # gunicorn's halt: the atexit cleanups, then _MASTER_EXIT
+        _MASTER_EXIT.code = _status(leaving)
+        raise
