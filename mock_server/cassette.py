@@ -108,6 +108,19 @@ def _own(api: Spec) -> set[str]:
     return {r.path for r in api.routes if r.operation_id == "health"}
 
 
+def _entered(tape: Recorder | Replayer, environ: dict[str, Any],
+             start_response: Callable[..., Any]) -> Iterable[bytes] | None:
+    """What both modes do first: the mock's own readiness answered by `local`, the body read
+    (bounded) into environ["acs.body"]; an answer here, or None to go on."""
+    if environ.get("PATH_INFO") in tape.own:
+        return tape.local(environ, start_response)
+    try:
+        environ["acs.body"] = read_body(environ, tape.answer.limit)
+    except BodyTooLarge:
+        return tape.answer.error(tape.answer.too_large(), start_response)
+    return None
+
+
 class Recorder:
     """A proxy to `upstream` that appends each exchange to the cassette at `path`; the mock's
     own readiness (GET /health) is `local`'s, never the upstream's."""
@@ -122,13 +135,11 @@ class Recorder:
                           "upstream": self.upstream})
 
     def __call__(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
-        if environ.get("PATH_INFO") in self.own:
-            return self.local(environ, start_response)
-        try:
-            body = read_body(environ, self.answer.limit)
-        except BodyTooLarge:
-            return self.answer.error(self.answer.too_large(), start_response)
-        method, path = environ["REQUEST_METHOD"], target(environ)
+        early = _entered(self, environ, start_response)
+        return early if early is not None else self._take(environ, start_response)
+
+    def _take(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+        method, path, body = environ["REQUEST_METHOD"], target(environ), environ["acs.body"]
         headers = [(k[5:].replace("_", "-").title(), v) for k, v in environ.items()
                    if k.startswith("HTTP_") and k[5:].replace("_", "-").lower() not in HOP_BY_HOP]
         if environ.get("CONTENT_TYPE"):
@@ -198,13 +209,11 @@ class Replayer:
         self._lock = threading.Lock()
 
     def __call__(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
-        if environ.get("PATH_INFO") in self.own:
-            return self.local(environ, start_response)
-        try:
-            body = read_body(environ, self.answer.limit)
-        except BodyTooLarge:
-            return self.answer.error(self.answer.too_large(), start_response)
-        method, path = environ["REQUEST_METHOD"], target(environ)
+        early = _entered(self, environ, start_response)
+        return early if early is not None else self._take(environ, start_response)
+
+    def _take(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+        method, path, body = environ["REQUEST_METHOD"], target(environ), environ["acs.body"]
         key = match_key(method, path, body)
         recorded = self.exchanges.get(key)
         if not recorded:
