@@ -123,14 +123,14 @@ def workers_for(config: MockConfig, workers: int, *, given: bool) -> int:
 def tape_app(args: argparse.Namespace, config: MockConfig, create_app: Any) -> Any:
     """The app to serve: the recording proxy, the replayer (over the mock for misses, when
     asked), or the mock."""
+    app = create_app(config)
+    if not (args.record or args.replay):
+        return app
     from contract import spec
     from mock_server.cassette import Recorder, Replayer
-    app = create_app(config)
     if args.record:
         return Recorder(args.record, Path(args.cassette), spec(), app)
-    if args.replay:
-        return Replayer(Path(args.replay), spec(), app, misses_to_local=args.replay_miss == "engine")
-    return app
+    return Replayer(Path(args.replay), spec(), app, misses_to_local=args.replay_miss == "engine")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

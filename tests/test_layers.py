@@ -40,6 +40,7 @@ EXTRA: dict[str, set[str]] = {
     "conformance/golden/generate.py": {"numpy"},               # writes steering vectors' wire form
     "conformance/checks/schema.py": {"requests"},              # schemathesis's transport: its 429s sent again
     "mock_server/testing.py": {"httpx", "anyio", "pytest"},     # client developers' transports and fixture
+    "mock_server/cassette.py": {"httpx"},                        # --record's client to the upstream
     "conformance/metrics_contract.py": {"prometheus_client"},  # its parser reads a /metrics scrape
     "conformance/checks/metrics.py": {"prometheus_client"},
     "conformance/cli.py": {"hypothesis"},                       # its caches kept out of the working directory
