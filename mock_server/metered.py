@@ -56,6 +56,13 @@ class RequestClock:
         self.owed = count - self.steps - 1
         self.steps = count
 
+    def _out(self, tokens: int, now: float) -> None:
+        """Untimed: `tokens` out at `now`, the first and the last token's time all it keeps."""
+        self.tokens += tokens
+        self.last = now
+        if self.first is None:
+            self.first = now
+
     def _settle(self, now: float) -> None:
         if self.owed:
             self.gaps.append(((now - self.last) / self.owed, self.owed))
@@ -67,10 +74,7 @@ class RequestClock:
             if self.timed:
                 self._delta(event, now)
             else:
-                self.tokens += len(event.token_ids)
-                self.last = now
-                if self.first is None:
-                    self.first = now
+                self._out(len(event.token_ids), now)
             if event.finish_reason is not None:
                 self.reason = event.finish_reason
         elif isinstance(event, Usage):
@@ -94,11 +98,11 @@ class RequestClock:
                 if type(event) is ChoiceDelta:
                     self._delta(event, now)
         else:
-            self.tokens += sum(len(e.token_ids) for e in batch if type(e) is ChoiceDelta)
+            tokens = sum(len(e.token_ids) for e in batch if type(e) is ChoiceDelta)
             if isinstance(batch[0], ChoiceDelta) or isinstance(batch[-1], ChoiceDelta):
-                self.last = now
-                if self.first is None:
-                    self.first = now
+                self._out(tokens, now)
+            else:
+                self.tokens += tokens
         for event in batch[-4:]:
             if isinstance(event, Usage):
                 self.usage = event
