@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import ClassVar, TypeVar
 
-from api_server.config import ABOVE_0, AT_LEAST_0, FRACTION, Bound, ConfigError, ServerConfig
+from api_server.config import AT_LEAST_0, FRACTION, Bound, ConfigError, ServerConfig
 from mock_server.profiles import PROFILES
 
 ENV_PREFIX = "MOCK_"

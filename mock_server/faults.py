@@ -12,19 +12,18 @@ from __future__ import annotations
 import math
 import random
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from api_server.engine import Batches, ChoiceDelta, Dropped, Engine, ErrorEvent, Event
 from api_server.hooks import Headers
-from api_server.pacing import Pump
 from api_server.config import ConfigError
 from contract import ApiError, CompletionRequest, InvalidRequest, Spec, spec
 from contract.errors import Message, error_class
 from mock_server.config import MockConfig
 from mock_server.control import Control
 from mock_server.counts import SeenCounts
-from mock_server.latency import paced, paced_batches
+from mock_server.latency import Paced, paced, paced_batches
 from mock_server.load import Loaded, Scheduler
 from mock_server.metered import Metered, RequestClock
 
@@ -144,27 +143,25 @@ class Faults:
         return error
 
 
-class Simulated(Engine):
+class Simulated(Paced):
     """`engine` as one request of the mock runs it: `ttft_s` before its first token and
     `tpot_s` before each later step (latency.py); in a stream, `faults` (an error event, a
     stall, a dropped connection) after so many choice deltas."""
 
     def __init__(self, engine: Engine, ttft_s: float, tpot_s: float, faults: tuple[Fault, ...] = ()) -> None:
-        self.engine, self.ttft_s, self.tpot_s, self.faults = engine, ttft_s, tpot_s, faults
+        super().__init__(engine)
+        self.ttft_s, self.tpot_s, self.faults = ttft_s, tpot_s, faults
 
-    def generate(self, req: CompletionRequest, request_id: str) -> Iterator[Event]:
-        return paced(self.engine.generate(req, request_id), self.ttft_s, self.tpot_s, time.sleep)
+    def paced(self, req: CompletionRequest, request_id: str,
+              sleep: Callable[[float], object]) -> Iterator[Event]:
+        return paced(self.engine.generate(req, request_id), self.ttft_s, self.tpot_s, sleep)
+
+    def batches(self, req: CompletionRequest, request_id: str, interval: float) -> Batches:
+        return paced_batches(self.engine.generate(req, request_id), self.ttft_s, self.tpot_s, interval)
 
     def stream(self, req: CompletionRequest, request_id: str, interval: float) -> Batches:
-        batches: Batches
-        if not self.ttft_s and not self.tpot_s:
-            batches = self.engine.stream(req, request_id, interval)
-        elif self.engine.never_waits:   # the waits in the request's own thread
-            batches = paced_batches(self.engine.generate(req, request_id), self.ttft_s, self.tpot_s,
-                                    interval)
-        else:   # the waits in the pump's thread, whose sleep cancelling wakes
-            batches = Pump(lambda sleep: paced(self.engine.generate(req, request_id), self.ttft_s,
-                                               self.tpot_s, sleep), interval).batches()
+        latent = self.ttft_s or self.tpot_s
+        batches = super().stream(req, request_id, interval) if latent else self.engine.stream(req, request_id, interval)
         return _faulted(batches, self.faults) if self.faults else batches
 
 

@@ -6,17 +6,49 @@ depend on the prompt and on how many sequences run at each step."""
 from __future__ import annotations
 
 import time
+from abc import abstractmethod
 from collections.abc import Callable, Generator, Iterator
 from typing import TypeAlias
 
-from api_server.engine import ChoiceDelta, Event
-from api_server.pacing import BATCH, FLUSH, Flush, batched
+from api_server.engine import Batches, ChoiceDelta, Engine, Event
+from api_server.pacing import BATCH, FLUSH, Flush, Pump, batched
+from contract import CompletionRequest
 
 Steps: TypeAlias = Callable[[int], float]   # seconds to wait before step n (0: the first token)
 
 
 def fixed(ttft_s: float, tpot_s: float) -> Steps:
     return lambda step: ttft_s if step == 0 else tpot_s
+
+
+class Paced(Engine):
+    """`engine` as one request of the mock runs it, its events after waits of the
+    wrapper's own (a latency asked for, the load model's queue and steps). The one place
+    a wrapper picks where its waits happen: `generate` waits with time.sleep; `stream`
+    waits in the request's own greenlet when `engine` never waits (`batches`: a pump and
+    a hand-off per token would cost more CPU than the rest of a paced stream), else in a
+    pump, whose sleep cancelling wakes (`paced` with the pump's sleep)."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+
+    @abstractmethod
+    def paced(self, req: CompletionRequest, request_id: str,
+              sleep: Callable[[float], object]) -> Iterator[Event]:
+        """The events, each after its wait, waited with `sleep`."""
+
+    @abstractmethod
+    def batches(self, req: CompletionRequest, request_id: str, interval: float) -> Batches:
+        """The stream's batches in the request's own greenlet (`engine` never waits),
+        [] for each quiet `interval`."""
+
+    def generate(self, req: CompletionRequest, request_id: str) -> Iterator[Event]:
+        return self.paced(req, request_id, time.sleep)
+
+    def stream(self, req: CompletionRequest, request_id: str, interval: float) -> Batches:
+        if self.engine.never_waits:
+            return self.batches(req, request_id, interval)
+        return Pump(lambda sleep: self.paced(req, request_id, sleep), interval).batches()
 
 
 def paced(events: Iterator[Event], ttft_s: float, tpot_s: float,

@@ -32,11 +32,10 @@ from collections import deque
 from collections.abc import Callable, Generator, Iterator
 from typing import TYPE_CHECKING
 
-from api_server.engine import Batches, Engine, Event
-from api_server.pacing import Pump
+from api_server.engine import Engine, Event
 from contract import CompletionRequest, InferenceUnavailable
 from mock_server.config import MockConfig
-from mock_server.latency import Steps, paced_steps, stepped_batches
+from mock_server.latency import Paced, Steps, paced_steps, stepped_batches
 from mock_server.metered import RequestClock
 
 if TYPE_CHECKING:   # (imported by create_app: api_server/metrics.py says why)
@@ -173,7 +172,7 @@ class Scheduler:
         return seconds * (1 + jitter * self.rng.uniform(-1, 1)) if jitter else seconds
 
 
-class Loaded(Engine):
+class Loaded(Paced):
     """`engine` as one request of a loaded mock runs it: its places in the batch (or the
     queue) first, then the prefill and decode steps of `Scheduler.steps`. `ttft_s` and
     `tpot_s` are the prefill's fixed part and a decode step with one sequence running
@@ -182,18 +181,15 @@ class Loaded(Engine):
 
     def __init__(self, engine: Engine, scheduler: Scheduler, ttft_s: float, tpot_s: float,
                  clock: RequestClock | None = None) -> None:
-        self.engine, self.scheduler, self.ttft_s, self.tpot_s = engine, scheduler, ttft_s, tpot_s
-        self.clock = clock
+        super().__init__(engine)
+        self.scheduler, self.ttft_s, self.tpot_s, self.clock = scheduler, ttft_s, tpot_s, clock
 
     def _scheduled(self, ticket: Ticket) -> None:
         if self.clock is not None:
             self.clock.scheduled = ticket.scheduled
 
-    def generate(self, req: CompletionRequest, request_id: str) -> Iterator[Event]:
-        return self._generate(req, request_id, time.sleep)
-
-    def _generate(self, req: CompletionRequest, request_id: str,
-                  sleep: Callable[[float], object]) -> Iterator[Event]:
+    def paced(self, req: CompletionRequest, request_id: str,
+              sleep: Callable[[float], object]) -> Iterator[Event]:
         ticket = self.scheduler.enter(sequences(req))   # a full queue raises here: an HTTP 503
         try:
             self.scheduler.wait(ticket)
@@ -203,13 +199,8 @@ class Loaded(Engine):
         finally:
             self.scheduler.leave(ticket)
 
-    def stream(self, req: CompletionRequest, request_id: str, interval: float) -> Batches:
-        if self.engine.never_waits:   # the waits in the request's own greenlet
-            return self._batches(req, request_id, interval)
-        return Pump(lambda sleep: self._generate(req, request_id, sleep), interval).batches()
-
-    def _batches(self, req: CompletionRequest, request_id: str,
-                 interval: float) -> Generator[list[Event], None, None]:
+    def batches(self, req: CompletionRequest, request_id: str,
+                interval: float) -> Generator[list[Event], None, None]:
         ticket = self.scheduler.enter(sequences(req))   # raised before the first batch: an HTTP 503
         try:
             while not self.scheduler.wait(ticket, interval):
