@@ -45,7 +45,7 @@ from pathlib import Path
 import orjson
 import uvloop
 
-from reference_impl.launcher import free_port, wait_ready
+from api_server.children import free_port, wait_ready
 
 ROOT = Path(__file__).resolve().parent.parent
 BENCH = ROOT / "bench"

@@ -31,7 +31,7 @@ from conformance.display import by_cause
 from conformance.registry import select
 from conformance.results import Outcome, RunReport, exit_code
 from contract import spec
-from reference_impl.launcher import free_port, wait_ready
+from api_server.children import free_port, wait_ready
 
 PEERS = ROOT / ".peers"
 KEY = "peer-score-key"

@@ -31,10 +31,8 @@ pytest it imports, with its transports and without `acs_mock`.
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
-import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -43,6 +41,7 @@ from typing import Any
 import anyio.to_thread
 import httpx
 
+from api_server.children import free_port, stop_process, wait_ready
 from mock_server.config import MockConfig
 
 try:
@@ -154,47 +153,21 @@ class LiveMock:
         return self.url + "/v1"
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @contextmanager
 def live_mock(*options: str) -> Iterator[LiveMock]:
     """`python -m mock_server --workers 1 OPTIONS` on a free port, until the block ends."""
-    port = _free_port()
+    port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("MOCK_")}
     process = subprocess.Popen([sys.executable, "-m", "mock_server", "--port", str(port), "--workers", "1",
                                 *options], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     mock = LiveMock(f"http://127.0.0.1:{port}", process)
     try:
-        _wait_ready(mock)
+        wait_ready(mock.url, process, START_TIMEOUT_S, name="the mock", interval=0.1)
         yield mock
     finally:
-        process.terminate()
-        try:
-            process.wait(10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        stop_process(process, 10)
         if process.stderr is not None:
             process.stderr.close()
-
-
-def _wait_ready(mock: LiveMock) -> None:
-    deadline = time.monotonic() + START_TIMEOUT_S
-    while time.monotonic() < deadline:
-        if mock.process.poll() is not None:
-            err = mock.process.stderr.read().decode(errors="replace") if mock.process.stderr else ""
-            raise RuntimeError(f"the mock exited with {mock.process.returncode}: {err[-2000:]}")
-        try:
-            if httpx.get(mock.url + "/health", timeout=1).status_code == 200:
-                return
-        except httpx.TransportError:
-            pass
-        time.sleep(0.1)
-    raise RuntimeError(f"the mock did not answer GET /health within {START_TIMEOUT_S} s")
 
 
 if pytest is not None:

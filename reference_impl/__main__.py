@@ -112,7 +112,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         DeploymentError, deployment_models, pick_upstream, read_model_config, upstream_models,
     )
     from reference_impl.engine import VllmEngine
-    from reference_impl.launcher import VllmProcess, wait_ready
+    from api_server.children import wait_ready
+    from reference_impl.launcher import VllmProcess
 
     api = spec()   # the command's spec: everything below is handed it
     served = args.served_model_name or api.default_model

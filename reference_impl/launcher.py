@@ -12,16 +12,14 @@ from __future__ import annotations
 import logging
 import os
 import signal
-import socket
 import subprocess
 import sys
-import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import IO, Any
 
 from contract import Spec, spec
-from reference_impl.wire import WireError, get
+from api_server.children import free_port, wait_ready
 
 log = logging.getLogger("reference_impl")
 
@@ -39,14 +37,6 @@ def default_python() -> str:
         return os.environ[PYTHON_ENV]
     venv = ROOT / ".venv-vllm" / "bin" / "python"
     return str(venv) if venv.exists() else sys.executable
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    """A port nothing listens on now (the one helper for every server the tests and
-    benchmarks start)."""
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
 
 
 def _die_with_parent() -> None:
@@ -138,37 +128,3 @@ class VllmProcess:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
-
-
-def stop_process(proc: subprocess.Popen[bytes] | None, timeout: float = 15) -> None:
-    """SIGTERM, then SIGKILL if it has not exited within `timeout` seconds."""
-    if proc is None or proc.poll() is not None:
-        return
-    proc.terminate()
-    try:
-        proc.wait(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
-
-
-def wait_ready(url: str, proc: subprocess.Popen[bytes] | None, timeout: float,
-               name: str = "vLLM", log: Path | None = None, any_status: bool = False,
-               interval: float = 0.5) -> None:
-    """Until GET /health answers 200 (with any_status, anything: Prism has no /health);
-    RuntimeError (with the log's tail) if the process exits or the time runs out."""
-    def fail(why: str) -> RuntimeError:
-        tail = f":\n{log.read_text(errors='replace')[-6000:]}" if log is not None else ""
-        return RuntimeError(f"{name} {why}{tail}")
-
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc is not None and proc.poll() is not None:
-            raise fail(f"exited with status {proc.returncode} before it was ready")
-        try:
-            if get(url + "/health", 2)[0] == 200 or any_status:
-                return
-        except WireError:
-            pass
-        time.sleep(interval)
-    raise fail(f"was not ready within {timeout:.0f} s")

@@ -19,7 +19,7 @@ from typing import Any
 from werkzeug.serving import make_server
 
 from contract import spec
-from reference_impl.launcher import free_port
+from api_server.children import free_port
 
 Environ = dict[str, Any]
 StartResponse = Callable[..., Any]

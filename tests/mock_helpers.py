@@ -19,7 +19,7 @@ from typing import Any
 import httpx
 
 from conformance.sse import parse_text
-from reference_impl.launcher import free_port, stop_process, wait_ready
+from api_server.children import free_port, stop_process, wait_ready
 
 ROOT = Path(__file__).resolve().parent.parent
 KEY = "test-key"

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from reference_impl.launcher import free_port, stop_process
+from api_server.children import free_port, stop_process
 
 ROOT = Path(__file__).resolve().parent.parent
 SHIPPED = ROOT / "reference_impl" / "deploy" / "nginx"

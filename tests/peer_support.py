@@ -27,7 +27,7 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from reference_impl.launcher import free_port, wait_ready
+from api_server.children import free_port, wait_ready
 
 from tests.conformance_support import Environ, StartResponse, whole_response
 from tests.wrong_support import App

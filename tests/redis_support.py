@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from reference_impl.launcher import free_port, stop_process
+from api_server.children import free_port, stop_process
 
 START_TIMEOUT_S = 30.0
 

@@ -29,7 +29,8 @@ from api_server import ServerConfig, create_app
 from reference_impl.__main__ import api_config
 from reference_impl.deployment import deployment_models, read_model_config, upstream_models
 from reference_impl.engine import VllmEngine
-from reference_impl.launcher import READY_TIMEOUT_S, VllmProcess, default_python, free_port, wait_ready
+from api_server.children import free_port, wait_ready
+from reference_impl.launcher import READY_TIMEOUT_S, VllmProcess, default_python
 from tests.upstream_server import UpstreamServer
 
 ROOT = Path(__file__).resolve().parent.parent

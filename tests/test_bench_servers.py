@@ -13,7 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from reference_impl.launcher import free_port, wait_ready
+from api_server.children import free_port, wait_ready
 
 ROOT = Path(__file__).resolve().parent.parent
 BODY = {"model": "llama-8b", "prompt": [1, 2, 3], "max_tokens": 4}

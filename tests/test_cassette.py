@@ -131,7 +131,7 @@ def test_a_cassette_of_another_openapi_version_is_refused_at_start(tmp_path: Pat
 
 
 def test_an_upstream_that_does_not_answer_is_the_apis_503(running: Running, tmp_path: Path) -> None:
-    from reference_impl.launcher import free_port
+    from api_server.children import free_port
     dead = f"http://127.0.0.1:{free_port()}"
     recorder = running.start("--record", dead, "--cassette", str(tmp_path / "t.jsonl"))
     reply = httpx.post(recorder.url + COMPLETIONS, json=completion_body(), headers=AUTH, timeout=60)

@@ -17,7 +17,7 @@ from contract import (
     InferenceUnavailable, InvalidRequest, MethodNotAllowed, NotFound, RequestTooLarge, spec,
 )
 from reference_impl.front import ingress_nginx, nginx_errors
-from reference_impl.launcher import free_port
+from api_server.children import free_port
 from tests.contract_support import CONTRACT
 from tests.mock_helpers import AUTH, KEY, MockProcess, completion_body, parse_sse, read_http_response
 from tests.nginx_support import SHIPPED, NginxFront

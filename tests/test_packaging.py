@@ -30,7 +30,7 @@ from packaging.specifiers import SpecifierSet
 from contract import load_spec, spec
 from contract.spec import CHECKOUT_PATH, SPEC_ENV
 from contract.version import DISTRIBUTION, describe, package_version, versions
-from reference_impl.launcher import stop_process, wait_ready
+from api_server.children import stop_process, wait_ready
 from tests.conformance_support import free_port
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -18,7 +18,7 @@ from werkzeug.wrappers import Request, Response
 
 from contract import InferenceUnavailable, spec
 from reference_impl.health import CACHE_S
-from reference_impl.launcher import free_port, stop_process, wait_ready
+from api_server.children import free_port, stop_process, wait_ready
 from tests.conformance_support import serve
 from tests.contract_support import CONTRACT
 

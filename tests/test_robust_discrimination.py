@@ -25,7 +25,7 @@ from conformance.results import Outcome, RunReport
 from conformance.runner import run
 from contract import spec
 from mock_server import MockConfig, create_app
-from reference_impl.launcher import free_port, stop_process, wait_ready
+from api_server.children import free_port, stop_process, wait_ready
 from tests.conformance_support import serve
 from tests.robust_support import MODES, smuggling_server
 
