@@ -13,7 +13,6 @@ answers 400 with the malformed-HTTP message (completions.read_body).
 from __future__ import annotations
 
 import socket
-from functools import cache
 from typing import Any
 
 import gevent
@@ -22,7 +21,7 @@ from gunicorn.http.errors import InvalidResponseHeader, InvalidResponseHeaderNam
 from gunicorn.workers.ggevent import GeventWorker
 from gunicorn.workers.gthread import ThreadWorker
 
-from contract import ApiError, Errors, InternalError, InvalidRequest, spec
+from contract import ApiError, Errors, InternalError, InvalidRequest
 from api_server.patches import patch_gunicorn, worker_config
 from api_server.responses import dumps
 
@@ -76,21 +75,14 @@ class ApiThreadWorker(_ReadOnce, _ApiErrors, ThreadWorker):  # type: ignore[misc
 
 
 def body_read_seconds(app: Any) -> float:
-    """The app's ServerConfig.body_read_seconds; for an app that is not this API's (the
-    bench's bare Flask ceiling, which these workers serve too), the spec's."""
-    state = getattr(app, "state", None)
-    return float(state.config.body_read_seconds if state is not None else spec().caps["body_read_seconds"])
+    """The app's ServerConfig.body_read_seconds (an app these workers serve has a `state`
+    with the API's config and Contract: this API's apps, and the bench's bare ceiling)."""
+    return float(app.state.config.body_read_seconds)
 
 
 def app_errors(app: Any) -> Errors:
-    """What words the app's errors: its Contract's, or, for an app that is not this API's, the spec's."""
-    state = getattr(app, "state", None)
-    return state.contract.errors if state is not None else _spec_errors()
-
-
-@cache
-def _spec_errors() -> Errors:
-    return Errors(spec())
+    """What words the app's errors: its Contract's."""
+    return app.state.contract.errors  # type: ignore[no-any-return]
 
 
 # The connection this greenlet serves (one greenlet per connection): whether a request came.

@@ -106,7 +106,11 @@ def main(argv=None):
     the server the mock runs on (api_server/serve.py: the same options and defaults)."""
     import argparse
 
+    from types import SimpleNamespace
+
+    from api_server.config import ServerConfig
     from api_server.serve import add_arguments, gunicorn_options, prepare, serve
+    from contract import Contract, spec
 
     p = argparse.ArgumentParser(description="the bare Flask ceiling")
     p.add_argument("--host", default="127.0.0.1")
@@ -114,6 +118,10 @@ def main(argv=None):
     add_arguments(p, lambda name, default: default, os.cpu_count() or 1)
     args = p.parse_args(argv)
     prepare(args.worker)
+    # What the API's workers read of an app (api_server/worker.py): the body-read timeout
+    # and the words of their early errors, the spec's.
+    api = spec()
+    app.state = SimpleNamespace(config=ServerConfig().for_spec(api), contract=Contract(api))
     serve(app, gunicorn_options(args.host, args.port, args.workers, args.threads,
                                 worker=args.worker, connections=args.connections))
 

@@ -91,8 +91,8 @@ def power(vllm_url: str, runs: int) -> list[tuple[str, str, int, int]]:
     from tests.wrong_support import WRONGS, Wrong, dropping
 
     served = spec().default_model
-    models = deployment_models(served, upstream_models(vllm_url)[served]["max_model_len"], read_model_config(str(MODEL)))
-    engine = VllmEngine(vllm_url, served)
+    models = deployment_models(served, upstream_models(vllm_url)[served]["max_model_len"], read_model_config(str(MODEL)), spec())
+    engine = VllmEngine(vllm_url, served, api=spec())
     app = Wrong(create_app(api_config(), engine, models), models)
     ways = [(name, WRONGS[name], sorted(EXPECTED[name][0]), None) for name in WRONGS]
     ways += [(f"{field} dropped on half", dropping(field), sorted(checks), 0.5) for field, checks in HALF.items()]

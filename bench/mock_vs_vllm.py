@@ -31,6 +31,7 @@ from bench import harness
 from bench.harness import ROOT, command_line
 from bench.report import write_report
 from reference_impl.launcher import VllmProcess
+from contract import spec
 
 RESULTS = ROOT / "bench" / "results"
 MODEL = ROOT / "models" / "tiny-llama"
@@ -87,7 +88,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(missing or f"no {MODEL} (bash scripts/setup_vllm.sh)", file=sys.stderr)
         return 2
     seqs = args.max_num_seqs
-    vllm = VllmProcess(str(MODEL), SERVED, plain=True, extra_args=["--max-num-seqs", str(seqs)]).start()
+    vllm = VllmProcess(str(MODEL), SERVED, plain=True, extra_args=["--max-num-seqs", str(seqs)], api=spec()).start()
     try:
         real = curve(harness.Endpoint("vllm", vllm.port), counts, args.tokens)
     except RuntimeError as exc:

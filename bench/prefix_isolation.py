@@ -45,7 +45,7 @@ SERVED = "llama-8b"
 TOKENS = 8
 PLAIN_PER_ROUND = 3
 CONTRACT = Contract(spec())
-MODELS = deployment_models(SERVED, 4096, read_model_config(str(MODEL)))
+MODELS = deployment_models(SERVED, 4096, read_model_config(str(MODEL)), spec())
 
 
 def _hits(client: httpx.Client) -> float:
@@ -108,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
     rows: dict[str, dict] = {}
     for caching in (True, False):
         extra = [] if caching else ["--no-enable-prefix-caching"]
-        vllm = VllmProcess(str(MODEL), SERVED, extra_args=extra).start()
+        vllm = VllmProcess(str(MODEL), SERVED, extra_args=extra, api=spec()).start()
         try:
             ways = (("unsalted", None), ("steering salt", "steering"), ("fresh salt", "fresh")) if caching \
                 else (("no prefix caching", "steering"),)

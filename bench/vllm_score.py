@@ -141,7 +141,7 @@ def main() -> int:
     args = p.parse_args()
     served = spec().default_model
     with tempfile.TemporaryFile() as log, VllmProcess(str(MODEL_DIR), served, plain=True,
-                                                      extra_args=["--api-key", KEY], log_file=log) as vllm:
+                                                      extra_args=["--api-key", KEY], log_file=log, api=spec()) as vllm:
         config = RunConfig(vllm.url, KEY, model=served, profile="full", timeout=args.timeout)
         start = time.perf_counter()
         report = run(config, select(REGISTRY, config))

@@ -60,7 +60,7 @@ def conformance_context(request: pytest.FixtureRequest,
     from conformance.runner import connect, probe_end_tokens
     config = run_config(request.config)
     assert config is not None
-    for name, version in versions().items():          # in --junitxml, as the CLI's JUnit has them
+    for name, version in versions(config.api).items():          # in --junitxml, as the CLI's JUnit has them
         record_testsuite_property(f"version:{name}", version)
     ctx = connect(config)
     if config.full:   # the ledger trusts the end tokens only once the server honours them
@@ -68,7 +68,7 @@ def conformance_context(request: pytest.FixtureRequest,
     yield ctx
     ctx.client.close()
     request.config.stash.setdefault(SUMMARY, []).append(
-        f"conformance: checked with {describe(versions())}; the server generated "
+        f"conformance: checked with {describe(versions(config.api))}; the server generated "
         f"{ctx.client.tokens} tokens (ceiling {config.token_ceiling})")
 
 

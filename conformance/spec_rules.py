@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
-from contract import Spec, spec
+from contract import Spec
 
 RULE_GROUPS = ("x-rules", "x-model-rules", "x-token-rules")
 
@@ -71,16 +71,15 @@ def all_rule_keys(api: Spec) -> list[str]:
     return [t.key for t in templates(api)]
 
 
-def rule_for(error: Any, api: Spec | None = None) -> str | None:
-    """The `group:id` of the rule of `api` whose code and message template the error body matches.
-    The suite passes its run's spec; `api` defaults to contract.spec() for callers outside it."""
+def rule_for(error: Any, api: Spec) -> str | None:
+    """The `group:id` of the rule of `api` whose code and message template the error body matches."""
     if not isinstance(error, dict):
         return None
     err = error.get("error") if isinstance(error.get("error"), dict) else error
     code, message, param = err.get("code"), err.get("message"), err.get("param")
     if not isinstance(message, str):
         return None
-    for t in templates(api if api is not None else spec()):
+    for t in templates(api):
         if t.code != code or not t.pattern.match(message):
             continue
         # Model rules name the param they found (params lists the candidates).

@@ -23,10 +23,9 @@ def package_version() -> str:
         return "unknown (not installed)"
 
 
-def versions(s: Spec | None = None) -> dict[str, str]:
-    """Both versions, as the reports record them (`s`: the spec checked; the default one's
-    without)."""
-    return {DISTRIBUTION: package_version(), "openapi.yaml": (s if s is not None else spec()).version}
+def versions(api: Spec) -> dict[str, str]:
+    """Both versions, as the reports record them (`api`: the spec checked)."""
+    return {DISTRIBUTION: package_version(), "openapi.yaml": api.version}
 
 
 def describe(named: Mapping[str, str]) -> str:
@@ -35,7 +34,8 @@ def describe(named: Mapping[str, str]) -> str:
 
 
 def version_line() -> str:
-    return describe(versions())
+    """--version's line: the package's and the command's spec's (an entry point's)."""
+    return describe(versions(spec()))
 
 
 class VersionAction(argparse.Action):

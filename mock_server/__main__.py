@@ -126,11 +126,11 @@ def tape_app(args: argparse.Namespace, config: MockConfig, create_app: Any) -> A
     app = create_app(config)
     if not (args.record or args.replay):
         return app
-    from contract import spec
     from mock_server.cassette import Recorder, Replayer
+    api = app.state.contract.spec   # the mock's own
     if args.record:
-        return Recorder(args.record, Path(args.cassette), spec(), app)
-    return Replayer(Path(args.replay), spec(), app, misses_to_local=args.replay_miss == "engine")
+        return Recorder(args.record, Path(args.cassette), api, app)
+    return Replayer(Path(args.replay), api, app, misses_to_local=args.replay_miss == "engine")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -128,6 +128,7 @@ class Recorder:
     def __init__(self, upstream: str, path: Path, api: Spec, local: WSGIApp, timeout: float = 600.0) -> None:
         self.upstream, self.path, self.answer = upstream.rstrip("/"), path, _Answer(api)
         self.local, self.own = local, _own(api)
+        self.state = local.state   # type: ignore[attr-defined]  # what the API's workers read of an app: the mock's
         self.left_out = {h.lower() for h in api.mock_cassette["left_out_headers"]}
         self.client = httpx.Client(base_url=self.upstream, timeout=httpx.Timeout(timeout, connect=10.0))
         if not path.exists() or path.stat().st_size == 0:
@@ -204,6 +205,7 @@ class Replayer:
                  sleep: Callable[[float], Any] = time.sleep) -> None:
         self.path, self.answer, self.local, self.sleep = path, _Answer(api), local, sleep
         self.misses_to_local, self.own = misses_to_local, _own(api)
+        self.state = local.state   # type: ignore[attr-defined]  # what the API's workers read of an app: the mock's
         self.exchanges = load(path, api)
         self.used: dict[str, int] = {}
         self._lock = threading.Lock()

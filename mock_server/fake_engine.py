@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from api_server.engine import Activations, ChoiceDelta, Engine, Event, LogprobsDelta, Usage
-from contract import CompletionRequest, ModelInfo, Spec, spec
+from contract import CompletionRequest, ModelInfo, Spec
 from contract.tokens import decode
 from mock_server.activations import capture, warm
 from mock_server.logprobs import GREEDY, LEAST_TOP, Cut, Ranked, max_top, prompt_logprob, rank_positions, row_width, top_logprobs
@@ -63,9 +63,7 @@ class FakeEngine(Engine):
 
     never_waits = True
 
-    def __init__(self, models: Iterable[ModelInfo] = (), eos_rate: float = 1 / 64,
-                 api: Spec | None = None) -> None:
-        api = api if api is not None else spec()
+    def __init__(self, api: Spec, models: Iterable[ModelInfo] = (), eos_rate: float = 1 / 64) -> None:
         self.eos_rate = eos_rate
         self.greedy_below = api.greedy_below
         self.wire_dtypes = api.wire_dtypes

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from api_server.engine import Batches, ChoiceDelta, Dropped, Engine, ErrorEvent, Event
 from api_server.hooks import Headers
 from api_server.config import ConfigError
-from contract import ApiError, CompletionRequest, InvalidRequest, Spec, spec
+from contract import ApiError, CompletionRequest, InvalidRequest, Spec
 from contract.errors import Message, error_class
 from mock_server.config import MockConfig
 from mock_server.control import Control
@@ -98,9 +98,9 @@ class Faults:
     """The mock's hook (api_server/hooks.py): its headers, the configured fault rates and
     latency (live: control.py), the load model (load.py), and vLLM's metrics of it all."""
 
-    def __init__(self, config: MockConfig, s: Spec | None = None, metrics: VllmMetrics | None = None) -> None:
+    def __init__(self, config: MockConfig, api: Spec, metrics: VllmMetrics | None = None) -> None:
         """`metrics`: where vLLM's metrics of the requests go; None: nowhere (--disable-log-stats)."""
-        self.spec = s if s is not None else spec()
+        self.spec = api
         check_spec(self.spec)
         self.settings = Control(config)
         self.rng = random.Random(config.fault_seed)

@@ -26,7 +26,7 @@ def create_app(config: MockConfig | None = None, engine: Engine | None = None,
     api = api if api is not None else spec()
     served = served_models(api, config, models)
     if engine is None:
-        engine = FakeEngine(served.values(), config.eos_rate, api)
+        engine = FakeEngine(api, served.values(), config.eos_rate)
     registry = new_registry()
     hook = Faults(config, api, None if config.disable_log_stats else VllmMetrics(registry, served))
     return create_api_app(config, engine, models, hook, api, registry)

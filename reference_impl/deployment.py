@@ -13,7 +13,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from contract import ModelInfo, Spec, spec
+from contract import ModelInfo, Spec
 from reference_impl.wire import get
 
 
@@ -50,14 +50,12 @@ def pick_upstream(entries: dict[str, dict[str, Any]], served_name: str) -> dict[
 
 
 def deployment_models(served_name: str, max_model_len: int, config: dict[str, Any] | None,
-                      api: Spec | None = None) -> dict[str, ModelInfo]:
-    """The models this deployment serves (one): the spec's entry (`api`, openapi.yaml's by
-    default), its numbers overridden."""
-    s = api if api is not None else spec()
-    base = s.models.get(served_name)
+                      api: Spec) -> dict[str, ModelInfo]:
+    """The models this deployment serves (one): `api`'s entry, its numbers overridden."""
+    base = api.models.get(served_name)
     if base is None:
         raise DeploymentError(f"{served_name!r} is not a model of openapi.yaml "
-                              f"(x-models: {', '.join(s.models)})")
+                              f"(x-models: {', '.join(api.models)})")
     overrides: dict[str, Any] = {"max_model_len": int(max_model_len)}
     if config is not None:
         config = config.get("text_config", config)

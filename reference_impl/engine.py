@@ -40,7 +40,7 @@ import orjson
 
 from api_server.engine import Batches, Engine, Event
 from api_server.responses import REQUEST_ID, dumps
-from contract import CompletionRequest, Spec, spec
+from contract import CompletionRequest, Spec
 from reference_impl.errors import UpstreamError, from_vllm, translated
 from reference_impl.events import Decoder, SseData
 from reference_impl.health import UpstreamHealth
@@ -61,12 +61,11 @@ class VllmEngine(Engine):
     `stream` reads vLLM with a bounded wait, and it is `ready` when vLLM is."""
 
     def __init__(self, base_url: str, model: str, *, wait_seconds: float | None = None,
-                 api: Spec | None = None, pool_size: int = 64, isolate_steering: bool = True) -> None:
+                 api: Spec, pool_size: int = 64, isolate_steering: bool = True) -> None:
         self.base_url = base_url.rstrip("/")
         self.model = model
         # The API's wait for Inference: the longest vLLM may stay silent (without stream,
         # vLLM says nothing before it is done, so that is the whole request's time).
-        api = api if api is not None else spec()
         self.spec = api
         self.wait_seconds = float(wait_seconds if wait_seconds is not None else api.caps["wait_seconds"])
         # Kept-alive connections to vLLM: as many as the worker serves requests at once,

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import IO, Any
 
-from contract import Spec, spec
+from contract import Spec
 from api_server.children import free_port, wait_ready
 
 log = logging.getLogger("reference_impl")
@@ -55,9 +55,9 @@ class VllmProcess:
     def __init__(self, model: str, served_name: str, *, python: str | None = None,
                  port: int | None = None, max_model_len: int | None = None,
                  extra_args: Sequence[str] = (), log_file: IO[Any] | None = None,
-                 plain: bool = False, api: Spec | None = None) -> None:
+                 plain: bool = False, api: Spec) -> None:
         self.model, self.served_name = model, served_name
-        self.spec = api if api is not None else spec()
+        self.spec = api
         self.python = python or default_python()
         self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"

@@ -24,7 +24,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from contract import ModelInfo
+from contract import ModelInfo, spec
 from api_server import ServerConfig, create_app
 from reference_impl.__main__ import api_config
 from reference_impl.deployment import deployment_models, read_model_config, upstream_models
@@ -69,7 +69,7 @@ class Reference:
 
     def models(self) -> dict[str, ModelInfo]:
         entry = upstream_models(self.vllm_url)[SERVED]
-        return deployment_models(SERVED, entry["max_model_len"], read_model_config(str(MODEL_DIR)))
+        return deployment_models(SERVED, entry["max_model_len"], read_model_config(str(MODEL_DIR)), spec())
 
 
 def _children(pid: int) -> list[int]:
@@ -142,7 +142,7 @@ def plain_vllm() -> Iterator[VllmProcess]:
     if reason:
         pytest.skip(reason)
     with tempfile.TemporaryFile() as log:
-        vllm = VllmProcess(str(MODEL_DIR), SERVED, plain=True, extra_args=["--api-key", PLAIN_KEY], log_file=log)
+        vllm = VllmProcess(str(MODEL_DIR), SERVED, plain=True, extra_args=["--api-key", PLAIN_KEY], log_file=log, api=spec())
         try:
             vllm.start()
         except RuntimeError as exc:
@@ -200,7 +200,7 @@ def reference_client(reference: Reference, models: dict[str, ModelInfo]) -> Iter
     opened: list[httpx.Client | VllmEngine] = []
 
     def make(config: ServerConfig | None = None, upstream: str | None = None) -> httpx.Client:
-        engine = VllmEngine(upstream or reference.vllm_url, SERVED)
+        engine = VllmEngine(upstream or reference.vllm_url, SERVED, api=spec())
         app = create_app(config or api_config(KEY), engine, models)
         c = httpx.Client(transport=httpx.WSGITransport(app=app), base_url="http://api.test", headers=AUTH,
                          timeout=120)

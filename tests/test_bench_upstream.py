@@ -16,6 +16,7 @@ from bench import harness
 from bench.fake_vllm import TOKENS
 from reference_impl.engine import VllmEngine
 from tests.test_reference_engine import AUTH, KEY, MODEL, events
+from contract import spec
 
 PROMPT = [128000, 791, 13180, 374]
 
@@ -35,7 +36,7 @@ def upstreams(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[harnes
 
 @pytest.mark.parametrize("stream", [True, False])
 def test_the_reference_reads_the_fake_vllm(upstreams: tuple[str, str], stream: bool) -> None:
-    engine = VllmEngine(upstreams[0].url, MODEL)
+    engine = VllmEngine(upstreams[0].url, MODEL, api=spec())
     app = create_app(ServerConfig(keys=(KEY,)), engine)
     body = {"model": MODEL, "prompt": PROMPT, "max_tokens": 5, "stream": stream,
             "stream_options": {"include_usage": True}} if stream else {"model": MODEL, "prompt": PROMPT, "max_tokens": 5}

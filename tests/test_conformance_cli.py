@@ -18,6 +18,7 @@ from contract.version import describe, versions
 from mock_server import create_app
 from mock_server.config import MockConfig
 from tests.conformance_support import Breaker, free_port, serve
+from contract import spec
 
 KEY = "cli-test-key"
 ROOT = Path(__file__).resolve().parent.parent
@@ -166,10 +167,10 @@ def test_pytest_embedding_passes_and_fails_like_the_cli(mock: tuple[Breaker, str
     assert ok.returncode == 0, ok.stdout[-2000:]
     assert "8 passed" in ok.stdout
     # Which code and which contract: in the terminal and in pytest's JUnit, as in the CLI's reports.
-    assert f"conformance: checked with {describe(versions())};" in ok.stdout
+    assert f"conformance: checked with {describe(versions(spec()))};" in ok.stdout
     props = ET.parse(tmp_path / "j.xml").getroot().find("testsuite/properties")
     assert props is not None and {p.get("name"): p.get("value") for p in props} == {
-        f"version:{name}": version for name, version in versions().items()}
+        f"version:{name}": version for name, version in versions(spec()).items()}
     app.mode = "missing_x_request_id"
     try:
         bad = _pytest(url, "--conformance-select", "headers:*")
@@ -229,7 +230,7 @@ def test_checks_that_need_the_mocks_headers_skip_where_they_are_ignored() -> Non
     import api_server
     from mock_server.fake_engine import FakeEngine
 
-    app = api_server.create_app(api_server.ServerConfig(), FakeEngine(spec().models.values()))
+    app = api_server.create_app(api_server.ServerConfig(), FakeEngine(spec(), spec().models.values()))
     config = RunConfig(base_url="http://plain.test", api_key=KEY, profile="full",
                        select=("stream:error_event", "stream:keepalive")).validate()
     report = run(config, select(REGISTRY, config), transport=httpx.WSGITransport(app=app))

@@ -162,7 +162,7 @@ def test_services_select_their_pods_on_the_ports_they_expose() -> None:
 
 def test_vllm_replicas_run_as_the_reference_runs_vllm() -> None:
     """The flags and environment that reference_impl/launcher.py gives the vLLM it starts."""
-    launcher = VllmProcess("MODEL", SERVED, python="python")
+    launcher = VllmProcess("MODEL", SERVED, python="python", api=spec())
     wanted = launcher.command()[3:]                     # after `python -m reference_impl.vllm_server`
     prompts = launcher.environment()["VLLM_MAX_COMPLETION_PROMPTS"]
     api_lengths = {api.option("--max-model-len") for api in running("reference_impl")}

@@ -157,7 +157,7 @@ class BrokenEngine(Engine):
         self.error, self.after = error, after
 
     def generate(self, req: CompletionRequest, request_id: str) -> Iterator[Any]:
-        yield from list(FakeEngine().generate(req, request_id))[:self.after]
+        yield from list(FakeEngine(spec()).generate(req, request_id))[:self.after]
         raise self.error
 
 
@@ -193,7 +193,7 @@ class GatedEngine(Engine):
     def generate(self, req: CompletionRequest, request_id: str) -> Iterator[Any]:
         if not self.go.wait(60):
             raise RuntimeError("the test never let the engine go")
-        yield from FakeEngine().generate(req, request_id)
+        yield from FakeEngine(spec()).generate(req, request_id)
 
 
 def test_a_slow_first_token_still_gets_its_keepalive_first() -> None:
@@ -227,7 +227,7 @@ class BrokenFakeEngine(FakeEngine):
     still becomes an HTTP error before the first event and an error event after it."""
 
     def __init__(self, error: Exception, after: int = 0) -> None:
-        super().__init__()
+        super().__init__(spec())
         self.error, self.after = error, after
 
     def generate(self, req: CompletionRequest, request_id: str) -> Iterator[Any]:
@@ -303,7 +303,7 @@ def test_x_mock_stream_error_after(client: FlaskClient) -> None:
     assert stream.events[-2:] == [CONTRACT.errors.body(InferenceUnavailable.from_template("inference_unavailable"), rid), "[DONE]"]
 
 
-@pytest.mark.parametrize("engine", [FakeEngine(), BrokenEngine(RuntimeError("never reached"), after=10**6)],
+@pytest.mark.parametrize("engine", [FakeEngine(spec()), BrokenEngine(RuntimeError("never reached"), after=10**6)],
                          ids=["in the request's thread", "in a pump"])
 def test_x_mock_stream_error_after_0_is_an_error_event_not_an_http_error(engine: Engine) -> None:
     client = create_app(MockConfig(), engine=engine).test_client()
@@ -318,7 +318,7 @@ def test_without_the_mocks_hook_the_mock_headers_are_ignored_entirely() -> None:
     """A server of the real API (api_server without a hook, as reference_impl builds it)
     reads none of them: no forced status, no error event, and not even a bad value is
     refused (it is never read)."""
-    client = api_server.create_app(ServerConfig(), FakeEngine(spec().models.values())).test_client()
+    client = api_server.create_app(ServerConfig(), FakeEngine(spec(), spec().models.values())).test_client()
     mock_headers = {STATUS: "503", STREAM_ERROR_AFTER: "0", TTFT_MS: "-1", TPOT_MS: "nan"}
     body = completion_body(max_tokens=3, ignore_eos=True, seed=7)
     plain = client.post("/v1/completions", json=body, headers=AUTH)

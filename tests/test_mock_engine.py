@@ -22,7 +22,7 @@ MODEL = spec().models[spec().default_model]
 
 @pytest.fixture(scope="module")
 def engine() -> FakeEngine:
-    return FakeEngine([MODEL])
+    return FakeEngine(spec(), [MODEL])
 
 
 def run(engine: FakeEngine, **fields: Any) -> list[Event]:
@@ -181,7 +181,7 @@ def test_a_stop_token_id_ends_the_choice_with_that_id(engine: FakeEngine) -> Non
 
 
 def test_end_of_text_now_and_then_unless_ignore_eos_and_never_before_min_tokens() -> None:
-    always = FakeEngine([MODEL], eos_rate=1.0)
+    always = FakeEngine(spec(), [MODEL], eos_rate=1.0)
     choice = completion(always, seed=1, return_token_ids=True)["choices"][0]
     assert (choice["token_ids"], choice["text"], choice["finish_reason"], choice["stop_reason"]) == (
         [MODEL.eos_token_ids[0]], "", "stop", None)
@@ -201,7 +201,7 @@ def test_end_of_text_now_and_then_unless_ignore_eos_and_never_before_min_tokens(
 
 def test_allowed_token_ids_keep_out_the_end_tokens_they_do_not_name() -> None:
     """vLLM masks every token that allowed_token_ids leaves out, end tokens included."""
-    always = FakeEngine([MODEL], eos_rate=1.0)
+    always = FakeEngine(spec(), [MODEL], eos_rate=1.0)
     allowed = [791, 13180]
     choice = completion(always, seed=1, max_tokens=5, allowed_token_ids=allowed, return_token_ids=True)["choices"][0]
     assert (choice["finish_reason"], len(choice["token_ids"])) == ("length", 5)

@@ -173,7 +173,7 @@ def _gate_without_a_server(gate: Venv, tmp_path: Path) -> None:
     bin_dir, _ = gate
     version = run(gate, "acs-conformance", "--version", cwd=tmp_path)
     assert version.returncode == 0, version.stderr
-    assert version.stdout == f"python -m conformance: {describe(versions())}\n"
+    assert version.stdout == f"python -m conformance: {describe(versions(spec()))}\n"
     probe = run(gate, "python", "-c", (
         "import importlib.util, json, sys\n"
         "import conformance.cli, conformance.checks, conformance.runner, conformance.reports\n"

@@ -87,7 +87,7 @@ def test_plain_schemathesis_finds_nothing_the_schema_could_say(keyed_mock: str, 
     assert stated & set(spec().token_rules)
     for check, operation, status, body in _failures(report):
         try:
-            rule = rule_for(json.loads(body))
+            rule = rule_for(json.loads(body), spec())
         except ValueError:
             rule = None
         allowed = (check == "positive_data_acceptance" and operation == "POST /v1/completions"

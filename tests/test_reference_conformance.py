@@ -73,7 +73,7 @@ def test_full_profile_passes(reference: Any, tmp_path: Path) -> None:
 
 
 def test_budget_checks_with_a_spent_key(reference: Any, models: dict[str, ModelInfo]) -> None:
-    app = create_app(ServerConfig(budget_tokens=0), VllmEngine(reference.vllm_url, SERVED), models)
+    app = create_app(ServerConfig(budget_tokens=0), VllmEngine(reference.vllm_url, SERVED, api=spec()), models)
     config = RunConfig(base_url="http://reference.test", api_key="any", model=SERVED, profile="full",
                        select=("budget:*",), exhausted_key="spent").validate()
     report = run(config, select(REGISTRY, config), transport=httpx.WSGITransport(app=app))

@@ -102,7 +102,7 @@ class ApiClient(httpx.Client):
     def __init__(self, answer: Answer, config: ServerConfig | None = None, models: Any = None,
                  wait_seconds: float | None = None) -> None:
         self.upstream = UpstreamServer(answer)
-        self.engine = VllmEngine(self.upstream.url, MODEL, wait_seconds=wait_seconds)
+        self.engine = VllmEngine(self.upstream.url, MODEL, wait_seconds=wait_seconds, api=spec())
         app = create_app(config or ServerConfig(keys=(KEY,)), self.engine, models)
         super().__init__(transport=httpx.WSGITransport(app=app), base_url="http://api.test", headers=AUTH)
 
@@ -294,7 +294,7 @@ def test_vllm_down_is_503() -> None:
 def test_vllm_on_a_closed_port_is_503_with_the_apis_body_stream_or_not() -> None:
     """A real connection refused (nothing listens on the port): 503 inference_unavailable,
     the API's whole body and X-Request-Id, for a stream too (no 200 with an error event)."""
-    engine = VllmEngine(f"http://127.0.0.1:{closed_port()}", MODEL)
+    engine = VllmEngine(f"http://127.0.0.1:{closed_port()}", MODEL, api=spec())
     app = create_app(api_config(KEY), engine)
     expected = InferenceUnavailable.from_template("inference_unavailable")
     try:
@@ -371,18 +371,18 @@ def test_a_client_that_goes_away_closes_the_vllm_request() -> None:
 
 def test_the_deployments_numbers_replace_the_specs() -> None:
     config = {"num_hidden_layers": 4, "hidden_size": 128, "vocab_size": spec().models[MODEL].vocab_size}
-    info = deployment_models(MODEL, 4096, config)[MODEL]
+    info = deployment_models(MODEL, 4096, config, spec())[MODEL]
     assert (info.num_layers, info.hidden_size, info.max_model_len) == (4, 128, 4096)
     assert info.capture_cap == spec().caps["capture_elements"] // 128
     with pytest.raises(DeploymentError):
-        deployment_models(MODEL, 4096, {**config, "vocab_size": config["vocab_size"] - 1})
+        deployment_models(MODEL, 4096, {**config, "vocab_size": config["vocab_size"] - 1}, spec())
     with pytest.raises(DeploymentError):
-        deployment_models("no-such-model", 4096, None)
+        deployment_models("no-such-model", 4096, None, spec())
 
 
 def test_requests_are_checked_against_the_deployments_model() -> None:
     models = deployment_models(MODEL, 4096, {"num_hidden_layers": 4, "hidden_size": 128,
-                                             "vocab_size": spec().models[MODEL].vocab_size})
+                                             "vocab_size": spec().models[MODEL].vocab_size}, spec())
     upstream = Upstream(streamed(SKY))
     with ApiClient(upstream, models=models) as c:
         error = c.post("/v1/completions", json={**BODY, "output_residual_stream": [4]}).json()["error"]

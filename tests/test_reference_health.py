@@ -69,7 +69,7 @@ def test_an_upstream_that_is_not_there_is_not_ready() -> None:
 
 
 def test_the_apis_health_follows_the_upstream(upstream: Upstream) -> None:
-    app = create_app(ServerConfig(), VllmEngine(upstream.url, "m"))
+    app = create_app(ServerConfig(), VllmEngine(upstream.url, "m", api=spec()))
     client = app.test_client()
     ok = client.get("/health")
     assert (ok.status_code, ok.get_json()) == (200, {"status": "ok"})

@@ -51,7 +51,7 @@ def test_the_reference_passes_every_isolation_check(reference: Any) -> None:
 
 
 def test_without_its_salt_the_reference_fails_the_leak_check(reference: Any, models: dict[str, ModelInfo]) -> None:
-    engine = VllmEngine(reference.vllm_url, SERVED, isolate_steering=False)
+    engine = VllmEngine(reference.vllm_url, SERVED, isolate_steering=False, api=spec())
     try:
         app = create_app(api_config(KEY), engine, models)
         report = isolation_run("http://unsalted.test", httpx.WSGITransport(app=app))

@@ -48,7 +48,7 @@ def _client(app: Any) -> httpx.Client:
 def same_model(reference: Any, models: dict[str, ModelInfo]) -> Iterator[Pair]:
     """(mock, reference), both serving the deployment's model."""
     config = MockConfig(keys=(reference.key,))
-    engine = VllmEngine(reference.vllm_url, SERVED)
+    engine = VllmEngine(reference.vllm_url, SERVED, api=spec())
     mock = _client(mock_server.create_app(config, None, models))
     ref = _client(api_server.create_app(config, engine, models))
     yield mock, ref

@@ -21,6 +21,7 @@ from reference_impl.engine import VllmEngine, _json
 from reference_impl.errors import UpstreamError
 from reference_impl.events import SseData
 from tests.test_reference_engine import AUTH, BODY, KEY, MODEL, SKY, ApiClient, completion, events
+from contract import spec
 
 # SKY's data lines, and SKY as vLLM sends it: one event per chunk of its body.
 SKY_DATA = [line[len(b"data: "):] for line in SKY.split(b"\n\n") if line and line != b"data: [DONE]"]
@@ -134,7 +135,7 @@ def test_streams_one_after_another_share_one_connection_to_vllm() -> None:
     ChunkedVllm.connections = 0
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), ChunkedVllm)
     threading.Thread(target=server.serve_forever, daemon=True).start()
-    engine = VllmEngine(f"http://127.0.0.1:{server.server_address[1]}", MODEL)
+    engine = VllmEngine(f"http://127.0.0.1:{server.server_address[1]}", MODEL, api=spec())
     app = create_app(ServerConfig(keys=(KEY,)), engine)
     texts: list[object] = []
     try:
@@ -167,7 +168,7 @@ def test_each_request_to_vllm_leaves_in_one_write(monkeypatch: pytest.MonkeyPatc
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), ChunkedVllm)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     url = f"http://127.0.0.1:{server.server_address[1]}"
-    engine = VllmEngine(url, MODEL)
+    engine = VllmEngine(url, MODEL, api=spec())
     app = create_app(ServerConfig(keys=(KEY,)), engine)
     monkeypatch.setattr(socket.socket, "sendall", sendall)
     monkeypatch.setattr(socket.socket, "send", send)

@@ -104,7 +104,7 @@ class Vllm:
 @contextmanager
 def api(script: Script, wait_seconds: float | None = None, **config: Any) -> Iterator[tuple[httpx.Client, Vllm]]:
     vllm = Vllm(script)
-    engine = VllmEngine(vllm.url, MODEL, wait_seconds=wait_seconds)
+    engine = VllmEngine(vllm.url, MODEL, wait_seconds=wait_seconds, api=spec())
     app = create_app(ServerConfig(keys=(KEY,), **config), engine)
     try:
         with httpx.Client(transport=httpx.WSGITransport(app=app), base_url="http://api.test", headers=AUTH) as c:
@@ -155,7 +155,7 @@ def test_keepalive_while_vllm_is_quiet() -> None:
 def test_events_of_one_read_leave_in_one_write() -> None:
     """vLLM sends the whole stream at once: the API's body is one piece, then [DONE]."""
     vllm = Vllm(sky)
-    engine = VllmEngine(vllm.url, MODEL)
+    engine = VllmEngine(vllm.url, MODEL, api=spec())
     app = create_app(ServerConfig(keys=(KEY,)), engine)
     try:
         r = app.test_client().post("/v1/completions", json={**BODY, "stream": True}, headers=AUTH, buffered=False)
@@ -189,7 +189,7 @@ def test_vllm_down_is_an_http_503_stream_or_not() -> None:
     free = socket.create_server(("127.0.0.1", 0))
     url = f"http://127.0.0.1:{free.getsockname()[1]}"
     free.close()   # nothing listens there now
-    engine = VllmEngine(url, MODEL)
+    engine = VllmEngine(url, MODEL, api=spec())
     app = create_app(ServerConfig(keys=(KEY,)), engine)
     with httpx.Client(transport=httpx.WSGITransport(app=app), base_url="http://api.test", headers=AUTH) as c:
         got = [c.post("/v1/completions", json={**BODY, "stream": stream}) for stream in (True, False)]
@@ -338,7 +338,7 @@ def test_generate_streams_over_the_same_client_and_closing_it_closes_vllms_strea
 
     for script, expect_closed in ((sky, False), (endless, True)):
         vllm = Vllm(script)
-        engine = VllmEngine(vllm.url, MODEL)
+        engine = VllmEngine(vllm.url, MODEL, api=spec())
         req = CONTRACT.validate_completion({**BODY, "stream": True}, models=spec().models)
         try:
             got = engine.generate(req, "req_1")
@@ -386,7 +386,7 @@ def test_an_https_upstream_with_a_trusted_certificate(certificate: tuple[Path, P
     tls.load_cert_chain(cert, key)
     monkeypatch.setenv("SSL_CERT_FILE", str(cert))   # the client trusts the system's CAs and this
     with UpstreamServer(sky_answer, tls) as upstream:
-        engine = VllmEngine(upstream.url, MODEL)
+        engine = VllmEngine(upstream.url, MODEL, api=spec())
         app = create_app(ServerConfig(keys=(KEY,)), engine)
         try:
             with httpx.Client(transport=httpx.WSGITransport(app=app), base_url="http://api.test", headers=AUTH) as c:
@@ -403,7 +403,7 @@ def test_an_https_upstream_whose_certificate_is_not_trusted_is_a_503(certificate
     tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     tls.load_cert_chain(cert, key)
     with UpstreamServer(sky_answer, tls) as upstream:
-        engine = VllmEngine(upstream.url, MODEL)
+        engine = VllmEngine(upstream.url, MODEL, api=spec())
         app = create_app(ServerConfig(keys=(KEY,)), engine)
         try:
             with httpx.Client(transport=httpx.WSGITransport(app=app), base_url="http://api.test", headers=AUTH) as c:

@@ -54,7 +54,7 @@ class Replay(Engine):
 
 def test_the_full_profile_passes_against_a_third_engine() -> None:
     config = MockConfig()
-    app = api_server.create_app(config, Replay(FakeEngine(spec().models.values())), hook=Faults(config, spec()))
+    app = api_server.create_app(config, Replay(FakeEngine(spec(), spec().models.values())), hook=Faults(config, spec()))
     with serve(app) as url:
         # robust: needs gunicorn, not werkzeug's development server, as against the mock
         # (tests/test_conformance_discrimination.py); it tests the HTTP server, not the engine.
@@ -74,7 +74,7 @@ class Down(Replay):
 
 
 def test_health_is_the_engines_readiness() -> None:
-    source = FakeEngine()
+    source = FakeEngine(spec())
     assert api_server.create_app(ServerConfig(), Replay(source)).test_client().get("/health").json == {
         "status": "ok"}
     r = api_server.create_app(ServerConfig(), Down(source)).test_client().get("/health")
