@@ -41,9 +41,9 @@ log = logging.getLogger("api_server")
 METRICS_PATH = "/metrics"
 
 
-def served_models(s: Spec, config: ServerConfig, served: Mapping[str, ModelInfo] | None) -> dict[str, ModelInfo]:
+def served_models(api: Spec, config: ServerConfig, served: Mapping[str, ModelInfo] | None) -> dict[str, ModelInfo]:
     """The served models (the spec's by default), with the deployment's max_model_len."""
-    models = dict(s.models if served is None else served)
+    models = dict(api.models if served is None else served)
     lengths = dict(config.max_model_len)
     every = lengths.pop(EVERY_MODEL, None)
     unknown = set(lengths) - set(models)
@@ -133,7 +133,7 @@ def _admitted(view: Callable[[], Response]) -> Callable[[], Response]:
 def _drain(response: Response) -> None:
     """Read and drop the rest of a refused body, so that a client still sending it
     reads our 413 instead of a reset connection; past twice the cap, just close."""
-    limit = 2 * state().contract.spec.caps["max_body_bytes"]
+    limit = 2 * state().contract.api.caps["max_body_bytes"]
     if request.content_length is not None and request.content_length > limit:
         response.headers["Connection"] = "close"
         return
@@ -180,7 +180,7 @@ def _http_error(error: HTTPException) -> Response:
     """werkzeug's own errors, as the API's: they should only come from the body read."""
     contract = state().contract
     if error.code == 413:
-        limit = contract.spec.caps["max_body_bytes"]
+        limit = contract.api.caps["max_body_bytes"]
         return _error_response(RequestTooLarge.from_template("request_too_large", limit=limit))
     if error.code == 400:   # werkzeug's ClientDisconnected: the body ended before Content-Length
         return _error_response(InvalidRequest.from_template("malformed_http"))

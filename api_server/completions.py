@@ -30,7 +30,7 @@ def create_completion() -> Response:
     s = state()
     rid: str = g.request_id
     key: str = g.api_key   # preflight's: this route needs a key
-    req = s.contract.validate_completion(parse_json(read_body(s.contract.spec.caps["max_body_bytes"])), s.models)
+    req = s.contract.validate_completion(parse_json(read_body(s.contract.api.caps["max_body_bytes"])), s.models)
     engine = s.engine if s.hook is None else s.hook.engine(request.headers, req, s.engine)
     try:
         held = s.budget.reserve(key, req)
@@ -50,7 +50,7 @@ class _Run:
     def __init__(self, s: State, engine: Engine, req: CompletionRequest, rid: str, key: str,
                  held: Hold) -> None:
         self.s, self.engine, self.req, self.rid, self.key, self.held = s, engine, req, rid, key, held
-        self.asm = Assembler(req, Meta(completion_id(rid, s.contract.spec), req.body["model"]))
+        self.asm = Assembler(req, Meta(completion_id(rid, s.contract.api), req.body["model"]))
         self._settled = False
 
     def settle(self) -> None:

@@ -59,9 +59,9 @@ class Meta:
         return {"id": self.id, "object": "text_completion", "created": self.created, "model": self.model}
 
 
-def completion_id(request_id: str, s: Spec) -> str:
+def completion_id(request_id: str, api: Spec) -> str:
     """vLLM's `cmpl-` ids, tied to the request id so logs can be joined (`s`'s x-request-id)."""
-    rid = s.request_id
+    rid = api.request_id
     return rid["completion_prefix"] + request_id.removeprefix(rid["prefix"])
 
 

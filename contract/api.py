@@ -31,22 +31,22 @@ from contract.steering import decode_vectors
 class Contract:
     """What serving one Spec needs from it, built once (see the module's docstring)."""
 
-    def __init__(self, spec: Spec) -> None:
-        self.spec = spec
-        self.errors = Errors(spec)
-        self._preflight = Preflight(spec)
-        self.defaults: dict[str, Any] = spec.defaults("CompletionRequest")
+    def __init__(self, api: Spec) -> None:
+        self.api = api
+        self.errors = Errors(api)
+        self._preflight = Preflight(api)
+        self.defaults: dict[str, Any] = api.defaults("CompletionRequest")
         self._add_special: bool = self.defaults["add_special_tokens"]
-        self._caps = TokenCaps(spec)
+        self._caps = TokenCaps(api)
 
     # The compiled validators (~20 ms, more on a busy machine): built on first use, or by prepare().
     @cached_property
     def request_schema(self) -> ObjectSchema:
-        return ObjectSchema(self.spec.schema("CompletionRequest"), self.spec)
+        return ObjectSchema(self.api.schema("CompletionRequest"), self.api)
 
     @cached_property
     def rules(self) -> Rules:
-        return Rules(self.spec)
+        return Rules(self.api)
 
     def prepare(self) -> None:
         """Build what validation otherwise builds on first use. A server calls it before it
@@ -87,13 +87,13 @@ class Contract:
         schema.validate(body)
         body = schema.coerce(body)
         self.rules.check(body)
-        models = self.spec.models if models is None else models
+        models = self.api.models if models is None else models
         model = models.get(body["model"])
         if model is None:
             raise ModelNotFound.from_template("model_not_found", "model", model=body["model"])
         self.rules.check_model(body, model)
         vectors = body.get("apply_steering_vectors")
-        steering = decode_vectors(vectors, model, self.spec) if vectors is not None else []
+        steering = decode_vectors(vectors, model, self.api) if vectors is not None else []
         self._caps.check_generated(body, prompt_count(body["prompt"]))
         prompts, texts = prompts_of(body, model, self._add_special)
         prompts = truncate(prompts, body.get("truncate_prompt_tokens"), model)

@@ -8,9 +8,9 @@ from contract.spec import ModelInfo, Spec
 class TokenCaps:
     """One spec's token caps, its x-token-rules and the request's defaults they read."""
 
-    def __init__(self, spec: Spec) -> None:
-        self.caps, self.rules = spec.caps, spec.token_rules
-        self.defaults = spec.defaults("CompletionRequest")
+    def __init__(self, api: Spec) -> None:
+        self.caps, self.rules = api.caps, api.token_rules
+        self.defaults = api.defaults("CompletionRequest")
 
     def default_max_tokens(self, prompt_tokens: int, model: ModelInfo, stream: bool) -> int:
         """max_model_len less the prompt, at most the generated-token cap (less without stream)."""

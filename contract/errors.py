@@ -221,14 +221,14 @@ class Errors:
     one place; a message is filled here (`message`), the one place, every input value
     cut to x-caps.quoted_chars characters (and every param: it can name an unknown key)."""
 
-    def __init__(self, spec: Spec) -> None:
-        self.spec = spec
-        self.messages: dict[str, Any] = spec.messages
-        self.codes = spec.error_codes
-        self._limit, self._mark = spec.caps["quoted_chars"], spec.messages["cut_mark"]
-        self._prefix, self._digits = spec.request_id["prefix"], spec.request_id["hex_digits"]
+    def __init__(self, api: Spec) -> None:
+        self.api = api
+        self.messages: dict[str, Any] = api.messages
+        self.codes = api.error_codes
+        self._limit, self._mark = api.caps["quoted_chars"], api.messages["cut_mark"]
+        self._prefix, self._digits = api.request_id["prefix"], api.request_id["hex_digits"]
         # each code's status, type and headers, read once: every refused request needs them
-        self._codes = {code: (int(v["status"]), str(v["type"]), spec.error_headers(code))
+        self._codes = {code: (int(v["status"]), str(v["type"]), api.error_headers(code))
                        for code, v in self.codes.items()}
 
     def new_request_id(self) -> str:

@@ -27,13 +27,13 @@ class Admitted:
 class Preflight:
     """One spec's checks before the body: its routes, its body cap, its order of stages."""
 
-    def __init__(self, spec: Spec) -> None:
+    def __init__(self, api: Spec) -> None:
         self.routes: dict[str, dict[str, Route]] = {}   # path -> method -> Route
-        for route in spec.routes:
+        for route in api.routes:
             self.routes.setdefault(route.path, {})[route.method] = route
-        self.max_body_bytes: int = spec.caps["max_body_bytes"]
+        self.max_body_bytes: int = api.caps["max_body_bytes"]
         # preflight's stages after the route, in the spec's order (x-check-order)
-        self.stages = spec.in_check_order(PREFLIGHT_STAGES)
+        self.stages = api.in_check_order(PREFLIGHT_STAGES)
 
     def allowed_methods(self, path: str) -> tuple[str, ...]:
         return tuple(sorted(self.routes.get(path, {})))

@@ -20,11 +20,11 @@ from contract.spec import ModelInfo, Spec
 class Rules:
     """One spec's cross-field rules (compiled once) and model rules."""
 
-    def __init__(self, spec: Spec) -> None:
-        self._any = jsonschema_rs.validator_for({"anyOf": [rule["when"] for rule in spec.rules]})
-        self._each = [(rule, jsonschema_rs.validator_for(rule["when"])) for rule in spec.rules]
-        self.model_rules = spec.model_rules
-        self._top_k = spec.defaults("CompletionRequest")["top_k"]
+    def __init__(self, api: Spec) -> None:
+        self._any = jsonschema_rs.validator_for({"anyOf": [rule["when"] for rule in api.rules]})
+        self._each = [(rule, jsonschema_rs.validator_for(rule["when"])) for rule in api.rules]
+        self.model_rules = api.model_rules
+        self._top_k = api.defaults("CompletionRequest")["top_k"]
 
     def iter_errors(self, body: dict[str, Any]) -> list[RuleViolation]:
         """Every broken cross-field rule, in the spec's order."""

@@ -57,12 +57,12 @@ class ObjectSchema:
     """Strict validation of one closed object schema (the request body), with `spec`'s
     order of stages and range messages."""
 
-    def __init__(self, schema: dict[str, Any], spec: Spec) -> None:
+    def __init__(self, schema: dict[str, Any], api: Spec) -> None:
         self.schema = schema
-        self.ranges: dict[str, str] = spec.messages["range"]
+        self.ranges: dict[str, str] = api.messages["range"]
         stages = {"unknown_field": self._unknown, "required": self._required,
                   "type": self._wrong_types, "range": self._out_of_range}
-        self._stages = [stages[stage] for stage in spec.in_check_order(stages)]
+        self._stages = [stages[stage] for stage in api.in_check_order(stages)]
         self.properties: dict[str, dict[str, Any]] = schema["properties"]
         self.required: list[str] = schema.get("required", [])
         # Field by field only: the cross-field rules (allOf) are rules.py's stage, after ranges.

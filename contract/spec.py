@@ -262,14 +262,14 @@ def rule_schemas(raw: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
 
 @cache
-def _error_headers(s: Spec, code: str) -> dict[str, str]:
-    declared = s.response_headers
-    return {name: str(declared[name]["schema"]["const"]) for name in s.error_codes[code].get("headers", ())}
+def _error_headers(api: Spec, code: str) -> dict[str, str]:
+    declared = api.response_headers
+    return {name: str(declared[name]["schema"]["const"]) for name in api.error_codes[code].get("headers", ())}
 
 
 @cache
-def _defaults(s: Spec, name: str) -> dict[str, Any]:
-    props = s.schema(name)["properties"]
+def _defaults(api: Spec, name: str) -> dict[str, Any]:
+    props = api.schema(name)["properties"]
     return {field: p["x-default"] for field, p in props.items() if "x-default" in p}
 
 

@@ -32,22 +32,22 @@ class SteeringVector:
     wire: dict[str, Any]         # the object as the client sent it, for Inference
 
 
-def decode_vectors(vectors: list[dict[str, Any]], model: ModelInfo, spec: Spec) -> list[SteeringVector]:
+def decode_vectors(vectors: list[dict[str, Any]], model: ModelInfo, api: Spec) -> list[SteeringVector]:
     """Every vector decoded; their decoded bytes in all stay under x-caps.steering_decoded_bytes,
     checked from the shapes before anything is decompressed."""
     decoded, out = 0, []
     for i, v in enumerate(vectors):
-        vector = decode_vector(v, model, spec, f"apply_steering_vectors[{i}]", decoded)
+        vector = decode_vector(v, model, api, f"apply_steering_vectors[{i}]", decoded)
         decoded += vector.values.nbytes
         out.append(vector)
     return out
 
 
-def decode_vector(obj: dict[str, Any], model: ModelInfo, spec: Spec, param: str,
+def decode_vector(obj: dict[str, Any], model: ModelInfo, api: Spec, param: str,
                   decoded_before: int = 0) -> SteeringVector:
     """One vector, against `spec`'s steering_vector rule and caps; `decoded_before` is what
     the request's earlier vectors decoded to."""
-    rule = spec.model_rules["steering_vector"]
+    rule = api.model_rules["steering_vector"]
 
     def bad(reason: str, **fields: Any) -> RuleViolation:
         return rule_error(rule, param, param=param, reason=Message(text=rule["reasons"][reason], fields=fields))
@@ -57,12 +57,12 @@ def decode_vector(obj: dict[str, Any], model: ModelInfo, spec: Spec, param: str,
     dtype, original, shape = acts["dtype"], acts["original_dtype"], acts["shape"]
     # The sizes, from the shape alone, against the cap: nothing is decoded yet.
     total = decoded_before + _decoded_size(shape, dtype)
-    cap = spec.caps["steering_decoded_bytes"]
+    cap = api.caps["steering_decoded_bytes"]
     if total > cap:
         raise bad("decoded_cap", cap=cap, total=total)
     layers = obj["layer_indices"]
     positions = obj.get("position_indices")
-    defaults = spec.defaults("SteeringVector")  # a field left out or null
+    defaults = api.defaults("SteeringVector")  # a field left out or null
     scale = obj.get("scale")
     scale = defaults["scale"] if scale is None else scale
     if not math.isfinite(scale):

@@ -127,7 +127,7 @@ def tape_app(args: argparse.Namespace, config: MockConfig, create_app: Any) -> A
     if not (args.record or args.replay):
         return app
     from mock_server.cassette import Recorder, Replayer
-    api = app.state.contract.spec   # the mock's own
+    api = app.state.contract.api   # the mock's own
     if args.record:
         return Recorder(args.record, Path(args.cassette), api, app)
     return Replayer(Path(args.replay), api, app, misses_to_local=args.replay_miss == "engine")

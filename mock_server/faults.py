@@ -45,11 +45,11 @@ HEADERS = (STATUS, STREAM_ERROR_AFTER, STREAM_ERROR_CODE, TTFT_MS, TPOT_MS, FAIL
            STALL_AFTER, STALL_MS, DROP_AFTER)
 
 
-def check_spec(s: Spec) -> None:
+def check_spec(api: Spec) -> None:
     """Fail at start if the spec no longer documents a header this module reads."""
-    documented = s.mock_headers
+    documented = api.mock_headers
     missing = [h for h in HEADERS if h not in documented]
-    if missing or not s.mock_faults:
+    if missing or not api.mock_faults:
         raise RuntimeError(f"openapi.yaml lacks the mock's headers {missing} or x-mock-faults")
 
 
@@ -100,14 +100,14 @@ class Faults:
 
     def __init__(self, config: MockConfig, api: Spec, metrics: VllmMetrics | None = None) -> None:
         """`metrics`: where vLLM's metrics of the requests go; None: nowhere (--disable-log-stats)."""
-        self.spec = api
-        check_spec(self.spec)
+        self.api = api
+        check_spec(self.api)
         self.settings = Control(config)
         self.rng = random.Random(config.fault_seed)
-        self.fault_statuses = fault_statuses(config, self.spec.mock_faults)
+        self.fault_statuses = fault_statuses(config, self.api.mock_faults)
         self.metrics = metrics
         self.scheduler = Scheduler(self.settings, self.metrics)
-        self.known_headers = tuple(sorted(self.spec.mock_headers))
+        self.known_headers = tuple(sorted(self.api.mock_headers))
         self.seen = SeenCounts()   # here, before gunicorn forks: one count for every worker
 
     def engine(self, headers: Headers, req: CompletionRequest, engine: Engine) -> Engine:
@@ -116,15 +116,15 @@ class Faults:
         is raised here: after validation, before the Budget holds anything, as the real
         API refuses a request; a full queue is refused when the engine starts."""
         config = self.settings()
-        asked = read(self.spec, headers, config, self.rng, req.max_tokens, self.known_headers, self.fault_statuses)
+        asked = read(self.api, headers, config, self.rng, req.max_tokens, self.known_headers, self.fault_statuses)
         forced = asked.forced
         if asked.fail_first is not None:
             key = headers.get(FAIL_KEY) or headers.get("Authorization") or ""
-            forced = (forced or self.spec.mock_faults["fail_status"]) \
+            forced = (forced or self.api.mock_faults["fail_status"]) \
                 if self.seen.next(key) <= asked.fail_first else None
         if forced is not None:   # raised without a local: one would hold its traceback's frame (a cycle)
             raise self._forced(forced, asked.retry_after, req)
-        faults = tuple(f._replace(error=coded_error(self.spec, f.code, req)) if f.code else f
+        faults = tuple(f._replace(error=coded_error(self.api, f.code, req)) if f.code else f
                        for f in asked.stream) if req.stream else ()
         clock = RequestClock(timed=config.loaded or bool(asked.ttft_s or asked.tpot_s))
         if config.loaded:
@@ -137,8 +137,8 @@ class Faults:
 
     def _forced(self, status: int, retry_after: int | None, req: CompletionRequest) -> ApiError:
         """The error of a forced status: its first code's, with the Retry-After asked for."""
-        error = coded_error(self.spec, next(c for c, v in self.spec.error_codes.items() if v["status"] == status), req)
-        if retry_after is not None and "Retry-After" in self.spec.error_headers(error.code):
+        error = coded_error(self.api, next(c for c, v in self.api.error_codes.items() if v["status"] == status), req)
+        if retry_after is not None and "Retry-After" in self.api.error_headers(error.code):
             error.headers = {"Retry-After": str(retry_after)}
         return error
 
@@ -221,11 +221,11 @@ def _unknown_header(faults: dict[str, Any], headers: Headers, known: tuple[str, 
                 "header": name, "known": Message(text=", ".join(known))}))
 
 
-def read(s: Spec, headers: Headers, config: MockConfig, rng: random.Random, max_tokens: int,
+def read(api: Spec, headers: Headers, config: MockConfig, rng: random.Random, max_tokens: int,
          known: tuple[str, ...] = (), chosen: tuple[int, ...] | None = None) -> Asked:
     """Read the mock's headers (400 for a bad value, or for one of `known`'s prefix it does not
     read) and roll the configured fault rates."""
-    faults = s.mock_faults
+    faults = api.mock_faults
     if known:
         _unknown_header(faults, headers, known)
     # One lookup a header (each costs about half a microsecond, on every request).
@@ -246,12 +246,12 @@ def read(s: Spec, headers: Headers, config: MockConfig, rng: random.Random, max_
                  None if fail_first is None else int(_number(faults, headers, FAIL_FIRST, 0, integer=True)),
                  None if retry_after is None else int(_number(faults, headers, RETRY_AFTER, 0, integer=True,
                                                               most=faults["max_retry_after"], expected="seconds")),
-                 _stream_faults(s, headers, config, rng, max_tokens))
+                 _stream_faults(api, headers, config, rng, max_tokens))
 
 
-def _stream_faults(s: Spec, headers: Headers, config: MockConfig, rng: random.Random,
+def _stream_faults(api: Spec, headers: Headers, config: MockConfig, rng: random.Random,
                    max_tokens: int) -> tuple[Fault, ...]:
-    faults = s.mock_faults
+    faults = api.mock_faults
     out = []
     after: int | None = None
     if headers.get(STREAM_ERROR_AFTER) is not None:
@@ -259,8 +259,8 @@ def _stream_faults(s: Spec, headers: Headers, config: MockConfig, rng: random.Ra
     elif config.stream_error_rate and rng.random() < config.stream_error_rate:
         after = rng.randrange(max_tokens)
     code = headers.get(STREAM_ERROR_CODE)
-    if code is not None and code.strip() not in stream_error_codes(s):
-        raise _invalid(faults, STREAM_ERROR_CODE, "code", stream_error_codes(s))
+    if code is not None and code.strip() not in stream_error_codes(api):
+        raise _invalid(faults, STREAM_ERROR_CODE, "code", stream_error_codes(api))
     if after is not None:
         out.append(Fault(after, code=code.strip() if code else faults["stream_error_code"]))
     if headers.get(STALL_AFTER) is not None:
@@ -272,14 +272,14 @@ def _stream_faults(s: Spec, headers: Headers, config: MockConfig, rng: random.Ra
     return tuple(out)
 
 
-def coded_error(s: Spec, code: str, req: CompletionRequest) -> ApiError:
+def coded_error(api: Spec, code: str, req: CompletionRequest) -> ApiError:
     """The error of `code` (a forced status's first code, or a stream error's), its
     message filled as the API would."""
     return error_class(code).from_template(
         code, remaining=0, prompt_tokens=sum(req.prompt_token_counts),
-        sequences=len(req.prompts) * req.n, seconds=s.caps["wait_seconds"])
+        sequences=len(req.prompts) * req.n, seconds=api.caps["wait_seconds"])
 
 
-def stream_error_codes(s: Spec) -> tuple[str, ...]:
+def stream_error_codes(api: Spec) -> tuple[str, ...]:
     """What X-Mock-Stream-Error-Code may name: the codes of x-mock-faults' statuses."""
-    return tuple(c for c, v in s.error_codes.items() if v["status"] in s.mock_faults["statuses"])
+    return tuple(c for c, v in api.error_codes.items() if v["status"] in api.mock_faults["statuses"])

@@ -17,9 +17,9 @@ from contract import Spec
 from mock_server.vocab import Vocab
 
 
-def max_top(s: Spec) -> int:
+def max_top(api: Spec) -> int:
     """The most alternatives a request may ask for (`s`'s logprobs / prompt_logprobs maxima)."""
-    props = s.schema("CompletionRequest")["properties"]
+    props = api.schema("CompletionRequest")["properties"]
     return max(props["logprobs"]["maximum"], props["prompt_logprobs"]["maximum"])
 
 

@@ -64,17 +64,17 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
-def warm(models: Mapping[str, Any], s: Spec) -> None:
+def warm(models: Mapping[str, Any], api: Spec) -> None:
     """Compile the core's validators and load the tokenizer now, in gunicorn's master,
     so that the workers share them instead of each paying ~0.5 s on its first request.
     (create_app's Contract compiled its own validators; this one loads the tokenizer.)"""
     from contract import Contract
     from reference_impl.upstream import request_defaults
 
-    contract = Contract(s)
+    contract = Contract(api)
     for name in models:
         contract.validate_completion({"model": name, "prompt": "warm", "max_tokens": 1}, models)
-    request_defaults(s)
+    request_defaults(api)
 
 
 def api_config(keys: str | None = None, budget_tokens: int | None = None,

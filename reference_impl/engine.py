@@ -66,7 +66,7 @@ class VllmEngine(Engine):
         self.model = model
         # The API's wait for Inference: the longest vLLM may stay silent (without stream,
         # vLLM says nothing before it is done, so that is the whole request's time).
-        self.spec = api
+        self.api = api
         self.wait_seconds = float(wait_seconds if wait_seconds is not None else api.caps["wait_seconds"])
         # Kept-alive connections to vLLM: as many as the worker serves requests at once,
         # so that a burst of streams does not open (and then drop) a connection each.
@@ -93,7 +93,7 @@ class VllmEngine(Engine):
         return self._wire_batches(req, request_id, interval)
 
     def _post(self, req: CompletionRequest, request_id: str) -> Exchange:
-        body = upstream_body(req, self.model, self.spec, isolate_steering=self.isolate_steering)
+        body = upstream_body(req, self.model, self.api, isolate_steering=self.isolate_steering)
         return self._wire.post(COMPLETIONS, dumps(body), _headers(request_id), self.wait_seconds)
 
     def _wire_completion(self, req: CompletionRequest, request_id: str) -> Iterator[Event]:
@@ -103,15 +103,15 @@ class VllmEngine(Engine):
             try:
                 answer = exchange.read_all()
                 if exchange.status != 200:
-                    raise from_vllm(exchange.status or 0, _json(answer), self.spec)
-                events = Decoder(req, self.spec).chunk(_json(answer), whole=True)
+                    raise from_vllm(exchange.status or 0, _json(answer), self.api)
+                events = Decoder(req, self.api).chunk(_json(answer), whole=True)
             finally:
                 exchange.close()
         yield from events
 
     def _wire_batches(self, req: CompletionRequest, request_id: str,
                       interval: float) -> Generator[list[Event], None, None]:
-        decoder = Decoder(req, self.spec)
+        decoder = Decoder(req, self.api)
         sse = SseData()
         with translated(self.wait_seconds):
             exchange = self._post(req, request_id)
@@ -121,7 +121,7 @@ class VllmEngine(Engine):
                 while True:
                     status = exchange.status   # None until vLLM's head is in
                     if status is not None and status != 200:
-                        raise from_vllm(status, _json(exchange.read_all()), self.spec)
+                        raise from_vllm(status, _json(exchange.read_all()), self.api)
                     batch: list[Event] = []
                     try:
                         for piece in exchange.take():

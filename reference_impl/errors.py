@@ -50,18 +50,18 @@ def deadline_exceeded(seconds: float) -> ApiError:
 
 
 @cache
-def _public_fields(s: Spec) -> frozenset[str]:
-    return frozenset(s.schema("CompletionRequest")["properties"])
+def _public_fields(api: Spec) -> frozenset[str]:
+    return frozenset(api.schema("CompletionRequest")["properties"])
 
 
-def public_param(param: Any, s: Spec) -> str | None:
+def public_param(param: Any, api: Spec) -> str | None:
     """`body.prompt.1` -> `prompt`; `input_tokens` -> `prompt`; names that are not fields
     of `s`'s request -> None."""
     if not isinstance(param, str) or not param:
         return None
     name = re.split(r"[.\[]", param.removeprefix("body."), maxsplit=1)[0]
     name = VLLM_PARAMS.get(name, name)
-    return name if name in _public_fields(s) else None
+    return name if name in _public_fields(api) else None
 
 
 def _message(text: str) -> str:
@@ -69,7 +69,7 @@ def _message(text: str) -> str:
     return text if len(text) <= MAX_MESSAGE else text[:MAX_MESSAGE - 1] + "…"
 
 
-def from_vllm(status: int, payload: Any, s: Spec) -> ApiError:
+def from_vllm(status: int, payload: Any, api: Spec) -> ApiError:
     """The API's error for vLLM's error answer (its status and parsed JSON body), the
     params named as `s` names them."""
     error = payload.get("error", payload) if isinstance(payload, dict) else None
@@ -77,7 +77,7 @@ def from_vllm(status: int, payload: Any, s: Spec) -> ApiError:
     if status == 400 and isinstance(message, str) and message:
         param = error.get("param")
         cls = ContextLengthExceeded if param in CONTEXT_PARAMS else InvalidRequest
-        return cls(_message(message), public_param(param, s))
+        return cls(_message(message), public_param(param, api))
     log.error("vLLM answered %s: %.2000r", status, payload)
     return unavailable()
 

@@ -21,8 +21,8 @@ FINISH_REASONS = (None, "stop", "length")
 
 
 @cache
-def _tensor_fields(s: Spec) -> tuple[str, ...]:
-    return tuple(s.schema("EncodedTensor")["properties"])
+def _tensor_fields(api: Spec) -> tuple[str, ...]:
+    return tuple(api.schema("EncodedTensor")["properties"])
 
 
 class SseData:
@@ -72,8 +72,8 @@ class Decoder:
     """Turns vLLM's chunks (or its whole Completion) for one request into events, as
     the API's spec `s` says them."""
 
-    def __init__(self, req: CompletionRequest, s: Spec) -> None:
-        self.req, self.spec = req, s
+    def __init__(self, req: CompletionRequest, api: Spec) -> None:
+        self.req, self.api = req, api
         self.echo = bool(req.body.get("echo"))
         self.started: set[int] = set()
 
@@ -84,7 +84,7 @@ class Decoder:
         if not isinstance(payload, dict):
             raise UpstreamError(f"a chunk that is not a JSON object: {str(payload)[:200]}")
         if "error" in payload:
-            raise from_vllm(error_status(payload), payload, self.spec)
+            raise from_vllm(error_status(payload), payload, self.api)
         try:
             choices = payload["choices"] if whole else payload.get("choices") or []
             events: list[Event] = [self._delta(c) for c in choices]
@@ -130,7 +130,7 @@ class Decoder:
         tensor = payload["residual_stream"]
         # vllm-lens stacks the captured layers in ascending order.
         return Activations(sorted(self.req.body.get("output_residual_stream") or ()),
-                           {k: tensor[k] for k in _tensor_fields(self.spec)})
+                           {k: tensor[k] for k in _tensor_fields(self.api)})
 
 
 def _logprobs(lp: Any) -> LogprobsDelta | None:

@@ -73,12 +73,12 @@ def _route_answer(contract: Contract, method: str, path: str) -> ApiError:
     raise ValueError(f"the spec declares {method} {path}, which nginx refuses itself")
 
 
-def nginx_errors(spec: Spec) -> str:
+def nginx_errors(api: Spec) -> str:
     """The nginx file for the API's `server` block (`include acs-errors.conf;`)."""
-    contract = Contract(spec)
+    contract = Contract(api)
     errors = contract.errors
-    rid = spec.request_id["prefix"] + REQUEST_ID
-    out = [f"# Written by `python -m reference_impl.front` from openapi.yaml {spec.raw['info']['version']}: "
+    rid = api.request_id["prefix"] + REQUEST_ID
+    out = [f"# Written by `python -m reference_impl.front` from openapi.yaml {api.raw['info']['version']}: "
            "do not edit.", "# The front's own refusals in the API's error shape (reference_impl/DEPLOY.md, Fronts).",
            "# `=`: the status is the one the page returns (the API's), not nginx's. A URI, not a named",
            "# location: nginx will not send a request whose request line it could not parse to a named one.", ""]
@@ -87,12 +87,12 @@ def nginx_errors(spec: Spec) -> str:
             "error_page 404 405 = @acs_route;", ""]
     for name, (_, make) in PAGES.items():
         out += [f"location = {PREFIX}{name} {{", "    internal;", "    default_type application/json;",
-                *_answer(errors, make(spec), rid, "    "), "}", ""]
+                *_answer(errors, make(api), rid, "    "), "}", ""]
     # What the API answers on a path nginx refused the method of: 405 with Allow on a route, else 404.
     out += ["location @acs_route {", "    default_type application/json;",
-            f"    set {PATH} \"{spec.messages['cut_mark']}\";",
-            f"    if ($uri ~ \"{SAFE_PATH % spec.caps['quoted_chars']}\") {{ set {PATH} $uri; }}"]
-    for path in sorted({r.path for r in spec.routes}):
+            f"    set {PATH} \"{api.messages['cut_mark']}\";",
+            f"    if ($uri ~ \"{SAFE_PATH % api.caps['quoted_chars']}\") {{ set {PATH} $uri; }}"]
+    for path in sorted({r.path for r in api.routes}):
         out += [f"    if ($uri = {path}) {{", *_answer(errors, _route_answer(contract, "TRACE", path), rid, "        "), "    }"]
     unknown = NotFound.from_template("not_found", method=SpecText(METHOD), path=SpecText(PATH))
     out += [*_answer(errors, unknown, rid, "    ", (METHOD, PATH)), "}"]
@@ -140,10 +140,10 @@ spec:
 """
 
 
-def ingress_nginx(spec: Spec) -> str:
+def ingress_nginx(api: Spec) -> str:
     """ingress-nginx's ConfigMap and an Ingress for the API's Service (k8s/api.yaml)."""
-    snippet = "\n".join(("    " + line).rstrip() for line in nginx_errors(spec).splitlines())
-    return INGRESS.format(version=spec.version, body_read=spec.caps["body_read_seconds"],
+    snippet = "\n".join(("    " + line).rstrip() for line in nginx_errors(api).splitlines())
+    return INGRESS.format(version=api.version, body_read=api.caps["body_read_seconds"],
                           snippet=snippet)
 
 

@@ -57,7 +57,7 @@ class VllmProcess:
                  extra_args: Sequence[str] = (), log_file: IO[Any] | None = None,
                  plain: bool = False, api: Spec) -> None:
         self.model, self.served_name = model, served_name
-        self.spec = api
+        self.api = api
         self.python = python or default_python()
         self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
@@ -69,7 +69,7 @@ class VllmProcess:
         self._owner = 0   # the process that started vLLM; gunicorn's forked workers are not it
 
     def command(self) -> list[str]:
-        model_info = self.spec.models.get(self.served_name)
+        model_info = self.api.models.get(self.served_name)
         cmd = [self.python, "-m", PLAIN_SERVER_MODULE if self.plain else SERVER_MODULE, "--model", self.model,
                "--served-model-name", self.served_name, "--host", "127.0.0.1", "--port", str(self.port),
                "--disable-uvicorn-access-log"]
@@ -91,7 +91,7 @@ class VllmProcess:
         if self.plain:
             return env
         # vLLM refuses more than 1,024 prompts by default; the API's caps decide instead.
-        env.setdefault("VLLM_MAX_COMPLETION_PROMPTS", str(self.spec.caps["max_generated_tokens"]))
+        env.setdefault("VLLM_MAX_COMPLETION_PROMPTS", str(self.api.caps["max_generated_tokens"]))
         return env
 
     def start(self, timeout: float = READY_TIMEOUT_S) -> "VllmProcess":

@@ -40,21 +40,21 @@ NOT_COPIED = APPLIED_BY_CORE | NOT_FOR_VLLM | SET_HERE
 
 
 @cache
-def request_defaults(s: Spec) -> dict[str, Any]:
+def request_defaults(api: Spec) -> dict[str, Any]:
     """Every CompletionRequest field with an x-default in `s`, less what is set here."""
-    defaults = s.defaults("CompletionRequest")
+    defaults = api.defaults("CompletionRequest")
     return {k: v for k, v in defaults.items() if k not in NOT_COPIED}
 
 
 STEERING_SALT = "acs-steering-"   # + the vectors' sha256; vLLM allows 128 characters, no '/'
 
 
-def upstream_body(req: CompletionRequest, model: str, s: Spec, *,
+def upstream_body(req: CompletionRequest, model: str, api: Spec, *,
                   isolate_steering: bool = True) -> dict[str, Any]:
     """The JSON body for vLLM's POST /v1/completions (req.max_tokens is the Hold's), with
     `s`'s defaults; `isolate_steering` False leaves a steered request unsalted (tests
     only: that is how the leak is shown)."""
-    body = dict(request_defaults(s))
+    body = dict(request_defaults(api))
     body.update((k, v) for k, v in req.body.items() if k not in NOT_COPIED)
     body["model"] = model
     body["prompt"] = req.prompts[0] if len(req.prompts) == 1 else req.prompts
@@ -71,7 +71,7 @@ def upstream_body(req: CompletionRequest, model: str, s: Spec, *,
     if "output_residual_stream" in req.body:
         xargs["output_residual_stream"] = list(req.body["output_residual_stream"])
     if req.steering:
-        vectors = json.dumps([_vector(v.wire, s) for v in req.steering])
+        vectors = json.dumps([_vector(v.wire, api) for v in req.steering])
         xargs["apply_steering_vectors"] = vectors
         if isolate_steering:
             body["cache_salt"] = STEERING_SALT + hashlib.sha256(vectors.encode()).hexdigest()
@@ -80,6 +80,6 @@ def upstream_body(req: CompletionRequest, model: str, s: Spec, *,
     return body
 
 
-def _vector(wire: dict[str, Any], s: Spec) -> dict[str, Any]:
+def _vector(wire: dict[str, Any], api: Spec) -> dict[str, Any]:
     """A steering vector as vllm-lens's model reads it: its nulls are defaults there."""
-    return {**s.defaults("SteeringVector"), **{k: v for k, v in wire.items() if v is not None}}
+    return {**api.defaults("SteeringVector"), **{k: v for k, v in wire.items() if v is not None}}

@@ -137,7 +137,7 @@ class Batched:
         others = sorted((t for t in row if t != token), key=row.get, reverse=True)
         if not others or not choice["text"].endswith(token):
             return
-        gap = CONTRACT.spec.batch_effects["logprob_nats"] / 4
+        gap = CONTRACT.api.batch_effects["logprob_nats"] / 4
         runner_up = others[0]
         row[runner_up] = row[token] + (gap if flip else -gap)
         if flip:

@@ -63,9 +63,9 @@ def post(client: FlaskClient, data: bytes) -> Any:
     return client.post("/v1/completions", data=data, headers={**AUTH, "Content-Type": "application/json"})
 
 
-def error_body(s: Spec, code: str, message: str, param: str | None, request_id: str) -> dict[str, Any]:
+def error_body(api: Spec, code: str, message: str, param: str | None, request_id: str) -> dict[str, Any]:
     """The API's error shape, from the raw spec `s`: its code's type, the given words."""
-    return {"error": {"message": message, "type": s.error_codes[code]["type"], "param": param, "code": code},
+    return {"error": {"message": message, "type": api.error_codes[code]["type"], "param": param, "code": code},
             "request_id": request_id}
 
 

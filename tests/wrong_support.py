@@ -48,7 +48,7 @@ def _layers_moved(by: int) -> Rewrite:
 
 def _decoded(vector: Body, model: ModelInfo) -> np.ndarray:
     """The vector's values, decoded as the API decodes them (the request is valid: checked first)."""
-    return decode_vector(vector, model, CONTRACT.spec, "apply_steering_vectors").values
+    return decode_vector(vector, model, CONTRACT.api, "apply_steering_vectors").values
 
 
 def _layers_above(body: Body, model: ModelInfo) -> Body:
@@ -145,7 +145,7 @@ class Wrong:
 
     def __init__(self, app: App, models: Mapping[str, ModelInfo] | None = None) -> None:
         self.app = app
-        self.models = dict(CONTRACT.spec.models if models is None else models)
+        self.models = dict(CONTRACT.api.models if models is None else models)
         self.way: Way | None = None
         self.coin: random.Random | None = None
         self.share = 1.0

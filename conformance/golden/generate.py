@@ -21,8 +21,8 @@ PROMPT = "The sky is"
 GENERATED_FILES = ("fields.yaml", "rules.yaml", "caps.yaml", "lens.yaml", "http.yaml")
 
 
-def _error(code: str, message: str, param: str | None, s: Spec) -> dict[str, Any]:
-    return {"error": {"message": message, "type": s.error_codes[code]["type"], "param": param,
+def _error(code: str, message: str, param: str | None, api: Spec) -> dict[str, Any]:
+    return {"error": {"message": message, "type": api.error_codes[code]["type"], "param": param,
                       "code": code}, "request_id": REQUEST_ID_MASK}
 
 
@@ -48,9 +48,9 @@ class _Cases:
     """What every family of cases shares: the spec, its default model, a minimal body,
     and expected error bodies built from the spec's templates."""
 
-    def __init__(self, s: Spec) -> None:
-        self.s = s
-        self.model = s.models[s.default_model]
+    def __init__(self, api: Spec) -> None:
+        self.s = api
+        self.model = api.models[api.default_model]
         self.base = {"model": self.model.name, "prompt": PROMPT, "max_tokens": 1}
 
     def invalid(self, param: str | None, message: str, code: str = "invalid_request") -> dict[str, Any]:
@@ -464,11 +464,11 @@ def _item_example(prop: dict[str, Any]) -> Any:
     return None
 
 
-def generate(s: Spec | None = None) -> dict[str, list[dict[str, Any]]]:
-    s = s or spec()
-    return {"fields.yaml": list(FieldCases(s).fields()), "rules.yaml": list(RuleCases(s).rules()),
-            "caps.yaml": list(CapCases(s).caps()), "lens.yaml": list(LensCases(s).lens()),
-            "http.yaml": list(HttpCases(s).http())}
+def generate(api: Spec | None = None) -> dict[str, list[dict[str, Any]]]:
+    api = api or spec()
+    return {"fields.yaml": list(FieldCases(api).fields()), "rules.yaml": list(RuleCases(api).rules()),
+            "caps.yaml": list(CapCases(api).caps()), "lens.yaml": list(LensCases(api).lens()),
+            "http.yaml": list(HttpCases(api).http())}
 
 
 def render(cases: list[dict[str, Any]]) -> str:
