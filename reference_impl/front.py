@@ -18,6 +18,8 @@ import json
 import sys
 from collections.abc import Callable
 
+import yaml
+
 from contract import (
     ApiError, Contract, Errors, InferenceUnavailable, InternalError, InvalidRequest, MethodNotAllowed, NotFound,
     RequestTooLarge, Spec, spec as default_spec,
@@ -38,11 +40,11 @@ SAFE_PATH = r"^[A-Za-z0-9/._~-]{1,%d}$"
 #   413: over client_max_body_size, which sits above the API's own cap.
 #   500: nginx's own failure.  502, 503, 504: the API did not answer.
 PAGES: dict[str, tuple[tuple[int, ...], Callable[[Spec], ApiError]]] = {
-    "malformed": ((400, 408, 414, 494, 501, 505), lambda s: InvalidRequest.from_template("malformed_http")),
-    "too_large": ((413,), lambda s: RequestTooLarge.from_template("request_too_large",
-                                                                  limit=s.caps["max_body_bytes"])),
-    "internal": ((500,), lambda s: InternalError.from_template("internal_error")),
-    "unavailable": ((502, 503, 504), lambda s: InferenceUnavailable.from_template("inference_unavailable")),
+    "malformed": ((400, 408, 414, 494, 501, 505), lambda api: InvalidRequest.from_template("malformed_http")),
+    "too_large": ((413,), lambda api: RequestTooLarge.from_template("request_too_large",
+                                                                  limit=api.caps["max_body_bytes"])),
+    "internal": ((500,), lambda api: InternalError.from_template("internal_error")),
+    "unavailable": ((502, 503, 504), lambda api: InferenceUnavailable.from_template("inference_unavailable")),
 }
 
 
@@ -78,7 +80,7 @@ def nginx_errors(api: Spec) -> str:
     contract = Contract(api)
     errors = contract.errors
     rid = api.request_id["prefix"] + REQUEST_ID
-    out = [f"# Written by `python -m reference_impl.front` from openapi.yaml {api.raw['info']['version']}: "
+    out = [f"# Written by `python -m reference_impl.front` from openapi.yaml {api.version}: "
            "do not edit.", "# The front's own refusals in the API's error shape (reference_impl/DEPLOY.md, Fronts).",
            "# `=`: the status is the one the page returns (the API's), not nginx's. A URI, not a named",
            "# location: nginx will not send a request whose request line it could not parse to a named one.", ""]
@@ -99,7 +101,7 @@ def nginx_errors(api: Spec) -> str:
     return "\n".join(out) + "\n"
 
 
-INGRESS = """\
+INGRESS_HEAD = """\
 # ingress-nginx in front of the API: the settings of reference_impl/deploy/nginx/acs-api.conf
 # (DEPLOY.md, "Fronts"). Written by `python -m reference_impl.front --ingress` from openapi.yaml
 # {version}: do not edit.
@@ -108,43 +110,43 @@ INGRESS = """\
 # server's included, since nginx answers a request it cannot parse from the default server.
 # Snippets are off by default since ingress-nginx 1.9: allow-snippet-annotations and
 # annotations-risk-level below turn them on (merge these keys into your controller's ConfigMap).
-apiVersion: v1
-kind: ConfigMap
-metadata: {{name: ingress-nginx-controller, namespace: ingress-nginx}}
-data:
-  allow-snippet-annotations: "true"
-  annotations-risk-level: Critical
-  proxy-body-size: 9m
-  client-body-timeout: "{body_read}"
-  client-header-timeout: "{body_read}"
-  large-client-header-buffers: 4 16k
-  server-snippet: |
-{snippet}
----
-apiVersion: networking.k8s.io/v1
-kind: Ingress
-metadata:
-  name: acs-api
-  annotations:
-    nginx.ingress.kubernetes.io/proxy-body-size: 9m
-    nginx.ingress.kubernetes.io/proxy-buffering: "off"
-    nginx.ingress.kubernetes.io/proxy-http-version: "1.1"
-    nginx.ingress.kubernetes.io/proxy-read-timeout: "900"
-    nginx.ingress.kubernetes.io/proxy-send-timeout: "900"
-spec:
-  ingressClassName: nginx
-  rules:
-    - http:
-        paths:
-          - {{path: /, pathType: Prefix, backend: {{service: {{name: acs-api, port: {{number: 80}}}}}}}}
 """
+BODY_CAP = "9m"   # proxy-body-size: above the API's own cap (x-caps.max_body_bytes), as acs-api.conf's
+PROXY_TIMEOUT = "900"
+
+
+class _Dumper(yaml.SafeDumper):
+    """The manifests as people write them: a multi-line string (the snippet) as a literal block."""
+
+
+_Dumper.add_representer(str, lambda dumper, text: dumper.represent_scalar(
+    "tag:yaml.org,2002:str", text, style="|" if "\n" in text else None))
 
 
 def ingress_nginx(api: Spec) -> str:
     """ingress-nginx's ConfigMap and an Ingress for the API's Service (k8s/api.yaml)."""
-    snippet = "\n".join(("    " + line).rstrip() for line in nginx_errors(api).splitlines())
-    return INGRESS.format(version=api.version, body_read=api.caps["body_read_seconds"],
-                          snippet=snippet)
+    body_read = str(api.caps["body_read_seconds"])
+    config_map = {
+        "apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "ingress-nginx-controller", "namespace": "ingress-nginx"},
+        "data": {"allow-snippet-annotations": "true", "annotations-risk-level": "Critical",
+                 "proxy-body-size": BODY_CAP, "client-body-timeout": body_read,
+                 "client-header-timeout": body_read, "large-client-header-buffers": "4 16k",
+                 "server-snippet": "\n".join(line.rstrip() for line in nginx_errors(api).splitlines()) + "\n"},
+    }
+    annotation = "nginx.ingress.kubernetes.io/"
+    ingress = {
+        "apiVersion": "networking.k8s.io/v1", "kind": "Ingress",
+        "metadata": {"name": "acs-api", "annotations": {
+            annotation + "proxy-body-size": BODY_CAP, annotation + "proxy-buffering": "off",
+            annotation + "proxy-http-version": "1.1", annotation + "proxy-read-timeout": PROXY_TIMEOUT,
+            annotation + "proxy-send-timeout": PROXY_TIMEOUT}},
+        "spec": {"ingressClassName": "nginx", "rules": [{"http": {"paths": [
+            {"path": "/", "pathType": "Prefix",
+             "backend": {"service": {"name": "acs-api", "port": {"number": 80}}}}]}}]},
+    }
+    return INGRESS_HEAD.format(version=api.version) + yaml.dump_all(
+        [config_map, ingress], Dumper=_Dumper, sort_keys=False, width=float("inf"), allow_unicode=True)
 
 
 def main(argv: list[str] | None = None) -> int:

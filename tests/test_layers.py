@@ -37,6 +37,7 @@ LAYERS: dict[str, set[str]] = {
 EXTRA: dict[str, set[str]] = {
     "reference_impl/vllm_server.py": {"vllm", "vllm_lens"},   # runs in vLLM's own interpreter
     "reference_impl/wire.py": {"httptools", "gevent"},        # vLLM's answers parsed in C; gevent's loop timer
+    "reference_impl/front.py": {"yaml"},                       # ingress-nginx's manifests (pyyaml: contract's own)
     "conformance/golden/generate.py": {"numpy"},               # writes steering vectors' wire form
     "conformance/checks/schema.py": {"requests"},              # schemathesis's transport: its 429s sent again
     "mock_server/testing.py": {"httpx", "anyio", "pytest"},     # client developers' transports and fixture
