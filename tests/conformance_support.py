@@ -18,6 +18,7 @@ from typing import Any
 
 from werkzeug.serving import make_server
 
+from conformance.sse import parse_text
 from contract import spec
 from api_server.children import free_port
 
@@ -347,7 +348,7 @@ class Breaker:
 
     @staticmethod
     def _rewrite_stream(mode: str, body: bytes) -> bytes:
-        events = [line[len("data: "):] for line in body.decode().split("\n") if line.startswith("data: ")]
+        events = [event.data for event in parse_text(body.decode()).events]
         if mode in STREAM_MODES:
             events = STREAM_MODES[mode](events)
         elif mode == "wrong_usage":

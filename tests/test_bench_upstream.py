@@ -5,7 +5,6 @@ read would measure error paths.
 """
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 
 import httpx
@@ -17,6 +16,7 @@ from bench.fake_vllm import TOKENS
 from reference_impl.engine import VllmEngine
 from tests.test_reference_engine import AUTH, KEY, MODEL, events
 from contract import spec
+from tests.mock_helpers import parse_sse
 
 PROMPT = [128000, 791, 13180, 374]
 
@@ -67,9 +67,7 @@ def test_the_relay_passes_the_stream_through_unchanged(upstreams: tuple[str, str
     for server in upstreams:   # each on a connection of its own, as the relay serves one request per connection
         with httpx.Client(base_url=server.url, headers={"X-Request-Id": "abc"}) as c:
             got.append(c.post("/v1/completions", json=body).text)
-    direct, relayed = ([json.loads(line[6:]) if line.startswith("data: {") else line
-                        for line in text.split("\n\n") if line] for text in got)
-    for chunk in direct + relayed:   # `created` is the second each was made in
-        if isinstance(chunk, dict):
-            chunk.pop("created")
-    assert relayed == direct and direct[-1] == "data: [DONE]" and len(direct) == 5
+    direct, relayed = (parse_sse(text) for text in got)
+    for chunk in direct.chunks + relayed.chunks:   # `created` is the second each was made in
+        chunk.pop("created")
+    assert relayed == direct and direct.events[-1] == "[DONE]" and len(direct.events) == 5

@@ -14,6 +14,7 @@ import httpx
 import pytest
 from openai import OpenAI
 
+from conformance.sse import parse_lines
 from contract import spec
 from mock_server.cassette import match_key
 from tests.mock_helpers import AUTH, MockProcess, completion_body
@@ -48,16 +49,14 @@ def running() -> Iterator[Running]:
 
 
 def stream_times(url: str, body: dict[str, Any], headers: dict[str, str]) -> tuple[list[str], list[float]]:
-    """A stream's data lines and when each came, from the request's start."""
-    lines, times = [], []
+    """A stream's events' data and when each came, from the request's start."""
+    lines = []
     began = time.monotonic()
     with httpx.stream("POST", url + COMPLETIONS, json={**body, "stream": True}, headers=headers, timeout=60) as r:
         assert r.status_code == 200, r.read()
-        for line in r.iter_lines():
-            if line.startswith("data: "):
-                lines.append(line)
-                times.append(time.monotonic() - began)
-    return lines, times
+        lines = [(time.monotonic() - began, line) for line in r.iter_lines()]
+    events = parse_lines(lines).events
+    return [e.data for e in events], [e.at for e in events]
 
 
 def cassette_lines(path: Path) -> list[dict[str, Any]]:

@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 
 from api_server import ServerConfig, create_app
+from conformance.sse import parse_text
 from contract import InferenceUnavailable, encode_tensor, spec
 from reference_impl.__main__ import api_config
 from reference_impl.deployment import DeploymentError, deployment_models
@@ -70,10 +71,8 @@ def completion(stream: bytes) -> dict[str, Any]:
     """What vLLM answers without stream for the request that streams as `stream`."""
     out: dict[str, Any] = {**CHUNK, "choices": []}
     choices: dict[int, dict[str, Any]] = {}
-    for line in stream.decode().split("\n"):
-        if not line.startswith("data: {"):
-            continue
-        chunk = json.loads(line[6:])
+    for event in parse_text(stream.decode()).events:
+        chunk = event.payload if isinstance(event.payload, dict) else {}
         for c in chunk.get("choices") or ():
             merged = choices.setdefault(c["index"], {**c, "text": "", "token_ids": []})
             merged["text"] += c["text"]

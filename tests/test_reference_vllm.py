@@ -18,6 +18,7 @@ import pytest
 import zstandard
 
 from contract import ModelInfo, encode_tensor, spec
+from tests.mock_helpers import parse_sse
 from api_server.budget import BudgetStore
 from api_server import ServerConfig
 
@@ -46,8 +47,7 @@ def post(ref: Reference, body: dict[str, Any]) -> httpx.Response:
 def stream_events(ref: Reference, body: dict[str, Any]) -> list[Any]:
     r = post(ref, {**body, "stream": True})
     assert r.status_code == 200, r.text
-    return [json.loads(line[6:]) if line != "data: [DONE]" else "[DONE]"
-            for line in r.text.split("\n") if line.startswith("data: ")]
+    return parse_sse(r.text).events
 
 
 def vllm_direct(ref: Reference, body: dict[str, Any]) -> dict[str, Any]:

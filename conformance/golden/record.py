@@ -25,6 +25,7 @@ from typing import Any
 
 import httpx
 
+from conformance.sse import DONE, parse_text
 from contract import Spec, spec
 
 HERE = Path(__file__).resolve().parent / "recorded"
@@ -212,10 +213,10 @@ def answer_shape(reply: httpx.Response, body: dict[str, Any]) -> dict[str, Any]:
     media = reply.headers.get("content-type", "").split(";")[0]
     if media == "text/event-stream":
         events: list[Any] = []
-        for line in reply.text.split("\n"):
-            if line.startswith("data: "):
-                data = line[len("data: "):]
-                events.append(data if data == "[DONE]" else shape(json.loads(data), body))
+        for event in parse_text(reply.text).events:
+            if event.kind == "invalid":
+                raise ValueError(f"an event that is not JSON: {event.data[:200]!r}")
+            events.append(DONE if event.kind == "done" else shape(event.payload, body))
         return {"status": reply.status_code, "media": media, "events": joined(by_choice(events))}
     return {"status": reply.status_code, "media": media, "body": shape(reply.json(), body)}
 
