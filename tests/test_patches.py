@@ -207,3 +207,41 @@ def test_the_app_answers_the_same_with_the_patches_off(monkeypatch: pytest.Monke
     on = answers(monkeypatch, "1")
     assert [status for status, _, _ in on] == [200, 200, 200, 405, 404, 200, 200]
     assert answers(monkeypatch, "0") == on
+
+
+# -- reference_impl/vllm_server.py, in vLLM's interpreter -------------------------------
+VLLM_NAMES = """
+import os, sys
+from reference_impl import vllm_server
+from vllm.entrypoints.openai.completion.serving import OpenAIServingCompletion
+from vllm_lens._activations_plugin import _serialize_activations_for
+original = OpenAIServingCompletion.completion_stream_generator
+vllm_server.install()
+vllm_server.install()   # idempotent: one wrap
+wrapped = OpenAIServingCompletion.completion_stream_generator
+print(vllm_server.enabled(), wrapped is not original, getattr(wrapped, "_with_activations", False),
+      callable(_serialize_activations_for))
+"""
+
+
+@pytest.mark.vllm
+@pytest.mark.parametrize("switch", ["1", "0"])
+def test_the_names_vllm_server_replaces_exist_and_the_switch_is_api_servers(switch: str) -> None:
+    """What vllm_server.py replaces and calls is still in the pinned vLLM and vllm-lens;
+    ACS_PATCHES is the switch patches.py reads, and =0 means main() installs nothing."""
+    import os
+    import subprocess
+
+    from reference_impl import vllm_server
+    from reference_impl.launcher import ROOT, default_python
+    from tests.reference_fixtures import missing
+
+    assert vllm_server.SWITCH == patches.ENV
+    reason = missing()
+    if reason:
+        pytest.skip(reason)
+    env = {**os.environ, "PYTHONPATH": str(ROOT), patches.ENV: switch}
+    run = subprocess.run([default_python(), "-c", VLLM_NAMES], capture_output=True, text=True, timeout=300,
+                         env=env, cwd=ROOT)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert run.stdout.split() == [str(switch == "1"), "True", "True", "True"]
