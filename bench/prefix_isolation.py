@@ -32,7 +32,7 @@ from pathlib import Path
 import httpx
 
 from conformance.checks.agree import LOGPROBS, difference
-from conformance.checks.lens import encode_float32
+from conformance.tensors import encode_float32
 from contract import Contract, spec
 from reference_impl.deployment import deployment_models, read_model_config
 from reference_impl.launcher import VllmProcess

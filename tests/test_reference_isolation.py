@@ -18,7 +18,7 @@ from api_server import create_app
 from conformance.checks import REGISTRY
 from conformance.checks.agree import LOGPROBS, difference
 from conformance.checks.isolation import PROMPT_TOKENS
-from conformance.checks.lens import encode_float32
+from conformance.tensors import encode_float32
 from conformance.config import RunConfig
 from conformance.registry import select
 from conformance.results import Outcome, RunReport

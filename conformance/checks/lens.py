@@ -6,15 +6,11 @@ first of its list.
 """
 from __future__ import annotations
 
-import base64
-import binascii
 import math
 import re
-import struct
 from typing import Any
 
-import zstandard
-
+from conformance import tensors
 from conformance.checks.common import open_stream, schema_errors
 from conformance.context import Context
 from conformance.expect import steering_body
@@ -32,23 +28,9 @@ def storage_dtype(api: Spec, model_dtype: str) -> tuple[str, str]:
     return next((wire, orig) for wire, orig in pairs.items() if orig == original)
 
 
-def itemsize(dtype: str) -> int:
-    bits = re.search(r"\d+", dtype)
-    if bits is None:
-        raise ValueError(f"no bit width in dtype {dtype!r}")
-    return int(bits.group()) // 8
-
-
-def encode_float32(values: list[float], shape: list[int]) -> dict[str, Any]:
-    raw = struct.pack(f"<{len(values)}f", *values)
-    frame = zstandard.ZstdCompressor(write_content_size=True).compress(raw)
-    return {"data": base64.b64encode(frame).decode(), "dtype": "float32",
-            "original_dtype": "torch.float32", "shape": shape, "compression": "zstd"}
-
-
 def zero_vector(hidden: int, layers: list[int]) -> dict[str, Any]:
     shape = [len(layers), hidden]
-    return {"activations": encode_float32([0.0] * math.prod(shape), shape), "layer_indices": layers}
+    return {"activations": tensors.encode_float32([0.0] * math.prod(shape), shape), "layer_indices": layers}
 
 
 def _layers(ctx: Context) -> list[int]:
@@ -68,12 +50,10 @@ def _check_activations(ctx: Context, acts: Any, generated: int, reply: Any) -> N
     ctx.equal("the residual stream's shape", shape, tensor["shape"], reply)
     wire, original = storage_dtype(ctx.api, ctx.model.dtype)
     ctx.equal("the residual stream's dtypes", [wire, original], [tensor["dtype"], tensor["original_dtype"]], reply)
-    want = math.prod(tensor["shape"]) * itemsize(tensor["dtype"])
+    want = tensors.declared_bytes(tensor)
     try:
-        frame = base64.b64decode(tensor["data"], validate=True)
-        size = zstandard.frame_content_size(frame)
-        raw = zstandard.ZstdDecompressor().decompress(frame, max_output_size=max(want, 1))
-    except (binascii.Error, ValueError, zstandard.ZstdError) as exc:
+        size, raw = tensors.content(tensor)
+    except tensors.TensorError as exc:
         ctx.fail("the residual stream's data does not decode (base64 of one zstd frame)",
                  received=str(exc), reply=reply)
         return

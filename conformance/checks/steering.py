@@ -24,18 +24,12 @@ vector changes it (else it could not fail: skipped, saying so).
 """
 from __future__ import annotations
 
-import base64
-import binascii
 import math
-import struct
-from array import array
 from typing import Any
 
-import zstandard
-
+from conformance import tensors
 from conformance.checks.agree import LOGPROBS, difference
 from conformance.checks.effects import END_TOKENS, REPEATS, agree_all, allowed_tokens_honoured, memo_post, post
-from conformance.checks.lens import encode_float32
 from conformance.client import Reply
 from conformance.context import Context
 from conformance.registry import register
@@ -69,7 +63,7 @@ def vector(ctx: Context, values: list[float], **fields: Any) -> Vector:
     """A vector at the middle layer: [1, hidden], or [1, positions, hidden] with position_indices."""
     shape = [1, len(values) // ctx.model.hidden_size, ctx.model.hidden_size] if "position_indices" in fields \
         else [1, ctx.model.hidden_size]
-    return {"activations": encode_float32(values, shape), "layer_indices": [layer(ctx)], **fields}
+    return {"activations": tensors.encode_float32(values, shape), "layer_indices": [layer(ctx)], **fields}
 
 
 # -- the greedy continuation ----------------------------------------------------------
@@ -159,11 +153,9 @@ def scale_zero(ctx: Context) -> None:
 def tensor_values(ctx: Context, tensor: Any, reply: Reply) -> tuple[list[int], list[float]]:
     """A tensor in the wire encoding (activations, a vector): its shape and its values, or the check stops."""
     try:
-        raw = zstandard.ZstdDecompressor().decompress(base64.b64decode(tensor["data"], validate=True))
-        shape = [int(n) for n in tensor["shape"]]
-        values = _floats(raw, tensor["dtype"])
-    except (TypeError, KeyError, ValueError, binascii.Error, zstandard.ZstdError) as exc:
-        ctx.stop("no residual stream that decodes", received=repr(exc), reply=reply)
+        shape, values = tensors.values(tensor)
+    except tensors.TensorError as exc:
+        ctx.stop("no residual stream that decodes", received=str(exc), reply=reply)
     if len(values) != math.prod(shape):
         ctx.stop("the residual stream's values do not fill its shape", received=shape, reply=reply)
     return shape, values
@@ -179,18 +171,6 @@ def decode_capture(ctx: Context, reply: Reply) -> list[list[list[float]]]:
     hidden, positions = shape[2], shape[1]
     return [[values[(k * positions + p) * hidden:(k * positions + p + 1) * hidden] for p in range(positions)]
             for k in range(shape[0])]
-
-
-def _floats(raw: bytes, dtype: str) -> list[float]:
-    if dtype == "int16":   # bf16 bits: the high half of a float32
-        bits = array("H")
-        bits.frombytes(raw)
-        wide = array("I", (b << 16 for b in bits))
-        out = array("f")
-        out.frombytes(wide.tobytes())
-        return out.tolist()
-    code = {"float16": "e", "float32": "f"}[dtype]
-    return list(struct.unpack(f"<{len(raw) // struct.calcsize(code)}{code}", raw))
 
 
 def capture_body(ctx: Context, prompt: list[int], vectors: list[Vector] | None = None,
@@ -311,7 +291,7 @@ def layers_above(ctx: Context) -> None:
     plain = plain_capture(ctx, output_residual_stream=above)
     u = direction(ctx.model.hidden_size)
     size = typical_norm(plain[0]) / norm(u)   # about the stream's own norm
-    first = {"activations": encode_float32([size * x for x in u], [1, ctx.model.hidden_size]), "layer_indices": [at]}
+    first = {"activations": tensors.encode_float32([size * x for x in u], [1, ctx.model.hidden_size]), "layer_indices": [at]}
     reply, steered = capture(ctx, [first], output_residual_stream=above)
     if len(steered[0]) != len(plain[0]):
         ctx.stop("the steered capture has other positions than the unsteered one",
@@ -320,7 +300,7 @@ def layers_above(ctx: Context) -> None:
     if max(map(norm, rows)) <= SLACK * size * norm(u):
         ctx.skip(f"a vector at layer {at} left the stream at layer {at + 1} as it is without it "
                  "(effects:steering.layer_and_scale): that it is added at no layer above shows nothing here")
-    again = {"activations": encode_float32([x for row in rows for x in row], [1, len(rows), ctx.model.hidden_size]),
+    again = {"activations": tensors.encode_float32([x for row in rows for x in row], [1, len(rows), ctx.model.hidden_size]),
              "layer_indices": [at + 1], "position_indices": list(range(len(rows)))}
     for _ in range(REPEATS):
         reply, replayed = capture(ctx, [again], output_residual_stream=above)

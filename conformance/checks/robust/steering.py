@@ -2,24 +2,17 @@
 vectors that decode past x-caps.steering_decoded_bytes, frames with more or less than they declare."""
 from __future__ import annotations
 
-import base64
 import struct
 from typing import Any
 
-import zstandard
-
+from conformance import tensors
 from conformance.checks.robust.raw import minimal, post, refused, robust
 from conformance.context import Context
 from conformance.expect import steering_body
 
 
-def _tensor(frame: bytes, shape: list[int]) -> dict[str, Any]:
-    return {"data": base64.b64encode(frame).decode(), "dtype": "float32",
-            "original_dtype": "torch.float32", "shape": shape, "compression": "zstd"}
-
-
 def _zeros(size: int) -> bytes:
-    return zstandard.ZstdCompressor(write_content_size=True).compress(bytes(size))
+    return tensors.frame(bytes(size))
 
 
 def _steer(ctx: Context, *vectors: dict[str, Any]) -> dict[str, Any]:
@@ -42,7 +35,7 @@ def steering_positions(ctx: Context) -> None:
     hidden, positions = ctx.model.hidden_size, 67108864
     frame = _declaring(_zeros(4 * hidden), positions * hidden * 4)
     param = "apply_steering_vectors[0]"
-    refused(ctx, post(ctx, _steer(ctx, _tensor(frame, [1, positions, hidden]))), "1 TiB declared",
+    refused(ctx, post(ctx, _steer(ctx, tensors.wire(frame, [1, positions, hidden]))), "1 TiB declared",
             steering_body(ctx.api, "positions", param, got=positions, max_model_len=ctx.max_model_len))
 
 
@@ -54,7 +47,7 @@ def steering_decoded_cap(ctx: Context) -> None:
     size = positions * hidden * 4
     count = cap // size + 1
     frame = _zeros(size)
-    vectors = [_tensor(frame, [1, positions, hidden])] * count
+    vectors = [tensors.wire(frame, [1, positions, hidden])] * count
     param = f"apply_steering_vectors[{count - 1}]"
     refused(ctx, post(ctx, _steer(ctx, *vectors)), f"{count} vectors of {size} bytes",
             steering_body(ctx.api, "decoded_cap", param, cap=cap, total=count * size))
@@ -72,5 +65,5 @@ def steering_frames(ctx: Context) -> None:
              "inflating short of its size": _declaring(_zeros(want // 2), want)}
     param = "apply_steering_vectors[0]"
     for name, frame in cases.items():
-        refused(ctx, post(ctx, _steer(ctx, _tensor(frame, [1, hidden]))), name,
+        refused(ctx, post(ctx, _steer(ctx, tensors.wire(frame, [1, hidden]))), name,
                 steering_body(ctx.api, "zstd", param))
