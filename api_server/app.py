@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, cast
 from flask import Flask, Response, g, request
 from werkzeug.exceptions import HTTPException
 
-from api_server.budget_store import open_budget
+from api_server.budget import open_budget
 from api_server.completions import create_completion, stall_bound
 from api_server.config import EVERY_MODEL, ServerConfig
 from api_server.engine import Engine

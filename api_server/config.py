@@ -66,7 +66,7 @@ class ServerConfig:
     budget_tokens: int | None = None
     # Where the Budget's SQLite file lives; shared by every worker of one server.
     budget_dir: str | None = None
-    # redis://host:port/db: the Budget in Redis, shared by replicas (budget_store.py).
+    # redis://host:port/db: the Budget in Redis, shared by replicas (api_server/budget).
     budget_url: str | None = None
     # None: the spec's x-caps.keepalive_seconds (for_spec).
     keepalive_seconds: float | None = None

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 from flask import current_app
 
-from api_server.budget_store import Budget
+from api_server.budget import Budget
 from api_server.config import ServerConfig
 from api_server.engine import Engine
 from api_server.hooks import Hook

@@ -30,8 +30,8 @@ from pathlib import Path
 
 import httpx
 
-from api_server.budget import BudgetStore
-from api_server.budget_redis import RedisBudget
+from api_server.budget.sqlite import BudgetStore
+from api_server.budget.redis import RedisBudget
 from bench import harness
 from bench.harness import ROOT, Server, command_line, percentile
 from contract import Contract, spec

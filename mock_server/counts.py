@@ -5,7 +5,7 @@ on (gunicorn spreads one client's retries over its workers).
 One SQLite file in a directory made when the app is built (before gunicorn forks, so every
 worker opens the same file); one `INSERT ... ON CONFLICT ... RETURNING` a request, atomic
 across processes. Only requests that carry the header touch it. The file keeps a hash of
-each key (budget_base.key_id), never the key. The directory goes when the process that made
+each key (api_server.budget.protocol.key_id), never the key. The directory goes when the process that made
 it exits (not when a worker does: they run the same atexit hooks).
 """
 from __future__ import annotations
@@ -17,7 +17,7 @@ import sqlite3
 import tempfile
 from pathlib import Path
 
-from api_server.budget_base import key_id
+from api_server.budget.protocol import key_id
 
 LOCK_TIMEOUT_S = 60.0
 

@@ -22,9 +22,9 @@ import pytest
 import redis
 from rich.console import Console
 
-from api_server.budget import FILE_NAME, BudgetStore
-from api_server.budget_redis import PREFIX, RedisBudget
-from api_server.budget_store import Budget, key_id, open_budget
+from api_server.budget.sqlite import FILE_NAME, BudgetStore
+from api_server.budget.redis import PREFIX, RedisBudget
+from api_server.budget import Budget, key_id, open_budget
 from api_server.config import ServerConfig
 from conformance.cli import main
 from contract import ApiError, InferenceUnavailable, hold, spec

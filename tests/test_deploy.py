@@ -21,7 +21,7 @@ import yaml
 from gunicorn.config import Config
 
 from contract import spec
-from api_server.budget_store import REDIS_SCHEMES
+from api_server.budget import REDIS_SCHEMES
 from api_server.serve import gunicorn_options
 from reference_impl.__main__ import parser as reference_parser
 from reference_impl.launcher import VllmProcess, default_python

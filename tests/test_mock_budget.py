@@ -12,7 +12,7 @@ import httpx
 import pytest
 
 from contract import ApiError, hold, spec
-from api_server.budget import BudgetStore
+from api_server.budget.sqlite import BudgetStore
 from tests.mock_helpers import KEY, MockProcess, completion_body, parse_sse
 from tests.contract_support import CONTRACT
 

@@ -18,7 +18,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from api_server.budget import BudgetStore
+from api_server.budget.sqlite import BudgetStore
 from contract import InvalidRequest, spec
 from mock_server.faults import TPOT_MS
 from tests.mock_helpers import AUTH, KEY, MockProcess, completion_body, raw_request, read_http_response

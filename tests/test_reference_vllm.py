@@ -19,7 +19,7 @@ import zstandard
 
 from contract import ModelInfo, encode_tensor, spec
 from tests.mock_helpers import parse_sse
-from api_server.budget import BudgetStore
+from api_server.budget.sqlite import BudgetStore
 from api_server import ServerConfig
 
 pytest_plugins = ["tests.reference_fixtures"]

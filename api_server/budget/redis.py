@@ -25,7 +25,7 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from contract import CompletionRequest, Hold, InferenceUnavailable, InsufficientQuota, hold
-from api_server.budget_base import key_id
+from api_server.budget.protocol import key_id
 
 log = logging.getLogger("api_server")
 

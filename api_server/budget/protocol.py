@@ -1,6 +1,6 @@
 """What every Budget backend shares: the store's interface and how it names a key.
 
-budget.py (SQLite) and budget_redis.py (Redis) import this module; budget_store.py,
+sqlite.py and redis.py import this module; the package's __init__ (open_budget),
 which picks one of them, imports them. Nothing here imports a backend.
 """
 from __future__ import annotations

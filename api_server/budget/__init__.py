@@ -1,22 +1,22 @@
 """Where the Budget lives: one interface, two backends, chosen by one setting.
 
-    budget_url unset          SQLite in budget_dir (budget.py): exact across the
+    budget_url unset          SQLite in budget_dir (sqlite.py): exact across the
                               workers of one machine; the embedded default
-    redis://host:port/db      Redis (budget_redis.py): exact across API replicas on
+    redis://host:port/db      Redis (redis.py): exact across API replicas on
     rediss://..., unix://...  any number of machines, which share it
 
 Either way a Hold is taken, and later settled, in one atomic step, and a store
 keeps a hash of each API key (key_id), never the key itself. The interface and
-key_id live in budget_base.py, which the backends import; this module imports the
-backends, and no backend imports it.
+key_id live in protocol.py, which the backends import; this package's own module
+(open_budget) imports the backends, and no backend imports it.
 """
 from __future__ import annotations
 
 import tempfile
 from typing import TYPE_CHECKING
 
-from api_server.budget import BudgetStore, Unlimited
-from api_server.budget_base import Budget, key_id
+from api_server.budget.sqlite import BudgetStore, Unlimited
+from api_server.budget.protocol import Budget, key_id
 
 if TYPE_CHECKING:
     from api_server.config import ServerConfig
@@ -34,6 +34,6 @@ def open_budget(config: ServerConfig) -> Budget:
     if url:
         if not url.startswith(REDIS_SCHEMES):
             raise ValueError(f"budget_url: expected {', '.join(s + '...' for s in REDIS_SCHEMES)}, not {url!r}")
-        from api_server.budget_redis import RedisBudget   # redis is loaded only when used
+        from api_server.budget.redis import RedisBudget   # redis is loaded only when used
         return RedisBudget(url, config.budget_tokens)
     return BudgetStore(config.budget_dir or tempfile.mkdtemp(prefix="api-budget-"), config.budget_tokens)

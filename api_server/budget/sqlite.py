@@ -13,7 +13,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from contract import CompletionRequest, Hold, hold
-from api_server.budget_base import key_id
+from api_server.budget.protocol import key_id
 
 FILE_NAME = "budget.sqlite3"
 LOCK_TIMEOUT_S = 60.0   # how long a request waits for another one's transaction
