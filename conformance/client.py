@@ -23,7 +23,7 @@ from typing import Any, Callable, TypeVar
 import httpx
 
 from conformance.config import CHEAP_TOKENS
-from conformance.cost import CostModel
+from conformance.token_cost import CostModel
 from conformance.results import Exchange, quote
 from conformance.sse import Parsed, parse_lines
 

@@ -7,7 +7,7 @@ from typing import Any
 
 from conformance.client import Client, Reply
 from conformance.config import RunConfig
-from conformance.expect import REQUEST_ID_MASK, mask, request_id_re
+from conformance.spec_bodies import REQUEST_ID_MASK, mask, request_id_re
 from conformance.results import Finding
 from contract import ModelInfo, Spec
 
@@ -33,7 +33,7 @@ class ServerInfo:
     models: dict[str, ModelInfo]
     given: dict[str, frozenset[str]] = field(default_factory=dict)
     health: dict[bool, int | None] = field(default_factory=dict)
-    writer: tuple[str, ...] | None = None     # answerer.writer of GET /v1/models: the deployment's own
+    writer: tuple[str, ...] | None = None     # who_answered.writer of GET /v1/models: the deployment's own
 
 
 @dataclass
@@ -150,7 +150,7 @@ class Context:
         if body is None:
             return
         if not reply.is_json:
-            from conformance.answerer import who_answered
+            from conformance.who_answered import who_answered
             self.fail(f"the body is not JSON ({who_answered(reply.headers, reply.content, self.server.writer)})", expected=body,
                       received=_summary(reply), reply=reply)
             self.expect_request_id(reply, in_body=False)
@@ -161,7 +161,7 @@ class Context:
             self.expect_request_id(reply, in_body=True)
 
     def expect_error(self, reply: Reply, body: dict[str, Any], status: int | None = None) -> None:
-        from conformance.expect import status_of
+        from conformance.spec_bodies import status_of
         self.expect_response(reply, status or status_of(self.api, body["error"]["code"]), body)
 
 

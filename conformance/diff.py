@@ -10,7 +10,7 @@ set of response header names (transport headers left out), and the body's
 shape (keys, types, array lengths; never sampled text). Exit codes: 0 nothing
 differs, 1 something does, 2 usage, configuration or an unreachable server.
 
-The command is conformance.cli's (`diff_main`); the reports are conformance.reports.diff's
+The command is conformance.cli's (`diff_main`); the reports are conformance.reports.differences's
 and the console table conformance.display's.
 """
 from __future__ import annotations

@@ -17,7 +17,7 @@ from conformance.context import SAYS
 from conformance.diff import DiffReport, where_differs
 from conformance.registry import Check, token_bound
 from conformance.results import CheckResult, Outcome, RunReport, exit_code
-from conformance.cost import CostModel
+from conformance.token_cost import CostModel
 from contract.version import describe, version_line
 
 STYLE = {Outcome.PASSED: "green", Outcome.FAILED: "red", Outcome.WARNED: "dark_orange", Outcome.SKIPPED: "yellow",

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Union
 if TYPE_CHECKING:
     from conformance.config import RunConfig
     from conformance.context import Context
-    from conformance.cost import CostModel
+    from conformance.token_cost import CostModel
 
 CheckFunction = Callable[["Context"], None]
 TokenBound = Union[int, Callable[["RunConfig"], int]]

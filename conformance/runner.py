@@ -8,11 +8,11 @@ from collections.abc import Callable, Sequence
 
 import httpx
 
-from conformance.answerer import writer
+from conformance.who_answered import writer
 from conformance.client import AUTH_DEFAULT, AUTH_NONE, OVER_CEILING, Client, OverCeiling, Reply
 from conformance.coverage import Coverage
 from conformance.config import ConfigError, RunConfig
-from conformance.cost import CostModel
+from conformance.token_cost import CostModel
 from conformance.context import LEDGER_NOTES, Context, ServerInfo, Skipped, Stop
 from conformance.registry import Check, token_bound
 from conformance.results import CheckResult, Finding, Outcome, RunReport

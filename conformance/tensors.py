@@ -1,7 +1,7 @@
 """The gate's one reading and writing of the API's wire tensors (captures, steering vectors):
 base64 of one zstd frame of little-endian values, with a shape and a dtype.
 
-The gate keeps its own, apart from the core's (contract/steering.py): a server built on
+The gate keeps its own, apart from the core's (contract/tensors.py): a server built on
 the core would otherwise be judged by the decoder it shares, and a fault in it would
 read back as right. Every decode is bounded by what the shape declares."""
 from __future__ import annotations

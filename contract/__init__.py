@@ -14,7 +14,7 @@ from contract.errors import (
 )
 from contract.request import CompletionRequest, parse_json
 from contract.spec import ModelInfo, Spec, SpecError, load_spec, spec
-from contract.steering import SteeringVector, encode_tensor
+from contract.tensors import SteeringVector, encode_tensor
 
 __all__ = [
     "ApiError", "ChatRefused", "CompletionRequest", "ContextLengthExceeded", "Contract",

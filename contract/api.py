@@ -25,7 +25,7 @@ from contract.request import CompletionRequest, prompt_count, prompts_of, trunca
 from contract.rules import Rules
 from contract.schema import ObjectSchema
 from contract.spec import ModelInfo, Route, Spec
-from contract.steering import decode_vectors
+from contract.tensors import decode_vectors
 
 
 class Contract:

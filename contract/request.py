@@ -12,7 +12,7 @@ from typing import Any
 
 from contract.errors import InvalidJson
 from contract.spec import ModelInfo
-from contract.steering import SteeringVector
+from contract.tensors import SteeringVector
 from contract.tokens import encode
 
 

@@ -27,7 +27,7 @@ from contract.tokens import decode
 from mock_server.activations import capture, warm
 from mock_server.logprobs import GREEDY, LEAST_TOP, Cut, Ranked, max_top, prompt_logprob, rank_positions, row_width, top_logprobs
 from mock_server.sampler import Choice, Settings, sample_choice
-from mock_server.steering import additions, steerer
+from mock_server.steered import additions, steerer
 from mock_server.vocab import Vocab, vocab
 
 # Fields that change which tokens a model samples; stream, logprobs, echo etc. do not.

@@ -20,7 +20,7 @@ from conformance.checks.schema import _Ledger, schemathesis_spec
 from conformance.client import Client, OverCeiling
 from conformance.config import CHEAP_TOKENS, DEFAULT_TOKEN_CEILING, RunConfig
 from conformance.context import Context
-from conformance.cost import CostModel, generating_paths, worst_case
+from conformance.token_cost import CostModel, generating_paths, worst_case
 from conformance.display import print_summary
 from conformance.golden import load_cases
 from conformance.golden.cheap import OUT as CHEAP_FILE, render as render_cheap

@@ -11,7 +11,7 @@ from conformance.checks import REGISTRY
 from conformance.checks.schema import BEYOND_SCHEMA, _never_accepted, narrowed_spec, schemathesis_spec
 from conformance.client import Client
 from conformance.config import DEFAULT_TOKEN_CEILING, RunConfig
-from conformance.expect import error_body, request_id_re
+from conformance.spec_bodies import error_body, request_id_re
 from conformance.golden import load_cases
 from conformance.registry import Check, Registry, select, token_bound
 from conformance.reports.html import render

@@ -49,7 +49,7 @@ EXTRA: dict[str, set[str]] = {
 # conformance reads the spec through contract, never the core's validators.
 CONFORMANCE_CONTRACT_NAMES = {"spec", "Spec", "ModelInfo", "SpecError"}
 CONFORMANCE_CONTRACT_MODULES = {"contract.spec", "contract.version"}   # the versions reports record
-GENERATOR_CONTRACT_MODULES = {"contract.spec", "contract.steering"}   # encode_tensor
+GENERATOR_CONTRACT_MODULES = {"contract.spec", "contract.tensors"}   # encode_tensor
 # golden/cheap.py (offline, like generate.py) asks the core which refusals stay the same when cheap
 GENERATOR_CONTRACT_NAMES = {"conformance/golden/cheap.py": {"ApiError", "Contract"}}
 PYTEST_MODULES = {"conformance/pytest_plugin.py", "conformance/pytest_suite.py"}

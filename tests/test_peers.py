@@ -12,7 +12,7 @@ import httpx
 
 from conformance.checks import REGISTRY
 from conformance.config import RunConfig
-from conformance.cost import CostModel
+from conformance.token_cost import CostModel
 from conformance.registry import select
 from conformance.results import Outcome, RunReport
 from conformance.runner import OVERSPEND, PROBE_MAX_TOKENS, run

@@ -5,8 +5,8 @@ from __future__ import annotations
 import math
 import random
 
-from conformance.checks.tempered import CRITICAL, Step, evidence, low_statistic, statistic
-from conformance.checks.effects import TEMPERED_K, WRONG_TEMPERATURE
+from conformance.checks.effects.tempered import CRITICAL, Step, evidence, low_statistic, statistic
+from conformance.checks.effects.sampling import TEMPERED_K, WRONG_TEMPERATURE
 
 RUNS = 200
 

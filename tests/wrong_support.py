@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from contract import ModelInfo
-from contract.steering import decode_vector, encode_tensor
+from contract.tensors import decode_vector, encode_tensor
 from tests.conformance_support import Breaker, Environ, StartResponse, whole_response
 from tests.contract_support import CONTRACT
 from tests.effects_support import _valid, _without

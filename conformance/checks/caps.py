@@ -16,8 +16,8 @@ from typing import Any
 from conformance.checks.common import first_chunk_accepted
 from conformance.config import CHEAP_TOKENS, RunConfig
 from conformance.context import Context
-from conformance.cost import CostModel
-from conformance.expect import error_body, message, token_rule_body
+from conformance.token_cost import CostModel
+from conformance.spec_bodies import error_body, message, token_rule_body
 from conformance.golden import padded_body
 from conformance.registry import register
 

@@ -16,7 +16,7 @@ allowed_token_ids), as conformance/golden/cheap_requests.json says (written
 offline by conformance.golden.cheap, where the contract refuses each changed
 request exactly as the original one): a server that wrongly accepts it writes
 one token, or one event. Every case is counted at its worst case
-(conformance.cost) by the ledger.
+(conformance.token_cost) by the ledger.
 """
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ from conformance.checks.common import first_chunk_accepted
 from conformance.client import AUTH_DEFAULT
 from conformance.config import CHEAP_TOKENS, RunConfig
 from conformance.context import Context
-from conformance.cost import CostModel
+from conformance.token_cost import CostModel
 from conformance.golden import HERE, Case, load_cases
 from conformance.registry import REGISTRY, Check
 

@@ -28,8 +28,8 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from conformance.checks.agree import LOGPROBS, difference
-from conformance.checks.effects import post
-from conformance.checks.steering import SLACK, norm, strong, tensor_values
+from conformance.checks.effects.sampling import post
+from conformance.checks.effects.steering import SLACK, norm, strong, tensor_values
 from conformance.context import Context
 from conformance.registry import register
 

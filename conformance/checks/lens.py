@@ -13,7 +13,7 @@ from typing import Any
 from conformance import tensors
 from conformance.checks.common import open_stream, schema_errors
 from conformance.context import Context
-from conformance.expect import steering_body
+from conformance.spec_bodies import steering_body
 from conformance.registry import register
 from contract import Spec
 
@@ -121,7 +121,7 @@ def layer_out_of_range(ctx: Context) -> None:
     body = {"model": ctx.config.model, "prompt": PROMPT, "max_tokens": MAX_TOKENS,
             "output_residual_stream": [layers]}
     reply = ctx.client.post(ctx.api.completions_path, body)
-    from conformance.expect import error_body
+    from conformance.spec_bodies import error_body
     param = rule["params"][0]
     ctx.expect_error(reply, error_body(ctx.api, rule["code"], rule["message"].format(
         layer=layers, param=param, num_layers=layers), param))

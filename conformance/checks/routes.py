@@ -4,7 +4,7 @@ from __future__ import annotations
 import secrets
 
 from conformance.context import Context
-from conformance.expect import error_body, message
+from conformance.spec_bodies import error_body, message
 from conformance.registry import register
 from contract import Spec
 

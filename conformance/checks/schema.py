@@ -53,7 +53,7 @@ from schemathesis.checks import CHECKS
 from schemathesis.config import SchemathesisConfig
 from schemathesis.engine import events, from_schema
 
-from conformance.answerer import is_front, who_answered
+from conformance.who_answered import is_front, who_answered
 from conformance.client import OVER_CEILING, Client, OverCeiling, Reply, StreamReply
 from conformance.config import RunConfig
 from conformance.context import LEDGER_NOTES, Context

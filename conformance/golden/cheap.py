@@ -23,7 +23,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from conformance.cost import CostModel, generating_paths
+from conformance.token_cost import CostModel, generating_paths
 from conformance.golden import HERE, Case, load_cases
 from contract import ApiError, Contract, ModelInfo, Spec, spec
 

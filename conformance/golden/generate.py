@@ -15,7 +15,7 @@ import yaml
 
 from conformance.golden import HERE, REQUEST_ID_MASK
 from contract.spec import Spec, spec
-from contract.steering import encode_tensor
+from contract.tensors import encode_tensor
 
 PROMPT = "The sky is"
 GENERATED_FILES = ("fields.yaml", "rules.yaml", "caps.yaml", "lens.yaml", "http.yaml")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from conformance.checks.robust.raw import cut, distinctive, minimal, post, refused, robust, send, target_of
 from conformance.context import Context
-from conformance.expect import error_body, message
+from conformance.spec_bodies import error_body, message
 
 
 @robust("robust:echo.model")

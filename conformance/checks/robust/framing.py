@@ -8,7 +8,7 @@ from typing import Any
 from conformance.checks.robust.raw import (HEALTH, UNKNOWN, answered, deliver, error_shaped, minimal, refused,
                                            request_headers, robust, shown, target_of)
 from conformance.context import Context
-from conformance.expect import error_body, message
+from conformance.spec_bodies import error_body, message
 from conformance.rawhttp import RawExchange
 
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from conformance.checks.robust.raw import minimal, post, refused, robust
 from conformance.context import Context
-from conformance.expect import error_body
+from conformance.spec_bodies import error_body
 
 
 @robust("robust:priority.int64_string")

@@ -6,7 +6,7 @@ no input quoted back past x-caps.quoted_chars, and a server still healthy afterw
 `front=True` marks a request no HTTP client sends (malformed framing, huge heads, path
 tricks), which a front (nginx, an ingress, a load balancer) refuses by itself: its answer
 in its own words (not JSON), written by another party than the deployment's own answers
-(answerer.is_front), is a warning, not a finding (conformance/README.md, "A front's own
+(who_answered.is_front), is a warning, not a finding (conformance/README.md, "A front's own
 words"). A close or a reset without an answer names no one: a finding. A hang, a 5xx, an
 accepted request, an answer in JSON that is not the API's, an echo and an unhealthy server
 stay findings."""
@@ -18,10 +18,10 @@ import secrets
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from conformance.answerer import is_front, who_answered
+from conformance.who_answered import is_front, who_answered
 from conformance.checks.common import schema_errors
 from conformance.context import Context
-from conformance.expect import REQUEST_ID_MASK, error_body, message, request_id_re
+from conformance.spec_bodies import REQUEST_ID_MASK, error_body, message, request_id_re
 from conformance.rawhttp import RawExchange, RawResponse, Target, exchange
 from conformance.registry import register
 

@@ -8,7 +8,7 @@ from typing import Any
 from conformance import tensors
 from conformance.checks.robust.raw import minimal, post, refused, robust
 from conformance.context import Context
-from conformance.expect import steering_body
+from conformance.spec_bodies import steering_body
 
 
 def _zeros(size: int) -> bytes:

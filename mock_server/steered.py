@@ -22,7 +22,7 @@ from collections.abc import Callable
 import numpy as np
 
 from contract import ModelInfo
-from contract.steering import SteeringVector
+from contract.tensors import SteeringVector
 from mock_server.activations import float32_values, nominal_norm
 
 EPS = 1e-6   # vllm-lens's norm_match: steering * (|residual| / (|steering| + eps))

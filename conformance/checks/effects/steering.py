@@ -29,7 +29,7 @@ from typing import Any
 
 from conformance import tensors
 from conformance.checks.agree import LOGPROBS, difference
-from conformance.checks.effects import END_TOKENS, REPEATS, agree_all, allowed_tokens_honoured, memo_post, post
+from conformance.checks.effects.sampling import END_TOKENS, REPEATS, agree_all, allowed_tokens_honoured, memo_post, post
 from conformance.client import Reply
 from conformance.context import Context
 from conformance.registry import register

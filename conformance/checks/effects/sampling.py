@@ -27,7 +27,7 @@ from typing import Any
 
 from conformance.checks.agree import LOGPROBS, difference
 from conformance.checks.common import prompt_ids_returned
-from conformance.checks.tempered import CRITICAL, Step, low_statistic, row_evidence, statistic
+from conformance.checks.effects.tempered import CRITICAL, Step, low_statistic, row_evidence, statistic
 from conformance.client import Reply
 from conformance.context import Context
 from conformance.registry import register
