@@ -10,6 +10,7 @@ import json
 from pathlib import Path
 from typing import Any, Iterator
 
+import jsonschema
 import numpy as np
 import yaml
 
@@ -18,6 +19,7 @@ from contract.spec import Spec, spec
 from contract.tensors import encode_tensor
 
 PROMPT = "The sky is"
+FILLER = 791   # an ordinary token of the vocabulary (" The"): prompts of a chosen length
 GENERATED_FILES = ("fields.yaml", "rules.yaml", "caps.yaml", "lens.yaml", "http.yaml")
 
 
@@ -49,27 +51,27 @@ class _Cases:
     and expected error bodies built from the spec's templates."""
 
     def __init__(self, api: Spec) -> None:
-        self.s = api
+        self.api = api
         self.model = api.models[api.default_model]
         self.base = {"model": self.model.name, "prompt": PROMPT, "max_tokens": 1}
 
     def invalid(self, param: str | None, message: str, code: str = "invalid_request") -> dict[str, Any]:
-        return _error(code, message, param, self.s)
+        return _error(code, message, param, self.api)
 
     def rule(self, rid: str, table: str = "x-rules", **fields: Any) -> dict[str, Any]:
-        rule = self.s.rule(table, rid)
-        return _error(rule["code"], rule["message"].format(**fields), rule.get("param"), self.s)
+        rule = self.api.rule(table, rid)
+        return _error(rule["code"], rule["message"].format(**fields), rule.get("param"), self.api)
 
     def _model_msg(self, rid: str, **fields: Any) -> str:
-        return self.s.model_rules[rid]["message"].format(**fields)
+        return self.api.model_rules[rid]["message"].format(**fields)
 
 
 class FieldCases(_Cases):
     """fields.yaml: unknown, missing, wrong type, ranges."""
 
     def fields(self) -> Iterator[dict[str, Any]]:
-        m = self.s.messages
-        req = self.s.schema("CompletionRequest")
+        m = self.api.messages
+        req = self.api.schema("CompletionRequest")
         for name in ("best_of", "suffix", "logit_bias", "vllm_xargs", "request_id", "prompt_embeds",
                      "response_format", "use_beam_search", "kv_transfer_params", "cache_salt"):
             yield _case(f"unknown.{name}", "refused as an unknown field", ["validation"],
@@ -119,7 +121,7 @@ class FieldCases(_Cases):
                             ["validation"], {**self.base, name: prop["x-default"]}, 200, generates=1)
 
     def _ranges(self, name: str, prop: dict[str, Any]) -> Iterator[dict[str, Any]]:
-        templates = self.s.messages["range"]
+        templates = self.api.messages["range"]
         numeric = "integer" in prop.get("type", []) and "integer" or "number"
         step = 1 if numeric == "integer" else 0.01
         bounds = [("minimum", -step, True), ("maximum", step, True),
@@ -157,17 +159,14 @@ class FieldCases(_Cases):
                         self.invalid(name, templates[keyword].format(param=name, limit=limit)))
 
     def _with(self, name: str, value: Any) -> tuple[dict[str, Any], int]:
-        """The base body with one field set, plus what other rules then need."""
+        """The base body with one field set, plus what the spec's cross-field rules then need
+        (each `if`/`then` of CompletionRequest's allOf, met by the consts it names: its `then`'s,
+        or, where `then` is on `name` itself, those of the `if` it must not meet)."""
         body = {**self.base, name: value}
-        if name == "n":
-            body["max_tokens"] = 1
-        if name in ("stream_options",):
-            body["stream"] = True
-        if name == "prompt_logprobs":
-            body["stream"] = False
-        if name == "max_tokens" and isinstance(value, int) and value > self.s.caps["max_tokens_without_stream"]:
-            body["stream"] = True
-        if name == "min_tokens":
+        for rule in self.api.schema("CompletionRequest").get("allOf", []):
+            if "if" in rule and _holds(rule["if"], body) and not _holds(rule["then"], body):
+                body.update(_consts(rule["then"], name) or _consts(rule["if"].get("not", {}), name))
+        if name == "min_tokens":   # x-token-rules' min_tokens_above_max_tokens: arithmetic no schema states
             body["max_tokens"] = max(1, value if isinstance(value, int) else 1)
         n = body.get("n", 1) if isinstance(body.get("n", 1), int) else 1
         prompts = len(body["prompt"]) if isinstance(body["prompt"], list) and body["prompt"] and \
@@ -182,10 +181,10 @@ class RuleCases(_Cases):
     def rules(self) -> Iterator[dict[str, Any]]:
         b = {"model": self.model.name, "prompt": PROMPT}
         t = ["validation"]
-        threshold = self.s.greedy_below
+        threshold = self.api.greedy_below
         examples = {
             "max_tokens_required": [("n", {**b, "n": 2}), ("prompts", {**b, "prompt": [PROMPT, PROMPT]}),
-                                    ("token_prompts", {**b, "prompt": [[791], [791]]})],
+                                    ("token_prompts", {**b, "prompt": [[FILLER], [FILLER]]})],
             "greedy_n": [("zero", {**b, "n": 2, "max_tokens": 1, "temperature": 0}),
                          ("below", {**b, "n": 2, "max_tokens": 1, "temperature": threshold * 0.9})],
             "stream_options_without_stream": [("absent", {**b, "max_tokens": 1, "stream_options": {"include_usage": True}}),
@@ -201,22 +200,19 @@ class RuleCases(_Cases):
                 yield _case(cid, f"x-rules {rid}", t, body, 400, self.rule(rid))
         ok = [("greedy_n.at_threshold", {**b, "n": 2, "max_tokens": 1, "temperature": threshold}, 2),
               ("stream_options.with_stream", {**b, "max_tokens": 1, "stream": True,
-                                              "stream_options": {"include_usage": True, "continuous_usage_stats": True}}, 1),
-              ("max_tokens_required.one_token_prompt", {**b, "prompt": [791, 13180]}, None)]
+                                              "stream_options": {"include_usage": True, "continuous_usage_stats": True}}, 1)]
         for label, body, generates in ok:
-            if generates is None:
-                continue
             yield _case(f"rule.ok.{label}", "the rule's boundary is valid", t, body, 200, generates=generates)
         yield _case("model.unknown", "unknown model", t, {**self.base, "model": "no-such-model"}, 404,
-                    _error("model_not_found", self.s.messages["model_not_found"].format(model="no-such-model"),
-                           "model", self.s))
+                    _error("model_not_found", self.api.messages["model_not_found"].format(model="no-such-model"),
+                           "model", self.api))
 
 
 class CapCases(_Cases):
     """caps.yaml: caps that need the tokenizer, and the model's limits."""
 
     def caps(self) -> Iterator[dict[str, Any]]:
-        c, m, t = self.s.caps, self.model, ["caps"]
+        c, m, t = self.api.caps, self.model, ["caps"]
         b = {"model": m.name, "prompt": PROMPT}
         cap, wait = c["max_generated_tokens"], c["max_tokens_without_stream"]
         half = cap // 2
@@ -239,7 +235,7 @@ class CapCases(_Cases):
         # the prompt fills the context: the no-stream cap comes first (x-token-rules' order),
         # and a server that wrongly accepts the request has room for one token only
         yield _case("caps.without_stream.past", "max_tokens one past the no-stream limit, checked before the context", t,
-                    {**b, "prompt": {"$token_ids": {"count": m.max_model_len - 1, "id": 791}},
+                    {**b, "prompt": {"$token_ids": {"count": m.max_model_len - 1, "id": FILLER}},
                      "max_tokens": wait + 1}, 400,
                     self.rule("deadline_infeasible", "x-token-rules", cap=wait, max_tokens=wait + 1,
                               minutes=c["wait_seconds"] // 60))
@@ -251,20 +247,20 @@ class CapCases(_Cases):
 
     def _context(self, b: dict[str, Any], t: list[str]) -> Iterator[dict[str, Any]]:
         """max_model_len against the prompt and max_tokens, and min_tokens."""
-        m, wait = self.model, self.s.caps["max_tokens_without_stream"]
+        m, wait = self.model, self.api.caps["max_tokens_without_stream"]
         fit = m.max_model_len - wait
         yield _case("caps.context.at", "prompt + max_tokens = max_model_len", t,
-                    {**b, "prompt": {"$token_ids": {"count": fit, "id": 791}}, "max_tokens": wait}, 200,
+                    {**b, "prompt": {"$token_ids": {"count": fit, "id": FILLER}}, "max_tokens": wait}, 200,
                     generates=wait)
         yield _case("caps.context.past", "prompt + max_tokens = max_model_len + 1", t,
-                    {**b, "prompt": {"$token_ids": {"count": fit + 1, "id": 791}}, "max_tokens": wait}, 400,
+                    {**b, "prompt": {"$token_ids": {"count": fit + 1, "id": FILLER}}, "max_tokens": wait}, 400,
                     self.rule("context_length", "x-token-rules", max_model_len=m.max_model_len,
                               total=m.max_model_len + 1, prompt_tokens=fit + 1, max_tokens=wait))
         yield _case("caps.default_max_tokens.at", "a prompt of max_model_len - 1 leaves one token", t,
-                    {**b, "prompt": {"$token_ids": {"count": m.max_model_len - 1, "id": 791}}}, 200,
+                    {**b, "prompt": {"$token_ids": {"count": m.max_model_len - 1, "id": FILLER}}}, 200,
                     generates=1)
         yield _case("caps.default_max_tokens.past", "a prompt of max_model_len leaves none", t,
-                    {**b, "prompt": {"$token_ids": {"count": m.max_model_len, "id": 791}}}, 400,
+                    {**b, "prompt": {"$token_ids": {"count": m.max_model_len, "id": FILLER}}}, 400,
                     self.rule("prompt_too_long", "x-token-rules", max_model_len=m.max_model_len,
                               prompt_tokens=m.max_model_len))
         yield _case("caps.min_tokens.at", "min_tokens = max_tokens", t,
@@ -275,13 +271,13 @@ class CapCases(_Cases):
 
     def _body(self, b: dict[str, Any], t: list[str]) -> Iterator[dict[str, Any]]:
         """The body size cap (every route)."""
-        size = self.s.caps["max_body_bytes"]
+        size = self.api.caps["max_body_bytes"]
         small = {**b, "max_tokens": 1}
         yield _case("caps.body.at", "a body of exactly the cap", t + ["http"], small, 200,
                     generates=1, body_bytes=size)
         yield _case("caps.body.past", "a body one byte over the cap", t + ["http"], small, 413,
-                    _error("request_too_large", self.s.messages["request_too_large"].format(limit=size),
-                           None, self.s), body_bytes=size + 1)
+                    _error("request_too_large", self.api.messages["request_too_large"].format(limit=size),
+                           None, self.api), body_bytes=size + 1)
 
     def _capture(self, b: dict[str, Any]) -> Iterator[dict[str, Any]]:
         m, t = self.model, ["caps", "lens"]
@@ -290,7 +286,7 @@ class CapCases(_Cases):
         for label, lay, positions in (("all_layers", layers, per_layer), ("one_layer", [0], cap)):
             # positions = prompt tokens + max_tokens - 1, with max_tokens 1 or 2
             prompt_ok = positions - 1
-            body = {**b, "prompt": {"$token_ids": {"count": prompt_ok, "id": 791}}, "max_tokens": 2,
+            body = {**b, "prompt": {"$token_ids": {"count": prompt_ok, "id": FILLER}}, "max_tokens": 2,
                     "output_residual_stream": lay}
             yield _case(f"caps.capture.{label}.at", "Layers x tokens at the capture cap", t, body, 200,
                         generates=2)
@@ -301,28 +297,28 @@ class CapCases(_Cases):
 
     def _model_limits(self, b: dict[str, Any]) -> Iterator[dict[str, Any]]:
         m, t = self.model, ["validation"]
-        vocab, rules = m.vocab_size, "x-model-rules"
-        for param in ("prompt", "stop_token_ids", "allowed_token_ids"):
-            body = {**b, "max_tokens": 1} if param != "prompt" else dict(b, max_tokens=1)
+        vocab = m.vocab_size
+        for param in self.api.model_rules["token_id_in_vocab"]["params"]:
+            body = {**b, "max_tokens": 1}
             ok = {**body, param: [vocab - 1]}
-            bad = {**body, param: [791, vocab]}
+            bad = {**body, param: [FILLER, vocab]}
             yield _case(f"model.{param}.vocab.at", "the last token id", t, ok, 200, generates=1)
             yield _case(f"model.{param}.vocab.past", "one past the vocabulary", t, bad, 400,
-                        _error(self.s.model_rules["token_id_in_vocab"]["code"], self._model_msg("token_id_in_vocab", token_id=vocab,
-                               param=param, vocab_size=vocab), param, self.s))
+                        _error(self.api.model_rules["token_id_in_vocab"]["code"], self._model_msg("token_id_in_vocab", token_id=vocab,
+                               param=param, vocab_size=vocab), param, self.api))
         yield _case("model.top_k.at", "top_k = vocabulary size", t, {**b, "max_tokens": 1, "top_k": vocab},
                     200, generates=1)
         yield _case("model.top_k.past", "top_k one past the vocabulary", t,
                     {**b, "max_tokens": 1, "top_k": vocab + 1}, 400,
-                    _error(self.s.model_rules["top_k_in_vocab"]["code"], self._model_msg("top_k_in_vocab", value=vocab + 1,
-                           vocab_size=vocab), "top_k", self.s))
+                    _error(self.api.model_rules["top_k_in_vocab"]["code"], self._model_msg("top_k_in_vocab", value=vocab + 1,
+                           vocab_size=vocab), "top_k", self.api))
         yield _case("model.layers.at", "the last layer", t + ["lens"],
                     {**b, "max_tokens": 1, "output_residual_stream": [m.num_layers - 1]}, 200, generates=1)
         yield _case("model.layers.past", "one past the last layer", t + ["lens"],
                     {**b, "max_tokens": 1, "output_residual_stream": [0, m.num_layers]}, 400,
-                    _error(self.s.model_rules["layer_in_range"]["code"], self._model_msg("layer_in_range", layer=m.num_layers,
+                    _error(self.api.model_rules["layer_in_range"]["code"], self._model_msg("layer_in_range", layer=m.num_layers,
                            param="output_residual_stream", num_layers=m.num_layers),
-                           "output_residual_stream", self.s))
+                           "output_residual_stream", self.api))
 
 
 class LensCases(_Cases):
@@ -330,7 +326,7 @@ class LensCases(_Cases):
 
     def lens(self) -> Iterator[dict[str, Any]]:
         m, t = self.model, ["lens", "steering", "validation"]
-        rule = self.s.model_rules["steering_vector"]
+        rule = self.api.model_rules["steering_vector"]
         b = {"model": m.name, "prompt": PROMPT, "max_tokens": 1}
         pairs = rule["dtype_pairs"]
         hidden = m.hidden_size
@@ -347,7 +343,7 @@ class LensCases(_Cases):
     def _bad_vectors(self, b: dict[str, Any], t: list[str]) -> Iterator[dict[str, Any]]:
         """One case per reason the steering_vector rule gives."""
         m = self.model
-        rule = self.s.model_rules["steering_vector"]
+        rule = self.api.model_rules["steering_vector"]
         pairs = rule["dtype_pairs"]
         hidden = m.hidden_size
         vec = _vector
@@ -357,7 +353,7 @@ class LensCases(_Cases):
             message = rule["message"].format(param=param, reason=rule["reasons"][reason].format(**fields))
             return _case(f"steering.{label}", f"steering vector: {reason}", t,
                          {**b, "apply_steering_vectors": [vector]}, 400,
-                         _error(rule["code"], message, param, self.s))
+                         _error(rule["code"], message, param, self.api))
 
         f32 = np.zeros((1, hidden), dtype=np.float32)
         yield bad("hidden", vec(np.zeros((1, hidden - 1), dtype=np.float32), pairs["float32"], [0]),
@@ -391,41 +387,50 @@ class HttpCases(_Cases):
     """http.yaml: route, auth, media type, JSON."""
 
     def http(self) -> Iterator[dict[str, Any]]:
-        msg, t = self.s.messages, ["http", "validation"]
+        msg, t = self.api.messages, ["http", "validation"]
         body = self.base
         yield _case("http.not_found", "unknown route", t, None, 404,
-                    _error("not_found", msg["not_found"].format(method="GET", path="/v1/nothing"), None, self.s),
+                    _error("not_found", msg["not_found"].format(method="GET", path="/v1/nothing"), None, self.api),
                     path="/v1/nothing", method="GET")
         yield _case("http.method_not_allowed", "wrong method on a known route", t, None, 405,
                     _error("method_not_allowed", msg["method_not_allowed"].format(
-                        method="GET", path="/v1/completions", allow="POST"), None, self.s),
+                        method="GET", path="/v1/completions", allow="POST"), None, self.api),
                     path="/v1/completions", method="GET")
         yield _case("http.no_key", "no Authorization header", t + ["auth"], body, 401,
-                    _error("invalid_api_key", msg["invalid_api_key"], None, self.s), auth="none")
+                    _error("invalid_api_key", msg["invalid_api_key"], None, self.api), auth="none")
         yield _case("http.not_bearer", "a key without the Bearer scheme", t + ["auth"], body, 401,
-                    _error("invalid_api_key", msg["invalid_api_key"], None, self.s), auth="Basic abc")
+                    _error("invalid_api_key", msg["invalid_api_key"], None, self.api), auth="Basic abc")
         yield _case("http.empty_bearer", "an empty Bearer key", t + ["auth"], body, 401,
-                    _error("invalid_api_key", msg["invalid_api_key"], None, self.s), auth="Bearer ")
+                    _error("invalid_api_key", msg["invalid_api_key"], None, self.api), auth="Bearer ")
         yield _case("http.media_type", "a body that is not application/json", t, body, 415,
-                    _error("unsupported_media_type", msg["unsupported_media_type"], None, self.s),
+                    _error("unsupported_media_type", msg["unsupported_media_type"], None, self.api),
                     headers={"Content-Type": "text/plain"})
         yield _case("http.invalid_json", "a body that is not JSON", t, None, 400,
-                    _error("invalid_json", msg["invalid_json"], None, self.s),
+                    _error("invalid_json", msg["invalid_json"], None, self.api),
                     raw_body="{not json")
         yield _case("http.nan", "NaN is not JSON", t, None, 400,
-                    _error("invalid_json", msg["invalid_json"], None, self.s),
-                    raw_body='{"model": "llama-8b", "prompt": "x", "temperature": NaN}')
+                    _error("invalid_json", msg["invalid_json"], None, self.api),
+                    raw_body='{"model": %s, "prompt": "x", "temperature": NaN}' % json.dumps(self.model.name))
         yield _case("http.not_object", "a JSON body that is not an object", t, None, 400,
-                    _error("invalid_json", msg["not_json_object"], None, self.s), raw_body="[1, 2]")
+                    _error("invalid_json", msg["not_json_object"], None, self.api), raw_body="[1, 2]")
         yield _case("http.models", "the models list", ["http"], None, 200, path="/v1/models", method="GET")
         yield _case("http.chat.empty_body", "chat is refused whatever the body", t, None, 400,
-                    _error("invalid_request", msg["chat_refused"], None, self.s),
+                    _error("invalid_request", msg["chat_refused"], None, self.api),
                     path="/v1/chat/completions", raw_body="{}")
 
 
 def _vector(values: np.ndarray, original: str, layers: list[int], **extra: Any) -> dict[str, Any]:
     """A steering vector in the wire encoding."""
     return {"activations": encode_tensor(values, original), "layer_indices": layers, **extra}
+
+
+def _holds(schema: dict[str, Any], body: dict[str, Any]) -> bool:
+    return jsonschema.Draft202012Validator(schema).is_valid(body)
+
+
+def _consts(schema: dict[str, Any], name: str) -> dict[str, Any]:
+    """The fields other than `name` that `schema` fixes to a const."""
+    return {k: v["const"] for k, v in schema.get("properties", {}).items() if k != name and "const" in v}
 
 
 def _num(x: float) -> float | int:
