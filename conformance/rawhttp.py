@@ -2,7 +2,8 @@
 
 httpx (h11) refuses to send a body shorter than its Content-Length, both
 Content-Length and Transfer-Encoding, pipelined requests or a stalled body; the
-robust: checks need exactly those. Every connection goes to the base URL's host
+robust: checks need exactly those. What comes back is read by h11 itself, as any
+client would read it. Every connection goes to the base URL's host
 and port (TLS for https), every request target under its path, and every read
 is bounded in time.
 """
@@ -16,13 +17,15 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
+import h11
+
 MAX_READ = 1 << 22          # bytes kept of one connection's answers (4 MiB)
 
 
 @dataclass
 class RawResponse:
     status: int
-    headers: dict[str, str]      # lower-case names; a repeated header keeps its last value
+    headers: dict[str, str]      # lower-case names; a repeated header's values joined with ", "
     body: bytes
 
     def json(self) -> Any:
@@ -41,6 +44,7 @@ class RawExchange:
     reset: bool = False          # ... by a reset (RST), not a close
     timed_out: bool = False      # the bound passed while more was expected
     error: str | None = None     # a connection that failed before any answer
+    malformed: str | None = None  # what came back is not HTTP/1.1 (h11's reason)
 
     @property
     def first(self) -> RawResponse | None:
@@ -115,83 +119,72 @@ def exchange(target: Target, parts: list[bytes], *, expect: int = 1, bound: floa
 
 
 def _read(sock: socket.socket, out: RawExchange, expect: int, deadline: float) -> None:
-    buf = bytearray()
+    """The answers, parsed by h11 as a client's: strict (a status line or header that is not
+    HTTP/1.1 is `malformed`, never a made-up status), each message framed as HTTP frames it."""
+    conn = h11.Connection(h11.CLIENT)
+    _asked(conn)
+    status, headers, body = 0, {}, bytearray()
+    ended = False
     while len(out.responses) < expect:
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            out.timed_out = True
-            return
-        sock.settimeout(remaining)
         try:
-            chunk = sock.recv(1 << 16)
-        except (socket.timeout, TimeoutError):
-            out.timed_out = True
+            event = conn.next_event()
+        except h11.RemoteProtocolError as exc:
+            if not ended:   # a message cut off by the close is no answer, as a close is
+                out.malformed = str(exc)
             return
-        except ConnectionResetError:
-            out.reset = True
-            chunk = b""
-        if chunk:
-            out.data += chunk
-            buf += chunk
-        while True:
-            parsed = _parse(buf, closed=not chunk)
-            if parsed is None:
-                break
-            response, used = parsed
-            if not 100 <= response.status < 200:     # an interim answer (100 Continue) is not the response
-                out.responses.append(response)
-            del buf[:used]
-        if not chunk:
-            out.closed = True
+        if event is h11.NEED_DATA:
+            chunk = _recv(sock, out, deadline)
+            if chunk is None:
+                return
+            ended = not chunk
+            out.closed = out.closed or ended
+            conn.receive_data(chunk)
+            if len(out.data) > MAX_READ:
+                return
+        elif isinstance(event, h11.Response):
+            status, headers, body = event.status_code, _headers(event.headers), bytearray()
+        elif isinstance(event, h11.Data):
+            body += event.data
+        elif isinstance(event, h11.EndOfMessage):
+            out.responses.append(RawResponse(status, headers, bytes(body)))
+            if conn.their_state is not h11.DONE:   # the server closes after it
+                continue
+            conn.start_next_cycle()
+            _asked(conn)
+        elif isinstance(event, h11.ConnectionClosed):
             return
-        if len(out.data) > MAX_READ:
-            return
+        # an InformationalResponse (100 Continue) is not the response: read on
 
 
-def _parse(buf: bytearray, *, closed: bool) -> tuple[RawResponse, int] | None:
-    """One whole response at the start of `buf` and its length; None if more is needed."""
-    end = buf.find(b"\r\n\r\n")
-    if end < 0:
+def _asked(conn: h11.Connection) -> None:
+    """Tell h11 a request went (the bytes sent were ours, not h11's), so it reads the answer."""
+    conn.send(h11.Request(method="POST", target="/", headers=[("Host", "raw")]))
+    conn.send(h11.EndOfMessage())
+
+
+def _recv(sock: socket.socket, out: RawExchange, deadline: float) -> bytes | None:
+    """The next bytes (b"" at the close or a reset); None when the bound passed."""
+    remaining = deadline - time.monotonic()
+    if remaining <= 0:
+        out.timed_out = True
         return None
-    lines = bytes(buf[:end]).decode("latin-1").split("\r\n")
+    sock.settimeout(remaining)
     try:
-        status = int(lines[0].split()[1])
-    except (IndexError, ValueError):
-        status = 0
-    headers = {}
-    for line in lines[1:]:
-        name, _, value = line.partition(":")
-        headers[name.strip().lower()] = value.strip()
-    start = end + 4
-    if 100 <= status < 200:
-        return RawResponse(status, headers, b""), start
-    if "chunked" in headers.get("transfer-encoding", "").lower():
-        body, pos = bytearray(), start
-        while True:
-            eol = buf.find(b"\r\n", pos)
-            if eol < 0:
-                return None
-            try:
-                size = int(bytes(buf[pos:eol]).split(b";")[0], 16)
-            except ValueError:
-                return RawResponse(status, headers, bytes(buf[start:])), len(buf)
-            if size == 0:
-                trailer = buf.find(b"\r\n\r\n", eol)
-                if trailer < 0:
-                    return None
-                return RawResponse(status, headers, bytes(body)), trailer + 4
-            if len(buf) < eol + 2 + size + 2:
-                return None
-            body += buf[eol + 2:eol + 2 + size]
-            pos = eol + 2 + size + 2
-    if "content-length" in headers:
-        try:
-            length = int(headers["content-length"])
-        except ValueError:
-            length = 0
-        if len(buf) < start + length:
-            return None
-        return RawResponse(status, headers, bytes(buf[start:start + length])), start + length
-    if not closed:        # no length: the body runs to the close
+        chunk = sock.recv(1 << 16)
+    except (socket.timeout, TimeoutError):
+        out.timed_out = True
         return None
-    return RawResponse(status, headers, bytes(buf[start:])), len(buf)
+    except ConnectionResetError:
+        out.reset = True
+        return b""
+    out.data += chunk
+    return chunk
+
+
+def _headers(fields: list[tuple[bytes, bytes]]) -> dict[str, str]:
+    """Lower-case names; a repeated field's values joined with ", " (RFC 9110 5.3)."""
+    out: dict[str, str] = {}
+    for name, value in fields:
+        key, text = name.decode("latin-1"), value.decode("latin-1")
+        out[key] = f"{out[key]}, {text}" if key in out else text
+    return out

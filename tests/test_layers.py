@@ -44,6 +44,7 @@ EXTRA: dict[str, set[str]] = {
     "mock_server/cassette.py": {"httpx"},                        # --record's client to the upstream
     "conformance/metrics_contract.py": {"prometheus_client"},  # its parser reads a /metrics scrape
     "conformance/checks/metrics.py": {"prometheus_client"},
+    "conformance/rawhttp.py": {"h11"},                         # answers read as a client reads them
     "conformance/cli.py": {"hypothesis"},                       # its caches kept out of the working directory
 }
 # conformance reads the spec through contract, never the core's validators.

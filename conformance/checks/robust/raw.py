@@ -93,7 +93,10 @@ def answered(ctx: Context, ex: RawExchange, what: str, *,
         ctx.fail(f"{what}: no connection: {ex.error}")
         return None
     if ex.first is None:
-        if ex.timed_out:
+        if ex.malformed is not None:
+            ctx.fail(f"{what}: an answer that is not HTTP/1.1 ({ex.malformed})",
+                     received=ex.data[:300].decode("latin-1"))
+        elif ex.timed_out:
             ctx.fail(f"{what}: no answer within {ctx.config.timeout:g} s (a hang)",
                      received=ex.data[:300].decode("latin-1"))
         elif not may_close:
