@@ -16,7 +16,7 @@ from rich.console import Console
 
 from conformance.checks import REGISTRY
 from conformance.checks.golden import refusal_request, worst_case as golden_worst
-from conformance.checks.schema import _Ledger, schemathesis_spec
+from conformance.checks.schema import Ledger, kept_by, schemathesis_spec
 from conformance.client import Client, OverCeiling
 from conformance.config import CHEAP_TOKENS, DEFAULT_TOKEN_CEILING, RunConfig
 from conformance.context import Context
@@ -258,7 +258,7 @@ class _Case:
 def test_negative_schemathesis_bodies_get_the_cheap_fields_and_the_ceiling_holds() -> None:
     with Client("http://x", "k", transport=httpx.MockTransport(LaxServer())) as client:
         client.ceiling, client.cost = 10, CostModel.of(spec(), SERVED_LEN)
-        ledger = _Ledger(client, "negative", schemathesis_spec(spec()), spec())
+        ledger = Ledger(client, "negative", schemathesis_spec(spec()), spec())
         case = _Case({"model": MODEL, "prompt": 7})
         ledger.before(case)
         assert case.body == {"model": MODEL, "prompt": 7, "max_tokens": 1, "n": 1}
@@ -270,7 +270,7 @@ def test_negative_schemathesis_bodies_get_the_cheap_fields_and_the_ceiling_holds
         with pytest.raises(OverCeiling):
             ledger.before(_Case({"model": MODEL, "prompt": 7}))
         assert ledger.withheld == 1
-        positive = _Ledger(client, "positive", schemathesis_spec(spec()), spec())
+        positive = Ledger(client, "positive", schemathesis_spec(spec()), spec())
         body = {"model": MODEL, "prompt": [0]}
         with pytest.raises(OverCeiling):
             positive.before(_Case(body))
@@ -297,18 +297,14 @@ def _sent_through_schemathesis(body: dict[str, Any]) -> tuple[dict[str, Any], Cl
     """One negative case of /v1/completions through schemathesis's call and the ledger's hooks:
     the body the lax server received, and the client that kept the ledger."""
     import schemathesis
-    from conformance.checks.schema import _LEDGERS
     raw = schemathesis_spec(spec())
-    case = schemathesis.openapi.from_dict(raw)[COMPLETIONS]["POST"].Case(
-        body=copy.deepcopy(body), media_type="application/json")
+    schema = schemathesis.openapi.from_dict(raw)
+    case = schema[COMPLETIONS]["POST"].Case(body=copy.deepcopy(body), media_type="application/json")
     server = LaxServer()
     client = Client("http://lax.test", "k", transport=httpx.MockTransport(server))
     client.ceiling, client.cost = 10 ** 9, CostModel.of(spec(), SERVED_LEN)
-    _LEDGERS.append(_Ledger(client, "negative", raw, spec()))
-    try:
+    with kept_by(schema, Ledger(client, "negative", raw, spec())):
         case.call(app=_wsgi(server), base_url="http://lax.test")
-    finally:
-        _LEDGERS.pop()
     client.close()
     assert len(server.posts) == 1
     return server.posts[0], client

@@ -37,6 +37,7 @@ import copy
 import json
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import timedelta
 from typing import Any
 from urllib.parse import urlsplit
@@ -86,7 +87,7 @@ def stream_event_conformance(ctx: Any, response: Any, case: Any) -> bool | None:
         return None
     lines = [(0.0, line) for line in response.content.decode("utf-8", "replace").splitlines()]
     parsed = parse_lines(lines)
-    schemas = _LEDGERS[-1].api.event_schemas   # the run in progress's spec (it runs only in one)
+    schemas = _LEDGERS[id(case.operation.schema)].api.event_schemas   # the spec of this schema's run
     problems = list(parsed.framing_errors)
     for i, event in enumerate(parsed.events):
         if event.kind not in schemas:
@@ -100,12 +101,14 @@ def stream_event_conformance(ctx: Any, response: Any, case: Any) -> bool | None:
     return True
 
 
-# -- the token ledger, through schemathesis's (global) hooks -------------------------
+# -- the token ledger, through schemathesis's hooks ---------------------------------
 
-# What a negative body gets where that keeps it broken as it was (_Ledger._cheapen):
+# What a negative body gets where that keeps it broken as it was (Ledger._cheapen):
 # a server that wrongly accepts it then writes one token per prompt.
 NEGATIVE_CHEAP_FIELDS = {"max_tokens": 1, "n": 1}
-_LEDGERS: list["_Ledger"] = []      # the run in progress; the hooks do nothing without one
+# Each schemathesis schema's ledger, while its run lasts (by the schema object's id): a
+# hook finds its run's ledger from the case it is called with, so runs never share one.
+_LEDGERS: dict[int, "Ledger"] = {}
 SPEC_URI = "urn:acs-completions:schemathesis-spec"
 
 
@@ -114,7 +117,7 @@ def _error_keys(validator: jsonschema.protocols.Validator, body: Any) -> frozens
     return frozenset((tuple(e.absolute_path), tuple(e.schema_path)) for e in validator.iter_errors(body))
 
 
-class _Ledger:
+class Ledger:
     def __init__(self, client: Client, mode: str, raw: dict[str, Any], api: Spec) -> None:
         self.client, self.mode, self.api = client, mode, api   # api: the run's spec, `raw` made from it
         self.sent = self.withheld = self.withheld_worst = 0   # requests that can generate
@@ -198,16 +201,14 @@ def _as_list(hooks: Any) -> list[Any]:
 
 @schemathesis.hook
 def before_call(ctx: Any, case: Any, kwargs: dict[str, Any]) -> None:
-    """`kwargs`: the transport's arguments (the dict itself, so what is added is sent)."""
-    if _LEDGERS:
-        _LEDGERS[-1].before(case)
-        _LEDGERS[-1].resend_429s(kwargs)
-
-
-@schemathesis.hook
-def after_call(ctx: Any, case: Any, response: Any) -> None:
-    if _LEDGERS:
-        _LEDGERS[-1].after(response)
+    """`kwargs`: the transport's arguments (the dict itself, so what is added is sent).
+    Registered globally: schemathesis 4.32 dispatches before_call to the global hooks
+    alone (Case.call); it acts only for a schema of the suite's runs. after_call is the
+    schema's own (_run)."""
+    ledger = _LEDGERS.get(id(case.operation.schema))
+    if ledger is not None:
+        ledger.before(case)
+        ledger.resend_429s(kwargs)
 
 
 def check_names() -> list[str]:
@@ -282,17 +283,35 @@ def _st_config(config: RunConfig, mode: str, phases: tuple[str, ...]) -> Schemat
 
 
 def _run(config: RunConfig, raw: dict[str, Any], mode: str, phases: tuple[str, ...],
-         unanswered: list[Any]) -> Iterator[Any]:
-    """schemathesis's recorders; `unanswered` gets each request it sent without an HTTP answer."""
+         unanswered: list[Any], ledger: Ledger) -> Iterator[Any]:
+    """schemathesis's recorders; `unanswered` gets each request it sent without an HTTP answer;
+    every request passes `ledger` (its schema's hooks, and before_call through _LEDGERS)."""
     st_config = _st_config(config, mode, phases)
     schema = schemathesis.openapi.from_dict(raw, config=st_config)
-    for event in from_schema(schema).execute():
-        if isinstance(event, events.ScenarioFinished):
-            yield event.recorder
-        elif isinstance(event, events.FatalError):
-            raise RuntimeError(f"schemathesis: {event.exception}")
-        elif isinstance(event, events.NonFatalError) and isinstance(event.value, requests.RequestException):
-            unanswered.append(event)
+    with kept_by(schema, ledger):
+        for event in from_schema(schema).execute():
+            if isinstance(event, events.ScenarioFinished):
+                yield event.recorder
+            elif isinstance(event, events.FatalError):
+                raise RuntimeError(f"schemathesis: {event.exception}")
+            elif isinstance(event, events.NonFatalError) and isinstance(event.value, requests.RequestException):
+                unanswered.append(event)
+
+
+@contextmanager
+def kept_by(schema: Any, ledger: Ledger) -> Iterator[None]:
+    """Every request of `schema`'s cases passes `ledger` while the block runs: its after_call
+    is the schema's own hook, its before_call found through _LEDGERS."""
+    def after_call(ctx: Any, case: Any, response: Any) -> None:
+        ledger.after(response)
+
+    schema.hooks.register_hook_with_name(after_call, "after_call")
+    _LEDGERS[id(schema)] = ledger
+    try:
+        yield
+    finally:
+        del _LEDGERS[id(schema)]
+        schema.hooks.unregister(after_call)
 
 
 def _no_answer(mode: str, unanswered: list[Any], answered: int, base_url: str) -> list[Finding]:
@@ -400,12 +419,11 @@ def _run_both(ctx: Context) -> dict[str, list[Finding]]:
     ctx.memo["schemathesis"] = findings
     refused = _never_accepted(schemathesis_spec(ctx.api))
     for mode, raw, phases in runs:
-        _LEDGERS.append(_Ledger(ctx.client, mode, raw, ctx.api))
+        ledger = Ledger(ctx.client, mode, raw, ctx.api)
         unanswered: list[Any] = []
         try:
-            recorders = list(_run(ctx.config, raw, mode, phases, unanswered))
+            recorders = list(_run(ctx.config, raw, mode, phases, unanswered, ledger))
         finally:
-            ledger = _LEDGERS.pop()
             ledger.close()
             ctx.memo[f"schemathesis_withheld_{mode}"] = (ledger.sent, ledger.withheld, ledger.withheld_worst)
             if ledger.withheld:
