@@ -1,7 +1,7 @@
 """vLLM's answer -> the engine protocol's events (ChoiceDelta, Usage, Activations).
 
-vLLM streams chunks shaped like the API's; a chunk becomes the events the
-mock's app builds the API's own chunks and Completion from. Only fields that
+vLLM streams chunks shaped like the API's; a chunk becomes the events the API
+server builds its own chunks and Completion from (api_server/responses.py). Only fields that
 openapi.yaml declares pass: vLLM's extras (system_fingerprint, metrics,
 kv_transfer_params, ...) stay here, and `model` and `id` are the app's.
 """

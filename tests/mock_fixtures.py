@@ -4,7 +4,7 @@
 
 A plugin is registered once, so the session's server is one process for every
 module (a fixture imported into several modules would start one per module).
-Do not import this module directly. tests/conftest.py belongs to the core's tests.
+Do not import this module directly.
 """
 from __future__ import annotations
 

@@ -8,7 +8,7 @@ import httpx
 import pytest
 
 from conformance.checks import REGISTRY
-from conformance.checks.schema import BEYOND_SCHEMA, _never_accepted, narrowed_spec, schemathesis_spec
+from conformance.checks.schema import BEYOND_SCHEMA, never_accepted, narrowed_spec, schemathesis_spec
 from conformance.client import Client
 from conformance.config import DEFAULT_TOKEN_CEILING, RunConfig
 from conformance.spec_bodies import error_body, request_id_re
@@ -223,7 +223,7 @@ def test_html_report_is_self_contained_and_escaped() -> None:
 
 def test_only_the_chat_refusal_is_never_accepted() -> None:
     """schemathesis's positive_data_acceptance is not held against an operation with no 2xx."""
-    assert _never_accepted(schemathesis_spec(spec())) == {"POST /v1/chat/completions"}
+    assert never_accepted(schemathesis_spec(spec())) == {"POST /v1/chat/completions"}
 
 
 # -- who answered ------------------------------------------------------------------------
@@ -231,14 +231,14 @@ def test_only_the_chat_refusal_is_never_accepted() -> None:
 def test_a_schemathesis_failure_answered_by_another_party_names_it() -> None:
     from types import SimpleNamespace
 
-    from conformance.checks.schema import _other_party
+    from conformance.checks.schema import other_party
     ctx = SimpleNamespace(server=SimpleNamespace(writer=("Server: gunicorn",)))
 
     def interaction(headers: dict[str, list[str]], body: bytes = b"<title>405 Not Allowed</title>") -> SimpleNamespace:
         return SimpleNamespace(response=SimpleNamespace(headers=headers, content=body))
-    assert _other_party(ctx, interaction({"Server": ["nginx/1.22.1"]})) == (
+    assert other_party(ctx, interaction({"Server": ["nginx/1.22.1"]})) == (
         'answered by Server: nginx/1.22.1, HTML title "405 Not Allowed"; a front answering in its own words? '
         'see reference_impl/DEPLOY.md, "Fronts"')
-    assert _other_party(ctx, interaction({"Server": ["gunicorn"]}, b'{"error": {}}')) is None   # the deployment's own
-    assert _other_party(ctx, interaction({"Server": ["gunicorn"]})) is None   # its own HTML page is its own too
-    assert _other_party(ctx, SimpleNamespace(response=None)) is None
+    assert other_party(ctx, interaction({"Server": ["gunicorn"]}, b'{"error": {}}')) is None   # the deployment's own
+    assert other_party(ctx, interaction({"Server": ["gunicorn"]})) is None   # its own HTML page is its own too
+    assert other_party(ctx, SimpleNamespace(response=None)) is None

@@ -17,7 +17,7 @@ import httpx
 import pytest
 
 from api_server import ServerConfig, create_app
-from reference_impl.engine import VllmEngine, _json
+from reference_impl.engine import VllmEngine, vllm_json
 from reference_impl.errors import UpstreamError
 from reference_impl.events import SseData
 from tests.test_reference_engine import AUTH, BODY, KEY, MODEL, SKY, ApiClient, completion, events
@@ -59,11 +59,11 @@ def test_vllms_json_reads_as_json_reads_it() -> None:
     reads it, and what neither reads is the upstream's fault."""
     for raw in (SKY_DATA[0], b'{"a": [1.5, -0.0, 1e300, "\\u00e9", 18446744073709551615, -9223372036854775808]}',
                 b'{"s": "\\ud800"}', '{"u": "\u00e9"}'.encode("utf-16")):
-        assert _json(raw) == json.loads(raw)
-    nan = _json(b'{"x": NaN}')["x"]   # type: ignore[index]
+        assert vllm_json(raw) == json.loads(raw)
+    nan = vllm_json(b'{"x": NaN}')["x"]   # type: ignore[index]
     assert nan != nan
     with pytest.raises(UpstreamError, match="not JSON"):
-        _json(b"data: {")
+        vllm_json(b"data: {")
 
 
 class Finishing(httpx.SyncByteStream):

@@ -363,7 +363,7 @@ def _response_tokens(resp: Any) -> int:
     return max(counts + [sum(1 for e in parsed.events if e.kind == "content")])
 
 
-def _never_accepted(raw: dict[str, Any]) -> set[str]:
+def never_accepted(raw: dict[str, Any]) -> set[str]:
     """Operations with no 2xx response (the chat refusal): no request to them is accepted,
     so schemathesis's "schema-valid request rejected" there (a chat request without its
     optional body, which the negative run sends now and then) is the spec's rule, not a bug."""
@@ -417,7 +417,7 @@ def _run_both(ctx: Context) -> dict[str, list[Finding]]:
     if ctx.config.full:
         runs.append(("positive", narrowed_spec(ctx.api, ctx.config.model), PHASES))
     ctx.memo["schemathesis"] = findings
-    refused = _never_accepted(schemathesis_spec(ctx.api))
+    refused = never_accepted(schemathesis_spec(ctx.api))
     for mode, raw, phases in runs:
         ledger = Ledger(ctx.client, mode, raw, ctx.api)
         unanswered: list[Any] = []
@@ -447,7 +447,7 @@ def _run_both(ctx: Context) -> dict[str, list[Finding]]:
                     text = f"{mode} data, {failure.operation}: {failure.title}"
                     detail = (failure.message or "").strip()
                     interaction = recorder.interactions.get(failure.case_id or case_id)
-                    other = _other_party(ctx, interaction)
+                    other = other_party(ctx, interaction)
                     findings.setdefault(node.name, []).append(Finding(
                         text + (f" ({other})" if other else ""), expected=f"no {node.name} failure",
                         received=detail[:1500] or failure.title, exchange=_exchange(interaction),
@@ -455,7 +455,7 @@ def _run_both(ctx: Context) -> dict[str, list[Finding]]:
     return findings
 
 
-def _other_party(ctx: Context, interaction: Any) -> str | None:
+def other_party(ctx: Context, interaction: Any) -> str | None:
     """Who answered, where another party than the deployment did (a front's own 405 page to
     TRACE, which has no Allow header): its failure is a warning, as the suite's own checks'."""
     resp = getattr(interaction, "response", None)
