@@ -8,6 +8,7 @@ fakes is not there.
 """
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Protocol
 
 from api_server.engine import Engine
@@ -22,6 +23,8 @@ class Headers(Protocol):
     def __contains__(self, key: str, /) -> bool: ...
 
     def __getitem__(self, key: str) -> str: ...
+
+    def items(self) -> Iterable[tuple[str, str]]: ...
 
 
 class Hook(Protocol):

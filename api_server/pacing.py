@@ -23,7 +23,7 @@ BATCH = 256   # items per list at most: Pump's maxsize, and batched's
 
 class Flush:
     """An item of `batched`'s iterator that is no item: the list so far leaves now, and
-    an empty one (a keepalive) when nothing is in it."""
+    an empty one (a keepalive) when nothing is in it. FLUSH is the one instance."""
 
 
 FLUSH = Flush()
@@ -38,7 +38,7 @@ def batched(items: Iterator[T | Flush], size: int = BATCH) -> Generator[list[T],
     batch: list[T] = []
     try:
         for item in items:
-            if isinstance(item, Flush):
+            if item is FLUSH:   # the one Flush (identity: no call a token, as isinstance is)
                 yield batch
                 batch = []
                 continue
