@@ -142,7 +142,7 @@ def throughput(apis: list[Server], direct: Endpoint, count: int, max_tokens: int
 
 # -- the report ------------------------------------------------------------------------------
 
-def versions(spec()) -> str:
+def versions() -> str:
     def v(dist: str, python: str | None = None) -> str:
         if python is None:
             return importlib.metadata.version(dist)
@@ -172,7 +172,7 @@ def report(args: argparse.Namespace, lat: dict[str, dict[str, dict[str, Any]]], 
         f"- Machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, {mem:.0f} GiB RAM, "
         f"Linux {platform.release()}; vLLM (CPU), the API and the client share these cores; "
         f"load average {load[0]:.2f} before the run, {load[1]:.2f} after",
-        f"- Versions: {versions(spec())}",
+        f"- Versions: {versions()}",
         f"- Model: models/tiny-llama (4 layers, hidden 128, Llama 3 vocabulary) served as {MODEL}; "
         f"the API: `python -m reference_impl --workers {args.workers}` (gunicorn, gevent workers), "
         f"vLLM its child on 127.0.0.1; all called over loopback HTTP with keep-alive{baseline}",
