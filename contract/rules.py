@@ -36,7 +36,7 @@ class Rules:
         raise_first(self.iter_errors(body))
 
     def check_model(self, body: dict[str, Any], model: ModelInfo) -> None:
-        """Ranges that depend on the model (the steering vectors are checked by steering.py)."""
+        """Ranges that depend on the model (the steering vectors are checked by tensors.py)."""
         rules = self.model_rules
         for param, ids in _token_id_lists(body):
             # max() runs in C; a 100,000-token prompt costs one pass.

@@ -2,7 +2,7 @@
 
 Every random draw comes from a stream seeded by a SHA-256 digest
 of what decides the output (model, prompt tokens, sampling fields, seed,
-choice number; steering vectors replace tokens after, steering.py), never
+choice number; steering vectors replace tokens after, steered.py), never
 Python's hash(), so a seeded or
 temperature-0 request gives the same answer on every call and after a
 restart. Without a seed at a temperature above 0, fresh entropy joins the
@@ -87,7 +87,7 @@ class FakeEngine(Engine):
         greedy = _is_greedy(req, self.greedy_below)
         # Steering is no part of the seed (the [] is where it was, so that every answer stays
         # as it was): a vector that adds nothing leaves the text as it is without it, and
-        # steering.py replaces the tokens a vector's push reaches.
+        # steered.py replaces the tokens a vector's push reaches.
         common = [model.name, {k: body[k] for k in SAMPLING_FIELDS if k in body}, [],
                   None if greedy else body.get("seed", os.urandom(16).hex())]
         n = req.n

@@ -103,7 +103,7 @@ def _find_stop(text: str, stops: tuple[str, ...], since: int) -> tuple[int, str]
 def sample_choice(vocab: Vocab, draw: Callable[[], float], s: Settings,
                   steer: Callable[[int, float], float] | None = None) -> Choice:
     """Run one choice, drawing three uniforms in [0, 1) per step from `draw`
-    (the token, whether it ends here, which end token); `steer` (steering.py) may
+    (the token, whether it ends here, which end token); `steer` (steered.py) may
     replace a step's token uniform, and a replaced token is the vector's, an end token's
     chance included (its push moves every logit, the end tokens' too)."""
     pools = _pools(vocab, s)
