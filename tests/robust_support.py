@@ -143,9 +143,45 @@ class _Smuggling(socketserver.StreamRequestHandler):
                 return
 
 
+class _NotHttp(socketserver.StreamRequestHandler):
+    """GET /health and /v1/models as the mock answers them (the run connects); anything else
+    answered with a status line that is not HTTP/1.1's (no status code), then closed."""
+
+    models: bytes = b""
+
+    def handle(self) -> None:
+        head = b""
+        while not head.endswith(b"\r\n\r\n"):
+            byte = self.rfile.read(1)
+            if not byte:
+                return
+            head += byte
+        path = head.split(b" ", 2)[1]
+        if path in (b"/health", b"/v1/models"):
+            raw = b'{"status": "ok"}' if path == b"/health" else self.models
+            self.wfile.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nConnection: close\r\n"
+                             b"Content-Length: %d\r\n\r\n%s" % (len(raw), raw))
+            return
+        self.wfile.write(b"HTTP/1.1 OK\r\nContent-Length: 2\r\n\r\n{}")
+
+
+@contextmanager
+def not_http_server(models: bytes) -> Iterator[str]:
+    """A server whose answers to the API's requests are not HTTP/1.1; `models`: its GET /v1/models body."""
+    handler = type("NotHttp", (_NotHttp,), {"models": models})
+    with _serving(handler) as url:
+        yield url
+
+
 @contextmanager
 def smuggling_server() -> Iterator[str]:
-    server = socketserver.ThreadingTCPServer(("127.0.0.1", 0), _Smuggling)
+    with _serving(_Smuggling) as url:
+        yield url
+
+
+@contextmanager
+def _serving(handler: type[socketserver.BaseRequestHandler]) -> Iterator[str]:
+    server = socketserver.ThreadingTCPServer(("127.0.0.1", 0), handler)
     server.daemon_threads = True
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()

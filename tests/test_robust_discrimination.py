@@ -27,7 +27,8 @@ from contract import spec
 from mock_server import MockConfig, create_app
 from api_server.children import free_port, stop_process, wait_ready
 from tests.conformance_support import serve
-from tests.robust_support import MODES, smuggling_server
+from tests.mock_helpers import AUTH
+from tests.robust_support import MODES, not_http_server, smuggling_server
 
 ROOT = Path(__file__).resolve().parent.parent
 KEY = "robust-test-key"
@@ -143,3 +144,14 @@ def test_a_server_that_lets_a_request_hide_in_a_chunked_body_is_caught() -> None
     with smuggling_server() as url:
         report = run_robust(url, *SMUGGLING_CAUGHT_BY)
     assert failed_ids(report) == SMUGGLING_CAUGHT_BY
+
+
+def test_a_server_whose_answers_are_not_http_is_caught_saying_so() -> None:
+    """A status line without a status code is a finding that says the answer is not
+    HTTP/1.1 (the raw reader is h11's), never a made-up status."""
+    models = create_app(MockConfig()).test_client().get("/v1/models", headers=AUTH).data
+    with not_http_server(models) as url:
+        report = run_robust(url, "robust:json.constants")
+    assert failed_ids(report) == {"robust:json.constants"}
+    messages = [f.message for r in report.results for f in r.findings]
+    assert messages and all("an answer that is not HTTP/1.1" in m for m in messages), messages
