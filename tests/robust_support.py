@@ -109,15 +109,23 @@ class HostileBreaker:
 
 # -- a server that smuggles: Transfer-Encoding first, then the next request on the connection ----
 
+def _read_head(rfile: Any) -> bytes | None:
+    """A request's head, byte by byte (what follows is the caller's to read); None at the close."""
+    head = b""
+    while not head.endswith(b"\r\n\r\n"):
+        byte = rfile.read(1)
+        if not byte:
+            return None
+        head += byte
+    return head
+
+
 class _Smuggling(socketserver.StreamRequestHandler):
     def handle(self) -> None:
         while True:
-            head = b""
-            while not head.endswith(b"\r\n\r\n"):
-                byte = self.rfile.read(1)
-                if not byte:
-                    return
-                head += byte
+            head = _read_head(self.rfile)
+            if head is None:
+                return
             lines = head.decode("latin-1").split("\r\n")
             headers = {k.strip().lower(): v.strip() for k, _, v in (line.partition(":") for line in lines[1:] if line)}
             if "chunked" in headers.get("transfer-encoding", ""):
@@ -150,12 +158,9 @@ class _NotHttp(socketserver.StreamRequestHandler):
     models: bytes = b""
 
     def handle(self) -> None:
-        head = b""
-        while not head.endswith(b"\r\n\r\n"):
-            byte = self.rfile.read(1)
-            if not byte:
-                return
-            head += byte
+        head = _read_head(self.rfile)
+        if head is None:
+            return
         path = head.split(b" ", 2)[1]
         if path in (b"/health", b"/v1/models"):
             raw = b'{"status": "ok"}' if path == b"/health" else self.models
