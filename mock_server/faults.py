@@ -222,12 +222,11 @@ class MockHeaders(dict[str, str]):
 
 
 def mock_headers(faults: dict[str, Any], headers: Headers, known: tuple[str, ...],
-                 lowered: frozenset[str] | None = None) -> MockHeaders:
+                 lowered: frozenset[str]) -> MockHeaders:
     """The headers of the mock's prefix, in one pass over the request's (each lookup of
     werkzeug's would walk the WSGI environ again: ten of them were ~10 us a request); 400
-    for one it does not read (the name quoted cut)."""
+    for one not in `lowered` (`known`, lower-case), the name quoted cut."""
     prefix = faults["header_prefix"].lower()
-    lowered = lowered if lowered is not None else frozenset(k.lower() for k in known)
     mine = MockHeaders()
     for name, value in headers.items():
         low = name.lower()
