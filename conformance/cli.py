@@ -36,6 +36,15 @@ DIFF = "diff"
 REPLAY = "replay"
 
 
+def scrubbed(args: argparse.Namespace, *consoles: Console) -> list[Console]:
+    """The consoles, writing through the one scrubber of the run's secrets (reports.scrub)."""
+    from conformance.reports.scrub import Scrubber, url_secrets
+    keys = [getattr(args, name, None) for name in ("api_key", "exhausted_key", "other_key")]
+    urls = [u for u in (getattr(args, "base_url", None), getattr(args, "other_url", None)) if u]
+    scrub = Scrubber(keys + [s for u in urls for s in url_secrets(u)])
+    return [scrub.console(c) for c in consoles]
+
+
 def _tags(values: list[str] | None) -> tuple[str, ...]:
     return tuple(t.strip() for v in values or () for t in v.split(",") if t.strip())
 
@@ -172,6 +181,7 @@ def main(argv: Sequence[str] | None = None, *, transport: httpx.BaseTransport | 
         args = parser().parse_args(argv)
     except SystemExit as exc:             # argparse: --help (0) or bad usage (2)
         return int(exc.code or 0)
+    console, err = scrubbed(args, console, err)
     try:
         config = _config(args, api if api is not None else spec())
         checks = _selected(config)
@@ -208,6 +218,7 @@ def diff_main(argv: Sequence[str], *, console: Console | None = None,
         args = diff_parser().parse_args(argv)
     except SystemExit as exc:
         return int(exc.code or 0)
+    console, err = scrubbed(args, console, err)
     try:
         a = _config(args, api if api is not None else spec())
         b = dataclasses.replace(a, base_url=args.other_url, api_key=args.other_key or a.api_key).validate()

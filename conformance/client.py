@@ -24,7 +24,7 @@ import httpx
 
 from conformance.config import CHEAP_TOKENS
 from conformance.token_cost import CostModel
-from conformance.results import Exchange, quote
+from conformance.results import MASKED, Exchange, quote
 from conformance.sse import Parsed, parse_lines
 
 AUTH_DEFAULT = "default"
@@ -199,8 +199,7 @@ class Client:
 
     def _exchange(self, method: str, path: str, headers: dict[str, str],
                   content: bytes | None) -> Exchange:
-        shown = {k: ("Bearer ***" if k.lower() == "authorization" and v == f"Bearer {self.api_key}"
-                     else v) for k, v in headers.items()}
+        shown = {k: v.replace(self.api_key, MASKED) if self.api_key else v for k, v in headers.items()}
         return Exchange(method, self.base_url + path, shown, _shown(content), sent=content)
 
     @staticmethod

@@ -72,5 +72,11 @@ class RunConfig:
         return self
 
     @property
+    def secrets(self) -> tuple[str, ...]:
+        """What no report may show: the keys, and a password or query value in the base URL."""
+        from conformance.reports.scrub import url_secrets
+        return tuple(s for s in (self.api_key, self.exhausted_key, *url_secrets(self.base_url)) if s)
+
+    @property
     def full(self) -> bool:
         return self.profile == "full"

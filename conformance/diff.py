@@ -164,6 +164,7 @@ class DiffReport:
     differing: list[dict[str, Any]] = field(default_factory=list)
     only_a: list[dict[str, Any]] = field(default_factory=list)
     only_b: list[dict[str, Any]] = field(default_factory=list)
+    secrets: tuple[str, ...] = field(default=(), repr=False)   # both runs' keys (reports.scrub)
 
     @property
     def exit_code(self) -> ExitCode:
@@ -206,7 +207,9 @@ def run_diff(a: RunConfig, b: RunConfig, checks: Sequence[Any], *,
     recorders = Recorder(a.api), Recorder(b.api)
     for config, recorder, transport in zip((a, b), recorders, transports):
         run(config, checks, transport=transport, observers=[recorder])
-    return compare(*recorders, a.base_url, b.base_url)
+    report = compare(*recorders, a.base_url, b.base_url)
+    report.secrets = a.secrets + b.secrets
+    return report
 
 
 def where_differs(a: Any, b: Any, path: str = "") -> tuple[str, Any, Any]:

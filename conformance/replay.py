@@ -51,6 +51,7 @@ def _report(path: str) -> dict[str, Any]:
 def replay_main(argv: Sequence[str], *, console: Console | None = None,
                 transport: httpx.BaseTransport | None = None, api: Spec) -> int:
     from conformance.checks import REGISTRY
+    from conformance.cli import scrubbed
     from conformance.runner import run
 
     console = console or Console()
@@ -59,6 +60,7 @@ def replay_main(argv: Sequence[str], *, console: Console | None = None,
         args = replay_parser().parse_args(argv)
     except SystemExit as exc:
         return int(exc.code or 0)
+    console, err = scrubbed(args, console, err)
     try:
         data = _report(args.report)
         known = baseline.load(args.report, api.version)

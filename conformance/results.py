@@ -84,13 +84,14 @@ class Exchange:
         run's), the body inline or by file (body_file), other headers as they were sent."""
         parts = ["curl", "-sS", "-i", "-X", self.method, shlex.quote(self.url)]
         for name, value in self.request_headers.items():
-            if name.lower() == "authorization" and value == "Bearer ***":
-                parts += ["-H", f'"Authorization: Bearer ${ENV_API_KEY}"']
-            elif name.lower() != "content-length":
-                parts += ["-H", shlex.quote(f"{name}: {value}")]
+            if name.lower() != "content-length":
+                # the key where it was (any scheme) read from the environment, the rest quoted
+                pieces = f"{name}: {value}".split(MASKED)
+                parts += ["-H", f'"${ENV_API_KEY}"'.join(shlex.quote(p) if p else "" for p in pieces)]
         if self.sent is not None:
             where = self.body_file()
-            parts += ["--data-binary", "@" + where if where else shlex.quote(self.sent.decode("utf-8"))]
+            # --data-raw: an inline body that starts with @ is data, never a file to read
+            parts += ["--data-binary", "@" + where] if where else ["--data-raw", shlex.quote(self.sent.decode("utf-8"))]
         return " ".join(parts)
 
     def to_dict(self) -> dict[str, Any]:
@@ -104,6 +105,7 @@ class Exchange:
         }
 
 
+MASKED = "***"                 # the run's key where an exchange recorded it (Client._exchange)
 BODIES = "acs-bodies"          # the folder, beside a JSON report, of the bodies its curl lines send
 CURL_INLINE_BYTES = 2048       # a longer body goes by file
 
@@ -191,6 +193,8 @@ class RunReport:
     # (conformance.baseline.compare); with one, only new findings fail the run.
     baseline: dict[str, Any] | None = None
     rate_limit: dict[str, Any] | None = None   # --rate-limit: the pace, and the 429s waited out
+    # the run's keys: every writer masks them (reports.scrub); never serialised
+    secrets: tuple[str, ...] = field(default=(), repr=False)
 
     def context_said(self) -> str:
         """max_model_len as the reports show it, saying where it came from."""

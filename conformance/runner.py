@@ -177,7 +177,7 @@ def run(config: RunConfig, checks: Sequence[Check], *, progress: Progress | None
     """Run `checks` (already selected), least costly first; the report lists them in the
     selection's order. Raise ConfigError/Unreachable before any check."""
     report = RunReport(config.base_url, config.model, config.profile, token_ceiling=config.token_ceiling,
-                       versions=versions(config.api), strict=config.strict)
+                       versions=versions(config.api), strict=config.strict, secrets=config.secrets)
     start = time.perf_counter()
     ctx = connect(config, transport)
     results: dict[str, CheckResult] = {}

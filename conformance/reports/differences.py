@@ -7,15 +7,16 @@ from html import escape
 from pathlib import Path
 from typing import Any
 
+from conformance.reports.scrub import Scrubber
 from conformance.diff import DiffReport
 
 
 def write_diff_json(report: DiffReport, path: str | Path) -> None:
-    Path(path).write_text(json.dumps(report.to_dict(), indent=2, default=str), encoding="utf-8")
+    Scrubber(report.secrets).write(path, json.dumps(report.to_dict(), indent=2, default=str))
 
 
 def write_diff_html(report: DiffReport, path: str | Path) -> None:
-    Path(path).write_text(render_diff_html(report), encoding="utf-8")
+    Scrubber(report.secrets).write(path, render_diff_html(report))
 
 
 def _pre(value: Any) -> str:

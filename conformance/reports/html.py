@@ -10,6 +10,7 @@ from html import escape
 from pathlib import Path
 from typing import Any
 
+from conformance.reports.scrub import Scrubber
 from conformance.results import CheckResult, Finding, Outcome, RunReport
 from contract.version import describe
 
@@ -129,4 +130,4 @@ def render(report: RunReport) -> str:
 
 
 def write_html(report: RunReport, path: str | Path) -> None:
-    Path(path).write_text(render(report), encoding="utf-8")
+    Scrubber(report.secrets).write(path, render(report))

@@ -7,12 +7,14 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from conformance.reports.scrub import Scrubber
 from conformance.results import RunReport
 
 
 def write_json(report: RunReport, path: str | Path) -> None:
     path = Path(path)
-    path.write_text(json.dumps(report.to_dict(), indent=2, default=str), encoding="utf-8")
+    scrub = Scrubber(report.secrets)
+    scrub.write(path, json.dumps(report.to_dict(), indent=2, default=str))
     for result in report.results:
         for finding in result.findings:
             ex = finding.exchange
@@ -20,4 +22,4 @@ def write_json(report: RunReport, path: str | Path) -> None:
             if where is not None and ex is not None and ex.sent is not None:
                 target = path.parent / where
                 target.parent.mkdir(exist_ok=True)
-                target.write_bytes(ex.sent)
+                scrub.write(target, ex.sent)

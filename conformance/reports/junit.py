@@ -10,6 +10,7 @@ import json
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
+from conformance.reports.scrub import Scrubber
 from conformance.results import CheckResult, Outcome, RunReport
 
 
@@ -66,4 +67,4 @@ def write_junit(report: RunReport, path: str | Path) -> None:
     root = ET.Element("testsuites")
     root.append(build(report))
     ET.indent(root)
-    Path(path).write_bytes(ET.tostring(root, encoding="utf-8", xml_declaration=True))
+    Scrubber(report.secrets).write(path, ET.tostring(root, encoding="utf-8", xml_declaration=True))
