@@ -20,6 +20,11 @@ class Skipped(Exception):
     """The check does not apply here; its text is the reason."""
 
 
+class Unproven(Skipped):
+    """The check cannot run because of what the server did (a premise it failed, a number it
+    did not give): the run is not proven (exit code 3), never conformant."""
+
+
 class Stop(Exception):
     """A finding makes the rest of the check meaningless (e.g. no 200, so no stream to read)."""
 
@@ -77,13 +82,19 @@ class Context:
         would size them for a deployment this may not be (a 131,072-token prompt to a
         2,048-token server)."""
         if not self.given(number):
-            self.skip(f"{what} is sized by the deployment's {number}, which GET /v1/models does not give "
+            self.unproven(f"{what} is sized by the deployment's {number}, which GET /v1/models does not give "
                       f"(the spec's is {getattr(self.spec_model, number)}; routes:models reports the omission)")
 
     # -- outcomes ----------------------------------------------------------
 
     def skip(self, reason: str) -> None:
+        """Not applicable, by the profile's, the options' or the deployment's own choice (its
+        max_model_len, its model's layers): neutral."""
         raise Skipped(reason)
+
+    def unproven(self, reason: str) -> None:
+        """Not run because of what the server did: the run is not proven."""
+        raise Unproven(reason)
 
     def fail(self, message: str, *, expected: Any = None, received: Any = None,
              reply: Reply | None = None) -> None:

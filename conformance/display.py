@@ -21,6 +21,7 @@ from conformance.token_cost import CostModel
 from contract.version import describe, version_line
 
 STYLE = {Outcome.PASSED: "green", Outcome.FAILED: "red", Outcome.WARNED: "dark_orange", Outcome.SKIPPED: "yellow",
+         Outcome.UNPROVEN: "orange3",
          Outcome.ERROR: "magenta"}
 
 
@@ -116,7 +117,8 @@ def print_summary(report: RunReport, console: Console) -> None:
         from conformance.coverage import summary_line
         console.print(summary_line(report.coverage), highlight=False)
     code = exit_code(report)
-    verdict = {0: "[green]conformant", 1: "[red]not conformant", 2: "[magenta]incomplete (tool errors)"}[code]
+    colour = {0: "green", 1: "red", 2: "magenta", 3: "orange3"}[code]
+    verdict = f"[{colour}]{code.verdict}"
     console.print(f"{verdict}[/]: {len(report.results)} checks in {report.duration:.1f} s; "
                   f"the server generated {report.tokens} tokens (ceiling {report.token_ceiling}); "
                   f"exit code {int(code)}")

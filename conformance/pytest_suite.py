@@ -78,6 +78,8 @@ def test_conformance(conformance_check: Check, conformance_context: Context) -> 
     result = execute(conformance_check, conformance_context)
     if result.outcome is Outcome.SKIPPED:
         pytest.skip(result.reason)
+    if result.outcome is Outcome.UNPROVEN:      # the server's doing: never a pass
+        pytest.fail(f"{result.id} not proven: {result.reason}", pytrace=False)
     if result.outcome is Outcome.ERROR:
         raise RuntimeError(f"the suite failed to run {result.id}: {result.reason}")
     if result.outcome is Outcome.FAILED:

@@ -45,11 +45,16 @@ def bounded(value: Any, limit: int = QUOTE_LIMIT_BYTES) -> Any:
     return quote(text, limit)
 
 
+NOTED = 10     # checks a note names one by one (every report lists them all)
+
+
 class Outcome(StrEnum):
     PASSED = "passed"
     FAILED = "failed"     # at least one finding about the server
     WARNED = "warned"     # only warnings (a front's own words), not under --strict
-    SKIPPED = "skipped"   # not applicable here (reason given)
+    SKIPPED = "skipped"   # not applicable here, as the profile or options chose (reason given)
+    UNPROVEN = "unproven"  # not run because of what the server did: the ceiling, a premise it
+                          # failed, a number it did not give (reason given); the run is not proven
     ERROR = "error"       # the suite itself failed to run the check
 
 
@@ -57,6 +62,17 @@ class ExitCode(IntEnum):
     CONFORMANT = 0
     FAILED = 1            # at least one check failed
     USAGE = 2             # usage or configuration error, server unreachable, or a tool error
+    NOT_PROVEN = 3        # nothing failed, but a check did not run because of what the server did
+
+    @property
+    def verdict(self) -> str:
+        """The run's verdict in words (every report says it)."""
+        return VERDICTS[self]
+
+
+VERDICTS = {ExitCode.CONFORMANT: "conformant", ExitCode.FAILED: "not conformant",
+            ExitCode.USAGE: "incomplete (tool errors)",
+            ExitCode.NOT_PROVEN: "not proven (checks the server kept from running)"}
 
 
 @dataclass
@@ -217,8 +233,13 @@ class RunReport:
         return "\n".join(lines)
 
     def notes(self) -> list[str]:
-        """The baseline's comparison and the rate limit's waits, as lines (every report shows them)."""
+        """What the server kept from running, the baseline's comparison and the rate limit's
+        waits, as lines (every report shows them)."""
         lines = []
+        if self.unproven:
+            lines.append(f"not proven: {len(self.unproven)} checks did not run because of what the server did: "
+                         + "; ".join(f"{r.id} ({r.reason.splitlines()[0] if r.reason else ''})"
+                                     for r in self.unproven[:NOTED]) + (" …" if len(self.unproven) > NOTED else ""))
         if self.assumed:
             lines.append("GET /v1/models does not give " + ", ".join(self.assumed) + ": the run took the spec's ("
                          + ", ".join(f"{k} {v}" for k, v in self.assumed.items())
@@ -246,6 +267,10 @@ class RunReport:
     @property
     def warned(self) -> list[CheckResult]:
         return [r for r in self.results if r.outcome is Outcome.WARNED]
+
+    @property
+    def unproven(self) -> list[CheckResult]:
+        return [r for r in self.results if r.outcome is Outcome.UNPROVEN]
 
     @property
     def errors(self) -> list[CheckResult]:
@@ -278,9 +303,13 @@ def exit_code(report: RunReport | None) -> ExitCode:
     None (no report: bad usage, bad configuration, unreachable server) -> 2.
     Any failed check -> 1, even if the tool also had errors: the findings stand;
     with a baseline, only a new finding (one the baseline does not list) -> 1.
-    Warned checks (a front's own words) do not count: --strict makes them FAILED.
+    Warned checks (a front the user declared, answering in its own words) do not count:
+    --strict makes them FAILED.
     No failure but a tool error (in a check, or writing a report) -> 2: the
     verdict is incomplete, so not 0.
+    Neither, but a check the server kept from running (UNPROVEN) -> 3: not proven.
+    Only then 0: every selected check ran and passed, or was skipped by the profile's
+    or the options' choice.
     """
     if report is None:
         return ExitCode.USAGE
@@ -288,4 +317,6 @@ def exit_code(report: RunReport | None) -> ExitCode:
         return ExitCode.FAILED
     if report.errors or report.run_errors:
         return ExitCode.USAGE
+    if report.unproven:
+        return ExitCode.NOT_PROVEN
     return ExitCode.CONFORMANT

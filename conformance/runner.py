@@ -13,7 +13,7 @@ from conformance.client import AUTH_DEFAULT, AUTH_NONE, OVER_CEILING, Client, Ov
 from conformance.coverage import Coverage
 from conformance.config import ConfigError, RunConfig
 from conformance.token_cost import CostModel
-from conformance.context import LEDGER_NOTES, Context, ServerInfo, Skipped, Stop
+from conformance.context import LEDGER_NOTES, Context, ServerInfo, Skipped, Stop, Unproven
 from conformance.registry import Check, token_bound
 from conformance.results import CheckResult, Finding, Outcome, RunReport
 from contract import Spec
@@ -72,10 +72,12 @@ def run_check(check: Check, ctx: Context) -> CheckResult:
     outcome, reason, withheld = Outcome.PASSED, "", 0
     try:
         check.func(ctx)
+    except Unproven as exc:
+        outcome, reason = Outcome.UNPROVEN, str(exc)
     except Skipped as exc:
         outcome, reason = Outcome.SKIPPED, str(exc)
     except OverCeiling as exc:      # the client's ledger refused a request mid-check
-        outcome, reason, withheld = Outcome.SKIPPED, f"{OVER_CEILING}: {exc}", exc.worst
+        outcome, reason, withheld = Outcome.UNPROVEN, f"{OVER_CEILING}: {exc}", exc.worst
     except Stop:
         pass
     except Exception as exc:  # the suite's own bug: kept apart from findings
@@ -100,7 +102,7 @@ def execute(check: Check, ctx: Context, cost: int | None = None) -> CheckResult:
     cost = check.worst_case(ctx.config, _cost(ctx)) if cost is None else cost
     spent = ctx.client.tokens
     if cost and spent + cost > ctx.config.token_ceiling:
-        return CheckResult(check.id, check.all_tags, check.doc, Outcome.SKIPPED,
+        return CheckResult(check.id, check.all_tags, check.doc, Outcome.UNPROVEN,
                            reason=f"{OVER_CEILING}: it may generate {cost} tokens if the server does "
                                   f"not conform; {spent} of the ceiling of {ctx.config.token_ceiling} "
                                   f"are spent (--token-ceiling {spent + cost} would run it)")

@@ -218,7 +218,7 @@ def test_html_report_is_self_contained_and_escaped() -> None:
     assert "<script>" not in html and "&lt;script&gt;" in html
     for external in ("<link", "src=", "href=", "@import", "url("):
         assert external not in html
-    assert html.count('class="side"') == 1 and "does not conform" in html
+    assert html.count('class="side"') == 1 and ": not conformant</h1>" in html
 
 
 def test_only_the_chat_refusal_is_never_accepted() -> None:

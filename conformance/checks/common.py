@@ -61,7 +61,7 @@ def n_applied(ctx: Context, n: int, choices: int) -> None:
     answers with one, and the check would pass on half its question or blame another field
     (usage:arithmetic checks n itself)."""
     if choices != n:
-        ctx.skip(f"n: {n} was answered with {choices} choices of one prompt: n is not applied here "
+        ctx.unproven(f"n: {n} was answered with {choices} choices of one prompt: n is not applied here "
                  "(usage:arithmetic's finding), and this check needs its choices")
 
 
@@ -69,6 +69,6 @@ def prompt_ids_returned(ctx: Context, text: str, ids: Any) -> list[int]:
     """The premise of a check that needs a token's id: return_token_ids gives a prompt's ids
     (shape:token_ids checks that it does); without them the check says so and skips."""
     if not (isinstance(ids, list) and ids and all(type(t) is int for t in ids)):
-        ctx.skip(f"return_token_ids is not applied here (a prompt of {text!r} came back without prompt_token_ids: "
+        ctx.unproven(f"return_token_ids is not applied here (a prompt of {text!r} came back without prompt_token_ids: "
                  "shape:token_ids's finding), and this check needs the id of its token")
     return ids

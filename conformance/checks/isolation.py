@@ -64,14 +64,14 @@ def _uncached_twice(ctx: Context, prompt: list[int]) -> dict[str, Any]:
     _, again = post(ctx, uncached(prompt))
     found = difference(ctx.api, alone, again)
     if found is not None:
-        ctx.skip(f"two greedy answers of one request (with prompt_logprobs) differ: {found}; a leak could not "
+        ctx.unproven(f"two greedy answers of one request (with prompt_logprobs) differ: {found}; a leak could not "
                  "show apart from that (effects:temperature.greedy)")
     return alone
 
 
 def _steering_shows(ctx: Context, steered: dict[str, Any], plain: dict[str, Any], n: int) -> None:
     if difference(ctx.api, plain, steered) is None:
-        ctx.skip(f"a strong steering vector left the greedy continuation of a {n}-token prompt as it is "
+        ctx.unproven(f"a strong steering vector left the greedy continuation of a {n}-token prompt as it is "
                  "without it: a leak of its blocks could not show (effects:steering.changes)")
 
 

@@ -135,7 +135,7 @@ def repeating(ctx: Context, key: str, stream: bool, **fields: Any) -> Sent:
     allowed = {probe, *ctx.model.eos_token_ids, *fields.get("stop_token_ids", ())}
     other = sorted({t for c in sent.choices() for t in c.token_ids if t not in allowed})
     if other:
-        ctx.skip(f"with only the token of {PROBE!r} ({probe}) allowed, a choice holds tokens {other[:8]}: "
+        ctx.unproven(f"with only the token of {PROBE!r} ({probe}) allowed, a choice holds tokens {other[:8]}: "
                  "allowed_token_ids is not applied here (semantics:finish_reason.eos), and this check reads "
                  "its field through it")
     return sent

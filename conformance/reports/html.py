@@ -18,7 +18,7 @@ CSS = """
 body{font:14px/1.45 system-ui,sans-serif;margin:2em;color:#222;max-width:1400px}
 h1{font-size:1.5em}h2{font-size:1.15em;margin-top:2em}
 table{border-collapse:collapse}td,th{padding:.25em .7em;border-bottom:1px solid #ddd;text-align:left}
-.passed{color:#17713a}.failed{color:#b3261e}.warned{color:#b35c00}.skipped{color:#8a6d00}.error{color:#6a1b9a}
+.passed{color:#17713a}.failed{color:#b3261e}.warned{color:#b35c00}.skipped{color:#8a6d00}.unproven{color:#b35c00}.error{color:#6a1b9a}
 details{margin:.3em 0;border:1px solid #ddd;border-radius:4px;padding:.3em .7em}
 details.failed{border-color:#e3a29c;background:#fff8f7}details.error{border-color:#c9a3d9}
 summary{cursor:pointer;font-family:ui-monospace,monospace}
@@ -78,7 +78,7 @@ def _result(r: CheckResult) -> str:
             f'{escape(r.id)}</summary>')
     body = [f'<p class="doc">{escape(r.doc)}</p>'] if r.doc else []
     if r.reason:
-        body.append(_pre("reason" if r.outcome is Outcome.SKIPPED else "tool error", r.reason))
+        body.append(_pre("tool error" if r.outcome is Outcome.ERROR else "reason", r.reason))
     body += [_finding(f, any(g.exchange is f.exchange for g in r.findings[:i]))
              for i, f in enumerate(r.findings)]
     is_open = " open" if r.outcome in (Outcome.FAILED, Outcome.ERROR) else ""
@@ -106,9 +106,10 @@ def render(report: RunReport) -> str:
     group_rows = "".join(
         f"<tr><td>{escape(g)}</td>" + "".join(f'<td class="{o}">{n}</td>' for o, n in c.items()) + "</tr>"
         for g, c in groups.items())
-    order = {Outcome.FAILED: 0, Outcome.ERROR: 1, Outcome.WARNED: 2, Outcome.SKIPPED: 3, Outcome.PASSED: 4}
+    order = {Outcome.FAILED: 0, Outcome.ERROR: 1, Outcome.UNPROVEN: 2, Outcome.WARNED: 3, Outcome.SKIPPED: 4,
+             Outcome.PASSED: 5}
     results = sorted(report.results, key=lambda r: order[r.outcome])
-    verdict = {0: "conforms", 1: "does not conform", 2: "incomplete"}[exit_code(report)]
+    verdict = exit_code(report).verdict
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>Conformance: {escape(report.base_url)}</title>
 <style>{CSS}</style></head><body>

@@ -167,7 +167,7 @@ def top_k_sampled(ctx: Context) -> None:
         return
     # the premise: without top_k the same requests sample (else temperature is what is wrong)
     if not any(below_likeliest(ctx, r, c) for r, c in _sampled(ctx, {"temperature": 1.0}, SAMPLED_TOKENS, PREMISE)):
-        ctx.skip(f"at temperature 1 every token of {PREMISE} seeded texts is the likeliest without top_k too "
+        ctx.unproven(f"at temperature 1 every token of {PREMISE} seeded texts is the likeliest without top_k too "
                  "(effects:temperature.sampling): whether top_k is taken as 1 cannot show")
     ctx.fail(f"with top_k {TOP_K} at temperature 1, every token of {REPEATS} seeded texts was the likeliest, "
              "and without top_k they were not: top_k was taken as 1",
@@ -262,7 +262,7 @@ def temperature_scale(ctx: Context) -> None:
                           expected=asked, received=round(best, 2), reply=reply):
             return
     if len(too_even) == 2:
-        ctx.skip(f"the rows of the sampled tokens are too even for temperature to show: had the server sampled at "
+        ctx.unproven(f"the rows of the sampled tokens are too even for temperature to show: had the server sampled at "
                  f"{WRONG_TEMPERATURE}, the statistic could be ({'; '.join(too_even)}), not above {CRITICAL}")
 
 
@@ -277,7 +277,7 @@ def allowed_tokens_honoured(ctx: Context) -> None:
         "prompt": PROMPT, "max_tokens": END_TOKENS, "allowed_token_ids": list(ctx.model.eos_token_ids)})
     usage = reply.data.get("usage") if isinstance(reply.data.get("usage"), dict) else {}
     if usage.get("completion_tokens") != 1 or choice.get("finish_reason") != "stop":
-        ctx.skip(f"with only the end tokens allowed, a choice wrote {usage.get('completion_tokens')} tokens and "
+        ctx.unproven(f"with only the end tokens allowed, a choice wrote {usage.get('completion_tokens')} tokens and "
                  f"finished with {choice.get('finish_reason')!r}, not 1 and 'stop': allowed_token_ids is not "
                  "applied here (semantics:finish_reason.eos), and this check reads its field through it")
 

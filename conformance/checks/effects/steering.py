@@ -88,7 +88,7 @@ def steering_shows(ctx: Context) -> None:
     _, plain = _answer(ctx, "steering.plain", None)
     _, steered = _answer(ctx, "steering.strong", strong(ctx))
     if difference(ctx.api, plain, steered) is None:
-        ctx.skip("a strong steering vector leaves the greedy continuation as it is without it "
+        ctx.unproven("a strong steering vector leaves the greedy continuation as it is without it "
                  "(effects:steering.changes): that a vector leaves it alone shows nothing here")
 
 
@@ -124,7 +124,7 @@ def repeatable(ctx: Context) -> None:
     answers += [post(ctx, greedy(ctx, strong(ctx))) for _ in range(REPEATS - 1)]
     steered = [choice for _, choice in answers if difference(ctx.api, plain, choice) is not None]
     if not steered:
-        ctx.skip(f"a strong steering vector left the greedy continuation as it is without it in {REPEATS} answers "
+        ctx.unproven(f"a strong steering vector left the greedy continuation as it is without it in {REPEATS} answers "
                  "(effects:steering.changes): whether it repeats shows nothing here")
     off = [(found, reply, choice) for reply, choice in answers
            if (found := difference(ctx.api, steered[0], choice)) is not None]
@@ -298,7 +298,7 @@ def layers_above(ctx: Context) -> None:
                  expected=len(plain[0]), received=len(steered[0]), reply=reply)
     rows = [[b - a for a, b in zip(before, after, strict=True)] for before, after in zip(plain[0], steered[0])]
     if max(map(norm, rows)) <= SLACK * size * norm(u):
-        ctx.skip(f"a vector at layer {at} left the stream at layer {at + 1} as it is without it "
+        ctx.unproven(f"a vector at layer {at} left the stream at layer {at + 1} as it is without it "
                  "(effects:steering.layer_and_scale): that it is added at no layer above shows nothing here")
     again = {"activations": tensors.encode_float32([x for row in rows for x in row], [1, len(rows), ctx.model.hidden_size]),
              "layer_indices": [at + 1], "position_indices": list(range(len(rows)))}
