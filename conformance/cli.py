@@ -78,6 +78,9 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--strict", action="store_true",
                    help="a front's own words (warnings: an HTML page or a close for a request no client "
                         "sends) fail the run too")
+    p.add_argument("--front", metavar="NAME",
+                   help="the deployment's front (nginx, envoy, ...): its own pages for requests no client "
+                        "sends, when they name it (Server, Via, the page), are warnings; without it they fail")
     p.add_argument("--rate-limit", type=float, metavar="N",
                    help="send at most N requests per second; a 429 with Retry-After is waited out and sent again")
     p.add_argument("--metrics-url", metavar="URL",
@@ -122,7 +125,7 @@ def _config(args: argparse.Namespace, api: Spec) -> RunConfig:
         include=_tags(args.include), skip=_tags(args.skip), select=_tags(args.select),
         wrong_key_expected=args.wrong_key_expected, exhausted_key=args.exhausted_key,
         token_ceiling=args.token_ceiling, timeout=args.timeout, schema_examples=args.schema_examples,
-        stall_seconds=args.stall_seconds, strict=args.strict, rate_limit=args.rate_limit, api=api,
+        stall_seconds=args.stall_seconds, strict=args.strict, front=args.front, rate_limit=args.rate_limit, api=api,
         metrics_url=args.metrics_url,
     ).validate()
 

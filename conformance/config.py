@@ -49,6 +49,8 @@ class RunConfig:
     stall_seconds: float = 0.0          # robust:http.stalled_body waits this long for the server's
                                         # body-read timeout; 0 skips it (the spec's is 30 s)
     strict: bool = False                # warnings (a front's own words) are findings
+    front: str | None = None            # the front the user declared (--front nginx): only its own
+                                        # words are warnings; without one, none is
     rate_limit: float | None = None     # the most requests per second; 429s with Retry-After waited out
     metrics_url: str | None = None      # the deployment's Prometheus /metrics: the metrics:* checks
     api: Spec = field(default_factory=spec, repr=False, compare=False)  # the spec it is checked against

@@ -38,7 +38,6 @@ class ServerInfo:
     models: dict[str, ModelInfo]
     given: dict[str, frozenset[str]] = field(default_factory=dict)
     health: dict[bool, int | None] = field(default_factory=dict)
-    writer: tuple[str, ...] | None = None     # who_answered.writer of GET /v1/models: the deployment's own
 
 
 @dataclass
@@ -162,7 +161,8 @@ class Context:
             return
         if not reply.is_json:
             from conformance.who_answered import who_answered
-            self.fail(f"the body is not JSON ({who_answered(reply.headers, reply.content, self.server.writer)})", expected=body,
+            who = who_answered(reply.headers, reply.content, reply.status, self.config.front)
+            self.fail(f"the body is not JSON ({who})", expected=body,
                       received=_summary(reply), reply=reply)
             self.expect_request_id(reply, in_body=False)
             return

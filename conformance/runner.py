@@ -8,7 +8,6 @@ from collections.abc import Callable, Sequence
 
 import httpx
 
-from conformance.who_answered import writer
 from conformance.client import AUTH_DEFAULT, AUTH_NONE, OVER_CEILING, Client, OverCeiling, Reply
 from conformance.coverage import Coverage
 from conformance.config import ConfigError, RunConfig
@@ -59,7 +58,7 @@ def discover(client: Client, model: str, api: Spec) -> ServerInfo:
         given[entry["id"]] = frozenset(numbers)
     health = {keyed: client.request("GET", api.route("health").path, auth=AUTH_DEFAULT if keyed else AUTH_NONE).status
               for keyed in (False, True)}
-    return ServerInfo(models=models, given=given, health=health, writer=writer(reply.headers))
+    return ServerInfo(models=models, given=given, health=health)
 
 
 OVERSPEND = "the server generated"   # the start of a finding of a request past its price

@@ -232,13 +232,20 @@ def test_a_schemathesis_failure_answered_by_another_party_names_it() -> None:
     from types import SimpleNamespace
 
     from conformance.checks.schema import other_party
-    ctx = SimpleNamespace(server=SimpleNamespace(writer=("Server: gunicorn",)))
+    declared = SimpleNamespace(config=SimpleNamespace(front="nginx"))
+    undeclared = SimpleNamespace(config=SimpleNamespace(front=None))
 
-    def interaction(headers: dict[str, list[str]], body: bytes = b"<title>405 Not Allowed</title>") -> SimpleNamespace:
-        return SimpleNamespace(response=SimpleNamespace(headers=headers, content=body))
-    assert other_party(ctx, interaction({"Server": ["nginx/1.22.1"]})) == (
-        'answered by Server: nginx/1.22.1, HTML title "405 Not Allowed"; a front answering in its own words? '
-        'see reference_impl/DEPLOY.md, "Fronts"')
-    assert other_party(ctx, interaction({"Server": ["gunicorn"]}, b'{"error": {}}')) is None   # the deployment's own
-    assert other_party(ctx, interaction({"Server": ["gunicorn"]})) is None   # its own HTML page is its own too
-    assert other_party(ctx, SimpleNamespace(response=None)) is None
+    def interaction(headers: dict[str, list[str]], body: bytes = b"<title>405 Not Allowed</title>",
+                    status: int = 405) -> SimpleNamespace:
+        return SimpleNamespace(response=SimpleNamespace(headers=headers, content=body, status_code=status))
+    assert other_party(declared, interaction({"Server": ["nginx/1.22.1"]})) == (
+        'answered by Server: nginx/1.22.1, HTML title "405 Not Allowed": the declared front nginx in its own '
+        'words (see reference_impl/DEPLOY.md, "Fronts")')
+    # nginx's page without its Server header still names it
+    assert other_party(declared, interaction({}, b"<html><title>405</title><center>nginx</center></html>"))
+    assert other_party(undeclared, interaction({"Server": ["nginx/1.22.1"]})) is None     # no front declared
+    assert other_party(declared, interaction({"Server": ["gunicorn"]})) is None           # not the front's
+    assert other_party(declared, interaction({"X-Gateway-Version": ["2"]})) is None       # a header is no front
+    assert other_party(declared, interaction({"Server": ["nginx"]}, b'{"error": {}}')) is None   # JSON: judged
+    assert other_party(declared, interaction({"Server": ["nginx"]}, status=500)) is None  # a 5xx: never a front's
+    assert other_party(declared, SimpleNamespace(response=None)) is None

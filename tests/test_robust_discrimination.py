@@ -130,14 +130,14 @@ def test_a_broken_mock_is_caught_by_the_named_robust_checks(mode: str, breakable
 
 
 def test_the_development_server_is_caught_by_the_header_and_pipelining_checks() -> None:
-    """Its HTML pages are its own (the same Server as its JSON answers): findings, not a front's warnings."""
+    """Its HTML pages are findings, not a front's warnings: no front was declared."""
     with serve(create_app(MockConfig())) as url:
         report = run_robust(url, *DEV_SERVER_CAUGHT_BY)
     assert failed_ids(report) == DEV_SERVER_CAUGHT_BY
     assert report.warned == []
     pages = [f.message for r in report.results for f in r.findings if "not the API's shape" in f.message]
     assert pages and all("answered by Server: Werkzeug/" in m and 'HTML title "' in m and
-                         "as the deployment's own answers are" in m for m in pages), pages
+                         "--front NAME declares it" in m for m in pages), pages
 
 
 def test_a_server_that_lets_a_request_hide_in_a_chunked_body_is_caught() -> None:

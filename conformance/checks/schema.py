@@ -54,7 +54,7 @@ from schemathesis.checks import CHECKS
 from schemathesis.config import SchemathesisConfig
 from schemathesis.engine import events, from_schema
 
-from conformance.who_answered import is_front, who_answered
+from conformance.who_answered import names_front, who_answered
 from conformance.client import OVER_CEILING, Client, OverCeiling, Reply, StreamReply
 from conformance.config import RunConfig
 from conformance.context import LEDGER_NOTES, Context
@@ -455,16 +455,25 @@ def _run_both(ctx: Context) -> dict[str, list[Finding]]:
     return findings
 
 
+def _is_json(content: bytes | None) -> bool:
+    try:
+        json.loads(content or b"")
+    except ValueError:
+        return False
+    return True
+
+
 def other_party(ctx: Context, interaction: Any) -> str | None:
-    """Who answered, where another party than the deployment did (a front's own 405 page to
-    TRACE, which has no Allow header): its failure is a warning, as the suite's own checks'."""
+    """Who answered, where the front the user declared did in its own words (its own 405 page
+    to TRACE, which has no Allow header): its failure is a warning, as the suite's own checks'.
+    An answer in JSON is judged, whoever wrote it."""
     resp = getattr(interaction, "response", None)
-    if resp is None or ctx.server.writer is None:
+    if resp is None or _is_json(resp.content):
         return None
     headers = _headers(resp)
-    if not is_front(headers, ctx.server.writer):
+    if not names_front(headers, resp.content, resp.status_code, ctx.config.front):
         return None
-    return who_answered(headers, resp.content, ctx.server.writer)
+    return who_answered(headers, resp.content, resp.status_code, ctx.config.front)
 
 
 def _report(name: str, ctx: Context) -> None:

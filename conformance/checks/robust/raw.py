@@ -5,8 +5,8 @@ no input quoted back past x-caps.quoted_chars, and a server still healthy afterw
 
 `front=True` marks a request no HTTP client sends (malformed framing, huge heads, path
 tricks), which a front (nginx, an ingress, a load balancer) refuses by itself: its answer
-in its own words (not JSON), written by another party than the deployment's own answers
-(who_answered.is_front), is a warning, not a finding (conformance/README.md, "A front's own
+in its own words (not JSON), a 4xx that names the front the user declared (--front;
+who_answered.names_front), is a warning, not a finding (conformance/README.md, "A front's own
 words"). A close or a reset without an answer names no one: a finding. A hang, a 5xx, an
 accepted request, an answer in JSON that is not the API's, an echo and an unhealthy server
 stay findings."""
@@ -18,7 +18,7 @@ import secrets
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from conformance.who_answered import is_front, who_answered
+from conformance.who_answered import names_front, who_answered
 from conformance.checks.common import schema_errors
 from conformance.context import Context
 from conformance.spec_bodies import REQUEST_ID_MASK, error_body, message, request_id_re
@@ -110,12 +110,6 @@ def answered(ctx: Context, ex: RawExchange, what: str, *,
     return ex.first
 
 
-# HTTP's own refusals of a request it cannot take (RFC 9110 15.6.2 and 15.6.6: a transfer
-# coding or a version it does not implement), not a failure of the server: from a front
-# in its own words they are warnings like its 400 pages. Every other 5xx is a finding.
-PROTOCOL_REFUSALS = (501, 505)
-
-
 def in_own_words(response: RawResponse) -> bool:
     """Not JSON at all: not the API's answer (it answers every refusal in JSON), a front's page."""
     return response.json() is None
@@ -123,16 +117,18 @@ def in_own_words(response: RawResponse) -> bool:
 
 def error_shaped(ctx: Context, response: RawResponse, what: str, *, front: bool = False) -> bool:
     """A status below 500 and at least 400, the ErrorBody shape, X-Request-Id equal to its request_id.
-    A 4xx not in JSON names who answered; with `front` it is a warning (and the rest unjudged)."""
-    own_refusal = front and in_own_words(response) and response.status in PROTOCOL_REFUSALS
-    ok = ctx.expect(response.status < 500 or own_refusal, f"{what}: a server error", expected="a 4xx",
+    A 4xx not in JSON names who answered; with `front`, the declared front's is a warning (and the
+    rest unjudged). A 5xx is a server error whoever wrote it (a front's 501 or 505 too: the shipped
+    front answers those in the API's words)."""
+    ok = ctx.expect(response.status < 500, f"{what}: a server error", expected="a 4xx",
                     received=shown(response))
     ok &= ctx.expect(400 <= response.status, f"{what}: not refused", expected="a 4xx", received=shown(response))
     data = response.json()
     problems = schema_errors(data, ctx.api.schema("ErrorBody")) if data is not None else ["not JSON"]
     if problems:
-        who = who_answered(response.headers, response.body, ctx.server.writer)
-        warns = front and ok and in_own_words(response) and is_front(response.headers, ctx.server.writer)
+        who = who_answered(response.headers, response.body, response.status, ctx.config.front)
+        warns = front and ok and in_own_words(response) and names_front(
+            response.headers, response.body, response.status, ctx.config.front)
         (ctx.warn if warns else ctx.fail)(f"{what}: the error body is not the API's shape ({who})",
                                           expected="ErrorBody", received={"problems": problems, **(shown(response) or {})})
         if warns:
