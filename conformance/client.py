@@ -2,7 +2,16 @@
 
 Transport failures are translated here, once: a request that got no HTTP
 response becomes a Reply with `error` set, which a check reports as a finding
-(the server was reachable when the run started, so silence is its fault).
+(the server was reachable when the run started, so silence is its fault), and is
+charged at its price (it may have generated all of it).
+
+The meter is the gate's own (conformance.meter): what an answer shows, its usage a claim.
+
+A connection closed or reset before an answer is sent again once, on a new connection,
+and the drop is a finding of the check that sent it (`resends`), the lost attempt
+charged at its price. A connection that answered a 5xx is not used again: a server that
+drops it under the next request without saying so (llama.cpp after a bare 500) would
+otherwise have its drop found on whichever check sent that request.
 
 A deployment's rate limit is met here, once (`Pace`, `Client.paced`): with --rate-limit
 every request (the raw sockets' and schemathesis's too) waits its turn, and a 429 with
@@ -22,6 +31,7 @@ from typing import Any, Callable, TypeVar
 
 import httpx
 
+from conformance import meter
 from conformance.config import CHEAP_TOKENS
 from conformance.token_cost import CostModel
 from conformance.results import MASKED, Exchange, quote
@@ -103,27 +113,39 @@ class OverCeiling(Exception):
         self.worst = worst
 
 
-def _again_if_dropped(send: Callable[[], R]) -> R:
-    """send(), and once more if the server closed or reset the connection before an answer.
+class Halted(OverCeiling):
+    """A request was not sent: the client is halted (Client.halt), whatever the ceiling."""
 
-    A server may close a kept-alive connection at any time (RFC 9112 section 9.3.1), and
-    some do so after an answer without saying so (llama.cpp's after a bare 500): the next
-    request on it then dies unanswered, and would be charged to whichever check sent it.
-    The second try goes out on a new connection, so a server that never answers still fails.
-    """
-    try:
-        return send()
-    except (httpx.RemoteProtocolError, httpx.ReadError) as exc:
-        if not any(words in str(exc) for words in DROPPED):
-            raise
-        return send()
+
+# Idle connections the client closes itself, well before a server's idle timeout (gunicorn's
+# 5 s, uvicorn's 5 s, nginx's 75 s): a server that closes an idle connection as a request
+# goes out on it would otherwise look like one that drops requests.
+KEEPALIVE_EXPIRY_S = 1.0
+
+
+@dataclass(frozen=True)
+class Resend:
+    """A request whose connection was closed or reset before an answer, sent again; the lost
+    attempt charged at `charged`."""
+    exchange: Exchange
+    error: str
+    charged: int
+
+
+def _no_reuse_after_5xx(resp: httpx.Response) -> None:
+    """A 5xx's connection is closed once its answer is read (httpcore's `network_stream`
+    extension): the pool then opens a new one for the next request."""
+    if resp.status_code >= 500:
+        stream = resp.extensions.get("network_stream")
+        if stream is not None:
+            stream.close()
 
 
 @dataclass(frozen=True)
 class Overspend:
     """A request that generated more than the ledger priced it at: the server went past a
     bound the price assumed (max_tokens, max_model_len, n); the check that sent it is told."""
-    exchange: Exchange
+    exchange: Exchange | None
     priced: int
     spent: int
 
@@ -160,15 +182,21 @@ class Client:
         self.base_url = base_url.rstrip("/")
         self.pace = Pace(rate_limit) if rate_limit else None
         self.api_key = api_key
-        self._http = httpx.Client(base_url=self.base_url, timeout=timeout, transport=transport)
+        self._http = httpx.Client(base_url=self.base_url, timeout=timeout, transport=transport,
+                                  limits=httpx.Limits(keepalive_expiry=KEEPALIVE_EXPIRY_S))
         self.in_process = transport is not None   # no socket: what sends by itself (schemathesis) reaches nothing
         self._lock = threading.Lock()
-        self.tokens = 0              # generated tokens, from the server's usage
+        self.tokens = 0              # generated tokens, by the gate's own meter (conformance.meter)
         # The ledger: with both set, a request whose worst case (the server does not
         # conform) would take `tokens` past `ceiling` is not sent (OverCeiling).
         self.ceiling: int | None = None
         self.cost: CostModel | None = None
         self.overspends: list[Overspend] = []
+        self.understated: list[Overspend] = []    # usage below what the answer shows (priced: the claim)
+        self.resends: list[Resend] = []
+        # Why nothing that could generate is sent any more (a premise failed, a request went past
+        # its price): no request whose price relies on what the server has shown false.
+        self.halted: str | None = None
         # Called with (method, path, request body, reply) after every answer (spec coverage).
         self.observers: list[Callable[[str, str, bytes | None, Reply], None]] = []
 
@@ -217,11 +245,14 @@ class Client:
         hdrs = self._headers(auth, headers, content is not None)
         exchange = self._exchange(method, path, hdrs, content)
         try:
-            resp = self.paced(lambda: _again_if_dropped(
-                lambda: self._http.request(method, path, content=content, headers=hdrs)), f"{method} {path}")
+            resp = self.paced(lambda: self._again_if_dropped(
+                lambda: self._http.request(method, path, content=content, headers=hdrs), exchange, worst),
+                f"{method} {path}")
         except httpx.TransportError as exc:
             exchange.error = f"{type(exc).__name__}: {exc}"
+            self._add(worst)       # no answer: it may have generated all it could
             return Reply(exchange, None, httpx.Headers(), error=exchange.error)
+        _no_reuse_after_5xx(resp)
         reply = Reply(exchange, resp.status_code, resp.headers, resp.content)
         try:
             reply.data, reply.is_json = resp.json(), True
@@ -231,7 +262,7 @@ class Client:
         exchange.response_headers = dict(resp.headers)
         exchange.response_body = _shown(resp.content)
         if resp.status_code == 200:
-            self._count(reply.data if reply.is_json else None, worst, exchange)
+            self._count(reply.data if reply.is_json else None, content, worst, exchange)
         self._observe(method, path, content, reply)
         return reply
 
@@ -254,7 +285,7 @@ class Client:
         start = time.monotonic()
         lines: list[tuple[float, str]] = []
         try:
-            with self._paced_stream(path, content, hdrs) as resp:
+            with self._paced_stream(path, content, hdrs, exchange, worst) as resp:
                 reply = StreamReply(exchange, resp.status_code, resp.headers)
                 exchange.status = resp.status_code
                 exchange.response_headers = dict(resp.headers)
@@ -267,7 +298,7 @@ class Client:
                         pass
                     exchange.response_body = _shown(resp.content)
                     if resp.status_code == 200:
-                        self._count(reply.data if reply.is_json else None, worst, exchange)
+                        self._count(reply.data if reply.is_json else None, content, worst, exchange)
                     self._observe("POST", path, content, reply)
                     return reply
                 events = 0
@@ -286,7 +317,7 @@ class Client:
         reply.parsed = parse_lines(lines)
         reply.content = "\n".join(line for _, line in lines).encode()
         exchange.response_body = _shown(reply.content)
-        self._count_stream(reply.parsed, worst, exchange)
+        self._count_stream(reply.parsed, content, worst, exchange, broken=reply.error is not None)
         self._observe("POST", path, content, reply)
         return reply
 
@@ -322,16 +353,31 @@ class Client:
             resp = send()
         return resp
 
+    def _again_if_dropped(self, send: Callable[[], R], exchange: Exchange, worst: int) -> R:
+        """send(), and once more on a new connection if the server closed or reset the connection
+        before an answer: the drop a Resend (a finding of the check), the lost attempt charged."""
+        try:
+            return send()
+        except (httpx.RemoteProtocolError, httpx.ReadError) as exc:
+            if not any(words in str(exc) for words in DROPPED):
+                raise
+            self._add(worst)
+            with self._lock:
+                self.resends.append(Resend(exchange, f"{type(exc).__name__}: {exc}", worst))
+            return send()
+
     @contextlib.contextmanager
-    def _paced_stream(self, path: str, content: bytes, hdrs: dict[str, str]) -> Iterator[httpx.Response]:
+    def _paced_stream(self, path: str, content: bytes, hdrs: dict[str, str],
+                      exchange: Exchange, worst: int) -> Iterator[httpx.Response]:
         def send() -> httpx.Response:
             request = self._http.build_request("POST", path, content=content, headers=hdrs)
-            return _again_if_dropped(lambda: self._http.send(request, stream=True))
+            return self._again_if_dropped(lambda: self._http.send(request, stream=True), exchange, worst)
         resp = self.paced(send, f"POST {path}", discard=httpx.Response.close)
         try:
             yield resp
         finally:
             resp.close()
+            _no_reuse_after_5xx(resp)
 
     def observe(self, method: str, path: str, content: bytes | None, reply: Reply) -> None:
         """An answer got through another client (schemathesis's), for the observers."""
@@ -355,45 +401,84 @@ class Client:
         # a stream the suite closes early costs what arrives before it hangs up
         return self.cost.request(method, path, content, stop_after_events, CHEAP_TOKENS)
 
+    def halt(self, reason: str) -> None:
+        """Send nothing that could generate from now on (OverCeiling with `reason`)."""
+        with self._lock:
+            self.halted = self.halted or reason
+
     def reserve(self, method: str, path: str, content: bytes | None,
                 stop_after_events: int | None = None) -> int:
-        """The request's worst case, or OverCeiling if it could take the count past the ceiling."""
+        """The request's worst case, or OverCeiling if it could take the count past the ceiling
+        or the client is halted."""
         worst = self.worst_case(method, path, content, stop_after_events)
+        if worst and self.halted:
+            raise Halted(f"{method} {path} was not sent: {self.halted}", worst)
         if self.ceiling is not None and worst and self.tokens + worst > self.ceiling:
             raise OverCeiling(f"{method} {path} was not sent: it may generate {worst} tokens if the "
                               f"server does not conform; {self.tokens} of the ceiling of "
                               f"{self.ceiling} are spent", worst)
         return worst
 
-    def _count(self, data: Any, worst: int, exchange: Exchange) -> None:
-        """The usage's completion_tokens; a 200 without them counts its worst case."""
-        usage = data.get("usage") if isinstance(data, dict) else None
-        if isinstance(usage, dict) and isinstance(usage.get("completion_tokens"), int):
-            self._spend(usage["completion_tokens"], worst, exchange)
-        else:
-            self._add(worst)
+    def _body(self, content: bytes | None) -> Any:
+        try:
+            return json.loads(content) if content else None
+        except ValueError:
+            return None
 
-    def _count_stream(self, parsed: Parsed, worst: int, exchange: Exchange) -> None:
-        """The usage chunk's count or the choices' chunks seen that carry text, whichever is more
-        (closed early, there is no usage); a chunk without text (llama.cpp's last "" with its
-        finish_reason, LiteLLM's finish chunk) is no token. Past its price is judged by the
-        server's own usage where it gives one: a proxy may cut one token's text in two chunks."""
-        counts = [e.payload["usage"].get("completion_tokens") for e in parsed.events
-                  if e.kind in ("usage", "content") and isinstance(e.payload.get("usage"), dict)]
-        counts = [c for c in counts if isinstance(c, int)]
-        content = sum(1 for e in parsed.events if e.kind == "content" for c in e.payload["choices"]
-                      if isinstance(c, dict) and isinstance(c.get("text"), str) and c["text"])
-        self._spend(max(counts + [content]), worst, exchange, max(counts) if counts else content)
+    def _count(self, data: Any, content: bytes | None, worst: int, exchange: Exchange | None) -> None:
+        """A 200 without stream, by the gate's meter (conformance.meter.answer)."""
+        body = self._body(content)
+        price = self.cost.sequence(body) if self.cost is not None else worst
+        self._spend(meter.answer(data, body, price, worst), worst, exchange)
 
-    def _spend(self, n: int, priced: int, exchange: Exchange, said: int | None = None) -> None:
-        """Count `n` tokens; `said` (default n), what the answer says it generated, past `priced`
-        is an Overspend."""
-        self._add(n)
-        said = n if said is None else said
-        if self.cost is not None and said > priced:
+    def _count_stream(self, parsed: Parsed, content: bytes | None, worst: int, exchange: Exchange | None,
+                      broken: bool = False) -> None:
+        """A stream's chunks (conformance.meter.stream); one that broke before its end at its
+        price too (it may have generated all of it). A chunk without text (llama.cpp's last ""
+        with its finish_reason, LiteLLM's finish chunk) is no token."""
+        metered = meter.stream(parsed, self._body(content))
+        self._add(max(metered.tokens, worst if broken else 0))
+        # past its price by the usage's claim where there is one: a proxy may cut one token's
+        # text in two chunks (premise:max_tokens finds a server that writes past max_tokens)
+        said = metered.claim if metered.claim is not None else metered.tokens
+        if self.cost is not None and said > worst:
             with self._lock:
-                self.overspends.append(Overspend(exchange, priced, said))
+                self._overspent(Overspend(exchange, worst, said))
+
+    def _overspent(self, overspend: Overspend) -> None:
+        """A request past its price: the bound every price relies on is broken (held: the lock)."""
+        self.overspends.append(overspend)
+        self.halted = self.halted or (
+            f"the server generated {overspend.spent} tokens for a request priced at {overspend.priced}: "
+            "a request's price cannot be bounded, so none that could generate is sent")
+
+    def _spend(self, metered: meter.Metered, priced: int, exchange: Exchange | None) -> None:
+        """Count what the meter says; past `priced` an Overspend, usage below the answer's exact
+        count an understatement (each a finding of the check that sent it)."""
+        self._add(metered.tokens)
+        shown = metered.exact if metered.exact is not None else metered.claim or 0
+        with self._lock:
+            if self.cost is not None and shown > priced:
+                self._overspent(Overspend(exchange, priced, shown))
+            if metered.understated:
+                self.understated.append(Overspend(exchange, metered.claim or 0, metered.exact or 0))
 
     def add_tokens(self, n: int) -> None:
-        """Tokens generated through another client (schemathesis's)."""
+        """Tokens a check knows were generated outside any answer (a stream it cut off)."""
         self._add(n)
+
+    def charge(self, method: str, path: str, sent: bytes | None, status: int | None,
+               answer: bytes) -> None:
+        """An answer got through another sender (schemathesis's session, a raw socket), by the
+        same meter: no answer at the request's price, a 200 by what it shows (JSON or a stream)."""
+        worst = self.worst_case(method, path, sent)
+        if status is None:
+            self._add(worst)
+        elif status == 200:
+            try:
+                data: Any = json.loads(answer)
+            except ValueError:
+                text = answer.decode("utf-8", "replace").splitlines()
+                self._count_stream(parse_lines([(0.0, line) for line in text]), sent, worst, None)
+            else:
+                self._count(data, sent, worst, None)

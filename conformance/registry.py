@@ -34,6 +34,7 @@ class Check:
     shares: str = ""            # checks with the same key share one spend (one stream, one run)
     worst: WorstCase = None     # tokens if the server does not conform; None: the same as `tokens`
     effects: tuple[str, ...] = ()   # request fields whose documented effect it observes (x-effect)
+    premise: bool = False       # what the ledger relies on: run first wherever checks may generate
 
     def token_bound(self, config: "RunConfig") -> int:
         """Tokens a conforming server generates for it (the quick profile keeps those at 0)."""
@@ -69,12 +70,12 @@ class Registry:
         return check
 
     def register(self, id: str, *, tags: Iterable[str] = (), tokens: TokenBound = 0,
-                 shares: str = "", doc: str = "", worst: WorstCase = None, effects: Iterable[str] = ()
-                 ) -> Callable[[CheckFunction], CheckFunction]:
+                 shares: str = "", doc: str = "", worst: WorstCase = None, effects: Iterable[str] = (),
+                 premise: bool = False) -> Callable[[CheckFunction], CheckFunction]:
         """Decorator: the function's docstring is the check's description."""
         def wrap(func: CheckFunction) -> CheckFunction:
             self.add(Check(id, func, tuple(tags), doc or (func.__doc__ or "").strip(), tokens, shares,
-                           worst, tuple(effects)))
+                           worst, tuple(effects), premise))
             return func
         return wrap
 

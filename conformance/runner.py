@@ -4,11 +4,11 @@ from __future__ import annotations
 import dataclasses
 import time
 import traceback
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 import httpx
 
-from conformance.client import AUTH_DEFAULT, AUTH_NONE, OVER_CEILING, Client, OverCeiling, Reply
+from conformance.client import AUTH_DEFAULT, AUTH_NONE, OVER_CEILING, Client, Halted, OverCeiling, Reply
 from conformance.coverage import Coverage
 from conformance.config import ConfigError, RunConfig
 from conformance.token_cost import CostModel
@@ -19,8 +19,6 @@ from contract import Spec
 from contract.version import versions
 
 MODELS_PATH = "/v1/models"
-
-PROBE_MAX_TOKENS = 2      # the end-token probe: 1 token if honoured, 2 if not
 
 Progress = Callable[[Check, CheckResult | None], None]   # None: the check is starting
 # Called with (check id, method, path, request body, reply) for every answer of the run.
@@ -62,11 +60,37 @@ def discover(client: Client, model: str, api: Spec) -> ServerInfo:
 
 
 OVERSPEND = "the server generated"   # the start of a finding of a request past its price
+RESENT = "the connection was closed before an answer"   # the start of a resend's finding
+UNDERSTATED = "the usage says"                          # the start of an understated usage's
+
+
+def _client_findings(client: Client, since: tuple[int, int, int]) -> list[Finding]:
+    """What the client saw while a check ran that is the server's doing: requests past their
+    price, usage below what an answer shows, connections dropped before an answer."""
+    over, under, resent = since
+    found = [Finding(
+        f"{OVERSPEND} {o.spent} tokens for a request priced at {o.priced} (its prompts x n x "
+        f"max_tokens within max_model_len): past a bound no conforming server passes, and past the "
+        f"token ceiling's plan", expected=f"at most {o.priced}", received=o.spent, exchange=o.exchange)
+        for o in client.overspends[over:]]
+    found += [Finding(
+        f"{UNDERSTATED} {u.priced} completion tokens; the answer shows {u.spent} (its token ids or "
+        f"logprob rows): the gate counts what it received", expected=u.spent, received=u.priced,
+        exchange=u.exchange) for u in client.understated[under:]]
+    found += [Finding(
+        f"{RESENT} ({r.error}); the suite sent the request again on a new connection, the lost attempt "
+        f"charged at its price ({r.charged} tokens)", expected="an answer", received=r.error,
+        exchange=r.exchange) for r in client.resends[resent:]]
+    return found
+
+
+def _marks(client: Client) -> tuple[int, int, int]:
+    return len(client.overspends), len(client.understated), len(client.resends)
 
 
 def run_check(check: Check, ctx: Context) -> CheckResult:
     ctx.findings = []
-    tokens_before, overspends_before = ctx.client.tokens, len(ctx.client.overspends)
+    tokens_before, marks = ctx.client.tokens, _marks(ctx.client)
     start = time.perf_counter()
     outcome, reason, withheld = Outcome.PASSED, "", 0
     try:
@@ -75,6 +99,8 @@ def run_check(check: Check, ctx: Context) -> CheckResult:
         outcome, reason = Outcome.UNPROVEN, str(exc)
     except Skipped as exc:
         outcome, reason = Outcome.SKIPPED, str(exc)
+    except Halted as exc:           # a premise failed, or a request went past its price
+        outcome, reason, withheld = Outcome.UNPROVEN, str(exc), exc.worst
     except OverCeiling as exc:      # the client's ledger refused a request mid-check
         outcome, reason, withheld = Outcome.UNPROVEN, f"{OVER_CEILING}: {exc}", exc.worst
     except Stop:
@@ -83,11 +109,7 @@ def run_check(check: Check, ctx: Context) -> CheckResult:
         outcome = Outcome.ERROR
         reason = "".join(traceback.format_exception_only(exc)).strip()
         reason += "\n" + "".join(traceback.format_tb(exc.__traceback__)[-3:])
-    for o in ctx.client.overspends[overspends_before:]:
-        ctx.findings.append(Finding(
-            f"{OVERSPEND} {o.spent} tokens for a request priced at {o.priced} (its prompts x n x "
-            f"max_tokens within max_model_len): past a bound no conforming server passes, and past the "
-            f"token ceiling's plan", expected=f"at most {o.priced}", received=o.spent, exchange=o.exchange))
+    ctx.findings += _client_findings(ctx.client, marks)
     if ctx.findings and outcome is not Outcome.ERROR:
         only_warnings = all(f.warning for f in ctx.findings) and not ctx.config.strict
         outcome = Outcome.WARNED if only_warnings else Outcome.FAILED
@@ -99,6 +121,9 @@ def execute(check: Check, ctx: Context, cost: int | None = None) -> CheckResult:
     """One check, unless its worst case (`cost`: the server does not conform) would pass the
     ceiling; then it is skipped, with the reason and the ceiling that would let it run."""
     cost = check.worst_case(ctx.config, _cost(ctx)) if cost is None else cost
+    if cost and ctx.client.halted:
+        return CheckResult(check.id, check.all_tags, check.doc, Outcome.UNPROVEN,
+                           reason=f"not run: {ctx.client.halted}")
     spent = ctx.client.tokens
     if cost and spent + cost > ctx.config.token_ceiling:
         return CheckResult(check.id, check.all_tags, check.doc, Outcome.UNPROVEN,
@@ -112,18 +137,15 @@ def _cost(ctx: Context) -> CostModel:
     return ctx.client.cost or CostModel.of(ctx.api, ctx.max_model_len)
 
 
-def probe_end_tokens(ctx: Context) -> None:
-    """Full profile: does the server stop at once when only the model's end tokens are allowed?
-    If it does, the ledger trusts the requests that rely on it (cheap acceptance at a cap)."""
-    end = list(ctx.model.eos_token_ids)
-    body = {"model": ctx.config.model, "prompt": [0], "max_tokens": PROBE_MAX_TOKENS, "allowed_token_ids": end}
-    try:
-        reply = ctx.client.post(ctx.api.completions_path, body)
-    except OverCeiling:
-        return
-    usage = reply.data.get("usage") if reply.status == 200 and isinstance(reply.data, dict) else None
-    if isinstance(usage, dict) and usage.get("completion_tokens") == 1:
-        ctx.client.cost = dataclasses.replace(_cost(ctx), end_tokens=frozenset(end))
+def premises_for(checks: Sequence[Check], ctx: Context) -> list[Check]:
+    """The premise checks (premise:*) to run before the rest of a selection: those it holds, and
+    in the full profile every one wherever a check may generate (the quick profile sends nothing
+    a conforming server generates for; a request past its price there halts the client all the
+    same)."""
+    from conformance.checks import REGISTRY
+    needed = ctx.config.full and any(c.worst_case(ctx.config, _cost(ctx)) for c in checks if not c.premise)
+    held = {c.id for c in checks}
+    return [c for c in REGISTRY if c.premise and (needed or c.id in held)]
 
 
 def plan(checks: Sequence[Check], ctx: Context) -> list[tuple[Check, int]]:
@@ -191,11 +213,17 @@ def run(config: RunConfig, checks: Sequence[Check], *, progress: Progress | None
     with ctx.client:
         report.server_max_model_len = ctx.max_model_len if ctx.given("max_model_len") else None
         report.assumed = {n: getattr(ctx.spec_model, n) for n in DEPLOYMENT_NUMBERS if not ctx.given(n)}
-        if config.full and any(c.worst_case(config, _cost(ctx)) for c in checks):
-            probe_end_tokens(ctx)
+        proven = premises_for(checks, ctx)
+        selected = [c for c in checks if not c.premise]
+        checks = [*proven, *selected]
         report.token_plan = token_bound(checks, config, _cost(ctx))
         paid: set[str] = set()      # shared spends already made
-        for check, cost in plan(checks, ctx):
+
+        def order() -> Iterator[tuple[Check, int]]:
+            """The premises first; then the plan, made with what they proved."""
+            yield from plan(proven, ctx)
+            yield from plan(selected, ctx)
+        for check, cost in order():
             if progress:
                 progress(check, None)
             current[0] = check.id

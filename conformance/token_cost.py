@@ -87,22 +87,36 @@ def _stops_at_once(body: dict[str, Any], end_tokens: frozenset[int]) -> bool:
             and not body.get("ignore_eos") and (lax_int(body.get("min_tokens")) or 0) <= 1)
 
 
-def worst_case(body: Any, max_model_len: int, end_tokens: frozenset[int] = frozenset()) -> int:
-    """Tokens a server that ignores every rule may generate for this JSON body."""
+def _json(body: Any) -> Any:
     if isinstance(body, (bytes, str)):
         try:
-            body = json.loads(body)
+            return json.loads(body)
         except ValueError:
-            return 0
+            return None
+    return body
+
+
+def sequence_bound(body: Any, max_model_len: int, end_tokens: frozenset[int] = frozenset()) -> int:
+    """The longest sequence a server that ignores every rule but max_tokens and its context
+    may write for this JSON body."""
+    body = _json(body)
     if not isinstance(body, dict):
         return 0
-    prompts, shortest = _prompts(body)
-    sequences = max([1] + [v for v in (lax_int(body.get(f)) for f in COUNT_FIELDS) if v is not None])
-    context = max(max_model_len - shortest, 0)
+    context = max(max_model_len - _prompts(body)[1], 0)
     per_sequence = min(_length(body), context)
     if _stops_at_once(body, end_tokens):
         per_sequence = min(per_sequence, 1)
-    return prompts * sequences * max(per_sequence, 0)
+    return int(max(per_sequence, 0))
+
+
+def worst_case(body: Any, max_model_len: int, end_tokens: frozenset[int] = frozenset()) -> int:
+    """Tokens a server that ignores every rule may generate for this JSON body."""
+    body = _json(body)
+    if not isinstance(body, dict):
+        return 0
+    prompts, _ = _prompts(body)
+    sequences = max([1] + [v for v in (lax_int(body.get(f)) for f in COUNT_FIELDS) if v is not None])
+    return prompts * sequences * sequence_bound(body, max_model_len, end_tokens)
 
 
 @dataclass(frozen=True)
@@ -122,6 +136,10 @@ class CostModel:
     def body(self, body: Any) -> int:
         """Worst case of a JSON body sent to a generating route."""
         return worst_case(body, self.max_model_len, self.end_tokens)
+
+    def sequence(self, body: Any) -> int:
+        """The longest one sequence of a JSON body may be: a choice's price."""
+        return sequence_bound(body, self.max_model_len, self.end_tokens)
 
     def request(self, method: str, path: str, body: Any, stop_after_events: int | None = None,
                 early_close: int = 0) -> int:

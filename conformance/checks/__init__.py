@@ -4,7 +4,7 @@ Cheap, independent checks come first so a broken deployment fails fast;
 schemathesis, the longest, comes last.
 """
 from conformance.checks import (  # noqa: F401, I001  (import order = run order)
-    routes, golden, caps, streams, semantics, logprobs, shape, lens, effects, isolation, budget, metrics, robust, schema,
+    premise, routes, golden, caps, streams, semantics, logprobs, shape, lens, effects, isolation, budget, metrics, robust, schema,
 )
 from conformance.registry import REGISTRY
 

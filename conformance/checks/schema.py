@@ -191,7 +191,10 @@ class Ledger:
         self.adapter.close()
 
     def after(self, response: Any) -> None:
-        self.client.add_tokens(_response_tokens(response))
+        request = response.request
+        body = request.body.encode() if isinstance(request.body, str) else request.body
+        self.client.charge(request.method, urlsplit(request.url).path, body, response.status_code,
+                           response.content)
 
 
 def _as_list(hooks: Any) -> list[Any]:
@@ -345,22 +348,6 @@ def _exchange(interaction: Any) -> Exchange | None:
         ex.response_headers = _headers(resp)
         ex.response_body = quote(resp.content)
     return ex
-
-
-def _response_tokens(resp: Any) -> int:
-    """Generated tokens in one response: usage, or the content events of a stream."""
-    if resp is None or resp.status_code != 200:
-        return 0
-    text = resp.content.decode("utf-8", "replace")
-    try:
-        usage = json.loads(text).get("usage") or {}
-        return int(usage.get("completion_tokens") or 0)
-    except (ValueError, AttributeError, TypeError):
-        pass
-    parsed = parse_lines([(0.0, line) for line in text.splitlines()])
-    counts = [e.payload["usage"].get("completion_tokens", 0) for e in parsed.events
-              if e.kind == "usage" and isinstance(e.payload.get("usage"), dict)]
-    return max(counts + [sum(1 for e in parsed.events if e.kind == "content")])
 
 
 def never_accepted(raw: dict[str, Any]) -> set[str]:

@@ -103,10 +103,7 @@ def answered(ctx: Context, ex: RawExchange, what: str, *,
             ctx.fail(f"{what}: the connection {'was reset' if ex.reset else 'closed'} without an answer",
                      received=ex.data[:300].decode("latin-1"))
     for response in ex.responses:       # a broken server's accepted request counts against the ceiling
-        data = response.json() if response.status == 200 else None
-        usage = data.get("usage") if isinstance(data, dict) else None
-        if isinstance(usage, dict) and isinstance(usage.get("completion_tokens"), int):
-            ctx.client.add_tokens(usage["completion_tokens"])
+        ctx.client.charge("GET", "/", None, response.status, response.body)
     return ex.first
 
 
