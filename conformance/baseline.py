@@ -1,32 +1,51 @@
 """--baseline PREVIOUS.json: a JSON report of an earlier run; only findings it does not list
 fail this run.
 
-A finding is known when the baseline has a finding of the same check that says the same:
-its message, what it expected and what it received, each once its volatile parts (request
-and completion ids, hex tokens, times, large numbers) are masked. So a check that failed
-for one reason and now fails for another has a new finding, and so has one whose message
-is the same ("the body differs") over another body (the masking is conformance.volatile's). A report whose findings lack
-`expected` and `received` (none that this suite writes) is refused as a baseline. Every finding of the baseline counts, warnings too (a run under --strict may
-adopt a baseline written without it).
+A finding is known when the baseline has a finding of the same check that asserts the same:
+its message and what it expected, masked of what an unchanged server says differently each
+time (`assertion`): the server's own words quoted after "the server says", any quoted text
+(sampled text, a token), numbers but HTTP statuses, and the volatile parts (ids, times) of
+conformance.volatile. What was received is left out: a sampled body differs on every run. So
+a check that failed for one reason and now fails for another (another status, another
+assertion) has a new finding; the same assertion failing again is still failing. "Fixed"
+counts only findings of checks that ran this time (passed, failed or warned).
+A report whose findings lack `expected` and `received` (none that this suite writes) is
+refused as a baseline. Every finding of the baseline counts, warnings too (a run under
+--strict may adopt a baseline written without it).
 """
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
 from conformance.config import ConfigError
 from conformance.results import Outcome, RunReport
-from conformance.volatile import masked
+from conformance.context import SAYS
+from conformance.volatile import MASK, masked
 from contract import Spec
 
 SPEC_VERSION = "openapi.yaml"      # the key of the spec's version in a report's versions
 
 
+_QUOTED = re.compile(r"'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"")
+_NUMBER = re.compile(r"-?\d+(?:\.\d+)?(?:e-?\d+)?")
+_STATUS = re.compile(r"[1-5]\d\d")
+
+
+def assertion(api: Spec, text: str) -> str:
+    """`text` (a finding's message, or what it expected as JSON) as what the check asserts:
+    the server's words, quoted text and numbers but statuses masked, then the volatile parts."""
+    head = text.partition(SAYS)[0]
+    head = masked(api, head)
+    head = _QUOTED.sub(MASK, head)
+    return _NUMBER.sub(lambda m: m.group() if _STATUS.fullmatch(m.group()) else MASK, head)
+
+
 def _key(api: Spec, check: str, finding: dict[str, Any]) -> tuple[str, ...]:
-    said = (json.dumps(finding.get(k), sort_keys=True, ensure_ascii=False, default=str)
-            for k in ("expected", "received"))
-    return (check, masked(api, finding["message"]), *(masked(api, s) for s in said))
+    expected = json.dumps(finding.get("expected"), sort_keys=True, ensure_ascii=False, default=str)
+    return check, assertion(api, str(finding["message"])), assertion(api, expected)
 
 
 def load(path: str, spec_version: str) -> list[dict[str, Any]]:
@@ -61,13 +80,15 @@ def load(path: str, spec_version: str) -> list[dict[str, Any]]:
 
 def compare(report: RunReport, baseline: list[dict[str, str]], path: str, api: Spec) -> dict[str, Any]:
     """New, still failing and fixed findings: this run's findings of failed checks against the
-    baseline's (warnings of a warned check are neither: they fail nothing)."""
+    baseline's (warnings of a warned check are neither: they fail nothing); fixed, only of
+    checks that ran (one skipped, unproven or in error fixed nothing)."""
     def said(check: str, f: Any) -> dict[str, Any]:
         return {"check": check, "message": f.message, "expected": f.expected, "received": f.received}
     now = [said(r.id, f) for r in report.results if r.outcome is Outcome.FAILED for f in r.findings]
+    ran = {r.id for r in report.results if r.outcome in (Outcome.PASSED, Outcome.FAILED, Outcome.WARNED)}
     known = {_key(api, f["check"], f) for f in baseline}
     current = {_key(api, r.id, said(r.id, f)) for r in report.results for f in r.findings}
     return {"file": path,
             "new": [f for f in now if _key(api, f["check"], f) not in known],
             "still": [f for f in now if _key(api, f["check"], f) in known],
-            "fixed": [f for f in baseline if _key(api, f["check"], f) not in current]}
+            "fixed": [f for f in baseline if f["check"] in ran and _key(api, f["check"], f) not in current]}

@@ -216,12 +216,13 @@ def run(config: RunConfig, checks: Sequence[Check], *, progress: Progress | None
         proven = premises_for(checks, ctx)
         selected = [c for c in checks if not c.premise]
         checks = [*proven, *selected]
-        report.token_plan = token_bound(checks, config, _cost(ctx))
         paid: set[str] = set()      # shared spends already made
 
         def order() -> Iterator[tuple[Check, int]]:
-            """The premises first; then the plan, made with what they proved."""
-            yield from plan(proven, ctx)
+            """The premises first, in their order (premise:max_tokens bounds the next one's price);
+            then the plan, made with what they proved."""
+            for premise in proven:
+                yield premise, premise.worst_case(config, _cost(ctx))
             yield from plan(selected, ctx)
         for check, cost in order():
             if progress:
@@ -233,6 +234,7 @@ def run(config: RunConfig, checks: Sequence[Check], *, progress: Progress | None
             if progress:
                 progress(check, result)
         report.tokens = ctx.client.tokens
+        report.token_plan = token_bound(checks, config, _cost(ctx))   # with what the premises proved
         report.overspent = [{"check": r.id, "spent": r.tokens} for r in results.values()
                             if any(f.message.startswith(OVERSPEND) for f in r.findings)]
         report.ceiling_notes = list(ctx.memo.get(LEDGER_NOTES, []))

@@ -33,7 +33,7 @@ from tests.conformance_support import Environ, StartResponse, whole_response
 from tests.wrong_support import App
 
 WAYS = ("zero unlimited", "keyed health", "no health", "usage details", "reset after 500", "ignores fields",
-        "no max_model_len", "ignores max_tokens")
+        "no max_model_len", "ignores max_tokens", "ignores max_tokens unstreamed")
 LLAMA_CPP = frozenset({"zero unlimited", "no health", "reset after 500", "ignores fields", "no max_model_len"})
 LITELLM = frozenset({"keyed health", "usage details"})
 IGNORED = ("allowed_token_ids", "ignore_eos", "return_token_ids", "skip_special_tokens", "n")
@@ -41,7 +41,7 @@ IGNORED = ("allowed_token_ids", "ignore_eos", "return_token_ids", "skip_special_
 
 RESETS_PATH = "/peer/resets"   # how many requests the peer dropped, for the tests that need one
 CONTEXT = 2048                 # llama.cpp's --n_ctx in shared/docs/peers.md
-REWRITES = frozenset({"zero unlimited", "ignores fields", "ignores max_tokens"})
+REWRITES = frozenset({"zero unlimited", "ignores fields", "ignores max_tokens", "ignores max_tokens unstreamed"})
 
 
 def _rewrite(environ: Environ, change: Any) -> None:
@@ -68,13 +68,22 @@ def _json(start_response: StartResponse, status: str, data: Any) -> list[bytes]:
     return [body]
 
 
+def _peer(sock: socket.socket) -> object:
+    try:
+        return sock.getpeername()
+    except OSError:          # the client is gone: nothing to drop
+        return None
+
+
 class Peer:
     """The mock as a peer that does `ways` (a subset of WAYS)."""
 
     def __init__(self, app: App, ways: Iterable[str]) -> None:
         self.app, self.ways = app, frozenset(ways)
         assert self.ways <= set(WAYS), self.ways - set(WAYS)
-        self._dropped: set[int] = set()       # sockets to drop under their next request
+        # connections to drop under their next request, by the client's address: a socket's id or
+        # descriptor is reused by the next connection once one is closed
+        self._dropped: set[object] = set()
         self._lock = threading.Lock()
         self.resets = 0
 
@@ -84,8 +93,8 @@ class Peer:
         if path == RESETS_PATH:
             return _json(start_response, "200 OK", {"resets": self.resets})
         with self._lock:
-            drop = sock is not None and id(sock) in self._dropped
-            self._dropped.discard(id(sock))
+            drop = sock is not None and _peer(sock) in self._dropped
+            self._dropped.discard(_peer(sock))
         if drop:
             self.resets += 1
             sock.shutdown(socket.SHUT_RDWR)
@@ -116,7 +125,7 @@ class Peer:
         if "reset after 500" in self.ways and isinstance(error, dict) and error.get("code") == "invalid_json":
             if sock is not None:
                 with self._lock:
-                    self._dropped.add(id(sock))
+                    self._dropped.add(_peer(sock))
             start_response("500 Internal Server Error", [("Content-Type", "text/plain"), ("Content-Length", "21")])
             return [b"Internal Server Error"]
         if "usage details" in self.ways and status.startswith("200") and isinstance(data, dict) \
@@ -132,7 +141,8 @@ class Peer:
         limit = body.get("max_tokens")
         if "zero unlimited" in self.ways and type(limit) is int and limit <= 0:
             body = {k: v for k, v in body.items() if k != "max_tokens"}   # the mock's default: the context
-        elif "ignores max_tokens" in self.ways and type(limit) is int and limit > 0:
+        elif type(limit) is int and limit > 0 and ("ignores max_tokens" in self.ways or (
+                "ignores max_tokens unstreamed" in self.ways and not body.get("stream"))):
             body = {**body, "max_tokens": 4 * limit}
         return body
 

@@ -28,7 +28,8 @@ from conformance.registry import Check, select, token_bound
 from conformance.reports.html import render
 from conformance.reports.junit import build
 from conformance.results import QUOTE_LIMIT_BYTES, CheckResult, Exchange, Finding, Outcome, quote
-from conformance.runner import OVER_CEILING, PROBE_MAX_TOKENS, run
+from conformance.checks.premise import END_MAX_TOKENS, MAX_TOKENS as PREMISE_MAX_TOKENS
+from conformance.runner import OVER_CEILING, run
 from contract import spec
 
 MODEL = spec().default_model
@@ -107,7 +108,14 @@ class LaxServer:
             return httpx.Response(200, json={"data": [{"id": MODEL, "max_model_len": SERVED_LEN}]})
         body = json.loads(request.content)
         self.posts.append(body)
-        return httpx.Response(200, json={"choices": [], "usage": {"completion_tokens": generated(body)}})
+        written = generated(body)
+        if body.get("stream"):         # a chunk a token, as vLLM streams
+            chunk = {"choices": [{"index": 0, "text": "x"}]}
+            events = [f"data: {json.dumps(chunk)}\n\n"] * written + ["data: [DONE]\n\n"]
+            return httpx.Response(200, content="".join(events).encode(),
+                                  headers={"Content-Type": "text/event-stream"})
+        choice = {"index": 0, "text": "x" * written, "token_ids": [0] * written}
+        return httpx.Response(200, json={"choices": [choice], "usage": {"completion_tokens": written}})
 
 
 def _post(body: dict[str, Any]) -> Any:
@@ -147,13 +155,15 @@ def test_the_ledger_runs_the_cheap_first_and_names_what_the_ceiling_kept_out() -
     order: list[str] = []
     report, server = _run(100, order)
     # checks that cannot generate first, then by worst case; undeclared (0) ones are free to start
-    assert order == ["a:free", "c:free", "c:undeclared", "b:cheap", "b:middle", "a:dear"]
-    assert [r.id for r in report.results] == [c.id for c in checks()]     # the report keeps its order
-    outcomes = {r.id: r.outcome for r in report.results}
+    assert order == ["premise:max_tokens", "premise:end_tokens",   # what the ledger relies on, first
+                     "a:free", "c:free", "c:undeclared", "b:cheap", "b:middle", "a:dear"]
+    # the report keeps the selection's order, after the premises it ran first
+    assert [r.id for r in report.results] == ["premise:max_tokens", "premise:end_tokens", *(c.id for c in checks())]
+    outcomes = {r.id: r.outcome for r in report.results if not r.id.startswith("premise:")}
     assert outcomes == {"a:dear": Outcome.UNPROVEN, "a:free": Outcome.PASSED, "b:cheap": Outcome.PASSED,
                         "b:middle": Outcome.PASSED, "c:free": Outcome.PASSED,
                         "c:undeclared": Outcome.UNPROVEN}
-    probe = 1                                     # the end-token probe: this server honours them
+    probe = PREMISE_MAX_TOKENS + 1                # the premises: this server honours both
     assert report.tokens == probe + 1 + 40 <= 100
     assert report.ceiling_skipped == ["a:dear", "c:undeclared"]
     # the needed ceiling: what was spent, the skipped checks' plans, and what the ledger withheld
@@ -173,14 +183,16 @@ def test_a_ceiling_that_holds_everything_skips_nothing() -> None:
     report, _ = _run(1000, [])
     assert report.ceiling_skipped == [] and report.ceiling_needed is None
     assert report.count(Outcome.SKIPPED) == 0
-    assert report.tokens == 1 + 120 + 1 + 40 + (SERVED_LEN - 1)
+    assert report.tokens == PREMISE_MAX_TOKENS + 1 + 120 + 1 + 40 + (SERVED_LEN - 1)   # premises first
 
 
 def test_checks_that_cannot_generate_run_whatever_the_ledger_says() -> None:
     report, server = _run(0, [])
     assert {r.id for r in report.results if r.outcome is Outcome.PASSED} == {"a:free", "c:free"}
     assert report.tokens == 0 and server.posts == []
-    assert report.ceiling_skipped == ["a:dear", "b:cheap", "b:middle", "c:undeclared"]
+    # the premises could not run either, and nothing relies on them
+    assert report.ceiling_skipped == ["premise:max_tokens", "premise:end_tokens", "a:dear", "b:cheap", "b:middle",
+                                      "c:undeclared"]
 
 
 def test_requests_withheld_inside_a_check_are_noted_in_every_report() -> None:
@@ -391,10 +403,13 @@ def test_the_end_tokens_are_trusted_only_when_the_probe_stops_at_once() -> None:
 
     config = RunConfig("http://lax.test", "k", profile="full", token_ceiling=50)
     honours = run(config, [check], transport=httpx.MockTransport(LaxServer()))
-    assert honours.results[0].outcome is Outcome.PASSED and honours.token_plan == 1
+    # planned after the premises: the premises' worst cases (3 and 2) and the check's, trusted at 1
+    assert [r.outcome for r in honours.results] == [Outcome.PASSED] * 3 and honours.token_plan == 3 + 2 + 1
     deaf = run(config, [check], transport=httpx.MockTransport(Deaf()))
-    assert deaf.token_plan == 100 and deaf.ceiling_skipped == ["a:cheap_if_honoured"]
-    assert deaf.tokens == PROBE_MAX_TOKENS          # the probe, written in full
+    assert deaf.ceiling_skipped == ["a:cheap_if_honoured"]
+    assert deaf.tokens == PREMISE_MAX_TOKENS + END_MAX_TOKENS     # the premises, written in full
+    premise = next(r for r in deaf.results if r.id == "premise:end_tokens")
+    assert premise.outcome is Outcome.FAILED        # it ignores allowed_token_ids: a finding
 
 
 def test_a_shared_spend_skipped_for_the_ceiling_is_not_paid_by_the_next_check() -> None:
@@ -412,4 +427,4 @@ def test_a_shared_spend_skipped_for_the_ceiling_is_not_paid_by_the_next_check() 
     assert report.ceiling_needed == report.tokens + 60              # the shared spend, once
     report = run(RunConfig("http://lax.test", "k", profile="full", token_ceiling=100), shared,
                  transport=httpx.MockTransport(LaxServer()))
-    assert spends == ["run"] and [r.outcome for r in report.results] == [Outcome.PASSED] * 3
+    assert spends == ["run"] and [r.outcome for r in report.results] == [Outcome.PASSED] * (2 + 3)

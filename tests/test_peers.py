@@ -9,13 +9,15 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 import httpx
+import pytest
 
 from conformance.checks import REGISTRY
 from conformance.config import RunConfig
 from conformance.token_cost import CostModel
 from conformance.registry import select
-from conformance.results import Outcome, RunReport
-from conformance.runner import OVERSPEND, PROBE_MAX_TOKENS, run
+from conformance.results import ExitCode, Outcome, RunReport, exit_code
+from conformance.checks.premise import END_MAX_TOKENS, MAX_TOKENS as PREMISE_MAX_TOKENS
+from conformance.runner import OVERSPEND, RESENT, run
 from contract import spec
 from mock_server import create_app
 from mock_server.config import MockConfig
@@ -71,8 +73,21 @@ def test_the_quick_and_full_profiles_keep_the_ceiling_on_a_server_like_llama_cpp
             assert not report.overspent, report.overspent
 
 
-def test_a_request_that_generates_past_its_price_is_a_finding_of_the_check_that_sent_it() -> None:
+def test_a_server_that_ignores_max_tokens_is_found_by_the_premise_for_three_tokens() -> None:
+    """premise:max_tokens (a stream the gate closes after 3 events) finds it before anything else
+    may generate; every check that could is then UNPROVEN, saying why, and the run not conformant."""
     with peer("ignores max_tokens") as (_, url):
+        report = gate(url, "usage:arithmetic", "routes:*")
+    got = outcomes(report)
+    assert got["premise:max_tokens"].outcome is Outcome.FAILED
+    assert got["premise:max_tokens"].findings[0].message.startswith("the server wrote 3 tokens for max_tokens 2")
+    assert got["usage:arithmetic"].outcome is Outcome.UNPROVEN
+    assert "a request's price cannot be bounded, so none that could generate is sent" in got["usage:arithmetic"].reason
+    assert report.tokens <= PREMISE_MAX_TOKENS + 1 and exit_code(report) is ExitCode.FAILED
+
+
+def test_a_request_that_generates_past_its_price_is_a_finding_of_the_check_that_sent_it() -> None:
+    with peer("ignores max_tokens unstreamed") as (_, url):
         report = gate(url, "usage:arithmetic", "routes:*")
     found = outcomes(report)["usage:arithmetic"]
     assert found.outcome is Outcome.FAILED
@@ -123,7 +138,7 @@ def test_usage_with_keys_beside_the_counts_passes_usage_arithmetic() -> None:
 
 
 def test_usage_with_wrong_counts_still_fails_usage_arithmetic() -> None:
-    with peer("ignores max_tokens") as (_, url):
+    with peer("ignores max_tokens unstreamed") as (_, url):
         report = gate(url, "usage:arithmetic")
     assert any(m == "the usage differs" for _, m in messages(report)), messages(report)
 
@@ -132,31 +147,39 @@ def test_usage_with_wrong_counts_still_fails_usage_arithmetic() -> None:
 
 def test_a_connection_dropped_after_a_bare_500_is_charged_to_no_later_check() -> None:
     """llama.cpp drops a kept-alive connection after a bare 500: the next request on it got no
-    answer, and its check the finding. It is sent again on a new connection now."""
+    answer, and its check the finding. The gate does not send another request on a connection
+    that answered a 5xx now; a client that does is dropped."""
     with live_peer("reset after 500") as url:
+        with httpx.Client(base_url=url, headers={"Authorization": "Bearer k",
+                                                  "Content-Type": "application/json"}) as plain:
+            assert plain.post("/v1/completions", content=b"{").status_code == 500
+            with pytest.raises(httpx.RemoteProtocolError):
+                plain.get("/v1/models")
+        assert httpx.get(url + RESETS_PATH).json()["resets"] == 1
         report = gate(url, "golden:http.*", "routes:*", "headers:*", profile="quick")
         resets = httpx.get(url + RESETS_PATH).json()["resets"]
-    assert resets > 0, "the peer never dropped a kept-alive connection: the test shows nothing"
-    assert not [m for m in messages(report) if "no HTTP response" in m[1]], messages(report)
+    assert resets == 1, "the gate sent a request on a connection that had answered a 5xx"
+    assert not [m for m in messages(report) if "no HTTP response" in m[1] or RESENT in m[1]], messages(report)
     failed = {r.id for r in report.failed}
     assert failed == {"golden:http.invalid_json", "golden:http.nan", "golden:http.not_object"}, messages(report)
 
 
 def test_checks_read_through_an_ignored_field_skip_and_name_it() -> None:
-    with peer("ignores fields") as (_, url):
+    with peer("ignores fields", eos_rate=0.0) as (_, url):   # no end token but the ones asked for
         report = gate(url, "effects:ignore_eos", "effects:skip_special_tokens", "effects:bad_words",
                       "effects:steering.decoding", "semantics:stop_string", "semantics:finish_reason.eos",
                       "shape:token_ids", "stream:text_equals_non_stream", "usage:arithmetic")
     got = outcomes(report)
+    # a premise the server failed: not run, and the run not proven by them
     for check in ("effects:ignore_eos", "effects:skip_special_tokens", "effects:steering.decoding"):
-        assert got[check].outcome is Outcome.SKIPPED and "allowed_token_ids is not applied" in got[check].reason, check
+        assert got[check].outcome is Outcome.UNPROVEN and "allowed_token_ids is not applied" in got[check].reason, check
     for check in ("effects:bad_words", "semantics:stop_string"):
-        assert got[check].outcome is Outcome.SKIPPED and "return_token_ids is not applied" in got[check].reason, check
+        assert got[check].outcome is Outcome.UNPROVEN and "return_token_ids is not applied" in got[check].reason, check
     # the checks of the ignored fields themselves fail
     assert got["semantics:finish_reason.eos"].outcome is Outcome.FAILED
     assert got["shape:token_ids"].outcome is Outcome.FAILED
     assert got["usage:arithmetic"].outcome is Outcome.FAILED
-    assert got["stream:text_equals_non_stream"].outcome is Outcome.SKIPPED
+    assert got["stream:text_equals_non_stream"].outcome is Outcome.UNPROVEN
     assert "n is not applied" in got["stream:text_equals_non_stream"].reason
 
 
@@ -169,9 +192,11 @@ def test_numbers_the_server_never_gave_are_said_and_bound_nothing() -> None:
     assert report.assumed["max_model_len"] == spec().models[MODEL].max_model_len
     assert report.context_said() == f"max_model_len {report.assumed['max_model_len']} (the spec's: the server gave none)"
     assert any("does not give max_model_len" in line for line in report.notes())
-    assert report.results and all(r.outcome is Outcome.SKIPPED and "does not give" in r.reason
-                                  for r in report.results), [(r.id, r.reason) for r in report.results]
-    assert report.tokens <= PROBE_MAX_TOKENS    # the end-token probe alone
+    checks = [r for r in report.results if not r.id.startswith("premise:")]
+    assert checks and all(r.outcome is Outcome.UNPROVEN and "does not give" in r.reason
+                          for r in checks), [(r.id, r.reason) for r in checks]
+    assert exit_code(report) is ExitCode.NOT_PROVEN
+    assert report.tokens <= PREMISE_MAX_TOKENS + END_MAX_TOKENS    # the premises alone
 
 
 def test_numbers_the_server_gave_are_its_own() -> None:

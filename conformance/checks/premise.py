@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 
 from conformance import meter
+from conformance.checks.common import open_stream
 from conformance.context import Context
 from conformance.registry import register
 
@@ -30,8 +31,7 @@ def max_tokens(ctx: Context) -> None:
             "stream": True}
     proven = False
     try:
-        reply = ctx.client.stream(ctx.api.completions_path, body, stop_after_events=MAX_TOKENS + 1)
-        ctx.expect_status(reply, 200, fatal=True)
+        reply = open_stream(ctx, body, stop_after_events=MAX_TOKENS + 1)
         written = meter.stream(reply.parsed, body).tokens
         proven = ctx.expect(written <= MAX_TOKENS, f"the server wrote {written} tokens for max_tokens "
                             f"{MAX_TOKENS} (the gate closed the stream there): past the bound every "
