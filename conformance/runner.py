@@ -229,7 +229,7 @@ def run(config: RunConfig, checks: Sequence[Check], *, progress: Progress | None
                 progress(check, None)
             current[0] = check.id
             result = results[check.id] = execute(check, ctx, 0 if check.shares in paid else cost)
-            if check.shares and not result.reason.startswith(OVER_CEILING):
+            if check.shares and result.outcome is not Outcome.UNPROVEN:   # not run: nothing paid
                 paid.add(check.shares)
             if progress:
                 progress(check, result)
