@@ -249,3 +249,48 @@ def test_a_schemathesis_failure_answered_by_another_party_names_it() -> None:
     assert other_party(declared, interaction({"Server": ["nginx"]}, b'{"error": {}}')) is None   # JSON: judged
     assert other_party(declared, interaction({"Server": ["nginx"]}, status=500)) is None  # a 5xx: never a front's
     assert other_party(declared, SimpleNamespace(response=None)) is None
+
+
+# -- the scrubber, the curl line, the meter (issue 42) -------------------------------------------
+
+def test_the_scrubber_masks_a_key_in_every_form_a_server_may_echo_it(tmp_path: Any) -> None:
+    import base64
+    import html
+    import urllib.parse
+
+    from conformance.reports.scrub import MASK, Scrubber
+    key = "sk-live-0123456789abcdef"
+    scrub = Scrubber([key, None, "short"])        # a key under MIN_SECRET is left alone
+    echoes = [f"Token {key}", json.dumps({"m": f'"{key}"'}), urllib.parse.quote(key, safe=""),
+              html.escape(f"<{key}>"), "Basic " + base64.b64encode(f"user:{key}".encode()).decode(),
+              base64.b64encode(f"xy{key}".encode()).decode(), base64.urlsafe_b64encode(f"{key}??".encode()).decode()]
+    for echo in echoes:
+        assert key not in scrub(echo) and MASK in scrub(echo), echo
+        core = base64.b64encode(key.encode()).decode()[4:16]
+        assert core not in scrub(echo), echo
+    assert scrub("a short word") == "a short word"
+    scrub.write(tmp_path / "r.txt", f"x {key} y".encode())
+    assert (tmp_path / "r.txt").read_text() == f"x {MASK} y"
+
+
+def test_a_curl_line_never_reads_a_file_it_did_not_write_and_reads_the_key_from_the_environment() -> None:
+    exchange = Exchange("POST", "http://x/v1/completions", {"Authorization": "Token ***"}, "@/etc/passwd",
+                        sent=b"@/etc/passwd")
+    assert exchange.curl() == ("curl -sS -i -X POST http://x/v1/completions -H 'Authorization: Token '"
+                               "\"$CONFORMANCE_API_KEY\" --data-raw @/etc/passwd")
+
+
+def test_the_meter_counts_what_the_answer_shows_and_takes_usage_only_where_larger() -> None:
+    from conformance.meter import answer
+    rows = {"index": 0, "text": "ab", "logprobs": {"tokens": ["a", "b"]}}
+    ids = {"index": 1, "text": "abc", "token_ids": [1, 2, 3]}
+    text = {"index": 2, "text": "a long text"}
+    lying = {"choices": [rows, ids], "usage": {"completion_tokens": 1}}
+    assert answer(lying, {}, 16, 32) == answer(lying, {}, 16, 32)
+    metered = answer(lying, {}, 16, 32)
+    assert (metered.tokens, metered.exact, metered.claim, metered.understated) == (5, 5, 1, True)
+    metered = answer({"choices": [rows, text], "usage": {"completion_tokens": 40}}, {}, 16, 32)
+    assert (metered.tokens, metered.exact, metered.understated) == (40, None, False)   # text at its price
+    assert answer({"choices": [text]}, {}, 16, 32).tokens == 16
+    assert answer({"choices": [rows]}, {"echo": True}, 16, 32).tokens == 16   # echoed rows hold the prompt
+    assert answer("not the API's", {}, 16, 32).tokens == 32                   # no choices: the request's price

@@ -19,6 +19,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from conformance.who_answered import names_front, who_answered
+from conformance import meter
 from conformance.checks.common import schema_errors
 from conformance.context import Context
 from conformance.spec_bodies import REQUEST_ID_MASK, error_body, message, request_id_re
@@ -103,7 +104,8 @@ def answered(ctx: Context, ex: RawExchange, what: str, *,
             ctx.fail(f"{what}: the connection {'was reset' if ex.reset else 'closed'} without an answer",
                      received=ex.data[:300].decode("latin-1"))
     for response in ex.responses:       # a broken server's accepted request counts against the ceiling
-        ctx.client.charge("GET", "/", None, response.status, response.body)
+        if response.status == 200:
+            ctx.client.add_tokens(meter.answer(response.json(), None, 0, 0).tokens)
     return ex.first
 
 
