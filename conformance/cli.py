@@ -27,6 +27,7 @@ import httpx
 from rich.console import Console
 
 from conformance.config import DEFAULT_TOKEN_CEILING, ENV_API_KEY, PROFILES, ConfigError, RunConfig
+from conformance.reports.scrub import scrubbed
 from conformance.results import ExitCode, exit_code
 from contract import Spec, SpecError, spec
 from contract.version import VersionAction
@@ -34,15 +35,6 @@ from contract.version import VersionAction
 ENV_BASE_URL = "CONFORMANCE_BASE_URL"
 DIFF = "diff"
 REPLAY = "replay"
-
-
-def scrubbed(args: argparse.Namespace, *consoles: Console) -> list[Console]:
-    """The consoles, writing through the one scrubber of the run's secrets (reports.scrub)."""
-    from conformance.reports.scrub import Scrubber, url_secrets
-    keys = [getattr(args, name, None) for name in ("api_key", "exhausted_key", "other_key")]
-    urls = [u for u in (getattr(args, "base_url", None), getattr(args, "other_url", None)) if u]
-    scrub = Scrubber(keys + [s for u in urls for s in url_secrets(u)])
-    return [scrub.console(c) for c in consoles]
 
 
 def _tags(values: list[str] | None) -> tuple[str, ...]:

@@ -51,7 +51,7 @@ def _report(path: str) -> dict[str, Any]:
 def replay_main(argv: Sequence[str], *, console: Console | None = None,
                 transport: httpx.BaseTransport | None = None, api: Spec) -> int:
     from conformance.checks import REGISTRY
-    from conformance.cli import scrubbed
+    from conformance.reports.scrub import scrubbed
     from conformance.runner import run
 
     console = console or Console()

@@ -102,7 +102,7 @@ def run_check(check: Check, ctx: Context) -> CheckResult:
     except Halted as exc:           # a premise failed, or a request went past its price
         outcome, reason, withheld = Outcome.UNPROVEN, str(exc), exc.worst
     except OverCeiling as exc:      # the client's ledger refused a request mid-check
-        outcome, reason, withheld = Outcome.UNPROVEN, f"{OVER_CEILING}: {exc}", exc.worst
+        outcome, reason, withheld = _for_ceiling(exc.worst, ctx), f"{OVER_CEILING}: {exc}", exc.worst
     except Stop:
         pass
     except Exception as exc:  # the suite's own bug: kept apart from findings
@@ -117,6 +117,14 @@ def run_check(check: Check, ctx: Context) -> CheckResult:
                        time.perf_counter() - start, ctx.client.tokens - tokens_before, withheld)
 
 
+def _for_ceiling(cost: int, ctx: Context) -> Outcome:
+    """A check the ceiling kept from running: the server's doing (UNPROVEN) where what it was
+    made to generate took the room the check would fit in; the options' choice (SKIPPED) where
+    the check does not fit the ceiling at all (the quick profile, which proves no premise, or
+    a --token-ceiling below it): the note says which ceiling would run it."""
+    return Outcome.SKIPPED if cost > ctx.config.token_ceiling else Outcome.UNPROVEN
+
+
 def execute(check: Check, ctx: Context, cost: int | None = None) -> CheckResult:
     """One check, unless its worst case (`cost`: the server does not conform) would pass the
     ceiling; then it is skipped, with the reason and the ceiling that would let it run."""
@@ -126,7 +134,7 @@ def execute(check: Check, ctx: Context, cost: int | None = None) -> CheckResult:
                            reason=f"not run: {ctx.client.halted}")
     spent = ctx.client.tokens
     if cost and spent + cost > ctx.config.token_ceiling:
-        return CheckResult(check.id, check.all_tags, check.doc, Outcome.UNPROVEN,
+        return CheckResult(check.id, check.all_tags, check.doc, _for_ceiling(cost, ctx),
                            reason=f"{OVER_CEILING}: it may generate {cost} tokens if the server does "
                                   f"not conform; {spent} of the ceiling of {ctx.config.token_ceiling} "
                                   f"are spent (--token-ceiling {spent + cost} would run it)")
@@ -229,7 +237,8 @@ def run(config: RunConfig, checks: Sequence[Check], *, progress: Progress | None
                 progress(check, None)
             current[0] = check.id
             result = results[check.id] = execute(check, ctx, 0 if check.shares in paid else cost)
-            if check.shares and result.outcome is not Outcome.UNPROVEN:   # not run: nothing paid
+            kept_out = result.outcome is Outcome.UNPROVEN or result.reason.startswith(OVER_CEILING)
+            if check.shares and not kept_out:        # a check that did not run paid nothing
                 paid.add(check.shares)
             if progress:
                 progress(check, result)

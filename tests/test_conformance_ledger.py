@@ -27,7 +27,7 @@ from conformance.golden.cheap import OUT as CHEAP_FILE, render as render_cheap
 from conformance.registry import Check, select, token_bound
 from conformance.reports.html import render
 from conformance.reports.junit import build
-from conformance.results import QUOTE_LIMIT_BYTES, CheckResult, Exchange, Finding, Outcome, quote
+from conformance.results import QUOTE_LIMIT_BYTES, CheckResult, Exchange, ExitCode, Finding, Outcome, exit_code, quote
 from conformance.checks.premise import END_MAX_TOKENS, MAX_TOKENS as PREMISE_MAX_TOKENS
 from conformance.runner import OVER_CEILING, run
 from contract import spec
@@ -160,9 +160,10 @@ def test_the_ledger_runs_the_cheap_first_and_names_what_the_ceiling_kept_out() -
     # the report keeps the selection's order, after the premises it ran first
     assert [r.id for r in report.results] == ["premise:max_tokens", "premise:end_tokens", *(c.id for c in checks())]
     outcomes = {r.id: r.outcome for r in report.results if not r.id.startswith("premise:")}
-    assert outcomes == {"a:dear": Outcome.UNPROVEN, "a:free": Outcome.PASSED, "b:cheap": Outcome.PASSED,
+    # neither fits the ceiling of 100 at all: the option's choice, not the server's doing
+    assert outcomes == {"a:dear": Outcome.SKIPPED, "a:free": Outcome.PASSED, "b:cheap": Outcome.PASSED,
                         "b:middle": Outcome.PASSED, "c:free": Outcome.PASSED,
-                        "c:undeclared": Outcome.UNPROVEN}
+                        "c:undeclared": Outcome.SKIPPED}
     probe = PREMISE_MAX_TOKENS + 1                # the premises: this server honours both
     assert report.tokens == probe + 1 + 40 <= 100
     assert report.ceiling_skipped == ["a:dear", "c:undeclared"]
@@ -428,3 +429,16 @@ def test_a_shared_spend_skipped_for_the_ceiling_is_not_paid_by_the_next_check() 
     report = run(RunConfig("http://lax.test", "k", profile="full", token_ceiling=100), shared,
                  transport=httpx.MockTransport(LaxServer()))
     assert spends == ["run"] and [r.outcome for r in report.results] == [Outcome.PASSED] * (2 + 3)
+
+
+def test_a_check_the_servers_spending_kept_out_is_unproven_one_the_ceiling_never_held_is_skipped() -> None:
+    """What the server was made to generate took the room of b:middle (40 of 50 fit): UNPROVEN, the
+    run not proven; a:dear (120) never fits 50: the option's choice, SKIPPED."""
+    hungry = [Check("a:dear", _post({"max_tokens": 120}), doc="d", tokens=1, worst=120),
+              Check("b:spends", _post({"max_tokens": 30}), doc="d", tokens=30, worst=30),
+              Check("b:middle", _post({"max_tokens": 40}), doc="d", tokens=40, worst=40)]
+    config = RunConfig("http://lax.test", "k", profile="full", token_ceiling=50)
+    report = run(config, hungry, transport=httpx.MockTransport(LaxServer()))
+    got = {r.id: r.outcome for r in report.results}
+    assert (got["a:dear"], got["b:spends"], got["b:middle"]) == (Outcome.SKIPPED, Outcome.PASSED, Outcome.UNPROVEN)
+    assert exit_code(report) is ExitCode.NOT_PROVEN

@@ -21,7 +21,7 @@ import re
 import urllib.parse
 from collections.abc import Iterable
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 from rich.console import Console
 
@@ -73,11 +73,11 @@ class Scrubber:
         Path(path).write_bytes(self.bytes(raw))
 
     def console(self, console: Console) -> Console:
-        """A console like `console` that writes through this scrubber; lines are not wrapped
+        """`console`, writing through this scrubber from now on; its lines no longer wrapped
         (soft wrap), so a secret is never cut in two before it is masked."""
-        return Console(file=_ScrubbedFile(console.file, self), width=console.width, soft_wrap=True,
-                       force_terminal=console.is_terminal, color_system=console.color_system,
-                       stderr=console.stderr)
+        console.file = _ScrubbedFile(console.file, self)
+        console.soft_wrap = True
+        return console
 
 
 class _ScrubbedFile(io.TextIOBase):
@@ -93,6 +93,15 @@ class _ScrubbedFile(io.TextIOBase):
 
     def isatty(self) -> bool:
         return self._inner.isatty()
+
+
+def scrubbed(args: Any, *consoles: Console) -> list[Console]:
+    """The consoles of a command, writing through one scrubber of its arguments' secrets (its
+    keys, a password or query value in its URLs)."""
+    keys = [getattr(args, name, None) for name in ("api_key", "exhausted_key", "other_key")]
+    urls = [u for u in (getattr(args, "base_url", None), getattr(args, "other_url", None)) if u]
+    scrub = Scrubber(keys + [s for u in urls for s in url_secrets(u)])
+    return [scrub.console(c) for c in consoles]
 
 
 def url_secrets(url: str) -> list[str]:
