@@ -78,20 +78,24 @@ def test_only_new_findings_fail_a_run_against_a_baseline(mock: tuple[Breaker, st
     assert "NEW caps:max_tokens" in other["out"]
 
 
-def test_another_body_under_the_same_message_is_a_new_finding(mock: tuple[Breaker, str], tmp_path: Path) -> None:
-    """Matched on what a finding expected and received too: a generic message ("the body
-    differs") over another wrong body is new, not still failing."""
+def test_another_body_under_the_same_assertion_is_still_failing(mock: tuple[Breaker, str], tmp_path: Path) -> None:
+    """Matched on what a check asserts (its message and what it expected), never on what was
+    received: a sampled body differs on every run. The same assertion failing over another
+    wrong body is still failing; another status is new."""
     app, url = mock
     run(url, tmp_path / "before.json", app=app, mode="wrong_code")
     code, other = run(url, tmp_path / "other.json", "--baseline", str(tmp_path / "before.json"), app=app,
                       mode="missing_param")
     before = json.loads((tmp_path / "before.json").read_text())
-    said_before = {(r["id"], f["message"]) for r in before["results"] for f in r["findings"]}
-    new = [(f["check"], f["message"]) for f in other["baseline"]["new"]]
-    assert code == 1 and set(new) & said_before, (new, said_before)   # same check, same words, new body
-    assert all(f["received"] != g["received"] for f in other["baseline"]["new"] for g in
+    asserted = {(r["id"], f["message"], json.dumps(f["expected"], sort_keys=True))
+                for r in before["results"] for f in r["findings"]}
+    again = [f for f in other["baseline"]["still"] + other["baseline"]["new"]
+             if (f["check"], f["message"], json.dumps(f["expected"], sort_keys=True)) in asserted]
+    assert again and all(f in other["baseline"]["still"] for f in again), other["baseline"]
+    assert any(f["received"] != g["received"] for f in again for g in
                (dict(x, check=r["id"]) for r in before["results"] for x in r["findings"])
-               if (f["check"], f["message"]) == (g["check"], g["message"]))
+               if (f["check"], f["message"]) == (g["check"], g["message"]))   # over another body
+    assert code == (1 if other["baseline"]["new"] else 0)
 
 
 def test_a_baseline_without_expected_and_received_is_a_usage_error(
@@ -177,11 +181,13 @@ def every_other() -> Iterator[tuple[EveryKth, str]]:
 
 def test_schemathesis_gets_the_429s_without_rate_limit(every_other: tuple[EveryKth, str], tmp_path: Path) -> None:
     app, url = every_other
-    code, report = run(url, tmp_path / "r.json", *SCHEMA_RUN, checks=SCHEMA_CHECKS)
+    # quick: in the full profile premise:max_tokens meets a 429 first, and nothing that could
+    # generate is sent after it (tests/test_liars.py)
+    code, report = run(url, tmp_path / "r.json", *SCHEMA_RUN, "--profile", "quick", checks=SCHEMA_CHECKS)
     assert code == 1 and app.refused
     failed = {r["id"]: r["findings"] for r in report["results"] if r["outcome"] == "failed"}
-    assert set(failed) == {"schema:response_headers_conformance", "schema:response_schema_conformance",
-                           "schema:status_code_conformance"}
+    assert {"schema:response_headers_conformance", "schema:response_schema_conformance",
+            "schema:status_code_conformance"} <= set(failed)
     assert {f["exchange"]["response"]["status"] for found in failed.values() for f in found} == {429}
 
 

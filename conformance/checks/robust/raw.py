@@ -63,6 +63,7 @@ def _answer(ex: RawExchange) -> tuple[int | None, Mapping[str, str]]:
 
 def send(ctx: Context, method: str, path: str, body: bytes | None = None, *,
          extra: Sequence[tuple[str, str]] = (), **kw: Any) -> RawExchange:
+    ctx.client.reserve(method, path, body)     # the ledger's, as every sender's: it may generate
     head = target_of(ctx).head(method, path, request_headers(ctx, body, extra))
     return deliver(ctx, [head + (body or b"")], bound=ctx.config.timeout, **kw)
 
