@@ -256,7 +256,7 @@ class Client:
         reply = Reply(exchange, resp.status_code, resp.headers, resp.content)
         try:
             reply.data, reply.is_json = resp.json(), True
-        except ValueError:
+        except (ValueError, RecursionError):   # not JSON, or nested past the decoder
             pass
         exchange.status = resp.status_code
         exchange.response_headers = dict(resp.headers)
@@ -294,7 +294,7 @@ class Client:
                     reply.content = resp.content
                     try:
                         reply.data, reply.is_json = resp.json(), True
-                    except ValueError:
+                    except (ValueError, RecursionError):
                         pass
                     exchange.response_body = _shown(resp.content)
                     if resp.status_code == 200:
@@ -422,7 +422,7 @@ class Client:
     def _body(self, content: bytes | None) -> Any:
         try:
             return json.loads(content) if content else None
-        except ValueError:
+        except (ValueError, RecursionError):
             return None
 
     def _count(self, data: Any, content: bytes | None, worst: int, exchange: Exchange | None) -> None:
@@ -436,11 +436,13 @@ class Client:
         """A stream's chunks (conformance.meter.stream); one that broke before its end at its
         price too (it may have generated all of it). A chunk without text (llama.cpp's last ""
         with its finish_reason, LiteLLM's finish chunk) is no token."""
-        metered = meter.stream(parsed, self._body(content))
+        body = self._body(content)
+        metered = meter.stream(parsed, body)
         self._add(max(metered.tokens, worst if broken else 0))
-        # past its price by the usage's claim where there is one: a proxy may cut one token's
-        # text in two chunks (premise:max_tokens finds a server that writes past max_tokens)
-        said = metered.claim if metered.claim is not None else metered.tokens
+        # past its price by evidence: the chunks, and the usage's claim too where there is one (a
+        # proxy may cut one token's text in two chunks; a usage may claim what never came)
+        counted = meter.stream_count(parsed, body)
+        said = counted if metered.claim is None else min(metered.claim, counted)
         if self.cost is not None and said > worst:
             with self._lock:
                 self._overspent(Overspend(exchange, worst, said))
@@ -453,10 +455,11 @@ class Client:
             "a request's price cannot be bounded, so none that could generate is sent")
 
     def _spend(self, metered: meter.Metered, priced: int, exchange: Exchange | None) -> None:
-        """Count what the meter says; past `priced` an Overspend, usage below the answer's exact
-        count an understatement (each a finding of the check that sent it)."""
+        """Count what the meter says; past `priced` by the answer's exact count an Overspend, usage
+        below it an understatement (each a finding of the check that sent it). A claim alone
+        proves no overspend: the meter charges it, usage:arithmetic judges it."""
         self._add(metered.tokens)
-        shown = metered.exact if metered.exact is not None else metered.claim or 0
+        shown = metered.exact or 0
         with self._lock:
             if self.cost is not None and shown > priced:
                 self._overspent(Overspend(exchange, priced, shown))
@@ -477,7 +480,7 @@ class Client:
         elif status == 200:
             try:
                 data: Any = json.loads(answer)
-            except ValueError:
+            except (ValueError, RecursionError):
                 text = answer.decode("utf-8", "replace").splitlines()
                 self._count_stream(parse_lines([(0.0, line) for line in text]), sent, worst, None)
             else:

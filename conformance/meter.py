@@ -69,23 +69,22 @@ def answer(data: Any, body: Any, sequence_price: int, worst: int) -> Metered:
     return Metered(max(counted, claim or 0), exact if all_exact else None, claim)
 
 
-def stream(parsed: Parsed, body: Any) -> Metered:
-    """A stream: every content chunk's tokens (at least one where it carries text), or the
-    usage's claim where larger."""
+def stream_count(parsed: Parsed, body: Any) -> int:
+    """The tokens a stream's chunks show: each choice of a content chunk at least one where it
+    carries text, or as many as its token ids or rows."""
     echo = isinstance(body, dict) and bool(body.get("echo"))
     counted = 0
-    claims: list[int] = []
     for event in parsed.events:
-        if event.kind not in ("content", "usage"):
-            continue
-        claim = _claim(event.payload.get("usage"))
-        if claim is not None:
-            claims.append(claim)
-        for choice in event.payload.get("choices") or ():
-            if not isinstance(choice, dict):
-                continue
-            shown = _shown(choice, echo)
-            text = choice.get("text")
-            counted += max(shown or 0, 1 if isinstance(text, str) and text else 0)
+        for choice in event.payload.get("choices") or () if event.kind == "content" else ():
+            if isinstance(choice, dict):
+                text = choice.get("text")
+                counted += max(_shown(choice, echo) or 0, 1 if isinstance(text, str) and text else 0)
+    return counted
+
+
+def stream(parsed: Parsed, body: Any) -> Metered:
+    """A stream: its chunks' tokens (stream_count), or the usage's claim where larger."""
+    claims = [c for e in parsed.events if e.kind in ("content", "usage")
+              if (c := _claim(e.payload.get("usage"))) is not None]
     claim = max(claims) if claims else None
-    return Metered(max([counted] + claims), None, claim)
+    return Metered(max([stream_count(parsed, body)] + claims), None, claim)

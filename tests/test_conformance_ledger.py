@@ -442,3 +442,31 @@ def test_a_check_the_servers_spending_kept_out_is_unproven_one_the_ceiling_never
     got = {r.id: r.outcome for r in report.results}
     assert (got["a:dear"], got["b:spends"], got["b:middle"]) == (Outcome.SKIPPED, Outcome.PASSED, Outcome.UNPROVEN)
     assert exit_code(report) is ExitCode.NOT_PROVEN
+
+
+def test_a_request_past_its_price_by_its_own_token_ids_is_a_finding_and_halts_the_run() -> None:
+    """Token ids (evidence, not a claim) past a request's price: a finding of the check that sent
+    it, and no request that could generate goes out after it; every such check is UNPROVEN."""
+    class Past(LaxServer):         # streams honour max_tokens (the premise passes); answers do not
+        def __call__(self, request: httpx.Request) -> httpx.Response:
+            if request.method == "POST" and not json.loads(request.content).get("stream"):
+                body = json.loads(request.content)
+                if body.get("max_tokens", 0) > 2:
+                    self.posts.append(body)
+                    ids = [0] * (3 * body["max_tokens"])
+                    return httpx.Response(200, json={"choices": [{"index": 0, "text": "x", "token_ids": ids}],
+                                                     "usage": {"completion_tokens": body["max_tokens"]}})
+            return super().__call__(request)
+    checks = [Check("a:past", _post({"max_tokens": 10}), doc="d", tokens=10),
+              Check("b:after", _post({"max_tokens": 20}), doc="d", tokens=20)]
+    config = RunConfig("http://lax.test", "k", profile="full", token_ceiling=500)
+    report = run(config, checks, transport=httpx.MockTransport(Past()))
+    got = {r.id: r for r in report.results}
+    assert got["a:past"].outcome is Outcome.FAILED
+    assert [f.message.split(" for a")[0] for f in got["a:past"].findings] == [
+        "the server generated 30 tokens", "the usage says 10 completion tokens; the answer shows 30 (its token ids "
+        "or logprob rows): the gate counts what it received"]
+    assert got["b:after"].outcome is Outcome.UNPROVEN
+    assert got["b:after"].reason == ("not run: the server generated 30 tokens for a request priced at 10: a "
+                                     "request's price cannot be bounded, so none that could generate is sent")
+    assert got["a:past"].tokens == 30           # the meter's count, not the usage's 10
