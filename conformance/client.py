@@ -406,13 +406,19 @@ class Client:
         with self._lock:
             self.halted = self.halted or reason
 
+    def not_halted(self, method: str, path: str, content: bytes | None,
+                   stop_after_events: int | None = None) -> int:
+        """The request's worst case, or Halted if it could generate and the client is halted."""
+        worst = self.worst_case(method, path, content, stop_after_events)
+        if worst and self.halted:
+            raise Halted(f"{method} {path} was not sent: {self.halted}", worst)
+        return worst
+
     def reserve(self, method: str, path: str, content: bytes | None,
                 stop_after_events: int | None = None) -> int:
         """The request's worst case, or OverCeiling if it could take the count past the ceiling
         or the client is halted."""
-        worst = self.worst_case(method, path, content, stop_after_events)
-        if worst and self.halted:
-            raise Halted(f"{method} {path} was not sent: {self.halted}", worst)
+        worst = self.not_halted(method, path, content, stop_after_events)
         if self.ceiling is not None and worst and self.tokens + worst > self.ceiling:
             raise OverCeiling(f"{method} {path} was not sent: it may generate {worst} tokens if the "
                               f"server does not conform; {self.tokens} of the ceiling of "

@@ -96,4 +96,6 @@ def test_every_effect_check_passes_under_batch_effects() -> None:
         report = run_suite(url, "effects:*", "isolation:*")
     assert failed(report) == {}
     isolation = {c.id for c in REGISTRY if c.group == "isolation"}
-    assert sorted(r.id for r in report.results if r.outcome is Outcome.PASSED) == sorted({*EFFECTS, *isolation})
+    premises = {c.id for c in REGISTRY if c.premise}      # run first, and passed too
+    assert sorted(r.id for r in report.results if r.outcome is Outcome.PASSED) == sorted({*EFFECTS, *isolation,
+                                                                                           *premises})
