@@ -74,7 +74,8 @@ def test_full_profile_passes(reference: Any, tmp_path: Path) -> None:
 
 def test_budget_checks_with_a_spent_key(reference: Any, models: dict[str, ModelInfo]) -> None:
     app = create_app(ServerConfig(budget_tokens=0), VllmEngine(reference.vllm_url, SERVED, api=spec()), models)
-    config = RunConfig(base_url="http://reference.test", api_key="any", model=SERVED, profile="full",
+    # quick: every key's Budget is spent here, the run's own too, so no premise could be proven
+    config = RunConfig(base_url="http://reference.test", api_key="any", model=SERVED, profile="quick",
                        select=("budget:*",), exhausted_key="spent").validate()
     report = run(config, select(REGISTRY, config), transport=httpx.WSGITransport(app=app))
     assert [r.outcome for r in report.results] == [Outcome.PASSED], problems(report)
@@ -88,4 +89,5 @@ def test_every_effect_is_seen_on_real_vllm(reference: Any) -> None:
                        select=("effects:*",)).validate()
     report = run(config, select(REGISTRY, config))
     effects = {c.id for c in REGISTRY if c.group == "effects"}
-    assert {r.id for r in report.results if r.outcome is Outcome.PASSED} == effects, problems(report)
+    passed = {r.id for r in report.results if r.outcome is Outcome.PASSED and not r.id.startswith("premise:")}
+    assert passed == effects, problems(report)
