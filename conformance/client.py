@@ -34,7 +34,7 @@ import httpx
 from conformance import meter
 from conformance.config import CHEAP_TOKENS
 from conformance.token_cost import CostModel
-from conformance.results import MASKED, Exchange, quote
+from conformance.results import MASKED, MIN_SECRET, Exchange, quote
 from conformance.sse import Parsed, parse_lines
 
 AUTH_DEFAULT = "default"
@@ -227,8 +227,13 @@ class Client:
 
     def _exchange(self, method: str, path: str, headers: dict[str, str],
                   content: bytes | None) -> Exchange:
-        shown = {k: v.replace(self.api_key, MASKED) if self.api_key else v for k, v in headers.items()}
-        return Exchange(method, self.base_url + path, shown, _shown(content), sent=content)
+        # the key wherever it was sent (its curl line reads it from the environment); a key too
+        # short to tell from the words around it, only in Authorization
+        def mask(name: str, value: str) -> str:
+            hides = self.api_key and (name.lower() == "authorization" or len(self.api_key) >= MIN_SECRET)
+            return value.replace(self.api_key, MASKED) if hides else value
+        return Exchange(method, self.base_url + path, {k: mask(k, v) for k, v in headers.items()},
+                        _shown(content), sent=content)
 
     @staticmethod
     def encode(body: Any) -> bytes:

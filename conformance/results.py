@@ -122,6 +122,7 @@ class Exchange:
 
 
 MASKED = "***"                 # the run's key where an exchange recorded it (Client._exchange)
+MIN_SECRET = 6                 # a shorter key cannot be told from the words around it: not masked
 BODIES = "acs-bodies"          # the folder, beside a JSON report, of the bodies its curl lines send
 CURL_INLINE_BYTES = 2048       # a longer body goes by file
 

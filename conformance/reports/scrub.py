@@ -25,8 +25,7 @@ from typing import IO, Any
 
 from rich.console import Console
 
-MASK = "***"
-MIN_SECRET = 6
+from conformance.results import MASKED as MASK, MIN_SECRET
 
 
 def _base64_cores(secret: bytes) -> set[str]:
