@@ -322,7 +322,8 @@ class Client:
         reply.parsed = parse_lines(lines)
         reply.content = "\n".join(line for _, line in lines).encode()
         exchange.response_body = _shown(reply.content)
-        self._count_stream(reply.parsed, content, worst, exchange, broken=reply.error is not None)
+        self._count_stream(reply.parsed, content, worst, exchange,
+                           unfinished=reply.error is not None or reply.closed_early)
         self._observe("POST", path, content, reply)
         return reply
 
@@ -443,13 +444,13 @@ class Client:
         self._spend(meter.answer(data, body, price, worst), worst, exchange)
 
     def _count_stream(self, parsed: Parsed, content: bytes | None, worst: int, exchange: Exchange | None,
-                      broken: bool = False) -> None:
-        """A stream's chunks (conformance.meter.stream); one that broke before its end at its
-        price too (it may have generated all of it). A chunk without text (llama.cpp's last ""
+                      unfinished: bool = False) -> None:
+        """A stream's chunks (conformance.meter.stream); one unfinished (broken, or closed early by
+        the suite) at its price too: the server may write on until it sees the close. A chunk without text (llama.cpp's last ""
         with its finish_reason, LiteLLM's finish chunk) is no token."""
         body = self._body(content)
         metered = meter.stream(parsed, body)
-        self._add(max(metered.tokens, worst if broken else 0))
+        self._add(max(metered.tokens, worst if unfinished else 0))
         # past its price by evidence: the chunks, and the usage's claim too where there is one (a
         # proxy may cut one token's text in two chunks; a usage may claim what never came)
         counted = meter.stream_count(parsed, body)

@@ -12,7 +12,7 @@ import httpx
 import pytest
 
 from conformance.checks import REGISTRY
-from conformance.config import RunConfig
+from conformance.config import CHEAP_TOKENS, RunConfig
 from conformance.token_cost import CostModel
 from conformance.registry import select
 from conformance.results import ExitCode, Outcome, RunReport, exit_code
@@ -54,13 +54,14 @@ def messages(report: RunReport) -> list[tuple[str, str]]:
 def test_a_server_that_reads_max_tokens_0_as_unlimited_spends_no_more_than_a_closed_stream() -> None:
     """llama.cpp generated 2,044 tokens for golden:range.max_tokens.minimum.past: the ledger priced
     max_tokens 0 at nothing. Priced at the whole context now, it goes as a stream closed after
-    its first event, and is refused or costs one event."""
+    its first event, and is refused or charged the closed stream's price (CHEAP_TOKENS: the
+    server may write on until it sees the close)."""
     assert CostModel.of(spec(), CONTEXT).body({"prompt": [0], "max_tokens": 0}) == CONTEXT - 1
     with peer("zero unlimited", eos_rate=0.0) as (_, url):
         report = gate(url, "golden:range.max_tokens.*", "golden:type.max_tokens.*", profile="quick")
     case = outcomes(report)["golden:range.max_tokens.minimum.past"]
     assert case.outcome is Outcome.FAILED and case.findings[0].message == "status 200, expected 400"
-    assert case.tokens <= 1, case.tokens
+    assert case.tokens <= CHEAP_TOKENS, case.tokens
     assert report.tokens <= report.token_ceiling and not report.overspent
 
 
