@@ -7,6 +7,7 @@ servers never read it, and a deployment may lower or raise it with
 """
 from __future__ import annotations
 
+import urllib.parse
 from dataclasses import dataclass, field
 
 from contract import Spec, spec
@@ -26,6 +27,14 @@ CHEAP_TOKENS = 16
 # How far a body's `created` may lie outside the suite's clock window of its request:
 # the deployment's clock and the suite's may differ (NTP keeps them far closer than this).
 CLOCK_SLACK_S = 60
+
+
+def url_secrets(url: str) -> list[str]:
+    """The password in a URL's userinfo, and the values of its query: secrets of a run too."""
+    parts = urllib.parse.urlsplit(url)
+    found = [parts.password or ""]
+    found += [v for _, v in urllib.parse.parse_qsl(parts.query)]
+    return [f for f in found if f]
 
 
 class ConfigError(Exception):
@@ -76,7 +85,6 @@ class RunConfig:
     @property
     def secrets(self) -> tuple[str, ...]:
         """What no report may show: the keys, and a password or query value in the base URL."""
-        from conformance.reports.scrub import url_secrets
         return tuple(s for s in (self.api_key, self.exhausted_key, *url_secrets(self.base_url)) if s)
 
     @property

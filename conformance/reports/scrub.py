@@ -25,6 +25,7 @@ from typing import IO, Any
 
 from rich.console import Console
 
+from conformance.config import url_secrets
 from conformance.results import MASKED as MASK, MIN_SECRET
 
 
@@ -103,9 +104,3 @@ def scrubbed(args: Any, *consoles: Console) -> list[Console]:
     return [scrub.console(c) for c in consoles]
 
 
-def url_secrets(url: str) -> list[str]:
-    """The password in a URL's userinfo, and the values of its query."""
-    parts = urllib.parse.urlsplit(url)
-    found = [parts.password or ""]
-    found += [v for _, v in urllib.parse.parse_qsl(parts.query)]
-    return [f for f in found if f]
