@@ -483,9 +483,10 @@ class Client:
         self._add(n)
 
     def charge(self, method: str, path: str, sent: bytes | None, status: int | None,
-               answer: bytes) -> None:
-        """An answer got through another sender (schemathesis's session, a raw socket), by the
-        same meter: no answer at the request's price, a 200 by what it shows (JSON or a stream)."""
+               answer: bytes, unfinished: bool = False) -> None:
+        """An answer got through another sender (schemathesis's session), by the same meter: no
+        answer at the request's price, a 200 by what it shows (JSON or a stream; `unfinished`, a
+        stream read in part, at its price too)."""
         worst = self.worst_case(method, path, sent)
         if status is None:
             self._add(worst)
@@ -494,6 +495,6 @@ class Client:
                 data: Any = json.loads(answer)
             except (ValueError, RecursionError):
                 text = answer.decode("utf-8", "replace").splitlines()
-                self._count_stream(parse_lines([(0.0, line) for line in text]), sent, worst, None)
+                self._count_stream(parse_lines([(0.0, line) for line in text]), sent, worst, None, unfinished)
             else:
                 self._count(data, sent, worst, None)

@@ -193,8 +193,9 @@ class Ledger:
     def after(self, response: Any) -> None:
         request = response.request
         body = request.body.encode() if isinstance(request.body, str) else request.body
+        cut = getattr(response, "stream_cut_short", False) or response.content_size > len(response.content)
         self.client.charge(request.method, urlsplit(request.url).path, body, response.status_code,
-                           response.content)
+                           response.content, unfinished=cut)
 
 
 def _as_list(hooks: Any) -> list[Any]:
