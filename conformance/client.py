@@ -412,6 +412,14 @@ class Client:
         with self._lock:
             self.halted = self.halted or reason
 
+    def not_halted_raw(self, request: bytes) -> None:
+        """Halted, for raw bytes a halted client may not send: a POST to a path that can generate,
+        whatever its body (a hostile or framed body has no price to read)."""
+        method, _, rest = request.partition(b" ")
+        path = rest.partition(b" ")[0].decode("latin-1").split("?", 1)[0]
+        if self.halted and self.cost is not None and method == b"POST" and path in self.cost.generating:
+            raise Halted(f"a raw POST {path} was not sent: {self.halted}", 0)
+
     def not_halted(self, method: str, path: str, content: bytes | None,
                    stop_after_events: int | None = None) -> int:
         """The request's worst case, or Halted if it could generate and the client is halted."""

@@ -52,7 +52,9 @@ def request_headers(ctx: Context, body: bytes | None, extra: Sequence[tuple[str,
 
 def deliver(ctx: Context, chunks: Sequence[bytes], **kw: Any) -> RawExchange:
     """rawhttp.exchange to the run's target, paced by the run's rate limit (Client.paced):
-    a 429 with Retry-After is waited out and sent again, as the client does."""
+    a 429 with Retry-After is waited out and sent again, as the client does. A halted client
+    sends no POST that could generate (Client.not_halted_raw)."""
+    ctx.client.not_halted_raw(b"".join(chunks[:1]))
     return ctx.client.paced(lambda: exchange(target_of(ctx), chunks, **kw), "a raw request", answer=_answer)
 
 
@@ -64,8 +66,7 @@ def _answer(ex: RawExchange) -> tuple[int | None, Mapping[str, str]]:
 def send(ctx: Context, method: str, path: str, body: bytes | None = None, *,
          extra: Sequence[tuple[str, str]] = (), **kw: Any) -> RawExchange:
     # a hostile body is priced at what a lax server may read in it (1e999: no bound), which no
-    # ceiling holds: raw requests are not held to the ceiling, only to a halted client
-    ctx.client.not_halted(method, path, body)
+    # ceiling holds: raw requests are not held to the ceiling, only to a halted client (deliver)
     head = target_of(ctx).head(method, path, request_headers(ctx, body, extra))
     return deliver(ctx, [head + (body or b"")], bound=ctx.config.timeout, **kw)
 
