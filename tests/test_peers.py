@@ -17,7 +17,7 @@ from conformance.token_cost import CostModel
 from conformance.registry import select
 from conformance.results import ExitCode, Outcome, RunReport, exit_code
 from conformance.checks.premise import END_MAX_TOKENS, MAX_TOKENS as PREMISE_MAX_TOKENS
-from conformance.runner import OVERSPEND, RESENT, run
+from conformance.runner import RESENT, run
 from contract import spec
 from mock_server import create_app
 from mock_server.config import MockConfig
