@@ -33,9 +33,11 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import tempfile
 from collections.abc import AsyncIterator, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import anyio.to_thread
@@ -144,9 +146,11 @@ def async_transport(config: MockConfig | None = None, **settings: Any) -> AsyncM
 
 @dataclass
 class LiveMock:
-    """A mock server process: `url` (http://127.0.0.1:PORT), `base_url` (its /v1, for the SDK)."""
+    """A mock server process: `url` (http://127.0.0.1:PORT), `base_url` (its /v1, for the SDK),
+    `log` (its log, a file while the block runs)."""
     url: str
     process: subprocess.Popen[bytes]
+    log: Path
 
     @property
     def base_url(self) -> str:
@@ -158,16 +162,19 @@ def live_mock(*options: str) -> Iterator[LiveMock]:
     """`python -m mock_server --workers 1 OPTIONS` on a free port, until the block ends."""
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("MOCK_")}
-    process = subprocess.Popen([sys.executable, "-m", "mock_server", "--port", str(port), "--workers", "1",
-                                *options], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    mock = LiveMock(f"http://127.0.0.1:{port}", process)
-    try:
-        wait_ready(mock.url, process, START_TIMEOUT_S, name="the mock", interval=0.1)
-        yield mock
-    finally:
-        stop_process(process, 10)
-        if process.stderr is not None:
-            process.stderr.close()
+    # the log goes to a file: a pipe no one reads fills at 64 KiB and the server then blocks
+    # on its next log line (issue 44: a mock with --log-level debug wedged at request 935)
+    with tempfile.TemporaryDirectory(prefix="acs-mock-") as folder:
+        log = Path(folder) / "mock.log"
+        with log.open("wb") as sink:
+            process = subprocess.Popen([sys.executable, "-m", "mock_server", "--port", str(port), "--workers",
+                                        "1", *options], env=env, stdout=subprocess.DEVNULL, stderr=sink)
+        mock = LiveMock(f"http://127.0.0.1:{port}", process, log)
+        try:
+            wait_ready(mock.url, process, START_TIMEOUT_S, name="the mock", log=log, interval=0.1)
+            yield mock
+        finally:
+            stop_process(process, 10)
 
 
 if pytest is not None:

@@ -163,3 +163,15 @@ def test_the_acs_mock_fixture_takes_its_options_from_an_acs_mock_options_fixture
                                     cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     for name, done in runs.items():
         assert done.returncode == 0 and "1 passed" in done.stdout, (name, done.stdout[-3000:])
+
+
+def test_a_live_mock_that_logs_every_request_never_wedges() -> None:
+    """Its log goes to a file (mock.log): a pipe no one read filled at 64 KiB, and the mock
+    stopped at the first log line past it (request 935 with --log-level debug)."""
+    from mock_server.testing import live_mock
+    with live_mock("--log-level", "debug", "--access-log") as mock:
+        with httpx.Client(base_url=mock.url, timeout=10) as client:
+            for _ in range(1500):
+                assert client.get("/v1/models", headers={"Authorization": "Bearer k"}).status_code == 200
+        assert mock.log.stat().st_size > 64 * 1024      # past what a pipe holds
+    assert not mock.log.exists()                          # removed with the block
