@@ -286,7 +286,6 @@ def test_the_meter_counts_what_the_answer_shows_and_takes_usage_only_where_large
     ids = {"index": 1, "text": "abc", "token_ids": [1, 2, 3]}
     text = {"index": 2, "text": "a long text"}
     lying = {"choices": [rows, ids], "usage": {"completion_tokens": 1}}
-    assert answer(lying, {}, 16, 32) == answer(lying, {}, 16, 32)
     metered = answer(lying, {}, 16, 32)
     assert (metered.tokens, metered.exact, metered.claim, metered.understated) == (5, 5, 1, True)
     metered = answer({"choices": [rows, text], "usage": {"completion_tokens": 40}}, {}, 16, 32)
