@@ -4,8 +4,9 @@ The top-level openapi.yaml stays the one file people edit; building copies it to
 contract/openapi.yaml in the wheel, where contract.spec reads it through
 importlib.resources. A checkout (and an editable install, which maps contract/
 to the source directory) reads the top-level file instead.
-tests/test_packaging.py fails if the wheel's copy and the top-level file differ.
+tests/house/test_packaging.py fails if the wheel's copy and the top-level file differ.
 """
+
 from pathlib import Path
 
 from setuptools import setup

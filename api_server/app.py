@@ -8,6 +8,7 @@ path or method that no route takes is decided by the same core function
 the one place an error becomes a response; werkzeug's exceptions and
 unexpected ones are translated there, once.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -27,13 +28,21 @@ from api_server.engine import Engine
 from api_server.hooks import Hook
 from api_server.patches import flask_class
 from api_server.responses import CLAMPED, JSON, REQUEST_ID, dumps
-from api_server.state import State, state
+from api_server.state import STATE, State, state
 from contract import (
-    ApiError, ChatRefused, Contract, InferenceUnavailable, InternalError, InvalidRequest, ModelInfo,
-    RequestTooLarge, Spec, spec,
+    ApiError,
+    ChatRefused,
+    Contract,
+    InferenceUnavailable,
+    InternalError,
+    InvalidRequest,
+    ModelInfo,
+    RequestTooLarge,
+    Spec,
+    spec,
 )
 
-if TYPE_CHECKING:   # (imported by create_app: prometheus_client picks its mode when imported)
+if TYPE_CHECKING:  # (imported by create_app: api_server/metrics.py says why)
     from prometheus_client import CollectorRegistry
 
 log = logging.getLogger("api_server")
@@ -41,7 +50,9 @@ log = logging.getLogger("api_server")
 METRICS_PATH = "/metrics"
 
 
-def served_models(api: Spec, config: ServerConfig, served: Mapping[str, ModelInfo] | None) -> dict[str, ModelInfo]:
+def served_models(
+    api: Spec, config: ServerConfig, served: Mapping[str, ModelInfo] | None
+) -> dict[str, ModelInfo]:
     """The served models (the spec's by default), with the deployment's max_model_len."""
     models = dict(api.models if served is None else served)
     lengths = dict(config.max_model_len)
@@ -56,9 +67,14 @@ def served_models(api: Spec, config: ServerConfig, served: Mapping[str, ModelInf
     return models
 
 
-def create_app(config: ServerConfig, engine: Engine, models: Mapping[str, ModelInfo] | None = None,
-               hook: Hook | None = None, api: Spec | None = None,
-               registry: CollectorRegistry | None = None) -> Flask:
+def create_app(
+    config: ServerConfig,
+    engine: Engine,
+    models: Mapping[str, ModelInfo] | None = None,
+    hook: Hook | None = None,
+    api: Spec | None = None,
+    registry: CollectorRegistry | None = None,
+) -> Flask:
     """A server of this API over `engine` (the mock's fake one, or vLLM).
 
     `models` replaces the spec's models (a deployment whose model differs from the
@@ -68,40 +84,63 @@ def create_app(config: ServerConfig, engine: Engine, models: Mapping[str, ModelI
     (spec() by default): the app's Contract, built from it here, is what every request
     is checked and every error worded by. `registry` holds the app's metrics (GET /metrics), and
     any the server adds (a new one by default)."""
-    if not isinstance(engine, Engine):   # its capabilities are Engine's methods: fail at start
-        raise TypeError(f"{type(engine).__name__} is not an api_server.Engine (api_server/engine.py)")
+    if not isinstance(engine, Engine):  # its capabilities are Engine's methods: fail at start
+        raise TypeError(
+            f"{type(engine).__name__} is not an api_server.Engine (api_server/engine.py)"
+        )
     api = api if api is not None else spec()
-    config = config.for_spec(api)   # what the config leaves to the spec is this app's spec's
+    config = config.for_spec(api)  # what the config leaves to the spec is this app's spec's
     headers = api.response_headers
     if REQUEST_ID not in headers or CLAMPED not in headers:
         raise RuntimeError("openapi.yaml lacks the response headers the server sends")
     models = served_models(api, config, models)
     contract = Contract(api)
-    contract.prepare()   # here, in gunicorn's master: once, not in each worker's first request
-    app = flask_class()(__name__)   # Flask, or Flask with its URL map bound more cheaply (patches.py)
+    contract.prepare()  # here, in gunicorn's master: once, not in each worker's first request
+    app = flask_class()(
+        __name__
+    )  # Flask, or Flask with its URL map bound more cheaply (patches.py)
     # No MAX_CONTENT_LENGTH: werkzeug's would refuse a chunked body of exactly the cap;
     # completions.read_body cuts a chunked body off at the cap itself.
-    # prometheus_client is imported now, not with this module: it picks its multiprocess
-    # mode once, from a variable that serve.prepare sets after the servers' mains import us.
+    # Imported now, not with this module: api_server/metrics.py says why.
     from api_server.metrics import ApiMetrics, new_registry
+
     registry = registry if registry is not None else new_registry()
-    app.state = State(contract, config, models, engine, open_budget(config), hook, int(time.time()),  # type: ignore[attr-defined]
-                      ApiMetrics(registry))
+    app.extensions[STATE] = State(
+        contract,
+        config,
+        models,
+        engine,
+        open_budget(config),
+        hook,
+        int(time.time()),
+        ApiMetrics(registry),
+    )
     app.register_error_handler(ApiError, _api_error)
     app.register_error_handler(HTTPException, _http_error)
     app.register_error_handler(Exception, _unexpected)
-    views = {"createCompletion": create_completion, "createChatCompletion": _chat,
-             "listModels": _list_models, "health": _health}
+    views = {
+        "createCompletion": create_completion,
+        "createChatCompletion": _chat,
+        "listModels": _list_models,
+        "health": _health,
+    }
     # The routes are the spec's paths; an operation without a view is a startup error.
     # No automatic OPTIONS answer: a method the spec does not list is a 405 like any other.
     # No redirect of `/v1//completions` to `/v1/completions` (werkzeug's merge_slashes): a
     # redirect skips the error handlers, and the spec knows no such path (404).
     app.url_map.merge_slashes = False
     for route in api.routes:
-        app.add_url_rule(route.path, route.operation_id, _admitted(views[route.operation_id]),
-                         methods=[route.method], provide_automatic_options=False)
+        app.add_url_rule(
+            route.path,
+            route.operation_id,
+            _admitted(views[route.operation_id]),
+            methods=[route.method],
+            provide_automatic_options=False,
+        )
     # The server's, not the API's (as vLLM's /metrics is no part of OpenAI's API): no key.
-    app.add_url_rule(METRICS_PATH, "metrics", _metrics, methods=["GET"], provide_automatic_options=False)
+    app.add_url_rule(
+        METRICS_PATH, "metrics", _metrics, methods=["GET"], provide_automatic_options=False
+    )
     return app
 
 
@@ -110,6 +149,7 @@ def _admitted(view: Callable[[], Response]) -> Callable[[], Response]:
     spot. (As Flask's before_request and after_request hooks this cost 15 us a request;
     raised on to Flask, an ApiError would take `handle_user_exception` and a walk of the
     error handler registry to reach `_api_error`, which answers the same.)"""
+
     @functools.wraps(view)
     def admitted() -> Response:
         s = state()
@@ -118,14 +158,20 @@ def _admitted(view: Callable[[], Response]) -> Callable[[], Response]:
         req = request._get_current_object()  # type: ignore[attr-defined]
         try:
             # werkzeug's Headers is the case-insensitive mapping preflight wants, though not a Mapping subclass.
-            g.api_key = s.contract.preflight(req.method, req.path, cast(Mapping[str, str], req.headers),
-                                             req.content_length, s.config.keys).key
+            g.api_key = s.contract.preflight(
+                req.method,
+                req.path,
+                cast(Mapping[str, str], req.headers),
+                req.content_length,
+                s.config.keys,
+            ).key
             response = view()
         except ApiError as error:
             return _error_response(error)
         response.headers[REQUEST_ID] = rid
         s.metrics.responded(req.url_rule.rule, response.status_code)
         return response
+
     return admitted
 
 
@@ -139,13 +185,13 @@ def _drain(response: Response) -> None:
         return
     stream, dropped = request.stream, 0
     try:
-        with stall_bound(request.environ):   # a client that stops sending is not waited for
+        with stall_bound(request.environ):  # a client that stops sending is not waited for
             while dropped <= limit:
                 chunk = stream.read(1 << 16)
                 if not chunk:
                     return
                 dropped += len(chunk)
-    except Exception:   # a broken transfer or a stall: nothing more to read
+    except Exception:  # a broken transfer or a stall: nothing more to read
         pass
     response.headers["Connection"] = "close"
 
@@ -158,12 +204,16 @@ def _error_response(error: ApiError) -> Response:
     if rid is None:
         rid = g.request_id = errors.new_request_id()
     status = errors.status(error)
-    response = Response(dumps(errors.body(error, rid)), status=status, content_type=JSON,
-                        headers={**errors.headers(error), REQUEST_ID: rid})
+    response = Response(
+        dumps(errors.body(error, rid)),
+        status=status,
+        content_type=JSON,
+        headers={**errors.headers(error), REQUEST_ID: rid},
+    )
     allow = getattr(error, "allow", None)
     if allow:
         response.headers["Allow"] = ", ".join(allow)
-    if g.get("close_connection"):   # a malformed body (completions.read_body)
+    if g.get("close_connection"):  # a malformed body (completions.read_body)
         response.headers["Connection"] = "close"
     if isinstance(error, RequestTooLarge):
         _drain(response)
@@ -182,7 +232,7 @@ def _http_error(error: HTTPException) -> Response:
     if error.code == 413:
         limit = contract.api.caps["max_body_bytes"]
         return _error_response(RequestTooLarge.from_template("request_too_large", limit=limit))
-    if error.code == 400:   # werkzeug's ClientDisconnected: the body ended before Content-Length
+    if error.code == 400:  # werkzeug's ClientDisconnected: the body ended before Content-Length
         return _error_response(InvalidRequest.from_template("malformed_http"))
     # Routing's own answers (404, 405, a redirect to a merged-slashes path): the path and
     # method as preflight's first stage judges them, which is what a 404 or 405 says.
@@ -216,10 +266,24 @@ def _health() -> Response:
 
 def _list_models() -> Response:
     s = state()
-    return _json({"object": "list", "data": [
-        {"id": name, "object": "model", "created": s.started, "owned_by": "vllm", "root": m.hf_id,
-         "max_model_len": m.max_model_len, "num_layers": m.num_layers, "hidden_size": m.hidden_size}
-        for name, m in s.models.items()]})
+    return _json(
+        {
+            "object": "list",
+            "data": [
+                {
+                    "id": name,
+                    "object": "model",
+                    "created": s.started,
+                    "owned_by": "vllm",
+                    "root": m.hf_id,
+                    "max_model_len": m.max_model_len,
+                    "num_layers": m.num_layers,
+                    "hidden_size": m.hidden_size,
+                }
+                for name, m in s.models.items()
+            ],
+        }
+    )
 
 
 def _chat() -> Response:

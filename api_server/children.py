@@ -2,16 +2,20 @@
 free port, a wait until the child answers GET /health, a stop. The one copy of each (the
 reference's launcher, the mock's in-process `live_mock`, tests/ and bench/ use it);
 standard library only, so that any layer may import it."""
+
 from __future__ import annotations
 
+import atexit
 import http.client
+import os
+import shutil
 import socket
 import subprocess
 import time
 from pathlib import Path
 from urllib.parse import urlsplit
 
-TAIL_CHARS = 6000   # of a child's log in the error that says why it never became ready
+TAIL_CHARS = 6000  # of a child's log in the error that says why it never became ready
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -24,7 +28,9 @@ def free_port(host: str = "127.0.0.1") -> int:
 def health_status(url: str, timeout: float) -> int | None:
     """The status of GET `url`/health, on a connection of its own; None when nothing answers."""
     parts = urlsplit(url)
-    conn_class = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
+    conn_class = (
+        http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
+    )
     conn = conn_class(parts.netloc, timeout=timeout)
     try:
         conn.request("GET", parts.path.rstrip("/") + "/health")
@@ -35,12 +41,19 @@ def health_status(url: str, timeout: float) -> int | None:
         conn.close()
 
 
-def wait_ready(url: str, proc: subprocess.Popen[bytes] | None, timeout: float,
-               name: str = "vLLM", log: Path | None = None, any_status: bool = False,
-               interval: float = 0.5) -> None:
+def wait_ready(
+    url: str,
+    proc: subprocess.Popen[bytes] | None,
+    timeout: float,
+    name: str = "vLLM",
+    log: Path | None = None,
+    any_status: bool = False,
+    interval: float = 0.5,
+) -> None:
     """Until GET /health answers 200 (with any_status, anything: Prism has no /health);
     RuntimeError, with the tail of the child's log (`log`, else its stderr pipe), if the
     process exits or the time runs out."""
+
     def fail(why: str) -> RuntimeError:
         if log is not None:
             tail = log.read_text(errors="replace")[-TAIL_CHARS:]
@@ -71,3 +84,15 @@ def stop_process(proc: subprocess.Popen[bytes] | None, timeout: float = 15) -> N
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.wait()
+
+
+def remove_at_exit(directory: str) -> None:
+    """Remove `directory` when this process exits; not when a child forked from it does (a
+    forked child runs the parent's atexit hooks too)."""
+    owner = os.getpid()
+
+    def remove() -> None:
+        if os.getpid() == owner:
+            shutil.rmtree(directory, ignore_errors=True)
+
+    atexit.register(remove)

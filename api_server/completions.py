@@ -1,5 +1,6 @@
 """POST /v1/completions: parse, validate through the core, hold the Budget, run
 the engine, serialise (a Completion, or a stream of chunks)."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -13,10 +14,26 @@ from flask import Response, g, request
 from werkzeug.wsgi import get_content_length
 
 from api_server.engine import Batches, Dropped, Engine, ErrorEvent, Event, StreamEvent
-from api_server.responses import CLAMPED, DONE, JSON, KEEPALIVE, Assembler, Meta, completion_id, dumps, sse
+from api_server.responses import (
+    CLAMPED,
+    DONE,
+    JSON,
+    KEEPALIVE,
+    Assembler,
+    Meta,
+    completion_id,
+    dumps,
+    sse,
+)
 from api_server.state import State, state
 from contract import (
-    ApiError, CompletionRequest, Hold, InsufficientQuota, InternalError, InvalidRequest, RequestTooLarge,
+    ApiError,
+    CompletionRequest,
+    Hold,
+    InsufficientQuota,
+    InternalError,
+    InvalidRequest,
+    RequestTooLarge,
     parse_json,
 )
 from contract.errors import Errors
@@ -29,15 +46,17 @@ READ_SIZE = 1 << 16
 def create_completion() -> Response:
     s = state()
     rid: str = g.request_id
-    key: str = g.api_key   # preflight's: this route needs a key
-    req = s.contract.validate_completion(parse_json(read_body(s.contract.api.caps["max_body_bytes"])), s.models)
+    key: str = g.api_key  # preflight's: this route needs a key
+    req = s.contract.validate_completion(
+        parse_json(read_body(s.contract.api.caps["max_body_bytes"])), s.models
+    )
     engine = s.engine if s.hook is None else s.hook.engine(request.headers, req, s.engine)
     try:
         held = s.budget.reserve(key, req)
     except InsufficientQuota:
         s.metrics.budget_refused.inc()
         raise
-    if held.max_tokens != req.max_tokens:   # the Budget clamped it: what runs is the Hold's
+    if held.max_tokens != req.max_tokens:  # the Budget clamped it: what runs is the Hold's
         req = dataclasses.replace(req, max_tokens=held.max_tokens)
     run = _Run(s, engine, req, rid, key, held)
     headers = {CLAMPED: str(held.max_tokens)} if held.clamped else {}
@@ -47,14 +66,22 @@ def create_completion() -> Response:
 class _Run:
     """One admitted request: its engine, what its events add up to, and its Hold."""
 
-    def __init__(self, s: State, engine: Engine, req: CompletionRequest, rid: str, key: str,
-                 held: Hold) -> None:
-        self.s, self.engine, self.req, self.rid, self.key, self.held = s, engine, req, rid, key, held
+    def __init__(
+        self, s: State, engine: Engine, req: CompletionRequest, rid: str, key: str, held: Hold
+    ) -> None:
+        self.s, self.engine, self.req, self.rid, self.key, self.held = (
+            s,
+            engine,
+            req,
+            rid,
+            key,
+            held,
+        )
         self.asm = Assembler(req, Meta(completion_id(rid, s.contract.api), req.body["model"]))
         self._settled = False
 
     def settle(self) -> None:
-        if not self._settled:   # once, whether the stream ended, failed or was never read
+        if not self._settled:  # once, whether the stream ended, failed or was never read
             self._settled = True
             self.s.budget.settle(self.key, self.held, self.asm.used)
             metrics = self.s.metrics
@@ -86,16 +113,19 @@ def _open_stream(run: _Run, headers: dict[str, str]) -> Response:
         batches = run.engine.stream(run.req, run.rid, run.s.config.stream_interval)
         try:
             first = next(batches)
-        except StopIteration:   # the engine ended without an event: [DONE] alone
+        except StopIteration:  # the engine ended without an event: [DONE] alone
             first = None
     except BaseException:
         run.settle()
         raise
-    keepalive = KEEPALIVE if run.s.config.keepalive else None   # 0 s: off, as in vLLM
+    keepalive = KEEPALIVE if run.s.config.keepalive else None  # 0 s: off, as in vLLM
     body = _stream(run.asm, first, batches, run.settle, run.rid, keepalive, run.s.contract.errors)
     run.s.metrics.open_streams.inc()
-    response = Response(body, mimetype="text/event-stream",
-                        headers={**headers, "Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+    response = Response(
+        body,
+        mimetype="text/event-stream",
+        headers={**headers, "Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+    )
     # The body may never be read (the client left first): closing the batches stops the
     # engine (a pump's thread, vLLM's request); the body's own close does it when it was read.
     response.call_on_close(batches.close)
@@ -121,6 +151,8 @@ def read_body(limit: int) -> bytes:
             size = READ_SIZE if length is None else max(length - len(body), 1)
             try:
                 chunk = stream.read(min(size, limit + 1 - len(body)))
+            except RequestTooLarge:  # a chunk declared past the cap (worker.BoundedChunks)
+                raise
             except Exception:
                 # A broken transfer (bad chunked framing, a body shorter than its Content-Length
                 # under werkzeug, a stall past the bound). The WSGI server's own exception types
@@ -128,9 +160,11 @@ def read_body(limit: int) -> bytes:
                 log.info("unreadable request body", exc_info=True)
                 raise _malformed() from None
             if not body and length is not None and len(chunk) == length:
-                return chunk   # the whole body in one read: no copy into `body`
+                return chunk  # the whole body in one read: no copy into `body`
             if not chunk:
-                if length is not None:   # the client closed before Content-Length (gunicorn reads b"")
+                if (
+                    length is not None
+                ):  # the client closed before Content-Length (gunicorn reads b"")
                     raise _malformed()
                 return bytes(body)
             body += chunk
@@ -140,7 +174,7 @@ def read_body(limit: int) -> bytes:
 
 
 def _malformed() -> InvalidRequest:
-    g.close_connection = True   # where the next request would start is unknown
+    g.close_connection = True  # where the next request would start is unknown
     return InvalidRequest.from_template("malformed_http")
 
 
@@ -154,7 +188,7 @@ def stall_bound(environ: dict[str, Any]) -> Iterator[None]:
         yield
         return
     prior, bound = sock.gettimeout(), state().config.body_read_seconds
-    if prior == bound:   # the gevent worker bounds every read of the connection already
+    if prior == bound:  # the gevent worker bounds every read of the connection already
         yield
         return
     sock.settimeout(bound)
@@ -163,12 +197,19 @@ def stall_bound(environ: dict[str, Any]) -> Iterator[None]:
     finally:
         try:
             sock.settimeout(prior)
-        except OSError:   # the client is gone
+        except OSError:  # the client is gone
             pass
 
 
-def _stream(asm: Assembler, first: Sequence[StreamEvent] | None, batches: Batches,
-            settle: Callable[[], None], rid: str, keepalive: bytes | None, errors: Errors) -> Iterator[bytes]:
+def _stream(
+    asm: Assembler,
+    first: Sequence[StreamEvent] | None,
+    batches: Batches,
+    settle: Callable[[], None],
+    rid: str,
+    keepalive: bytes | None,
+    errors: Errors,
+) -> Iterator[bytes]:
     """The SSE body: `first` (the batch the route already read; None when there was
     none), then the rest of `batches`. Events that are ready together leave in one write;
     `keepalive` (a comment; None: nothing) fills each quiet interval; an error after the
@@ -180,7 +221,7 @@ def _stream(asm: Assembler, first: Sequence[StreamEvent] | None, batches: Batche
                 if keepalive is not None:
                     yield keepalive
                 continue
-            failure = batch[-1] if isinstance(batch[-1], ErrorEvent) else None   # (once a batch)
+            failure = batch[-1] if isinstance(batch[-1], ErrorEvent) else None  # (once a batch)
             for event in cast("list[Event]", batch if failure is None else batch[:-1]):
                 asm.feed(event)
                 chunk = asm.chunk(event)
@@ -194,7 +235,7 @@ def _stream(asm: Assembler, first: Sequence[StreamEvent] | None, batches: Batche
             yield b"".join(out)
             out.clear()
         yield DONE
-    except Dropped:   # to the WSGI server, which closes the connection mid-body
+    except Dropped:  # to the WSGI server, which closes the connection mid-body
         raise
     except ApiError as error:
         yield _ending(out, errors.body(error, rid))

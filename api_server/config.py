@@ -6,6 +6,7 @@ API fixes by default (the keepalive interval, the body-read timeout) are None un
 `for_spec` fills them from the app's own Spec (create_app does), so that nothing here
 can drift from the openapi.yaml an app is built over.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -13,7 +14,7 @@ import math
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import ClassVar, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 from contract import Spec
 
@@ -32,14 +33,18 @@ class ConfigError(ValueError):
 class Bound:
     """The range of a numeric setting: at least `low` (above it when not `low_ok`), at
     most `high` when given; always finite."""
+
     low: float
     low_ok: bool = True
     high: float | None = None
     note: str = ""
 
     def holds(self, value: float) -> bool:
-        return (math.isfinite(value) and (value >= self.low if self.low_ok else value > self.low)
-                and (self.high is None or value <= self.high))
+        return (
+            math.isfinite(value)
+            and (value >= self.low if self.low_ok else value > self.low)
+            and (self.high is None or value <= self.high)
+        )
 
     def __str__(self) -> str:
         if self.high is not None:
@@ -92,11 +97,17 @@ class ServerConfig:
                 raise ConfigError(f"{self.option(name)} must be {bound}, got {value!r}")
         for model, length in self.max_model_len.items():
             if length < 1:
-                raise ConfigError(f"{self.option('max_model_len')} must be >= 1, got {model}={length}")
+                raise ConfigError(
+                    f"{self.option('max_model_len')} must be >= 1, got {model}={length}"
+                )
 
     def for_spec(self: C, api: Spec) -> C:
         """This config with the settings left to the spec (None) taken from `api`'s x-caps."""
-        unset = {name: float(api.caps[cap]) for name, cap in SPEC_DEFAULTS.items() if getattr(self, name) is None}
+        unset: dict[str, Any] = {
+            name: float(api.caps[cap])
+            for name, cap in SPEC_DEFAULTS.items()
+            if getattr(self, name) is None
+        }
         return dataclasses.replace(self, **unset) if unset else self
 
     @classmethod
@@ -119,12 +130,18 @@ class ServerConfig:
     def _given(self, name: str) -> float:
         value = getattr(self, name)
         if value is None:
-            raise RuntimeError(f"ServerConfig.{name} is the spec's until for_spec(spec) fills it (create_app does)")
+            raise RuntimeError(
+                f"ServerConfig.{name} is the spec's until for_spec(spec) fills it (create_app does)"
+            )
         return float(value)
 
     @classmethod
-    def from_env(cls: type[C], environ: Mapping[str, str] | None = None,
-                 prefix: str | None = None, **overrides: object) -> C:
+    def from_env(
+        cls: type[C],
+        environ: Mapping[str, str] | None = None,
+        prefix: str | None = None,
+        **overrides: object,
+    ) -> C:
         """Settings from `prefix`+NAME variables (MOCK_BUDGET_TOKENS=1000, MOCK_KEYS=a,b);
         the prefix is the class's env_prefix unless given."""
         environ = os.environ if environ is None else environ
@@ -167,7 +184,7 @@ def parse_keys(raw: str) -> tuple[str, ...]:
     return tuple(k.strip() for k in raw.split(",") if k.strip())
 
 
-EVERY_MODEL = "*"    # max_model_len's key for every model the app serves (one number given)
+EVERY_MODEL = "*"  # max_model_len's key for every model the app serves (one number given)
 
 
 def parse_max_model_len(raw: str) -> dict[str, int]:

@@ -10,15 +10,16 @@ of a stream equals the text without stream by construction.
 The fake engine (mock_server/fake_engine.py) and the reference implementation's
 vLLM engine implement this protocol; the mock's simulated latency and stream errors
 are an engine too (mock_server/faults.py's Simulated, wrapping the app's engine for
-one request), and tests/test_third_engine.py writes a third in a few lines.
+one request), and tests/conformance/test_third_engine.py writes a third in a few lines.
 """
+
 from __future__ import annotations
 
 import errno
 from abc import ABC, abstractmethod
 from collections.abc import Generator, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Union
+from typing import Any, ClassVar
 
 from api_server.pacing import Pump, batched
 from contract import ApiError, CompletionRequest
@@ -31,6 +32,7 @@ from contract import ApiError, CompletionRequest
 class LogprobsDelta:
     """OpenAI's logprobs lists for the tokens of one delta; text_offset counts
     from the start of the choice's whole text (echoed prompt included)."""
+
     tokens: list[str]
     token_logprobs: list[float | None]
     top_logprobs: list[dict[str, float] | None]
@@ -40,12 +42,13 @@ class LogprobsDelta:
 @dataclass(slots=True)
 class ChoiceDelta:
     """The next piece of one choice. finish_reason is set on its last delta only."""
-    index: int                               # prompt_index * n + choice
+
+    index: int  # prompt_index * n + choice
     text: str
-    token_ids: list[int] = field(default_factory=list)   # generated ids in this delta
+    token_ids: list[int] = field(default_factory=list)  # generated ids in this delta
     logprobs: LogprobsDelta | None = None
-    finish_reason: str | None = None         # "stop" | "length"
-    stop_reason: str | int | None = None     # the stop string or stop token id
+    finish_reason: str | None = None  # "stop" | "length"
+    stop_reason: str | int | None = None  # the stop string or stop token id
     # Set on the first delta of a choice, when the request asked for them.
     prompt_token_ids: list[int] | None = None
     prompt_logprobs: list[dict[str, dict[str, Any]] | None] | None = None
@@ -61,19 +64,22 @@ class Usage:
         return self.prompt_tokens + self.completion_tokens
 
     def as_dict(self) -> dict[str, int]:
-        return {"prompt_tokens": self.prompt_tokens,
-                "completion_tokens": self.completion_tokens,
-                "total_tokens": self.total_tokens}
+        return {
+            "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": self.completion_tokens,
+            "total_tokens": self.total_tokens,
+        }
 
 
 @dataclass(frozen=True)
 class Activations:
     """vllm-lens's capture: `residual_stream` is already in the wire encoding."""
+
     layers: list[int]
     residual_stream: dict[str, Any]
 
 
-Event = Union[ChoiceDelta, Usage, Activations]
+Event = ChoiceDelta | Usage | Activations
 
 
 class Dropped(ConnectionResetError):
@@ -91,11 +97,12 @@ class ErrorEvent:
     Raising `error` does the same once the stream has started, but before the stream's
     first batch a raised error is an HTTP error; an ErrorEvent is an event even there
     (the mock's X-Mock-Stream-Error-After: 0)."""
+
     error: ApiError
 
 
 # What a stream's batches hold: the events, and at most one ErrorEvent, last.
-StreamEvent = Union[Event, ErrorEvent]
+StreamEvent = Event | ErrorEvent
 # A stream: its batches as they come (Engine.stream); the app closes it when the client goes away.
 Batches = Generator[Sequence[StreamEvent], None, None]
 

@@ -6,6 +6,7 @@ stream errors, and answers a forced status instead. A server of the real API pas
 none, so a client of a real deployment cannot make it fake anything: the code that
 fakes is not there.
 """
+
 from __future__ import annotations
 
 from collections.abc import Iterable

@@ -12,13 +12,26 @@ PROMETHEUS_MULTIPROC_DIR, a directory wiped at start, before anything imports th
 to files there, a scrape of any worker sums them (MultiProcessCollector), and gunicorn's
 child_exit marks a dead worker's gauges dead. In one process (tests, the in-process
 transports) the app's own registry is read.
+
+The rule that follows, stated here once: prometheus_client picks its mode when it is first
+imported, so no module a server's __main__ imports may import it (or this module, or
+mock_server/metrics.py) at module level; create_app imports them when it runs, after
+serve.prepare, and others name them under TYPE_CHECKING only. tests/house/test_layers.py
+holds every server's entry to it.
 """
+
 from __future__ import annotations
 
 import os
 
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, generate_latest
-from prometheus_client import multiprocess
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    generate_latest,
+    multiprocess,
+)
 
 MULTIPROC_DIR = "PROMETHEUS_MULTIPROC_DIR"
 # The route label of a response that no route took (a 404 or 405 of an unknown path).
@@ -45,21 +58,35 @@ class ApiMetrics:
 
     def __init__(self, registry: CollectorRegistry) -> None:
         self.registry = registry
-        self.requests = Counter("acs_requests", "Responses, by route, status and error code ('' for none).",
-                                ["route", "status", "code"], registry=registry)
-        self.open_streams = Gauge("acs_open_streams", "Streams open now.", registry=registry,
-                                  multiprocess_mode="livesum")
-        self.generated_tokens = Counter("acs_generated_tokens", "Completion tokens sent.", registry=registry)
-        self.budget_spent = Counter("acs_budget_spent_tokens", "Tokens settled against a Budget.", registry=registry)
-        self.budget_refused = Counter("acs_budget_refused", "Requests the Budget refused (429 insufficient_quota).",
-                                      registry=registry)
+        self.requests = Counter(
+            "acs_requests",
+            "Responses, by route, status and error code ('' for none).",
+            ["route", "status", "code"],
+            registry=registry,
+        )
+        self.open_streams = Gauge(
+            "acs_open_streams", "Streams open now.", registry=registry, multiprocess_mode="livesum"
+        )
+        self.generated_tokens = Counter(
+            "acs_generated_tokens", "Completion tokens sent.", registry=registry
+        )
+        self.budget_spent = Counter(
+            "acs_budget_spent_tokens", "Tokens settled against a Budget.", registry=registry
+        )
+        self.budget_refused = Counter(
+            "acs_budget_refused",
+            "Requests the Budget refused (429 insufficient_quota).",
+            registry=registry,
+        )
         self._responses: dict[tuple[str | None, int, str], Counter] = {}
 
     def responded(self, route: str | None, status: int, code: str = "") -> None:
-        key = (route, status, code)   # as given: no label strings built for a label set seen before
+        key = (route, status, code)  # as given: no label strings built for a label set seen before
         child = self._responses.get(key)
         if child is None:
-            child = self._responses[key] = self.requests.labels(route or NO_ROUTE, str(status), code)
+            child = self._responses[key] = self.requests.labels(
+                route or NO_ROUTE, str(status), code
+            )
         child.inc()
 
     def exposition(self) -> bytes:

@@ -7,18 +7,19 @@ client went away) cancels the thread. An engine whose events never wait (the fak
 needs none of it: `batched` runs its iterator in the request's own thread or greenlet
 (a pump thread and a hand-off per token cost more CPU than the rest of a stream).
 """
+
 from __future__ import annotations
 
 import threading
 import time
 from collections.abc import Callable, Generator, Iterator
-from typing import Generic, TypeVar
+from typing import Generic, TypeVar, cast
 
 T = TypeVar("T")
 
 # Items the iterator may hand over before its thread yields (a greenlet's switch under gevent).
 YIELD_EVERY = 16
-BATCH = 256   # items per list at most: Pump's maxsize, and batched's
+BATCH = 256  # items per list at most: Pump's maxsize, and batched's
 
 
 class Flush:
@@ -38,11 +39,11 @@ def batched(items: Iterator[T | Flush], size: int = BATCH) -> Generator[list[T],
     batch: list[T] = []
     try:
         for item in items:
-            if item is FLUSH:   # the one Flush (identity: no call a token, as isinstance is)
+            if item is FLUSH:  # the one Flush (identity: no call a token, as isinstance is)
                 yield batch
                 batch = []
                 continue
-            batch.append(item)
+            batch.append(cast(T, item))
             if len(batch) == size:
                 yield batch
                 batch = []
@@ -75,12 +76,16 @@ class Pump(Generic[T]):
     Condition: Condition.wait allocates a lock per wait, and under gevent (the
     default worker) an Event is a greenlet primitive with one timer per wait."""
 
-    def __init__(self, make: Callable[[Callable[[float], object]], Iterator[T]],
-                 interval: float, maxsize: int = BATCH) -> None:
+    def __init__(
+        self,
+        make: Callable[[Callable[[float], object]], Iterator[T]],
+        interval: float,
+        maxsize: int = BATCH,
+    ) -> None:
         self.cancelled = threading.Event()
         self._lock = threading.Lock()
-        self._ready = threading.Event()   # set exactly while _items is not empty
-        self._room = threading.Event()    # set when the reader took a full list
+        self._ready = threading.Event()  # set exactly while _items is not empty
+        self._room = threading.Event()  # set when the reader took a full list
         self._items: list[T | _End] = []
         self._maxsize = maxsize
         self._interval = interval
@@ -96,7 +101,7 @@ class Pump(Generic[T]):
                 if len(self._items) < self._maxsize:
                     self._items.append(item)
                     if len(self._items) == 1:
-                        self._ready.set()   # the reader waits only on an empty list
+                        self._ready.set()  # the reader waits only on an empty list
                     return True
                 self._room.clear()
             self._room.wait(0.1)
@@ -137,7 +142,7 @@ class Pump(Generic[T]):
                     items, self._items = self._items, []
                     self._ready.clear()
                 if items:
-                    self._room.set()   # room again for a thread waiting on a full list
+                    self._room.set()  # room again for a thread waiting on a full list
                 if not items:
                     yield []
                     continue

@@ -3,6 +3,7 @@
 Both are built from the same events, so a stream's text joined per choice is
 the Completion's text.
 """
+
 from __future__ import annotations
 
 import json
@@ -12,8 +13,8 @@ from typing import Any
 
 import orjson
 
-from contract import CompletionRequest, Spec
 from api_server.engine import Activations, ChoiceDelta, Event, LogprobsDelta, Usage
+from contract import CompletionRequest, Spec
 
 # Response headers the server sends (components/headers in openapi.yaml; app.py checks at start).
 REQUEST_ID = "X-Request-Id"
@@ -30,13 +31,13 @@ KEEPALIVE = b": keepalive\n\n"
 # the same separators, for what orjson refuses to write (integers past 64 bits).
 _JSON = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
 # A JSON string, as orjson writes one (encode_basestring: the C escaper, without ASCII escapes).
-_string = json.encoder.encode_basestring  # type: ignore[attr-defined]
+_string = json.encoder.encode_basestring
 
 
 def dumps(obj: Any) -> bytes:
     try:
         return orjson.dumps(obj)
-    except TypeError:   # orjson.JSONEncodeError
+    except TypeError:  # orjson.JSONEncodeError
         return _JSON.encode(obj).encode()
 
 
@@ -51,12 +52,18 @@ def sse(obj: Any) -> bytes:
 @dataclass
 class Meta:
     """What every chunk and the Completion share."""
+
     id: str
     model: str
     created: int = field(default_factory=lambda: int(time.time()))
 
     def head(self) -> dict[str, Any]:
-        return {"id": self.id, "object": "text_completion", "created": self.created, "model": self.model}
+        return {
+            "id": self.id,
+            "object": "text_completion",
+            "created": self.created,
+            "model": self.model,
+        }
 
 
 def completion_id(request_id: str, api: Spec) -> str:
@@ -68,8 +75,12 @@ def completion_id(request_id: str, api: Spec) -> str:
 def _logprobs(lp: LogprobsDelta | None) -> dict[str, Any] | None:
     if lp is None:
         return None
-    return {"tokens": lp.tokens, "token_logprobs": lp.token_logprobs,
-            "top_logprobs": lp.top_logprobs, "text_offset": lp.text_offset}
+    return {
+        "tokens": lp.tokens,
+        "token_logprobs": lp.token_logprobs,
+        "top_logprobs": lp.top_logprobs,
+        "text_offset": lp.text_offset,
+    }
 
 
 class Assembler:
@@ -88,7 +99,7 @@ class Assembler:
         self.activations: Activations | None = None
         self._choices: dict[int, dict[str, Any]] = {}
         self._options: dict[str, Any] = req.body.get("stream_options", {})
-        self._prefix: bytes | None = None   # b'data: {...head...,"choices":[' for the stream
+        self._prefix: bytes | None = None  # b'data: {...head...,"choices":[' for the stream
         self._merging = not req.stream
 
     @property
@@ -112,8 +123,12 @@ class Assembler:
         c = self._choices.get(d.index)
         if c is None:
             c = self._choices[d.index] = {
-                "index": d.index, "text": "", "logprobs": None, "finish_reason": None,
-                "stop_reason": None}
+                "index": d.index,
+                "text": "",
+                "logprobs": None,
+                "finish_reason": None,
+                "stop_reason": None,
+            }
             if "prompt_logprobs" in self.req.body:
                 c["prompt_logprobs"] = d.prompt_logprobs
             if self.return_token_ids:
@@ -121,7 +136,12 @@ class Assembler:
         c["text"] += d.text
         if d.logprobs is not None:
             if c["logprobs"] is None:
-                c["logprobs"] = {"tokens": [], "token_logprobs": [], "top_logprobs": [], "text_offset": []}
+                c["logprobs"] = {
+                    "tokens": [],
+                    "token_logprobs": [],
+                    "top_logprobs": [],
+                    "text_offset": [],
+                }
             for name, values in _logprobs(d.logprobs).items():  # type: ignore[union-attr]
                 c["logprobs"][name].extend(values)
         if self.return_token_ids:
@@ -130,8 +150,11 @@ class Assembler:
 
     def completion(self) -> dict[str, Any]:
         usage = self.usage or Usage(self.prompt_tokens, self.completion_tokens)
-        body = {**self.meta.head(), "choices": [self._choices[i] for i in sorted(self._choices)],
-                "usage": usage.as_dict()}
+        body = {
+            **self.meta.head(),
+            "choices": [self._choices[i] for i in sorted(self._choices)],
+            "usage": usage.as_dict(),
+        }
         if self.activations is not None:
             body["activations"] = _activations(self.activations)
         return body
@@ -149,14 +172,24 @@ class Assembler:
         Byte for byte `sse({**head, "choices": [...], ...})`, without a dict per chunk."""
         options = self._options
         if isinstance(event, ChoiceDelta):
-            if (event.logprobs is None and event.finish_reason is None and event.stop_reason is None
-                    and not self.return_token_ids):
-                choice = '{"index":%d,"text":%s,"logprobs":null,"finish_reason":null,"stop_reason":null}' % (
-                    event.index, _string(event.text))
+            if (
+                event.logprobs is None
+                and event.finish_reason is None
+                and event.stop_reason is None
+                and not self.return_token_ids
+            ):
+                choice = (
+                    '{"index":%d,"text":%s,"logprobs":null,"finish_reason":null,"stop_reason":null}'
+                    % (event.index, _string(event.text))
+                )
             else:
                 fields: dict[str, Any] = {
-                    "index": event.index, "text": event.text, "logprobs": _logprobs(event.logprobs),
-                    "finish_reason": event.finish_reason, "stop_reason": event.stop_reason}
+                    "index": event.index,
+                    "text": event.text,
+                    "logprobs": _logprobs(event.logprobs),
+                    "finish_reason": event.finish_reason,
+                    "stop_reason": event.stop_reason,
+                }
                 if self.return_token_ids:
                     if event.prompt_token_ids is not None:
                         fields["prompt_token_ids"] = event.prompt_token_ids
@@ -164,7 +197,11 @@ class Assembler:
                 choice = _encode(fields)
             if options.get("continuous_usage_stats"):
                 usage = Usage(self.prompt_tokens, self.completion_tokens).as_dict()
-                return self._head() + (choice + "]," + '"usage":' + _encode(usage) + "}").encode() + b"\n\n"
+                return (
+                    self._head()
+                    + (choice + "]," + '"usage":' + _encode(usage) + "}").encode()
+                    + b"\n\n"
+                )
             return self._head() + (choice + "]}").encode() + b"\n\n"
         if isinstance(event, Usage):
             if not options.get("include_usage"):

@@ -6,6 +6,7 @@ greenlet per connection, so 2,000 open streams, or 500 clients stalled mid-body,
 cost memory, not threads; the accept loop never waits on a busy pool. gthread (a
 thread per open request, `--worker gthread --threads N`) stays available.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -14,7 +15,6 @@ import gc
 import glob
 import logging
 import os
-import shutil
 import sys
 import tempfile
 from collections.abc import Callable
@@ -22,7 +22,12 @@ from typing import Any
 
 from gunicorn.app.base import BaseApplication
 
-WORKERS = {"gevent": "api_server.worker.ApiGeventWorker", "gthread": "api_server.worker.ApiThreadWorker"}
+from api_server.children import remove_at_exit
+
+WORKERS = {
+    "gevent": "api_server.worker.ApiGeventWorker",
+    "gthread": "api_server.worker.ApiThreadWorker",
+}
 DEFAULT_WORKER = "gevent"
 # Open connections per gevent worker. A sleeping stream costs a few KiB; past this,
 # new connections wait in the listen backlog.
@@ -30,7 +35,7 @@ DEFAULT_CONNECTIONS = 4096
 DEFAULT_THREADS = 32
 DEFAULT_GRACEFUL_TIMEOUT = 5
 BACKLOG = 4096
-MULTIPROC_DIR = "PROMETHEUS_MULTIPROC_DIR"   # prometheus_client reads it when imported (after serve.prepare)
+MULTIPROC_DIR = "PROMETHEUS_MULTIPROC_DIR"  # set by prepare: api_server/metrics.py says why
 # Seconds an idle keep-alive connection waits for its next request (gunicorn's keepalive).
 IDLE_CONNECTION_S = 5
 
@@ -38,6 +43,7 @@ IDLE_CONNECTION_S = 5
 def at_least(low: int, high: int | None = None) -> Callable[[str], int]:
     """An argparse type: an integer of at least `low` (and at most `high`); argparse's
     message names the option when it is not."""
+
     def parse(raw: str) -> int:
         try:
             value = int(raw)
@@ -47,27 +53,46 @@ def at_least(low: int, high: int | None = None) -> Callable[[str], int]:
             bound = f">= {low}" if high is None else f"between {low} and {high}"
             raise argparse.ArgumentTypeError(f"must be {bound}, got {value}")
         return value
+
     return parse
 
 
 PORT = at_least(0, 65535)
 
 
-def add_arguments(p: argparse.ArgumentParser, env: Callable[[str, str], str | None], workers: int) -> None:
+def add_arguments(
+    p: argparse.ArgumentParser, env: Callable[[str, str], str | None], workers: int
+) -> None:
     """--workers, --worker, --connections, --threads, --graceful-timeout: the options both
     servers share. Their defaults are strings (the variable's, or ours), which argparse
     checks as it checks the command line's, so a bad variable names its option too."""
-    p.add_argument("--workers", type=at_least(1), default=env("WORKERS", str(workers)),
-                   help="worker processes")
-    p.add_argument("--worker", choices=sorted(WORKERS), default=env("WORKER", DEFAULT_WORKER),
-                   help="gevent: a greenlet per connection (default); gthread: a thread per request")
-    p.add_argument("--connections", type=at_least(1), default=env("CONNECTIONS", str(DEFAULT_CONNECTIONS)),
-                   help="open connections per gevent worker")
-    p.add_argument("--threads", type=at_least(1), default=env("THREADS", str(DEFAULT_THREADS)),
-                   help="threads per gthread worker: the open requests one worker serves at once")
-    p.add_argument("--graceful-timeout", type=at_least(0),
-                   default=env("GRACEFUL_TIMEOUT", str(DEFAULT_GRACEFUL_TIMEOUT)),
-                   help="on SIGTERM, seconds that requests in flight get to finish")
+    p.add_argument(
+        "--workers", type=at_least(1), default=env("WORKERS", str(workers)), help="worker processes"
+    )
+    p.add_argument(
+        "--worker",
+        choices=sorted(WORKERS),
+        default=env("WORKER", DEFAULT_WORKER),
+        help="gevent: a greenlet per connection (default); gthread: a thread per request",
+    )
+    p.add_argument(
+        "--connections",
+        type=at_least(1),
+        default=env("CONNECTIONS", str(DEFAULT_CONNECTIONS)),
+        help="open connections per gevent worker",
+    )
+    p.add_argument(
+        "--threads",
+        type=at_least(1),
+        default=env("THREADS", str(DEFAULT_THREADS)),
+        help="threads per gthread worker: the open requests one worker serves at once",
+    )
+    p.add_argument(
+        "--graceful-timeout",
+        type=at_least(0),
+        default=env("GRACEFUL_TIMEOUT", str(DEFAULT_GRACEFUL_TIMEOUT)),
+        help="on SIGTERM, seconds that requests in flight get to finish",
+    )
 
 
 def prepare(worker: str) -> None:
@@ -75,11 +100,12 @@ def prepare(worker: str) -> None:
     for gevent, since the app's locks, sockets and threads (the stream pump's, the
     reference's connection pool) must be gevent's in the workers; and give the metrics a
     directory of their own, so that every worker writes there and one scrape sums them
-    (prometheus_client reads PROMETHEUS_MULTIPROC_DIR when it is imported)."""
+    (api_server/metrics.py: before prometheus_client is imported)."""
     _MASTER_EXIT.pid = os.getpid()
-    atexit.register(_MASTER_EXIT)   # first, so that it runs last
+    atexit.register(_MASTER_EXIT)  # first, so that it runs last
     if worker == "gevent":
         from gevent import monkey
+
         monkey.patch_all()
     given = os.environ.get(MULTIPROC_DIR)
     if given:
@@ -89,15 +115,14 @@ def prepare(worker: str) -> None:
             os.remove(stale)
     else:
         os.environ[MULTIPROC_DIR] = path = tempfile.mkdtemp(prefix="acs-metrics-")
-        master = os.getpid()
-        # Removed when the master exits, not when a worker does (it runs atexit too).
-        atexit.register(lambda: os.getpid() == master and shutil.rmtree(path, ignore_errors=True))
+        remove_at_exit(path)  # when the master exits, not when a worker does
 
 
 def _child_exit(server: Any, worker: Any) -> None:
     """gunicorn's hook: a dead worker's gauges (open streams, vLLM's running and waiting)
     leave the sums."""
     from prometheus_client import multiprocess
+
     multiprocess.mark_process_dead(worker.pid)
 
 
@@ -141,7 +166,7 @@ class _MasterExit:
 
     def __init__(self) -> None:
         self.pid = os.getpid()
-        self.code: int | None = None   # set by serve once gunicorn has stopped
+        self.code: int | None = None  # set by serve once gunicorn has stopped
 
     def __call__(self) -> None:
         if self.code is not None and os.getpid() == self.pid:
@@ -151,19 +176,52 @@ class _MasterExit:
 _MASTER_EXIT = _MasterExit()
 
 
-def gunicorn_options(host: str, port: int, workers: int, threads: int = DEFAULT_THREADS,
-                     log_level: str = "warning", access_log: bool = False, worker: str = DEFAULT_WORKER,
-                     connections: int = DEFAULT_CONNECTIONS, graceful_timeout: int = DEFAULT_GRACEFUL_TIMEOUT) -> dict[str, Any]:
+def options_of(args: argparse.Namespace) -> dict[str, Any]:
+    """gunicorn_options from the command line both servers' mains parse (add_arguments, and
+    their --host, --port, --log-level and --access-log)."""
+    return gunicorn_options(
+        args.host,
+        args.port,
+        args.workers,
+        args.threads,
+        args.log_level,
+        args.access_log,
+        args.worker,
+        args.connections,
+        args.graceful_timeout,
+    )
+
+
+def gunicorn_options(
+    host: str,
+    port: int,
+    workers: int,
+    threads: int = DEFAULT_THREADS,
+    log_level: str = "warning",
+    access_log: bool = False,
+    worker: str = DEFAULT_WORKER,
+    connections: int = DEFAULT_CONNECTIONS,
+    graceful_timeout: int = DEFAULT_GRACEFUL_TIMEOUT,
+) -> dict[str, Any]:
     # The app is loaded before the fork, so the spec, tokenizer and compiled validators
     # are built once. Both workers answer HTTP that gunicorn cannot parse in the API's
     # error shape (worker.py). graceful_timeout: on SIGTERM, open streams get this long
     # to finish.
     return {
-        "bind": f"{host}:{port}", "workers": workers, "threads": threads,
-        "worker_class": WORKERS[worker], "worker_connections": connections, "backlog": BACKLOG,
-        "preload_app": True, "loglevel": log_level, "accesslog": "-" if access_log else None,
-        "keepalive": IDLE_CONNECTION_S, "timeout": 60, "graceful_timeout": graceful_timeout,
-        "child_exit": _child_exit, "worker_exit": _worker_exit,
+        "bind": f"{host}:{port}",
+        "workers": workers,
+        "threads": threads,
+        "worker_class": WORKERS[worker],
+        "worker_connections": connections,
+        "backlog": BACKLOG,
+        "preload_app": True,
+        "loglevel": log_level,
+        "accesslog": "-" if access_log else None,
+        "keepalive": IDLE_CONNECTION_S,
+        "timeout": 60,
+        "graceful_timeout": graceful_timeout,
+        "child_exit": _child_exit,
+        "worker_exit": _worker_exit,
         # gunicorn's Python parser, not its C one (gunicorn_h1c 0.6): the C parser takes a
         # request line with two spaces between its parts (`POST  /v1/completions  HTTP/1.1`)
         # as if it were well formed, and has no setting to refuse it; malformed HTTP gets
@@ -173,7 +231,7 @@ def gunicorn_options(host: str, port: int, workers: int, threads: int = DEFAULT_
     }
 
 
-class _Gunicorn(BaseApplication):  # type: ignore[misc]
+class _Gunicorn(BaseApplication):
     def __init__(self, app: Any, options: dict[str, Any]) -> None:
         self._app, self._options = app, options
         super().__init__()
@@ -196,6 +254,6 @@ def serve(app: Any, options: dict[str, Any]) -> None:
     gc.freeze()
     try:
         _Gunicorn(app, options).run()
-    except SystemExit as leaving:   # gunicorn's halt: the atexit cleanups, then _MASTER_EXIT
+    except SystemExit as leaving:  # gunicorn's halt: the atexit cleanups, then _MASTER_EXIT
         _MASTER_EXIT.code = _status(leaving)
         raise

@@ -2,32 +2,44 @@
 
 A request line, header or chunked framing that gunicorn refuses never reaches the
 app, and gunicorn would answer with an HTML page and no X-Request-Id. These workers
-answer 400 invalid_request (or 500 internal_error for their own failures) with the
-API's body instead, through the same Errors.body (the app's Contract's) as every other error.
+answer 400 invalid_request (501 for a transfer coding gunicorn does not know, 500
+internal_error for their own failures) with the API's body instead, through the same
+Errors.body (the app's Contract's) as every other error.
 
-ApiGeventWorker (the default, serve.py says why) also bounds every read from a
-client: a body that stalls for longer than the body-read timeout (x-caps
-body_read_seconds; ServerConfig.body_read_seconds) fails its read, and the route
-answers 400 with the malformed-HTTP message (completions.read_body).
+Both read a chunked body through `BoundedChunks`, which refuses a chunk whose declared size
+takes the body past the cap (x-caps.max_body_bytes) as soon as its size line is read: 413,
+not a wait for bytes that could never be taken. ApiGeventWorker (the default, serve.py says
+why) also bounds every read from a client: a body that stalls for longer than the body-read
+timeout (x-caps body_read_seconds; ServerConfig.body_read_seconds) fails its read, and the
+route answers 400 with the malformed-HTTP message (completions.read_body).
 """
+
 from __future__ import annotations
 
 import socket
-from typing import Any
+from typing import Any, cast
 
 import gevent
 import gevent.local
-from gunicorn.http.errors import InvalidResponseHeader, InvalidResponseHeaderName, ParseException
+from gunicorn.http.body import Body, ChunkedReader
+from gunicorn.http.errors import (
+    InvalidResponseHeader,
+    InvalidResponseHeaderName,
+    ParseException,
+    UnsupportedTransferCoding,
+)
 from gunicorn.workers.ggevent import GeventWorker
 from gunicorn.workers.gthread import ThreadWorker
 
-from contract import ApiError, Errors, InternalError, InvalidRequest
 from api_server.patches import patch_gunicorn, worker_config
 from api_server.responses import dumps
+from api_server.state import state_of
+from contract import ApiError, Errors, InternalError, InvalidRequest, RequestTooLarge
+from contract import UnsupportedTransferCoding as NotDecoded
 
 # How long a connection's greenlet sleeps between two requests (ApiGeventWorker.handle_request).
 YIELD_S = 1e-6
-REASONS = {400: "Bad Request", 500: "Internal Server Error"}
+REASONS = {400: "Bad Request", 500: "Internal Server Error", 501: "Not Implemented"}
 
 
 def error_bytes(error: ApiError, errors: Errors) -> bytes:
@@ -36,9 +48,11 @@ def error_bytes(error: ApiError, errors: Errors) -> bytes:
     rid = errors.new_request_id()
     body = dumps(errors.body(error, rid))
     status = errors.status(error)
-    head = (f"HTTP/1.1 {status} {REASONS.get(status, '')}\r\n"
-            f"Connection: close\r\nContent-Type: application/json\r\n"
-            f"Content-Length: {len(body)}\r\nX-Request-Id: {rid}\r\n\r\n")
+    head = (
+        f"HTTP/1.1 {status} {REASONS.get(status, '')}\r\n"
+        f"Connection: close\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {len(body)}\r\nX-Request-Id: {rid}\r\n\r\n"
+    )
     return head.encode("latin-1") + body
 
 
@@ -46,13 +60,17 @@ class _ApiErrors:
     """handle_error for any gunicorn worker: the API's body, not gunicorn's HTML."""
 
     log: Any
-    wsgi: Any   # the app (app.state.contract words its errors)
+    wsgi: Any  # the app (its State's contract words its errors)
 
     def handle_error(self, req: Any, client: socket.socket, addr: Any, exc: BaseException) -> None:
         app_fault = isinstance(exc, (InvalidResponseHeader, InvalidResponseHeaderName))
-        if isinstance(exc, ParseException) and not app_fault:
+        error: ApiError
+        if isinstance(exc, UnsupportedTransferCoding):  # a coding gunicorn does not know: 501
             self.log.warning("Invalid request from %s: %s", (addr or ("",))[0], exc)
-            error: ApiError = InvalidRequest.from_template("malformed_http")
+            error = NotDecoded.from_template("unsupported_transfer_coding")
+        elif isinstance(exc, ParseException) and not app_fault:
+            self.log.warning("Invalid request from %s: %s", (addr or ("",))[0], exc)
+            error = InvalidRequest.from_template("malformed_http")
         else:
             self.log.exception("Error handling request")
             error = InternalError.from_template("internal_error")
@@ -62,34 +80,61 @@ class _ApiErrors:
             self.log.debug("Failed to send error message.")
 
 
+class BoundedChunks(ChunkedReader):
+    """gunicorn's chunked reader, which also adds up the sizes the chunks declare: past
+    `limit` it raises the API's 413 at the size line (completions.read_body lets it through)."""
+
+    def __init__(self, req: Any, unreader: Any, limit: int) -> None:
+        super().__init__(req, unreader)
+        self.limit, self.declared = limit, 0
+
+    def parse_chunk_size(self, unreader: Any, data: Any = None) -> Any:
+        size, rest = super().parse_chunk_size(unreader, data)
+        self.declared += size
+        if self.declared > self.limit:
+            raise RequestTooLarge.from_template("request_too_large", limit=self.limit)
+        return size, rest
+
+
+def bound_chunks(req: Any, app: Any) -> None:
+    """A chunked request's body read by BoundedChunks (before the app reads any of it)."""
+    if isinstance(req.body.reader, ChunkedReader):
+        limit = state_of(app).contract.api.caps["max_body_bytes"]
+        req.body = Body(BoundedChunks(req, req.unreader, limit))
+
+
 class _ReadOnce:
     cfg: Any
 
     def init_process(self) -> None:
-        self.cfg = worker_config(self.cfg)   # patches.py
+        self.cfg = worker_config(self.cfg)  # patches.py
         super().init_process()  # type: ignore[misc]
 
 
-class ApiThreadWorker(_ReadOnce, _ApiErrors, ThreadWorker):  # type: ignore[misc]
+class ApiThreadWorker(_ReadOnce, _ApiErrors, ThreadWorker):
     """gthread: a thread per open request (--worker gthread)."""
+
+    def handle_request(self, req: Any, conn: Any) -> Any:
+        bound_chunks(req, self.wsgi)
+        return super().handle_request(req, conn)
 
 
 def body_read_seconds(app: Any) -> float:
-    """The app's ServerConfig.body_read_seconds (an app these workers serve has a `state`
-    with the API's config and Contract: this API's apps, and the bench's bare ceiling)."""
-    return float(app.state.config.body_read_seconds)
+    """The app's ServerConfig.body_read_seconds (an app these workers serve holds a State with
+    the API's config and Contract: this API's apps, and the bench's bare ceiling)."""
+    return float(cast(float, state_of(app).config.body_read_seconds))  # set: for_spec
 
 
 def app_errors(app: Any) -> Errors:
     """What words the app's errors: its Contract's."""
-    return app.state.contract.errors  # type: ignore[no-any-return]
+    return state_of(app).contract.errors
 
 
 # The connection this greenlet serves (one greenlet per connection): whether a request came.
 _connection = gevent.local.local()
 
 
-class ApiGeventWorker(_ReadOnce, _ApiErrors, GeventWorker):  # type: ignore[misc]
+class ApiGeventWorker(_ReadOnce, _ApiErrors, GeventWorker):
     """gevent: a greenlet per connection, so thousands of open streams or stalled
     clients cost a few KiB each, not a thread."""
 
@@ -112,6 +157,7 @@ class ApiGeventWorker(_ReadOnce, _ApiErrors, GeventWorker):  # type: ignore[misc
         super().handle(listener, client, addr)
 
     def handle_request(self, listener_name: Any, req: Any, sock: Any, addr: Any) -> bool:
+        bound_chunks(req, self.wsgi)
         if not _connection.served:
             # GeventWorker.handle made the socket blocking (no timeout); a timeout bounds
             # each read and write of the requests instead, so a client that stalls holds
@@ -126,4 +172,4 @@ class ApiGeventWorker(_ReadOnce, _ApiErrors, GeventWorker):  # type: ignore[misc
         # sleep(0) would resume it before the loop polls the other sockets; a timer of a
         # microsecond resumes it after (measured: p90 at 64 connections 350 ms -> 22 ms).
         gevent.sleep(YIELD_S)
-        return done  # type: ignore[no-any-return]
+        return done

@@ -1,2 +1,3 @@
-"""The benchmarks: each runs as `.venv/bin/python -m bench.<name>` from the repository root
-(bench/README.md); bench/harness.py is what they share."""
+"""The benchmarks: `python -m bench` lists them, `python -m bench NAME [ARGS]` runs one
+(bench/README.md); bench/harness.py is what they share, bench/report.py how they write,
+bench/servers/ the stand-in servers they start."""

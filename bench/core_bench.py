@@ -1,24 +1,28 @@
 """Core validation time per request, beside a naive baseline, in one run.
 
-    .venv/bin/python -m bench.core_bench            # writes bench/results/core.md
+    .venv/bin/python -m bench core            # writes bench/results/core.md
 
 Baseline: the jsonschema package's default validator (Draft 2020-12) on the same
 request schema. It checks the schema only (no tokenizer, no vector decoding), so
 it is a floor for what a generic validator costs, not a full equivalent.
 """
+
 from __future__ import annotations
 
 import argparse
+import functools
 import importlib.metadata
 import platform
 import time
-from datetime import datetime, timezone
-from typing import Any, Callable
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
 
 import jsonschema
 import numpy as np
 
 from bench.harness import BENCH, command_line, percentile
+from bench.report import write_report
 from contract import Contract, encode_tensor, spec
 
 validate_completion = Contract(spec()).validate_completion
@@ -43,8 +47,14 @@ def bodies() -> dict[str, dict[str, Any]]:
     base = {"model": model.name, "prompt": "The sky is", "max_tokens": 16}
     return {
         "(a) minimal request": base,
-        "(b) 8 steering vectors, 32 x 4096 bf16": {**base, "apply_steering_vectors": vectors("bf16")},
-        "(b) 8 steering vectors, 32 x 4096 float32": {**base, "apply_steering_vectors": vectors("f32")},
+        "(b) 8 steering vectors, 32 x 4096 bf16": {
+            **base,
+            "apply_steering_vectors": vectors("bf16"),
+        },
+        "(b) 8 steering vectors, 32 x 4096 float32": {
+            **base,
+            "apply_steering_vectors": vectors("f32"),
+        },
         "(c) 100,000-token token-id prompt": {**base, "prompt": [791] * 100_000, "stream": True},
     }
 
@@ -64,34 +74,39 @@ def fmt(seconds: float) -> str:
     return f"{seconds * 1e6:,.1f} µs" if seconds < 1e-3 else f"{seconds * 1e3:,.2f} ms"
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=2.0, help="time per cell")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     naive = jsonschema.Draft202012Validator(spec().schema("CompletionRequest"))
     rows = []
     for name, body in bodies().items():
-        core = measure(lambda: validate_completion(body), args.seconds)
-        base = measure(lambda: naive.validate(body), args.seconds)
-        rows.append(f"| {name} | {fmt(core[0])} | {fmt(core[1])} | {fmt(base[0])} | {fmt(base[1])} "
-                    f"| {base[0] / core[0]:.1f}x |")
-    table = "\n".join([
-        "# Core validation time per request",
-        "",
-        f"{datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC, Python {platform.python_version()}, "
-        f"{platform.machine()}, jsonschema {importlib.metadata.version('jsonschema')}. "
-        f"Command: `{command_line('core_bench', ['--seconds', str(args.seconds)])}`.",
-        "",
-        "Core: `contract.Contract.validate_completion` (schema, rules, model checks, tokenizer, vector decoding, caps).",
-        "Naive: `jsonschema.Draft202012Validator(...).validate` on the same schema (schema only).",
-        "Targets: (a) under 50 µs, (b) under 50 ms.",
-        "",
-        "| request | core p50 | core p90 | naive p50 | naive p90 | naive / core |",
-        "| --- | --- | --- | --- | --- | --- |",
-        *rows,
-        "",
-    ])
-    OUT.write_text(table, encoding="utf-8")
+        core = measure(functools.partial(validate_completion, body), args.seconds)
+        base = measure(functools.partial(naive.validate, body), args.seconds)
+        rows.append(
+            f"| {name} | {fmt(core[0])} | {fmt(core[1])} | {fmt(base[0])} | {fmt(base[1])} "
+            f"| {base[0] / core[0]:.1f}x |"
+        )
+    table = "\n".join(
+        [
+            "# Core validation time per request",
+            "",
+            f"{datetime.now(UTC):%Y-%m-%d %H:%M} UTC, Python {platform.python_version()}, "
+            f"{platform.machine()}, jsonschema {importlib.metadata.version('jsonschema')}. "
+            f"Command: `{command_line('core_bench', ['--seconds', str(args.seconds)])}`.",
+            "",
+            "Core: `contract.Contract.validate_completion` (schema, rules, model checks, tokenizer,"
+            " vector decoding, caps).",
+            "Naive: `jsonschema.Draft202012Validator(...).validate` on the same schema (schema only).",
+            "Targets: (a) under 50 µs, (b) under 50 ms.",
+            "",
+            "| request | core p50 | core p90 | naive p50 | naive p90 | naive / core |",
+            "| --- | --- | --- | --- | --- | --- |",
+            *rows,
+            "",
+        ]
+    )
+    write_report(OUT, table)
     print(table)
 
 

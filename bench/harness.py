@@ -23,6 +23,7 @@ client library costs more CPU per chunk than the server under test, on the same 
 cores; asyncio's own loop cost 0.8 s of CPU for 2,000 streams against uvloop's 0.6 s,
 which showed as 0.1-0.15 s more time to first token.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -56,6 +57,7 @@ MODEL_DIR = ROOT / "models" / "tiny-llama"
 def vllm_missing() -> str | None:
     """Why a bench of the reference on vLLM's CPU build cannot run here, or None."""
     from reference_impl.launcher import default_python
+
     if not (MODEL_DIR / "model.safetensors").exists() or not Path(default_python()).exists():
         return "needs .venv-vllm and models/tiny-llama: bash scripts/setup_vllm.sh"
     return None
@@ -75,11 +77,12 @@ API_KEY = "bench-key"
 
 
 def command_line(module: str, argv: Sequence[str]) -> str:
-    """How a bench was run, for its report: `.venv/bin/python -m bench.MODULE ARGS`."""
-    return shlex.join([".venv/bin/python", "-m", f"bench.{module}", *argv])
+    """How a bench was run, for its report: `.venv/bin/python -m bench NAME ARGS` (bench/__main__.py)."""
+    return shlex.join([".venv/bin/python", "-m", "bench", module.removesuffix("_bench"), *argv])
 
 
 # -- servers -----------------------------------------------------------------------------------
+
 
 class ServerFailed(RuntimeError):
     """A server that did not start, or stopped; the message ends with its log's tail."""
@@ -89,7 +92,9 @@ class Endpoint:
     """Where a load client sends its requests: a port of 127.0.0.1, the API key it sends
     (None: no Authorization header), and no processes of its own to measure."""
 
-    def __init__(self, key: str, port: int, api_key: str | None = None, label: str | None = None) -> None:
+    def __init__(
+        self, key: str, port: int, api_key: str | None = None, label: str | None = None
+    ) -> None:
         self.key, self.label, self.port, self.api_key = key, label or key, port, api_key
 
     @property
@@ -108,26 +113,48 @@ class Server(Endpoint):
     """A command serving on `port`, from `cwd`; `ready` is how to tell it is up: "health"
     (GET /health answers 200), "any" (it answers anything) or "port" (it takes connections)."""
 
-    def __init__(self, key: str, argv: list[str], port: int, *, label: str | None = None,
-                 api_key: str | None = None, cwd: Path = ROOT, env: dict[str, str] | None = None,
-                 ready: str = "health", grace: float = 10, prepare: Callable[[], None] | None = None) -> None:
+    def __init__(
+        self,
+        key: str,
+        argv: list[str],
+        port: int,
+        *,
+        label: str | None = None,
+        api_key: str | None = None,
+        cwd: Path = ROOT,
+        env: dict[str, str] | None = None,
+        ready: str = "health",
+        grace: float = 10,
+        prepare: Callable[[], None] | None = None,
+    ) -> None:
         super().__init__(key, port, api_key, label)
         self.argv, self.cwd, self.env, self.ready, self.grace = argv, cwd, env or {}, ready, grace
-        self.prepare = prepare   # what must be there before it starts (Prism's install)
-        self.scratch: Path | None = None   # a folder of its own (a baseline's export), removed by `stop`
+        self.prepare = prepare  # what must be there before it starts (Prism's install)
+        self.scratch: Path | None = (
+            None  # a folder of its own (a baseline's export), removed by `stop`
+        )
         self.proc: subprocess.Popen[bytes] | None = None
         self.log: Path | None = None
-        self.failure: str | None = None   # why a bench that goes on without it could not use it
+        self.failure: str | None = None  # why a bench that goes on without it could not use it
 
     def start(self, logdir: Path) -> Server:
         """Start the process (not waiting for it); its output goes to LOGDIR/KEY.log."""
         if self.prepare is not None:
             self.prepare()
         self.log = logdir / f"{self.key}.log"
-        env = {k: v for k, v in os.environ.items() if not k.startswith("MOCK_")}   # a bench sets its own
+        env = {
+            k: v for k, v in os.environ.items() if not k.startswith("MOCK_")
+        }  # a bench sets its own
         with open(self.log, "wb") as log:
-            self.proc = subprocess.Popen(self.argv, cwd=self.cwd, env={**env, **self.env}, stdin=subprocess.DEVNULL,
-                                         stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+            self.proc = subprocess.Popen(
+                self.argv,
+                cwd=self.cwd,
+                env={**env, **self.env},
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
         return self
 
     def wait(self, timeout: float = 60) -> Server:
@@ -137,8 +164,14 @@ class Server(Endpoint):
             if self.ready == "port":
                 wait_port(self.port, self.proc, timeout, self.label)
             else:
-                wait_ready(self.url, self.proc, timeout, name=self.label, any_status=self.ready == "any",
-                           interval=0.2)
+                wait_ready(
+                    self.url,
+                    self.proc,
+                    timeout,
+                    name=self.label,
+                    any_status=self.ready == "any",
+                    interval=0.2,
+                )
         except RuntimeError as exc:
             raise ServerFailed(f"{exc}: {self.log_tail()}") from None
         return self
@@ -152,7 +185,9 @@ class Server(Endpoint):
             raise
 
     def log_tail(self, chars: int = 2000) -> str:
-        text = self.log.read_text(errors="replace").strip() if self.log and self.log.exists() else ""
+        text = (
+            self.log.read_text(errors="replace").strip() if self.log and self.log.exists() else ""
+        )
         return text[-chars:] or "(no output)"
 
     def pids(self) -> list[int]:
@@ -172,7 +207,7 @@ class Server(Endpoint):
                 proc.wait(self.grace)
             except subprocess.TimeoutExpired:
                 pass
-        with contextlib.suppress(ProcessLookupError):   # a child the server left behind, too
+        with contextlib.suppress(ProcessLookupError):  # a child the server left behind, too
             os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
 
@@ -190,61 +225,142 @@ def wait_port(port: int, proc: subprocess.Popen[bytes], timeout: float, name: st
     raise RuntimeError(f"{name} took no connection on port {port} within {timeout:.0f} s")
 
 
-def mock(*args: str, key: str = "mock", label: str | None = None, cwd: Path = ROOT,
-         env: dict[str, str] | None = None) -> Server:
+def mock(
+    *args: str,
+    key: str = "mock",
+    label: str | None = None,
+    cwd: Path = ROOT,
+    env: dict[str, str] | None = None,
+) -> Server:
     """`python -m mock_server` with these options and variables (from `cwd`: this checkout or
     a baseline's)."""
     port = free_port()
     argv = [sys.executable, "-m", "mock_server", "--host", "127.0.0.1", "--port", str(port), *args]
-    return Server(key, argv, port, label=label, api_key=API_KEY, cwd=cwd, env={**(env or {}), "PYTHONPATH": str(cwd)})
+    return Server(
+        key,
+        argv,
+        port,
+        label=label,
+        api_key=API_KEY,
+        cwd=cwd,
+        env={**(env or {}), "PYTHONPATH": str(cwd)},
+    )
 
 
 def bare(*args: str, key: str = "bare", label: str | None = None) -> Server:
-    """bench/bare_app.py, the bare Flask ceiling, under api_server/serve.py with these options."""
+    """bench/servers/bare_app.py, the bare Flask ceiling, under api_server/serve.py with these options."""
     port = free_port()
-    return Server(key, [sys.executable, "-m", "bench.bare_app", "--port", str(port), *args], port,
-                  label=label, api_key=API_KEY)
+    return Server(
+        key,
+        [sys.executable, "-m", "bench.servers.bare_app", "--port", str(port), *args],
+        port,
+        label=label,
+        api_key=API_KEY,
+    )
 
 
 def prism(key: str = "prism") -> Server:
     """Prism mocking openapi.yaml, unchanged, logging off; ready once it answers anything."""
     port = free_port()
-    argv = [str(PRISM_BIN), "mock", str(ROOT / "openapi.yaml"), "-h", "127.0.0.1", "-v", "silent", "-p", str(port)]
-    return Server(key, argv, port, label="Prism", api_key=API_KEY, env={"SCARF_ANALYTICS": "false"}, ready="any",
-                  prepare=ensure_prism)
+    argv = [
+        str(PRISM_BIN),
+        "mock",
+        str(ROOT / "openapi.yaml"),
+        "-h",
+        "127.0.0.1",
+        "-v",
+        "silent",
+        "-p",
+        str(port),
+    ]
+    return Server(
+        key,
+        argv,
+        port,
+        label="Prism",
+        api_key=API_KEY,
+        env={"SCARF_ANALYTICS": "false"},
+        ready="any",
+        prepare=ensure_prism,
+    )
 
 
 def reference(workers: int, model: Path = MODEL_DIR) -> tuple[Server, Endpoint]:
     """`python -m reference_impl --model models/tiny-llama` (or `model`) with its own vLLM, on
     a port it is told: the reference, and that vLLM to call directly (it stops with the reference)."""
     port, direct = free_port(), Endpoint("vLLM direct", free_port())
-    argv = [sys.executable, "-m", "reference_impl", "--model", str(model), "--port", str(port),
-            "--vllm-port", str(direct.port), "--keys", API_KEY, "--workers", str(workers)]
+    argv = [
+        sys.executable,
+        "-m",
+        "reference_impl",
+        "--model",
+        str(model),
+        "--port",
+        str(port),
+        "--vllm-port",
+        str(direct.port),
+        "--keys",
+        API_KEY,
+        "--workers",
+        str(workers),
+    ]
     # Its vLLM may take minutes to load and as long to stop.
     return Server("reference", argv, port, api_key=API_KEY, grace=60), direct
 
 
-def reference_upstream(upstream: str, workers: int, key: str = "reference", cwd: Path = ROOT) -> Server:
+def reference_upstream(
+    upstream: str, workers: int, key: str = "reference", cwd: Path = ROOT
+) -> Server:
     """`python -m reference_impl --upstream URL` (from `cwd`: this checkout or a baseline's)."""
     port = free_port()
-    argv = [sys.executable, "-m", "reference_impl", "--upstream", upstream, "--model", str(MODEL_DIR),
-            "--port", str(port), "--keys", API_KEY, "--workers", str(workers)]
+    argv = [
+        sys.executable,
+        "-m",
+        "reference_impl",
+        "--upstream",
+        upstream,
+        "--model",
+        str(MODEL_DIR),
+        "--port",
+        str(port),
+        "--keys",
+        API_KEY,
+        "--workers",
+        str(workers),
+    ]
     return Server(key, argv, port, api_key=API_KEY, cwd=cwd, env={"PYTHONPATH": str(cwd)})
 
 
 def fake_vllm(step_ms: float, model: str) -> Server:
-    """bench/fake_vllm.py: vLLM on a GPU, simulated (a token to every open request each step)."""
+    """bench/servers/fake_vllm.py: vLLM on a GPU, simulated (a token to every open request each step)."""
     port = free_port()
-    argv = [sys.executable, "-m", "bench.fake_vllm", "--port", str(port), "--step-ms", str(step_ms),
-            "--model", model]
+    argv = [
+        sys.executable,
+        "-m",
+        "bench.servers.fake_vllm",
+        "--port",
+        str(port),
+        "--step-ms",
+        str(step_ms),
+        "--model",
+        model,
+    ]
     return Server("vLLM direct (fake)", argv, port)
 
 
 def relay(upstream: str) -> Server:
-    """bench/relay.py in front of `upstream`: bytes copied, the floor under an API's CPU per token.
+    """bench/servers/relay.py in front of `upstream`: bytes copied, the floor under an API's CPU per token.
     It relays one streamed request per connection, so a GET /health would hang: the port tells."""
     port = free_port()
-    argv = [sys.executable, "-m", "bench.relay", "--upstream", upstream, "--port", str(port)]
+    argv = [
+        sys.executable,
+        "-m",
+        "bench.servers.relay",
+        "--upstream",
+        upstream,
+        "--port",
+        str(port),
+    ]
     return Server("relay (the floor)", argv, port, ready="port")
 
 
@@ -282,13 +398,18 @@ def ensure_prism() -> None:
     if npm is None:
         raise ServerFailed("npm is not installed, so Prism could not be installed")
     print("installing Prism: npm ci --prefix bench", file=sys.stderr)
-    done = subprocess.run([npm, "ci", "--prefix", str(BENCH), "--ignore-scripts", "--no-audit", "--no-fund"],
-                          capture_output=True, text=True, env={**os.environ, "SCARF_ANALYTICS": "false"})
+    done = subprocess.run(
+        [npm, "ci", "--prefix", str(BENCH), "--ignore-scripts", "--no-audit", "--no-fund"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "SCARF_ANALYTICS": "false"},
+    )
     if done.returncode != 0 or not PRISM_BIN.exists():
         raise ServerFailed(f"npm ci failed: {done.stderr.strip()[-300:]}")
 
 
 # -- CPU and memory ------------------------------------------------------------------------------
+
 
 def session_pids(sid: int) -> list[int]:
     """The live processes of session `sid` (every server the harness starts leads one);
@@ -298,8 +419,8 @@ def session_pids(sid: int) -> list[int]:
         try:
             text = stat.read_text()
         except OSError:
-            continue   # gone meanwhile
-        state, _, _, session = text[text.rindex(")") + 2:].split()[:4]
+            continue  # gone meanwhile
+        state, _, _, session = text[text.rindex(")") + 2 :].split()[:4]
         if int(session) == sid and state != "Z":
             pids.append(int(stat.parent.name))
     return pids
@@ -311,7 +432,9 @@ def cpu_seconds(pids: Sequence[int]) -> float:
     for pid in pids:
         with contextlib.suppress(OSError):
             for task in Path(f"/proc/{pid}/task").iterdir():
-                with contextlib.suppress(OSError, IndexError, ValueError):   # a thread that just ended
+                with contextlib.suppress(
+                    OSError, IndexError, ValueError
+                ):  # a thread that just ended
                     total += int((task / "schedstat").read_text().split()[0])
     return total / 1e9
 
@@ -326,6 +449,7 @@ def rss_bytes(pids: Sequence[int]) -> int:
 
 
 # -- percentiles -------------------------------------------------------------------------------
+
 
 def percentile(values: Sequence[float], p: float) -> float:
     """The `p`th percentile (0 to 100) of `values`, linear between the closest ranks."""
@@ -345,25 +469,33 @@ DONE = b"data: [DONE]"
 EVENT = b"data: {"
 
 
-def request_bytes(target: Endpoint, body: dict[str, object], headers: dict[str, str] | None = None,
-                  cut: int | None = None, path: str = "/v1/completions") -> bytes:
+def request_bytes(
+    target: Endpoint,
+    body: dict[str, object],
+    headers: dict[str, str] | None = None,
+    cut: int | None = None,
+    path: str = "/v1/completions",
+) -> bytes:
     """One POST with a JSON body, as raw bytes; `cut` sends only that many body bytes (the
     Content-Length still promises them all: a stalled client)."""
     raw = orjson.dumps(body)
     head = "".join(f"{k}: {v}\r\n" for k, v in {**target.headers, **(headers or {})}.items())
-    return (f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1:{target.port}\r\nContent-Type: application/json\r\n"
-            f"Content-Length: {len(raw)}\r\n{head}\r\n").encode() + (raw if cut is None else raw[:cut])
+    return (
+        f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1:{target.port}\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {len(raw)}\r\n{head}\r\n"
+    ).encode() + (raw if cut is None else raw[:cut])
 
 
 @dataclass
 class Stream:
     """One streamed answer as the client saw it."""
-    done: bool                 # it ended with `data: [DONE]`
-    events: int                # `data: {...}` events, the usage event included
-    usage_tokens: int | None   # completion_tokens of the last usage event, if any
-    ttft_s: float | None       # from the start of the run to the first event
-    seconds: float             # from the start of the run to the end of this stream
-    error: str = ""            # why it is not done: the server's answer or the socket's error
+
+    done: bool  # it ended with `data: [DONE]`
+    events: int  # `data: {...}` events, the usage event included
+    usage_tokens: int | None  # completion_tokens of the last usage event, if any
+    ttft_s: float | None  # from the start of the run to the first event
+    seconds: float  # from the start of the run to the end of this stream
+    error: str = ""  # why it is not done: the server's answer or the socket's error
 
     @property
     def tokens(self) -> int:
@@ -387,23 +519,35 @@ async def read_stream(port: int, request: bytes, t0: float) -> Stream:
         if status != [b"200"] or b"text/event-stream" not in head.lower():
             more = await asyncio.wait_for(reader.read(300), 5)
             answer = (head + more).decode("latin-1")
-            return Stream(False, 0, None, None, time.perf_counter() - t0, " ".join(answer.split())[:300])
+            return Stream(
+                False, 0, None, None, time.perf_counter() - t0, " ".join(answer.split())[:300]
+            )
         while DONE not in tail:
             chunk = await reader.read(65536)
             if not chunk:
-                return Stream(False, events, None, ttft, time.perf_counter() - t0,
-                              "closed before [DONE]: " + tail[-80:].decode("latin-1"))
+                return Stream(
+                    False,
+                    events,
+                    None,
+                    ttft,
+                    time.perf_counter() - t0,
+                    "closed before [DONE]: " + tail[-80:].decode("latin-1"),
+                )
             # The last bytes of the previous read go with this one, so that a marker cut in
             # two is found; they are too short to hold a whole one, so none counts twice.
-            window = tail[-(len(EVENT) - 1):] + chunk
+            window = tail[-(len(EVENT) - 1) :] + chunk
             if ttft is None and EVENT in window:
                 ttft = time.perf_counter() - t0
             events += window.count(EVENT)
             tail = tail[-1024:] + chunk
         usage = USAGE.findall(tail)
-        return Stream(True, events, int(usage[-1]) if usage else None, ttft, time.perf_counter() - t0)
-    except (OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, asyncio.TimeoutError) as exc:
-        return Stream(False, events, None, ttft, time.perf_counter() - t0, f"{type(exc).__name__}: {exc}")
+        return Stream(
+            True, events, int(usage[-1]) if usage else None, ttft, time.perf_counter() - t0
+        )
+    except (TimeoutError, OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError) as exc:
+        return Stream(
+            False, events, None, ttft, time.perf_counter() - t0, f"{type(exc).__name__}: {exc}"
+        )
     finally:
         writer.close()
 
@@ -415,7 +559,8 @@ async def gather_streams(port: int, request: bytes, count: int) -> tuple[list[St
     return list(got), time.perf_counter() - t0
 
 
-def streams(target: Endpoint, body: dict[str, object], count: int = 1,
-            headers: dict[str, str] | None = None) -> tuple[list[Stream], float]:
+def streams(
+    target: Endpoint, body: dict[str, object], count: int = 1, headers: dict[str, str] | None = None
+) -> tuple[list[Stream], float]:
     """`count` streams of `body` opened at once, on uvloop: each one's, and the wall time."""
     return uvloop.run(gather_streams(target.port, request_bytes(target, body, headers), count))

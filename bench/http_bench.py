@@ -1,10 +1,10 @@
 """HTTP serving: the mock vs Prism vs a bare Flask app, side by side, in one run.
 
-    .venv/bin/python -m bench.http_bench [--duration S]
+    .venv/bin/python -m bench http [--duration S]
 
 Starts the servers on free ports of 127.0.0.1 (http_servers.py) -- the mock
 (`python -m mock_server`), Prism (`@stoplight/prism-cli`, pinned in
-bench/package-lock.json, mocking openapi.yaml) and bench/bare_app.py under the mock's
+bench/package-lock.json, mocking openapi.yaml) and bench/servers/bare_app.py under the mock's
 server settings (the ceiling); `--servers` adds the candidates `mock-gthread` and
 `bare-gthread`, and `--baseline REF[,REF...]` the mock as of each git REF, old against new in one run --
 then measures (http_measure.py):
@@ -39,7 +39,12 @@ from pathlib import Path
 
 from bench.harness import BENCH, ServerFailed, command_line
 from bench.http_measure import (
-    measure_cell, measure_concurrency, measure_stalled, measure_stream, median_round, warm_up,
+    measure_cell,
+    measure_concurrency,
+    measure_stalled,
+    measure_stream,
+    median_round,
+    warm_up,
 )
 from bench.http_report import collect_versions, report
 from bench.http_servers import CASES, SERVERS, BenchError, add_server_arguments, build_servers
@@ -73,7 +78,9 @@ def measure(servers, args, workdir):
     extra = {}
     for server in servers:
         if args.streams:
-            extra["d", server.key] = measure_concurrency(server, args.streams, args.stream_tokens, args.tpot_ms)
+            extra["d", server.key] = measure_concurrency(
+                server, args.streams, args.stream_tokens, args.tpot_ms
+            )
         if args.stalled:
             extra["e", server.key] = measure_stalled(server, args.stalled)
     return cells, streams, extra
@@ -82,11 +89,11 @@ def measure(servers, args, workdir):
 def run(args):
     try:
         servers = build_servers(args)
-    except ServerFailed as e:   # a --baseline git cannot export
+    except ServerFailed as e:  # a --baseline git cannot export
         raise BenchError(str(e)) from None
     with contextlib.ExitStack() as stack:
         workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="http_bench_")))
-        for server in servers:   # all started, then all waited for: they start side by side
+        for server in servers:  # all started, then all waited for: they start side by side
             stack.callback(server.stop)
             try:
                 server.start(workdir)
@@ -100,8 +107,11 @@ def run(args):
                     server.failure = " ".join(str(e).split())[-600:]
                     server.stop()
         load_before = os.getloadavg()
-        print("servers: " + ", ".join(f"{s.label} {s.url if not s.failure else 'FAILED'}"
-                                      for s in servers), file=sys.stderr)
+        print(
+            "servers: "
+            + ", ".join(f"{s.label} {s.url if not s.failure else 'FAILED'}" for s in servers),
+            file=sys.stderr,
+        )
         cells, streams, extra = measure(servers, args, workdir)
         versions = collect_versions()
         versions["load"] = (load_before, os.getloadavg())
@@ -115,7 +125,7 @@ def install_wrk():
         return False
     print("installing wrk: apt-get install -y wrk", file=sys.stderr)
     subprocess.run([apt, "install", "-y", "wrk"], capture_output=True)
-    if shutil.which("wrk") is None:   # an index that lacks it: update once, then try again
+    if shutil.which("wrk") is None:  # an index that lacks it: update once, then try again
         subprocess.run([apt, "update"], capture_output=True)
         subprocess.run([apt, "install", "-y", "wrk"], capture_output=True)
     return shutil.which("wrk") is not None
@@ -124,12 +134,24 @@ def install_wrk():
 def parse_args(argv):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--duration", type=int, default=5, help="seconds per measured cell (default 5)")
-    p.add_argument("--warmup", type=int, default=3,
-                   help="warm-up seconds per server and case, before the rounds (default 3)")
-    p.add_argument("--rounds", type=int, default=3,
-                   help="rounds of every cell; the median round is shown (default 3)")
-    p.add_argument("--connections", type=lambda s: [int(c) for c in s.split(",")],
-                   default=[1, 64], help="wrk connection counts (default 1,64)")
+    p.add_argument(
+        "--warmup",
+        type=int,
+        default=3,
+        help="warm-up seconds per server and case, before the rounds (default 3)",
+    )
+    p.add_argument(
+        "--rounds",
+        type=int,
+        default=3,
+        help="rounds of every cell; the median round is shown (default 3)",
+    )
+    p.add_argument(
+        "--connections",
+        type=lambda s: [int(c) for c in s.split(",")],
+        default=[1, 64],
+        help="wrk connection counts (default 1,64)",
+    )
     # The mock's own serving options and defaults (api_server/serve.py), for the mock
     # and the ceiling alike. --connections is wrk's here, so the server's is renamed.
     serving = argparse.ArgumentParser(add_help=False)
@@ -138,12 +160,23 @@ def parse_args(argv):
         if action.dest == "connections":
             action.option_strings, action.dest = ["--server-connections"], "connections_per_worker"
         p._add_action(action)
-    p.add_argument("--servers", type=lambda s: s.split(","), default=["mock", "prism", "bare"],
-                   help=f"a subset of {','.join(SERVERS)} (default mock,prism,bare)")
-    p.add_argument("--baseline", metavar="REF[,REF...]", type=lambda s: s.split(","), default=[],
-                   help="also run the mock as of each git REF (column mock@REF): old against new in one run, "
-                        "or a bisection (several commits side by side)")
-    p.add_argument("--streams", type=int, default=2000, help="(d) streams opened at once; 0 skips (d)")
+    p.add_argument(
+        "--servers",
+        type=lambda s: s.split(","),
+        default=["mock", "prism", "bare"],
+        help=f"a subset of {','.join(SERVERS)} (default mock,prism,bare)",
+    )
+    p.add_argument(
+        "--baseline",
+        metavar="REF[,REF...]",
+        type=lambda s: s.split(","),
+        default=[],
+        help="also run the mock as of each git REF (column mock@REF): old against new in one run, "
+        "or a bisection (several commits side by side)",
+    )
+    p.add_argument(
+        "--streams", type=int, default=2000, help="(d) streams opened at once; 0 skips (d)"
+    )
     p.add_argument("--stream-tokens", type=int, default=20, help="(d) tokens per stream")
     p.add_argument("--tpot-ms", type=int, default=100, help="(d) milliseconds per token")
     p.add_argument("--stalled", type=int, default=500, help="(e) stalled clients; 0 skips (e)")
@@ -156,7 +189,7 @@ def parse_args(argv):
     return args
 
 
-def main(argv=None):
+def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     args = parse_args(argv)
     if shutil.which("wrk") is None and not install_wrk():

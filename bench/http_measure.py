@@ -15,7 +15,15 @@ import orjson
 import uvloop
 
 from bench.harness import (
-    API_KEY, BENCH, ServerFailed, cpu_seconds, gather_streams, percentile, request_bytes, rss_bytes, streams,
+    API_KEY,
+    BENCH,
+    ServerFailed,
+    cpu_seconds,
+    gather_streams,
+    percentile,
+    request_bytes,
+    rss_bytes,
+    streams,
 )
 from bench.http_servers import CASES, MODEL, PROMPT, STREAM_BODY, BenchError
 
@@ -24,18 +32,30 @@ WRK_SCRIPT = BENCH / "wrk_post.lua"
 
 def preflight(server, case):
     """One request through a Python client: the status the server gives this case."""
-    r = httpx.post(server.url + "/v1/completions", json=case.body, headers=server.headers, timeout=30)
+    r = httpx.post(
+        server.url + "/v1/completions", json=case.body, headers=server.headers, timeout=30
+    )
     return r.status_code
 
 
 def run_wrk(server, case, connections, duration, body_file):
-    cmd = ["wrk", "-t1", f"-c{connections}", f"-d{duration}s", "--latency", "--timeout", "10s",
-           "-s", str(WRK_SCRIPT), server.url + "/v1/completions"]
+    cmd = [
+        "wrk",
+        "-t1",
+        f"-c{connections}",
+        f"-d{duration}s",
+        "--latency",
+        "--timeout",
+        "10s",
+        "-s",
+        str(WRK_SCRIPT),
+        server.url + "/v1/completions",
+    ]
     env = {**os.environ, "WRK_BODY_FILE": str(body_file), "WRK_API_KEY": API_KEY}
     done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=duration + 60)
     for line in done.stdout.splitlines():
         if line.startswith("WRK_JSON "):
-            return json.loads(line[len("WRK_JSON "):])
+            return json.loads(line[len("WRK_JSON ") :])
     raise BenchError(f"wrk gave no summary (status {done.returncode}): {done.stderr.strip()}")
 
 
@@ -82,14 +102,19 @@ def prism_stream_reason(server):
     """Why Prism has no tokens/s: what it answers to a stream request, both ways of asking."""
     seen = []
     for accept in ("*/*", "text/event-stream"):
-        r = httpx.post(server.url + "/v1/completions", json=STREAM_BODY,
-                       headers={**server.headers, "Accept": accept}, timeout=30)
+        r = httpx.post(
+            server.url + "/v1/completions",
+            json=STREAM_BODY,
+            headers={**server.headers, "Accept": accept},
+            timeout=30,
+        )
         ctype = r.headers.get("content-type", "").split(";")[0]
         detail = r.json().get("detail") if ctype == "application/problem+json" else None
-        seen.append(f"with Accept: {accept} it answers {r.status_code} {ctype}"
-                    + (f" ({detail})" if detail else ""))
-    return ("Prism has no streaming (it serves one static example per request): "
-            + "; ".join(seen))
+        seen.append(
+            f"with Accept: {accept} it answers {r.status_code} {ctype}"
+            + (f" ({detail})" if detail else "")
+        )
+    return "Prism has no streaming (it serves one static example per request): " + "; ".join(seen)
 
 
 def median_round(results):
@@ -113,8 +138,13 @@ def warm_up(servers, args, workdir):
     for server in servers:
         for case in CASES:
             if not server.failure:
-                run_wrk(server, case, max(args.connections), args.warmup,
-                        workdir / f"body_{case.key}.json")
+                run_wrk(
+                    server,
+                    case,
+                    max(args.connections),
+                    args.warmup,
+                    workdir / f"body_{case.key}.json",
+                )
 
 
 def measure_cell(server, case, conns, args, body_file):
@@ -130,8 +160,11 @@ def measure_cell(server, case, conns, args, body_file):
     cpu_before = cpu_seconds(server.pids())
     result = summarise_wrk(run_wrk(server, case, conns, args.duration, body_file), case)
     result["cpu_s"] = cpu_seconds(server.pids()) - cpu_before
-    print(f"{result['rps']:9.0f} req/s {1e6 * result['cpu_s'] / max(result['requests'], 1):6.0f}"
-          " CPU us/req", file=sys.stderr)
+    print(
+        f"{result['rps']:9.0f} req/s {1e6 * result['cpu_s'] / max(result['requests'], 1):6.0f}"
+        " CPU us/req",
+        file=sys.stderr,
+    )
     return result
 
 
@@ -147,6 +180,7 @@ def measure_stream(server, args):
 
 # -- many open streams at once (d), stalled clients (e) ----------------------------------
 
+
 def pct(values, p):
     return percentile(values, p) if values else None
 
@@ -156,26 +190,37 @@ async def _sample_rss(server, peak, stop):
         peak[0] = max(peak[0], rss_bytes(server.pids()))
         try:
             await asyncio.wait_for(stop.wait(), 0.25)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             pass
 
 
 async def _streams(server, n, tokens, tpot_ms):
-    body = {"model": MODEL, "prompt": PROMPT, "max_tokens": tokens, "temperature": 0,
-            "ignore_eos": True, "stream": True}
+    body = {
+        "model": MODEL,
+        "prompt": PROMPT,
+        "max_tokens": tokens,
+        "temperature": 0,
+        "ignore_eos": True,
+        "stream": True,
+    }
     request = request_bytes(server, body, {"X-Mock-Tpot-Ms": str(tpot_ms)})
     rss_before, peak, stop = rss_bytes(server.pids()), [0], asyncio.Event()
     sampler = asyncio.create_task(_sample_rss(server, peak, stop))
     cpu_before, client_before = cpu_seconds(server.pids()), time.process_time()
     results, wall = await gather_streams(server.port, request, n)
-    client_cpu = time.process_time() - client_before   # before the sampler's last /proc walk
+    client_cpu = time.process_time() - client_before  # before the sampler's last /proc walk
     stop.set()
     await sampler
     ttfts = [r.ttft_s for r in results if r.ttft_s is not None]
     return {
-        "streams": n, "done": sum(r.done for r in results), "wall_s": wall,
-        "ideal_s": tokens * tpot_ms / 1000, "ttft_p50_s": pct(ttfts, 50), "ttft_p99_s": pct(ttfts, 99),
-        "cpu_s": cpu_seconds(server.pids()) - cpu_before, "client_cpu_s": client_cpu,
+        "streams": n,
+        "done": sum(r.done for r in results),
+        "wall_s": wall,
+        "ideal_s": tokens * tpot_ms / 1000,
+        "ttft_p50_s": pct(ttfts, 50),
+        "ttft_p99_s": pct(ttfts, 99),
+        "cpu_s": cpu_seconds(server.pids()) - cpu_before,
+        "client_cpu_s": client_cpu,
         "kib_per_stream": max(peak[0] - rss_before, 0) / 1024 / n,
         "errors": sorted({r.error for r in results if not r.done})[:3],
     }
@@ -191,8 +236,10 @@ def measure_concurrency(server, n, tokens=20, tpot_ms=100):
         return {"na": "Prism has no streaming"}
     print(f"  (d) {n} open streams {server.label:11}", end=" ", flush=True, file=sys.stderr)
     cell = uvloop.run(_streams(server, n, tokens, tpot_ms))
-    print(f"{cell['done']} done in {cell['wall_s']:.1f} s, TTFT p99 {cell['ttft_p99_s'] or 0:.2f} s",
-          file=sys.stderr)
+    print(
+        f"{cell['done']} done in {cell['wall_s']:.1f} s, TTFT p99 {cell['ttft_p99_s'] or 0:.2f} s",
+        file=sys.stderr,
+    )
     return cell
 
 
@@ -203,8 +250,8 @@ async def _stalled_client(port, request, answers, wait_s):
         writer.write(request)
         await writer.drain()
         try:
-            reply = await asyncio.wait_for(reader.read(), wait_s)   # until the server closes
-        except asyncio.TimeoutError:
+            reply = await asyncio.wait_for(reader.read(), wait_s)  # until the server closes
+        except TimeoutError:
             reply = b"HTTP/1.1 no-answer"
         answers.append((reply.split(b" ", 2)[1:2] or [b"none"])[0].decode("latin-1"))
         answers.append(time.perf_counter() - t0)
@@ -239,16 +286,23 @@ async def _stalled(server, n, probes, wait_s):
     half = request_bytes(server, body, cut=len(orjson.dumps(body)) // 2)
     quiet = await _latencies(server.port, whole, probes)
     answers = []
-    stalled = [asyncio.create_task(_stalled_client(server.port, half, answers, wait_s)) for _ in range(n)]
-    await asyncio.sleep(1.0)   # every stalled client connected and sent its half
+    stalled = [
+        asyncio.create_task(_stalled_client(server.port, half, answers, wait_s)) for _ in range(n)
+    ]
+    await asyncio.sleep(1.0)  # every stalled client connected and sent its half
     busy = await _latencies(server.port, whole, probes)
     await asyncio.gather(*stalled)
     statuses, waits = answers[0::2], answers[1::2]
     return {
-        "stalled": n, "p50_quiet_ms": 1000 * percentile(quiet, 50), "p50_stalled_ms": 1000 * percentile(busy, 50),
-        "p99_quiet_ms": 1000 * percentile(quiet, 99), "p99_stalled_ms": 1000 * percentile(busy, 99),
-        "answered_400": statuses.count("400"), "other": sorted(set(statuses) - {"400"}),
-        "answer_min_s": min(waits), "answer_max_s": max(waits),
+        "stalled": n,
+        "p50_quiet_ms": 1000 * percentile(quiet, 50),
+        "p50_stalled_ms": 1000 * percentile(busy, 50),
+        "p99_quiet_ms": 1000 * percentile(quiet, 99),
+        "p99_stalled_ms": 1000 * percentile(busy, 99),
+        "answered_400": statuses.count("400"),
+        "other": sorted(set(statuses) - {"400"}),
+        "answer_min_s": min(waits),
+        "answer_max_s": max(waits),
     }
 
 
@@ -263,6 +317,9 @@ def measure_stalled(server, n, probes=200, wait_s=75):
         cell = uvloop.run(_stalled(server, n, probes, wait_s))
     except (OSError, asyncio.IncompleteReadError, ValueError, IndexError) as exc:
         return {"na": f"{type(exc).__name__}: {exc}"}
-    print(f"p50 {cell['p50_quiet_ms']:.2f} -> {cell['p50_stalled_ms']:.2f} ms, "
-          f"{cell['answered_400']} answered 400", file=sys.stderr)
+    print(
+        f"p50 {cell['p50_quiet_ms']:.2f} -> {cell['p50_stalled_ms']:.2f} ms, "
+        f"{cell['answered_400']} answered 400",
+        file=sys.stderr,
+    )
     return cell

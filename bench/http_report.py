@@ -22,7 +22,11 @@ def command_output(argv):
         done = subprocess.run(argv, capture_output=True, text=True, timeout=30, cwd=ROOT)
     except (OSError, subprocess.TimeoutExpired):
         return "n/a"
-    return (done.stdout or done.stderr).strip().splitlines()[0] if (done.stdout or done.stderr) else "n/a"
+    return (
+        (done.stdout or done.stderr).strip().splitlines()[0]
+        if (done.stdout or done.stderr)
+        else "n/a"
+    )
 
 
 def package_version(name):
@@ -99,8 +103,10 @@ def throughput_table(servers, cells, args):
             row = [case.title, str(conns)]
             for k in keys:
                 row += fmt_cell(cells[case.key, conns, k])
-            row += [fmt_ratio(ratio(cells, case.key, conns, "prism"), PRISM_GOALS.get(conns, 1.0)),
-                    fmt_ratio(ratio(cells, case.key, conns, "bare"), BARE_GOAL)]
+            row += [
+                fmt_ratio(ratio(cells, case.key, conns, "prism"), PRISM_GOALS.get(conns, 1.0)),
+                fmt_ratio(ratio(cells, case.key, conns, "bare"), BARE_GOAL),
+            ]
             rows.append("| " + " | ".join(row) + " |")
     return rows
 
@@ -111,14 +117,21 @@ def cpu_table(servers, cells, args):
     if not cells:
         return [NOT_MEASURED]
     labels = {s.key: s.label for s in servers}
-    head = ["case", "conns", *(f"{labels[s.key]} CPU us/req" for s in servers),
-            "Prism/mock", "bare/mock"]
+    head = [
+        "case",
+        "conns",
+        *(f"{labels[s.key]} CPU us/req" for s in servers),
+        "Prism/mock",
+        "bare/mock",
+    ]
     rows = ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
     for case in CASES:
         for conns in args.connections:
             cell = {s.key: cells[case.key, conns, s.key] for s in servers}
             row = [case.title, str(conns)]
-            row += ["n/a" if "na" in cell[s.key] else f"{cell[s.key]['cpu_us']:,.0f}" for s in servers]
+            row += [
+                "n/a" if "na" in cell[s.key] else f"{cell[s.key]['cpu_us']:,.0f}" for s in servers
+            ]
             for other in ("prism", "bare"):
                 mine, theirs = cell.get("mock"), cell.get(other)
                 ok = mine and theirs and "na" not in mine and "na" not in theirs and mine["cpu_us"]
@@ -128,9 +141,11 @@ def cpu_table(servers, cells, args):
 
 
 def stream_table(servers, streams):
-    rows = ["| server | tokens/s | tokens | TTFT ms | runs (median shown) | server CPU us/token |"
-            " note |",
-            "| --- | --- | --- | --- | --- | --- | --- |"]
+    rows = [
+        "| server | tokens/s | tokens | TTFT ms | runs (median shown) | server CPU us/token |"
+        " note |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
+    ]
     for s in servers:
         st = streams[s.key]
         if "na" in st:
@@ -138,10 +153,14 @@ def stream_table(servers, streams):
             continue
         note = "tokens from the usage chunk" if st["usage"] else "tokens counted as content chunks"
         if s.key == "bare":
-            note = ("fixed one-token chunks, one write each: the server's share of a stream's cost;"
-                    " its tokens/s is about what this Python client can read")
-        rows.append(f"| {s.label} | {st['tokens_per_s']:,.0f} | {st['tokens']} | "
-                    f"{st['ttft_ms']:.1f} | {st['runs']} | {st['cpu_us_per_token']:.1f} | {note} |")
+            note = (
+                "fixed one-token chunks, one write each: the server's share of a stream's cost;"
+                " its tokens/s is about what this Python client can read"
+            )
+        rows.append(
+            f"| {s.label} | {st['tokens_per_s']:,.0f} | {st['tokens']} | "
+            f"{st['ttft_ms']:.1f} | {st['runs']} | {st['cpu_us_per_token']:.1f} | {note} |"
+        )
     return rows
 
 
@@ -152,9 +171,11 @@ def problems(servers, cells):
         if "na" in cell and not next(s for s in servers if s.key == key).failure:
             lines.append(f"- ({case}) c={conns} {label}: {cell['na']}")
         elif "na" not in cell and (cell["wrong_status"] or cell["socket_errors"]):
-            lines.append(f"- (!) ({case}) c={conns} {label}: {cell['wrong_status']} answers with "
-                         f"the wrong status class, {cell['socket_errors']} socket errors/timeouts "
-                         f"of {cell['requests']} requests (all rounds)")
+            lines.append(
+                f"- (!) ({case}) c={conns} {label}: {cell['wrong_status']} answers with "
+                f"the wrong status class, {cell['socket_errors']} socket errors/timeouts "
+                f"of {cell['requests']} requests (all rounds)"
+            )
     return lines
 
 
@@ -176,7 +197,7 @@ def report(servers, cells, streams, extra, versions, args, command):
     (before, after) = versions.pop("load")
     load = f"load average {before[0]:.2f} before the run, {after[0]:.2f} after"
     warning = busy_warning(before[0])
-    now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
     out = [
         "# HTTP serving: mock vs Prism vs bare Flask",
         "",
@@ -234,9 +255,11 @@ def busy_warning(load_before):
     cores = os.cpu_count() or 1
     if load_before < 0.5 * cores:
         return None
-    return (f"**The machine was busy** (load average {load_before:.2f} on {cores} cores when the"
-            " run began): other processes took CPU from the servers and wrk, so requests/s vary"
-            " from round to round; the CPU time per request is the steadier comparison.")
+    return (
+        f"**The machine was busy** (load average {load_before:.2f} on {cores} cores when the"
+        " run began): other processes took CPU from the servers and wrk, so requests/s vary"
+        " from round to round; the CPU time per request is the steadier comparison."
+    )
 
 
 def concurrency_section(servers, extra, args):
@@ -244,15 +267,18 @@ def concurrency_section(servers, extra, args):
     if not any(cells.values()):
         return []
     rows = [
-        f"## Many open streams at once (d)", "",
+        "## Many open streams at once (d)",
+        "",
         f"{args.streams} streams opened together, each {args.stream_tokens} tokens at"
         f" {args.tpot_ms} ms per token (`X-Mock-Tpot-Ms`), ideal wall time"
         f" {args.stream_tokens * args.tpot_ms / 1000:g} s; one asyncio client (uvloop) on raw sockets."
         " Goals: every stream ends with `[DONE]`, wall time <= 1.5x the ideal, TTFT p99 < 0.5 s."
         " Memory: the growth of the server's resident memory (all its processes) at the peak,"
-        " per open stream. Client CPU: the load client's own CPU time (one process, on the same cores).", "",
+        " per open stream. Client CPU: the load client's own CPU time (one process, on the same cores).",
+        "",
         "| server | done | wall s (x ideal) | TTFT p50 / p99 s | server CPU s | client CPU s | KiB per open stream | errors |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
     for s in servers:
         c = cells.get(s.key)
         if not c:
@@ -260,9 +286,13 @@ def concurrency_section(servers, extra, args):
         if "na" in c:
             rows.append(f"| {s.label} | n/a | | | | | | {c['na']} |")
             continue
-        ttft = "n/a" if c["ttft_p50_s"] is None else f"{c['ttft_p50_s']:.2f} / {c['ttft_p99_s']:.2f}"
-        rows.append(f"| {s.label} | {c['done']} of {c['streams']} | {c['wall_s']:.1f} ({c['wall_s'] / c['ideal_s']:.1f}x)"
-                    f" | {ttft} | {c['cpu_s']:.1f} | {c['client_cpu_s']:.1f} | {c['kib_per_stream']:.1f} | {'; '.join(c['errors'])} |")
+        ttft = (
+            "n/a" if c["ttft_p50_s"] is None else f"{c['ttft_p50_s']:.2f} / {c['ttft_p99_s']:.2f}"
+        )
+        rows.append(
+            f"| {s.label} | {c['done']} of {c['streams']} | {c['wall_s']:.1f} ({c['wall_s'] / c['ideal_s']:.1f}x)"
+            f" | {ttft} | {c['cpu_s']:.1f} | {c['client_cpu_s']:.1f} | {c['kib_per_stream']:.1f} | {'; '.join(c['errors'])} |"
+        )
     return rows + [""]
 
 
@@ -271,13 +301,16 @@ def stalled_section(servers, extra, args):
     if not any(cells.values()):
         return []
     rows = [
-        "## Stalled clients (e)", "",
+        "## Stalled clients (e)",
+        "",
         f"{args.stalled} clients each send the headers and half the body of a 16-token request,"
         " then nothing. Meanwhile 200 whole requests, one after another, on new connections:"
         " their latency without and with the stalled clients. Then how each stalled client is"
-        " answered (the body-read timeout, x-caps `body_read_seconds`) and after how long.", "",
+        " answered (the body-read timeout, x-caps `body_read_seconds`) and after how long.",
+        "",
         "| server | p50 ms quiet -> stalled | p99 ms quiet -> stalled | stalled answered 400 | other answers | answered after s |",
-        "| --- | --- | --- | --- | --- | --- |"]
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
     for s in servers:
         c = cells.get(s.key)
         if not c:
@@ -285,7 +318,9 @@ def stalled_section(servers, extra, args):
         if "na" in c:
             rows.append(f"| {s.label} | n/a | | | | {c['na']} |")
             continue
-        rows.append(f"| {s.label} | {c['p50_quiet_ms']:.2f} -> {c['p50_stalled_ms']:.2f} |"
-                    f" {c['p99_quiet_ms']:.2f} -> {c['p99_stalled_ms']:.2f} | {c['answered_400']} of {c['stalled']}"
-                    f" | {', '.join(c['other']) or 'none'} | {c['answer_min_s']:.1f} - {c['answer_max_s']:.1f} |")
+        rows.append(
+            f"| {s.label} | {c['p50_quiet_ms']:.2f} -> {c['p50_stalled_ms']:.2f} |"
+            f" {c['p99_quiet_ms']:.2f} -> {c['p99_stalled_ms']:.2f} | {c['answered_400']} of {c['stalled']}"
+            f" | {', '.join(c['other']) or 'none'} | {c['answer_min_s']:.1f} - {c['answer_max_s']:.1f} |"
+        )
     return rows + [""]

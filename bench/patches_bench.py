@@ -1,6 +1,6 @@
 """What each patch of api_server/patches.py buys, on and off side by side in one run.
 
-    .venv/bin/python -m bench.patches_bench [--rounds R] [--requests N]
+    .venv/bin/python -m bench patches [--rounds R] [--requests N]
 
 Three measurements, each round running every variant in turn (so that the machine's
 load falls on all of them), the median round shown:
@@ -19,6 +19,7 @@ load falls on all of them), the median round shown:
 
 Prints a markdown table; nothing is written.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -31,6 +32,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import gevent.socket
 from flask import Flask
@@ -44,13 +46,26 @@ from bench import harness
 from bench.harness import API_KEY as KEY
 from bench.harness import Server, cpu_seconds
 
-BODY = json.dumps({"model": "llama-8b", "prompt": "The sky is", "max_tokens": 16, "temperature": 0}).encode()
+BODY = json.dumps(
+    {"model": "llama-8b", "prompt": "The sky is", "max_tokens": 16, "temperature": 0}
+).encode()
 STREAM_TOKENS = 512
-STREAM = {"model": "llama-8b", "prompt": "The sky is", "max_tokens": STREAM_TOKENS, "temperature": 0,
-          "ignore_eos": True, "stream": True}
-REQUEST = (b"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer " + KEY.encode()
-           + b"\r\nContent-Type: application/json\r\nContent-Length: " + str(len(BODY)).encode()
-           + b"\r\n\r\n" + BODY)
+STREAM = {
+    "model": "llama-8b",
+    "prompt": "The sky is",
+    "max_tokens": STREAM_TOKENS,
+    "temperature": 0,
+    "ignore_eos": True,
+    "stream": True,
+}
+REQUEST = (
+    b"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer "
+    + KEY.encode()
+    + b"\r\nContent-Type: application/json\r\nContent-Length: "
+    + str(len(BODY)).encode()
+    + b"\r\n\r\n"
+    + BODY
+)
 ANSWER = b'{"id":"cmpl-x","object":"text_completion","choices":[{"text":"' + b"word " * 16 + b'"}]}'
 
 
@@ -63,22 +78,29 @@ def per_call_us(fn: Callable[[], None], n: int) -> float:
 
 
 # -- 1. gunicorn ----------------------------------------------------------------------
-def gunicorn_variant(response: bool, date: bool, errors: bool, read_once: bool) -> Callable[[], None]:
+def gunicorn_variant(
+    response: bool, date: bool, errors: bool, read_once: bool
+) -> Callable[[], None]:
     server, client = gevent.socket.socketpair()
     cfg = patches.ReadOnceConfig(Config()) if read_once else Config()
-    names = (patches.OneWriteResponse if response else STOCK[0], patches.http_date if date else STOCK[1],
-             patches.LazyErrors if errors else STOCK[2])
+    names = (
+        patches.OneWriteResponse if response else STOCK[0],
+        patches.http_date if date else STOCK[1],
+        patches.LazyErrors if errors else STOCK[2],
+    )
 
     def one() -> None:
         wsgi.Response, util.http_date, wsgi.WSGIErrorsWrapper = names
         req = next(RequestParser(cfg, [REQUEST], ("127.0.0.1", 1)))
         resp, environ = wsgi.create(req, server, ("127.0.0.1", 1), ("127.0.0.1", 8000), cfg)
         environ["wsgi.input"].read()
-        resp.start_response("200 OK", [("Content-Type", "application/json"),
-                                        ("Content-Length", str(len(ANSWER)))])
+        resp.start_response(
+            "200 OK", [("Content-Type", "application/json"), ("Content-Length", str(len(ANSWER)))]
+        )
         resp.write(ANSWER)
         resp.close()
         client.recv(1 << 16)
+
     return one
 
 
@@ -96,20 +118,29 @@ GUNICORN = {
 # -- 2. Flask -------------------------------------------------------------------------
 def flask_variant(app: Flask, ensure_sync: bool, url_adapter: bool) -> Callable[[], None]:
     from werkzeug.test import EnvironBuilder
-    environ = EnvironBuilder("/v1/completions", method="POST", data=BODY, content_type="application/json",
-                             headers={"Authorization": f"Bearer {KEY}"}).get_environ()
 
-    def start_response(status: str, headers: list, exc_info: object = None) -> None:
+    environ = EnvironBuilder(
+        "/v1/completions",
+        method="POST",
+        data=BODY,
+        content_type="application/json",
+        headers=[("Authorization", f"Bearer {KEY}")],
+    ).get_environ()
+
+    def start_response(status: str, headers: list[Any], exc_info: Any = None) -> Any:
         assert status.startswith("200"), status
 
     def one() -> None:
         # Flask's ensure_sync, or one returning the function as it is (a patch measured and
         # dropped); Flask's create_url_adapter, or patches.ShortcutFlask's.
         app.ensure_sync = (lambda func: func) if ensure_sync else Flask.ensure_sync.__get__(app)  # type: ignore
-        app.create_url_adapter = (patches.ShortcutFlask if url_adapter else Flask).create_url_adapter.__get__(app)  # type: ignore
+        app.create_url_adapter = (  # type: ignore[method-assign]
+            patches.ShortcutFlask if url_adapter else Flask
+        ).create_url_adapter.__get__(app)
         env = dict(environ)
         env["wsgi.input"] = io.BytesIO(BODY)
         b"".join(app(env, start_response))
+
     return one
 
 
@@ -123,8 +154,9 @@ FLASK = {
 # -- 3. the mock ------------------------------------------------------------------------
 def start_mock(patched: bool, logs: Path) -> Server:
     env = {patches.ENV: "1" if patched else "0"}
-    return harness.mock("--workers", "1", "--log-level", "warning", key=f"mock-patches-{env[patches.ENV]}",
-                        env=env).run(logs)
+    return harness.mock(
+        "--workers", "1", "--log-level", "warning", key=f"mock-patches-{env[patches.ENV]}", env=env
+    ).run(logs)
 
 
 def mock_round(server: Server, n: int) -> tuple[float, float]:
@@ -149,23 +181,31 @@ def mock_round(server: Server, n: int) -> tuple[float, float]:
 
 
 def table(title: str, rows: dict[str, list[float]], base: str, unit: str) -> str:
-    lines = [f"### {title}", "", f"| variant | {unit} (median) | saved vs {base} | ratio | rounds |",
-             "| --- | ---: | ---: | ---: | --- |"]
+    lines = [
+        f"### {title}",
+        "",
+        f"| variant | {unit} (median) | saved vs {base} | ratio | rounds |",
+        "| --- | ---: | ---: | ---: | --- |",
+    ]
     ref = statistics.median(rows[base])
     for name, values in rows.items():
         med = statistics.median(values)
-        lines.append(f"| {name} | {med:.2f} | {ref - med:+.2f} | {med / ref:.3f} | "
-                     + ", ".join(f"{v:.1f}" for v in values) + " |")
+        lines.append(
+            f"| {name} | {med:.2f} | {ref - med:+.2f} | {med / ref:.3f} | "
+            + ", ".join(f"{v:.1f}" for v in values)
+            + " |"
+        )
     return "\n".join(lines)
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--rounds", type=int, default=9)
     p.add_argument("--requests", type=int, default=3000, help="requests per variant and round")
-    args = p.parse_args()
+    args = p.parse_args(argv)
     os.environ[patches.ENV] = "1"
     from mock_server.server import create_app
+
     app = create_app()
     assert isinstance(app, patches.ShortcutFlask)
 
@@ -174,7 +214,7 @@ def main() -> None:
     g_rows: dict[str, list[float]] = {name: [] for name in gun}
     f_rows: dict[str, list[float]] = {name: [] for name in fl}
     for fn in (*gun.values(), *fl.values()):
-        per_call_us(fn, 200)   # warm
+        per_call_us(fn, 200)  # warm
     for _ in range(args.rounds):
         for name, fn in gun.items():
             g_rows[name].append(per_call_us(fn, args.requests))
@@ -190,7 +230,7 @@ def main() -> None:
         for name in m_req:
             servers[name] = start_mock(name.endswith("1"), logs)
         for server in servers.values():
-            mock_round(server, 200)   # warm
+            mock_round(server, 200)  # warm
         for _ in range(args.rounds):
             for name, server in servers.items():
                 per_request, per_token = mock_round(server, args.requests // 3)
@@ -199,12 +239,29 @@ def main() -> None:
     finally:
         for server in servers.values():
             server.stop()
-    print(f"{args.rounds} rounds, {args.requests} requests a variant and round "
-          f"(the mock: {args.requests // 3}, and {max(1, args.requests // 90)} streams of {STREAM_TOKENS} tokens)\n")
-    print(table("1. gunicorn's request path, in process", g_rows, "stock gunicorn", "us a request"), "\n")
+    print(
+        f"{args.rounds} rounds, {args.requests} requests a variant and round "
+        f"(the mock: {args.requests // 3}, and {max(1, args.requests // 90)} streams of {STREAM_TOKENS} tokens)\n"
+    )
+    print(
+        table("1. gunicorn's request path, in process", g_rows, "stock gunicorn", "us a request"),
+        "\n",
+    )
     print(table("2. the mock's Flask app, in process", f_rows, "stock Flask", "us a request"), "\n")
-    print(table("3. the mock, server CPU per 16-token request", m_req, "ACS_PATCHES=0", "CPU us a request"), "\n")
-    print(table("3. the mock, server CPU per streamed token", m_tok, "ACS_PATCHES=0", "CPU us a token"))
+    print(
+        table(
+            "3. the mock, server CPU per 16-token request",
+            m_req,
+            "ACS_PATCHES=0",
+            "CPU us a request",
+        ),
+        "\n",
+    )
+    print(
+        table(
+            "3. the mock, server CPU per streamed token", m_tok, "ACS_PATCHES=0", "CPU us a token"
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 """Score a server no one here wrote with the conformance suite, and check the gate's promises there.
 
-    .venv/bin/python -m bench.peer_score llama-cpp     # writes conformance/LLAMA_CPP_SCORE.md
-    .venv/bin/python -m bench.peer_score litellm       # writes conformance/LITELLM_SCORE.md
+    .venv/bin/python -m bench peer_score llama-cpp     # writes bench/results/llama_cpp_score.md
+    .venv/bin/python -m bench peer_score litellm       # writes bench/results/litellm_score.md
 
 The peers and their set-up are shared/docs/peers.md's, pinned: llama.cpp's OpenAI server
 (llama-cpp-python 0.3.36, built once from its sdist into .peers/llama-cpp, about 7 minutes
@@ -12,6 +12,7 @@ finding class (the classes as the terminal summary groups them, by cause) and th
 own promises on that server: tokens within the ceiling, no request past its price but the
 peer's own, no tool error.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -24,14 +25,15 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from bench.harness import MODEL_DIR, ROOT, command_line
-from conformance.checks import REGISTRY
-from conformance.config import RunConfig
-from conformance.display import by_cause
-from conformance.registry import select
-from conformance.results import Outcome, RunReport, exit_code
-from contract import spec
 from api_server.children import free_port, wait_ready
+from bench.harness import MODEL_DIR, ROOT, command_line
+from bench.report import write_report
+from conformance.checks import REGISTRY
+from conformance.engine.config import RunConfig
+from conformance.engine.registry import select
+from conformance.engine.results import Outcome, RunReport, exit_code
+from conformance.reports.console import by_cause
+from contract import spec
 
 PEERS = ROOT / ".peers"
 KEY = "peer-score-key"
@@ -45,20 +47,53 @@ def _run(*argv: str | Path, **kw: object) -> None:
 
 # -- llama.cpp ---------------------------------------------------------------------------------
 
+
 def llama_cpp_ready(home: Path) -> tuple[Path, Path]:
     """(its Python, the GGUF model), built once under `home` (shared/docs/peers.md)."""
     python, gguf = home / "venv" / "bin" / "python", home / "tiny.gguf"
     if not python.exists() or subprocess.run([python, "-c", "import llama_cpp.server"]).returncode:
         _run(sys.executable, "-m", "venv", home / "venv")
-        _run(python, "-m", "pip", "download", "-q", "--no-deps", "--no-binary", ":all:", LLAMA_CPP, "-d", home / "sdist")
+        _run(
+            python,
+            "-m",
+            "pip",
+            "download",
+            "-q",
+            "--no-deps",
+            "--no-binary",
+            ":all:",
+            LLAMA_CPP,
+            "-d",
+            home / "sdist",
+        )
         sdist = next((home / "sdist").glob("llama_cpp_python-*.tar.gz"))
-        _run(python, "-m", "pip", "install", "-q", f"{sdist}[server]", env={**os.environ, "CMAKE_BUILD_PARALLEL_LEVEL": "2"})
+        _run(
+            python,
+            "-m",
+            "pip",
+            "install",
+            "-q",
+            f"{sdist}[server]",
+            env={**os.environ, "CMAKE_BUILD_PARALLEL_LEVEL": "2"},
+        )
     if not gguf.exists():
         sdist = next((home / "sdist").glob("llama_cpp_python-*.tar.gz"))
         _run("tar", "xzf", sdist, "-C", home)
         vendor = next(home.glob("llama_cpp_python-*/vendor/llama.cpp"))
-        _run(ROOT / ".venv-vllm" / "bin" / "python", vendor / "convert_hf_to_gguf.py", MODEL_DIR, "--outfile", gguf,
-             "--outtype", "f32", env={**os.environ, "PYTHONPATH": str(vendor / "gguf-py"), "PYTHONDONTWRITEBYTECODE": "1"})
+        _run(
+            ROOT / ".venv-vllm" / "bin" / "python",
+            vendor / "convert_hf_to_gguf.py",
+            MODEL_DIR,
+            "--outfile",
+            gguf,
+            "--outtype",
+            "f32",
+            env={
+                **os.environ,
+                "PYTHONPATH": str(vendor / "gguf-py"),
+                "PYTHONDONTWRITEBYTECODE": "1",
+            },
+        )
     return python, gguf
 
 
@@ -67,12 +102,32 @@ def llama_cpp(home: Path) -> Iterator[str]:
     python, gguf = llama_cpp_ready(home)
     port = free_port()
     with tempfile.TemporaryFile() as log:
-        proc = subprocess.Popen([python, "-m", "llama_cpp.server", "--model", gguf, "--host", "127.0.0.1",
-                                 "--port", str(port), "--model_alias", spec().default_model, "--n_ctx", "2048",
-                                 "--api_key", KEY], stdout=log, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(
+            [
+                python,
+                "-m",
+                "llama_cpp.server",
+                "--model",
+                gguf,
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
+                "--model_alias",
+                spec().default_model,
+                "--n_ctx",
+                "2048",
+                "--api_key",
+                KEY,
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
         url = f"http://127.0.0.1:{port}"
         try:
-            wait_ready(url, proc, 120, name="llama.cpp's server", any_status=True)   # it has no /health: 404
+            wait_ready(
+                url, proc, 120, name="llama.cpp's server", any_status=True
+            )  # it has no /health: 404
             yield url
         finally:
             proc.terminate()
@@ -89,17 +144,36 @@ LITELLM_PINS_ABSENT = {"litellm-proxy-extras": "0.4.110", "litellm-enterprise": 
 def litellm_ready(home: Path) -> Path:
     """The proxy's `litellm` command, installed once under `home` as peers.md says."""
     python, command = home / "venv" / "bin" / "python", home / "venv" / "bin" / "litellm"
-    if command.exists() and not subprocess.run([python, "-c", "import litellm.proxy.proxy_server"]).returncode:
+    if (
+        command.exists()
+        and not subprocess.run([python, "-c", "import litellm.proxy.proxy_server"]).returncode
+    ):
         return command
     _run(sys.executable, "-m", "venv", home / "venv")
     _run(python, "-m", "pip", "install", "-q", f"litellm=={LITELLM}")
-    found = subprocess.run([python, "-c", "import importlib.metadata as m; print('\\n'.join(m.requires('litellm')))"],
-                           capture_output=True, text=True, check=True).stdout.splitlines()
-    proxy = [r.split(";")[0].strip() for r in found if "extra == 'proxy'" in r or 'extra == "proxy"' in r]
+    found = subprocess.run(
+        [python, "-c", "import importlib.metadata as m; print('\\n'.join(m.requires('litellm')))"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.splitlines()
+    proxy = [
+        r.split(";")[0].strip() for r in found if "extra == 'proxy'" in r or 'extra == "proxy"' in r
+    ]
     wanted = [r for r in proxy if not any(r.startswith(name) for name in LITELLM_PINS_ABSENT)]
     _run(python, "-m", "pip", "install", "-q", *wanted)
-    _run(python, "-m", "pip", "install", "-q", "--no-deps", *(f"{k}=={v}" for k, v in LITELLM_PINS_ABSENT.items()))
-    _run(python, "-m", "pip", "install", "-q", "prisma")   # without it, its own error handler crashes
+    _run(
+        python,
+        "-m",
+        "pip",
+        "install",
+        "-q",
+        "--no-deps",
+        *(f"{k}=={v}" for k, v in LITELLM_PINS_ABSENT.items()),
+    )
+    _run(
+        python, "-m", "pip", "install", "-q", "prisma"
+    )  # without it, its own error handler crashes
     return command
 
 
@@ -107,52 +181,74 @@ def litellm_ready(home: Path) -> Path:
 def litellm(home: Path) -> Iterator[str]:
     command = litellm_ready(home)
     from mock_server.testing import live_mock
+
     with live_mock() as mock, tempfile.TemporaryDirectory() as tmp:
         config = Path(tmp) / "litellm.yaml"
         config.write_text(
             "model_list:\n"
             f"  - model_name: {spec().default_model}\n"
             f"    litellm_params: {{model: text-completion-openai/{spec().default_model}, "
-            f"api_base: \"{mock.url}/v1\", api_key: mock-key}}\n"
-            f"general_settings: {{master_key: {KEY}}}\n", encoding="utf-8")
+            f'api_base: "{mock.url}/v1", api_key: mock-key}}\n'
+            f"general_settings: {{master_key: {KEY}}}\n",
+            encoding="utf-8",
+        )
         port = free_port()
         with open(Path(tmp) / "log", "wb") as log:
-            proc = subprocess.Popen([command, "--config", config, "--host", "127.0.0.1",
-                                     "--port", str(port)], stdout=log, stderr=subprocess.STDOUT,
-                                    env={**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"})
+            proc = subprocess.Popen(
+                [command, "--config", config, "--host", "127.0.0.1", "--port", str(port)],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env={**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"},
+            )
             url = f"http://127.0.0.1:{port}"
             try:
-                wait_ready(url, proc, 180, name="LiteLLM's proxy", any_status=True)   # its /health is keyed
+                wait_ready(
+                    url, proc, 180, name="LiteLLM's proxy", any_status=True
+                )  # its /health is keyed
                 yield url
             finally:
                 proc.terminate()
                 proc.wait(30)
 
 
-PEER = {"llama-cpp": (llama_cpp, "LLAMA_CPP_SCORE.md", f"llama.cpp's OpenAI server ({LLAMA_CPP}, models/tiny-llama "
-                      "as GGUF f32, `--n_ctx 2048 --api_key KEY`)"),
-        "litellm": (litellm, "LITELLM_SCORE.md", f"LiteLLM's proxy ({LITELLM}) in front of the mock "
-                    "(`text-completion-openai/llama-8b`, a master key)")}
+PEER = {
+    "llama-cpp": (
+        llama_cpp,
+        "llama_cpp_score.md",
+        f"llama.cpp's OpenAI server ({LLAMA_CPP}, models/tiny-llama "
+        "as GGUF f32, `--n_ctx 2048 --api_key KEY`)",
+    ),
+    "litellm": (
+        litellm,
+        "litellm_score.md",
+        f"LiteLLM's proxy ({LITELLM}) in front of the mock "
+        "(`text-completion-openai/llama-8b`, a master key)",
+    ),
+}
 
 
 # -- the score ---------------------------------------------------------------------------------
 
+
 def promises(report: RunReport) -> str:
     """The gate's own promises on this server, each measured."""
     over = ", ".join(f"`{o['check']}` ({o['spent']})" for o in report.overspent) or "none"
-    return "\n".join([
-        f"- token ceiling: {report.tokens} generated of {report.token_ceiling} "
-        f"({'kept' if report.tokens <= report.token_ceiling else 'BROKEN'})",
-        f"- requests past their price (the server reporting more tokens than max_tokens x n allows): {over}",
-        f"- tool errors: {report.count(Outcome.ERROR)}",
-        f"- numbers the server did not give, the spec's taken: {report.assumed or 'none'}"])
+    return "\n".join(
+        [
+            f"- token ceiling: {report.tokens} generated of {report.token_ceiling} "
+            f"({'kept' if report.tokens <= report.token_ceiling else 'BROKEN'})",
+            f"- requests past their price (the server reporting more tokens than max_tokens x n allows): {over}",
+            f"- tool errors: {report.count(Outcome.ERROR)}",
+            f"- numbers the server did not give, the spec's taken: {report.assumed or 'none'}",
+        ]
+    )
 
 
 # Our reading of each class of finding a peer has shown, by how its line starts: what the
 # server does that makes it true (a class not listed reads "unread": a person reads it).
 VERDICTS = {
     "status 200, expected 400": "true: it accepts what the contract refuses (unknown fields and caps unread, "
-                                "chat served, strings for numbers)",
+    "chat served, strings for numbers)",
     "X-Request-Id is not in the spec's format": "true: its X-Request-Id has no `req_` prefix",
     "no X-Request-Id header": "true: it sends none",
     "status 500, expected 200": "true: a request the contract accepts gets a 500 (token-id prompts, `top_k: -1`)",
@@ -192,8 +288,14 @@ VERDICTS = {
 
 def verdict(message: str) -> str:
     """Our reading of a class, by how its line starts (or, for `:`-led keys, what it holds)."""
-    return next((v for key, v in VERDICTS.items()
-                 if (key in message if key.startswith((":", "echo")) else message.startswith(key))), "unread")
+    return next(
+        (
+            v
+            for key, v in VERDICTS.items()
+            if (key in message if key.startswith((":", "echo")) else message.startswith(key))
+        ),
+        "unread",
+    )
 
 
 def classes(report: RunReport) -> str:
@@ -202,17 +304,22 @@ def classes(report: RunReport) -> str:
         names = ", ".join(f"`{r.id}`" for r in results[:3]) + (", …" if len(results) > 3 else "")
         text = " ".join(message.split()).replace("|", "\\|")
         rows.append(f"| {len(results)} | {text[:220]} | {verdict(message)} | {names} |")
-    return ("| checks | first finding (one cause) | verdict | checks |\n| ---: | --- | --- | --- |\n"
-            + "\n".join(rows))
+    return (
+        "| checks | first finding (one cause) | verdict | checks |\n| ---: | --- | --- | --- |\n"
+        + "\n".join(rows)
+    )
 
 
 def markdown(name: str, what: str, report: RunReport, duration: float) -> str:
-    skipped = "\n".join(f"- `{r.id}`: {' '.join(r.reason.split())[:200]}" for r in report.results
-                        if r.outcome is Outcome.SKIPPED)
+    skipped = "\n".join(
+        f"- `{r.id}`: {' '.join(r.reason.split())[:200]}"
+        for r in report.results
+        if r.outcome is Outcome.SKIPPED
+    )
     passed = ", ".join(f"`{r.id}`" for r in report.results if r.outcome is Outcome.PASSED)
     return f"""# {what} scored by the conformance suite
 
-`{command_line('peer_score', [name])}`, the full profile with the default token ceiling, in {duration:.0f} s:
+`{command_line("peer_score", [name])}`, the full profile with the default token ceiling, in {duration:.0f} s:
 **{report.count(Outcome.PASSED)} of {len(report.results)} checks pass, {report.count(Outcome.FAILED)} fail,
 {report.count(Outcome.WARNED)} warn, {report.count(Outcome.SKIPPED)} skipped, {report.count(Outcome.ERROR)} tool errors**
 (exit code {int(exit_code(report))}).
@@ -222,7 +329,7 @@ The gate's promises on this server:
 {promises(report)}
 
 The findings by cause (the terminal summary's grouping). Each class is the server's own
-doing unless the note below says otherwise; tests/test_peers.py reproduces each way this
+doing unless the note below says otherwise; tests/conformance/test_peers.py reproduces each way this
 peer once fooled the gate with a server of ours that behaves as it did.
 
 {classes(report)}
@@ -235,11 +342,11 @@ Passed: {passed}.
 """
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("peer", choices=sorted(PEER))
     p.add_argument("--home", type=Path, help="where the peer is installed (default .peers/PEER)")
-    args = p.parse_args()
+    args = p.parse_args(argv)
     start_peer, out, what = PEER[args.peer]
     home = (args.home or PEERS / args.peer).resolve()
     home.mkdir(parents=True, exist_ok=True)
@@ -248,15 +355,18 @@ def main() -> int:
         start = time.perf_counter()
         report = run_suite(config)
         duration = time.perf_counter() - start
-    path = ROOT / "conformance" / out
-    path.write_text(markdown(args.peer, what, report, duration), encoding="utf-8")
-    print(f"{report.count(Outcome.PASSED)}/{len(report.results)} passed, {report.tokens} tokens "
-          f"(ceiling {report.token_ceiling}); wrote {path}")
+    path = ROOT / "bench" / "results" / out
+    write_report(path, markdown(args.peer, what, report, duration))
+    print(
+        f"{report.count(Outcome.PASSED)}/{len(report.results)} passed, {report.tokens} tokens "
+        f"(ceiling {report.token_ceiling}); wrote {path}"
+    )
     return 0
 
 
 def run_suite(config: RunConfig) -> RunReport:
-    from conformance.runner import run
+    from conformance.engine.runner import run
+
     return run(config, select(REGISTRY, config))
 
 

@@ -1,11 +1,12 @@
 """Score Prism (a generic OpenAPI mock of the same openapi.yaml) with the conformance suite.
 
-    .venv/bin/python -m bench.prism_score      # writes conformance/PRISM_SCORE.md and the README's table
+    .venv/bin/python -m bench prism_score      # writes bench/results/prism_score.md and the README's table
 
 Prism comes from bench/node_modules (bench/package.json pins it; `npm ci
 --prefix bench` installs it). It shows what a spec-driven mock misses: the
 contract's error bodies, caps and stream rules are not in JSON Schema.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -14,17 +15,19 @@ import sys
 import tempfile
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 from bench import harness
 from bench.harness import PRISM_BIN, ROOT, ServerFailed, command_line
 from bench.readme_block import replace_block
+from bench.report import write_report
 from conformance.checks import REGISTRY
-from conformance.config import RunConfig
-from conformance.registry import select
-from conformance.results import Outcome, RunReport, exit_code
-from conformance.runner import run
+from conformance.engine.config import RunConfig
+from conformance.engine.registry import select
+from conformance.engine.results import Outcome, RunReport, exit_code
+from conformance.engine.runner import run
 
-OUT = ROOT / "conformance" / "PRISM_SCORE.md"
+OUT = ROOT / "bench" / "results" / "prism_score.md"
 README = ROOT / "README.md"
 COMMAND = command_line("prism_score", [])
 # The README's copy of the score lies between these two lines (rewritten by this script).
@@ -32,7 +35,9 @@ BEGIN, END = f"<!-- prism-score: {COMMAND} -->", "<!-- /prism-score -->"
 
 
 def version() -> str:
-    return subprocess.run([str(PRISM_BIN), "--version"], capture_output=True, text=True).stdout.strip()
+    return subprocess.run(
+        [str(PRISM_BIN), "--version"], capture_output=True, text=True
+    ).stdout.strip()
 
 
 def summary(report: RunReport) -> str:
@@ -40,7 +45,9 @@ def summary(report: RunReport) -> str:
     groups: dict[str, Counter[str]] = {}
     for r in report.results:
         groups.setdefault(r.group, Counter())[r.outcome.value] += 1
-    rows = "\n".join(f"| {g} | {c['passed']} | {c['failed']} | {c['skipped']} |" for g, c in groups.items())
+    rows = "\n".join(
+        f"| {g} | {c['passed']} | {c['failed']} | {c['skipped']} |" for g, c in groups.items()
+    )
     return f"""Prism {version()} (`prism mock openapi.yaml`, static examples) against the full profile:
 **{report.count(Outcome.PASSED)} of {len(report.results)} checks pass, {report.count(Outcome.FAILED)} fail,
 {report.count(Outcome.SKIPPED)} skipped** (exit code {int(exit_code(report))}). The bundled mock passes them all.
@@ -54,8 +61,11 @@ def markdown(report: RunReport, command: str) -> str:
     passed = [r.id for r in report.results if r.outcome is Outcome.PASSED]
     first = Counter(r.findings[0].message.split(":")[0][:70] for r in report.failed if r.findings)
     reasons = "\n".join(f"| {n} | {msg} |" for msg, n in first.most_common(12))
-    non_golden = "\n".join(f"- `{r.id}`: {r.findings[0].message[:140]}" for r in report.failed
-                           if r.group != "golden" and r.findings)
+    non_golden = "\n".join(
+        f"- `{r.id}`: {r.findings[0].message[:140]}"
+        for r in report.failed
+        if r.group != "golden" and r.findings
+    )
     return f"""# Prism scored by the conformance suite
 
 {summary(report)}
@@ -92,7 +102,7 @@ semantics and robust checks exist.
 """
 
 
-def score(timeout: float, **selection: tuple[str, ...]) -> RunReport:
+def score(timeout: float, **selection: Any) -> RunReport:
     """The full profile (narrowed by `selection`) against a Prism of its own."""
     prism = harness.prism()
     try:
@@ -105,15 +115,15 @@ def score(timeout: float, **selection: tuple[str, ...]) -> RunReport:
         prism.stop()
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--timeout", type=float, default=10.0)
-    args = p.parse_args()
+    args = p.parse_args(argv)
     # A hostile body can end Prism's process, which would fail every check after it with
     # "no HTTP response": the robust: group runs last, against a fresh Prism.
     report = score(args.timeout, skip=("robust",))
     report.results += score(args.timeout, select=("robust:*",)).results
-    OUT.write_text(markdown(report, COMMAND), encoding="utf-8")
+    write_report(OUT, markdown(report, COMMAND))
     replace_block(README, BEGIN, END, summary(report))
     print(f"{report.count(Outcome.PASSED)}/{len(report.results)} passed; wrote {OUT}")
     return 0

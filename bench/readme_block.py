@@ -1,4 +1,5 @@
 """Rewrite one generated block of README.md, between its begin and end markers."""
+
 from __future__ import annotations
 
 from pathlib import Path

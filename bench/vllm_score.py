@@ -1,6 +1,6 @@
 """Score plain vLLM (no API layer in front) with the conformance suite: the second foil beside Prism.
 
-    .venv/bin/python -m bench.vllm_score      # writes conformance/VLLM_SCORE.md and the README's table
+    .venv/bin/python -m bench vllm_score      # writes bench/results/vllm_score.md and the README's table
 
 vLLM's own OpenAI server (`python -m vllm.entrypoints.openai.api_server`, from
 .venv-vllm, with its defaults and `--api-key`) serves models/tiny-llama as
@@ -9,6 +9,7 @@ against it with the default token ceiling. It shows what a bare vLLM deployment
 misses: the contract's error bodies, request ids, caps, strict types and the
 chat refusal are not vLLM's.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -21,15 +22,16 @@ from collections.abc import Iterable
 
 from bench.harness import MODEL_DIR, ROOT, command_line
 from bench.readme_block import replace_block
+from bench.report import write_report
 from conformance.checks import REGISTRY
-from conformance.config import RunConfig
-from conformance.registry import select
-from conformance.results import CheckResult, Outcome, RunReport, exit_code
-from conformance.runner import run
+from conformance.engine.config import RunConfig
+from conformance.engine.registry import select
+from conformance.engine.results import CheckResult, Outcome, RunReport, exit_code
+from conformance.engine.runner import run
 from contract import spec
 from reference_impl.launcher import VllmProcess, default_python
 
-OUT = ROOT / "conformance" / "VLLM_SCORE.md"
+OUT = ROOT / "bench" / "results" / "vllm_score.md"
 README = ROOT / "README.md"
 KEY = "vllm-score-key"
 COMMAND = command_line("vllm_score", [])
@@ -39,8 +41,12 @@ BEGIN, END = f"<!-- vllm-score: {COMMAND} -->", "<!-- /vllm-score -->"
 
 def vllm_version() -> str:
     import subprocess
-    done = subprocess.run([default_python(), "-c", "import vllm; print(vllm.__version__)"],
-                          capture_output=True, text=True)
+
+    done = subprocess.run(
+        [default_python(), "-c", "import vllm; print(vllm.__version__)"],
+        capture_output=True,
+        text=True,
+    )
     return done.stdout.strip() or "?"
 
 
@@ -53,10 +59,13 @@ def table(report: RunReport) -> str:
     groups: dict[str, Counter[str]] = {}
     for r in report.results:
         groups.setdefault(r.group, Counter())[r.outcome.value] += 1
-    rows = "\n".join(f"| {g} | {c['passed']} | {c['failed']} | {c['warned']} | {c['skipped']} |"
-                     for g, c in groups.items())
-    first = Counter(one_line(r.findings[0].message.split(":")[0])[:70]
-                    for r in report.failed if r.findings)
+    rows = "\n".join(
+        f"| {g} | {c['passed']} | {c['failed']} | {c['warned']} | {c['skipped']} |"
+        for g, c in groups.items()
+    )
+    first = Counter(
+        one_line(r.findings[0].message.split(":")[0])[:70] for r in report.failed if r.findings
+    )
     reasons = "\n".join(f"| {n} | {msg} |" for msg, n in first.most_common(10))
     return f"""**{report.count(Outcome.PASSED)} of {len(report.results)} checks pass, {report.count(Outcome.FAILED)} fail,
 {report.count(Outcome.WARNED)} warn, {report.count(Outcome.SKIPPED)} skipped, {report.count(Outcome.ERROR)} tool errors** (exit code
@@ -82,19 +91,24 @@ def ledger(report: RunReport) -> str:
 
 def listed(results: Iterable[CheckResult]) -> str:
     """Each check with findings, and its first finding, as a list."""
-    return "\n".join(f"- `{r.id}`: {cut(one_line(r.findings[0].message), 140)}" for r in results if r.findings)
+    return "\n".join(
+        f"- `{r.id}`: {cut(one_line(r.findings[0].message), 140)}" for r in results if r.findings
+    )
 
 
 def cut(text: str, most: int) -> str:
-    return text if len(text) <= most else text[:most - 1].rstrip() + "…"
+    return text if len(text) <= most else text[: most - 1].rstrip() + "…"
 
 
 def markdown(report: RunReport, version: str, duration: float) -> str:
     non_golden = listed(r for r in report.failed if r.group != "golden")
     warned = listed(report.warned) or "- none"
     passed = ", ".join(f"`{r.id}`" for r in report.results if r.outcome is Outcome.PASSED)
-    skipped = "\n".join(f"- `{r.id}`: {r.reason.splitlines()[0][:160]}" for r in report.results
-                        if r.outcome is Outcome.SKIPPED)
+    skipped = "\n".join(
+        f"- `{r.id}`: {r.reason.splitlines()[0][:160]}"
+        for r in report.results
+        if r.outcome is Outcome.SKIPPED
+    )
     return f"""# Plain vLLM scored by the conformance suite
 
 vLLM {version} (`python -m vllm.entrypoints.openai.api_server --model models/tiny-llama
@@ -103,7 +117,7 @@ vLLM {version} (`python -m vllm.entrypoints.openai.api_server --model models/tin
 {table(report)}
 
 {ledger(report)}Regenerate with `{COMMAND}` (it starts vLLM from .venv-vllm, about a
-minute on a CPU). `tests/test_vllm_conformance.py` runs the same in CI.
+minute on a CPU). `tests/reference/test_vllm_conformance.py` runs the same in CI.
 
 Failed checks outside the golden cases:
 
@@ -135,20 +149,31 @@ the ceiling.
 """
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--timeout", type=float, default=120.0)
-    args = p.parse_args()
+    args = p.parse_args(argv)
     served = spec().default_model
-    with tempfile.TemporaryFile() as log, VllmProcess(str(MODEL_DIR), served, plain=True,
-                                                      extra_args=["--api-key", KEY], log_file=log, api=spec()) as vllm:
+    with (
+        tempfile.TemporaryFile() as log,
+        VllmProcess(
+            str(MODEL_DIR),
+            served,
+            plain=True,
+            extra_args=["--api-key", KEY],
+            log_file=log,
+            api=spec(),
+        ) as vllm,
+    ):
         config = RunConfig(vllm.url, KEY, model=served, profile="full", timeout=args.timeout)
         start = time.perf_counter()
         report = run(config, select(REGISTRY, config))
         duration = time.perf_counter() - start
-    OUT.write_text(markdown(report, vllm_version(), duration), encoding="utf-8")
+    write_report(OUT, markdown(report, vllm_version(), duration))
     replace_block(README, BEGIN, END, table(report))
-    print(f"{report.count(Outcome.PASSED)}/{len(report.results)} passed, {report.tokens} tokens; wrote {OUT}")
+    print(
+        f"{report.count(Outcome.PASSED)}/{len(report.results)} passed, {report.tokens} tokens; wrote {OUT}"
+    )
     return 0
 
 

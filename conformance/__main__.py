@@ -1,6 +1,7 @@
 """python -m conformance: see conformance/README.md."""
+
 import sys
 
-from conformance.cli import entry
+from conformance.cli.main import entry
 
 sys.exit(entry())

@@ -8,6 +8,7 @@ conftest.py). Each check is one test, named by its id; a failed check fails
 with its findings, a skipped one is skipped with its reason. Without -p, the
 same options are read from CONFORMANCE_BASE_URL, CONFORMANCE_API_KEY, ... .
 """
+
 from __future__ import annotations
 
 import pytest
@@ -28,9 +29,16 @@ OPTIONS = (
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("conformance", "conformance suite (python -m conformance)")
     for name, help in OPTIONS:
-        group.addoption(f"--conformance-{name}", dest=f"conformance_{name.replace('-', '_')}", help=help)
-    group.addoption("--conformance-wrong-key-expected", action="store_true",
-                    dest="conformance_wrong_key_expected", help="an unknown key must get 401")
+        group.addoption(
+            f"--conformance-{name}", dest=f"conformance_{name.replace('-', '_')}", help=help
+        )
+    group.addoption(
+        "--conformance-wrong-key-expected",
+        action="store_true",
+        dest="conformance_wrong_key_expected",
+        help="an unknown key must get 401",
+    )
+
 
 # Lines conformance.pytest_suite leaves for the end of the run: printed from a session
 # fixture's teardown they would be captured and lost.

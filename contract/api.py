@@ -12,6 +12,7 @@ cross-field rules, model, token caps (each needs what the one before gives; load
 refuses a spec that reorders them). The Budget comes after, in the server, through
 contract.budget.hold.
 """
+
 from __future__ import annotations
 
 from collections.abc import Collection, Iterator, Mapping
@@ -53,8 +54,14 @@ class Contract:
         forks its workers, so that no worker's first request waits for it."""
         _ = self.request_schema, self.rules
 
-    def preflight(self, method: str, path: str, headers: Mapping[str, str],
-                  content_length: int | None, keys: Collection[str] | None) -> Admitted:
+    def preflight(
+        self,
+        method: str,
+        path: str,
+        headers: Mapping[str, str],
+        content_length: int | None,
+        keys: Collection[str] | None,
+    ) -> Admitted:
         """Every check that needs no body, in the spec's order: the route and the caller's key.
         `headers` must be case-insensitive (both WSGI servers give that)."""
         return self._preflight(method, path, headers, content_length, keys)
@@ -78,7 +85,9 @@ class Contract:
         if not schema_errors:
             yield from self.rules.iter_errors(body)
 
-    def validate_completion(self, body: Any, models: Mapping[str, ModelInfo] | None = None) -> CompletionRequest:
+    def validate_completion(
+        self, body: Any, models: Mapping[str, ModelInfo] | None = None
+    ) -> CompletionRequest:
         """Check a parsed body; `models` overrides the spec's (a deployment's max_model_len)."""
         if not isinstance(body, dict):
             raise InvalidJson.from_template("not_json_object")
@@ -98,5 +107,13 @@ class Contract:
         prompts, texts = prompts_of(body, model, self._add_special)
         prompts = truncate(prompts, body.get("truncate_prompt_tokens"), model)
         max_tokens = self._caps.resolve_max_tokens(body, [len(p) for p in prompts], model)
-        return CompletionRequest(body, model, prompts, texts, max_tokens,
-                                 body.get("max_tokens") is None, self.defaults, steering)
+        return CompletionRequest(
+            body,
+            model,
+            prompts,
+            texts,
+            max_tokens,
+            body.get("max_tokens") is None,
+            self.defaults,
+            steering,
+        )

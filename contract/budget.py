@@ -1,17 +1,18 @@
 """The Hold against the Budget, as a pure function."""
+
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 from contract.errors import InsufficientQuota
 
 
 @dataclass(frozen=True)
 class Hold:
-    max_tokens: int   # what Inference runs with
-    clamped: bool     # True when the Budget lowered it (X-Acs-Max-Tokens-Clamped)
-    amount: int       # tokens reserved: prompt tokens + sequences x max_tokens
+    max_tokens: int  # what Inference runs with
+    clamped: bool  # True when the Budget lowered it (X-Acs-Max-Tokens-Clamped)
+    amount: int  # tokens reserved: prompt tokens + sequences x max_tokens
 
 
 def hold(prompt_tokens: Sequence[int], n: int, max_tokens: int, remaining: int | None) -> Hold:
@@ -27,6 +28,9 @@ def hold(prompt_tokens: Sequence[int], n: int, max_tokens: int, remaining: int |
     fits = (remaining - prompt_total) // sequences if remaining > prompt_total else 0
     if fits < 1:
         raise InsufficientQuota.from_template(
-            "insufficient_quota", remaining=max(remaining, 0), prompt_tokens=prompt_total,
-            sequences=sequences)
+            "insufficient_quota",
+            remaining=max(remaining, 0),
+            prompt_tokens=prompt_total,
+            sequences=sequences,
+        )
     return Hold(fits, True, prompt_total + sequences * fits)

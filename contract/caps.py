@@ -1,4 +1,5 @@
 """Token caps (x-token-rules): they need the prompt's tokens, so they come last."""
+
 from __future__ import annotations
 
 from contract.errors import rule_error
@@ -29,8 +30,14 @@ class TokenCaps:
         n = int(body.get("n", self.defaults["n"]))
         total = prompts * n * int(max_tokens)
         if total > cap:
-            raise rule_error(self.rules["generated_tokens_cap"], cap=cap, n=n,
-                             max_tokens=int(max_tokens), prompts=prompts, total=total)
+            raise rule_error(
+                self.rules["generated_tokens_cap"],
+                cap=cap,
+                n=n,
+                max_tokens=int(max_tokens),
+                prompts=prompts,
+                total=total,
+            )
 
     def resolve_max_tokens(self, body: dict, prompt_tokens: list[int], model: ModelInfo) -> int:
         """The max_tokens Inference runs with, or the first token cap the request breaks."""
@@ -41,28 +48,52 @@ class TokenCaps:
         if max_tokens is None:
             max_tokens = self.default_max_tokens(longest, model, stream)
             if max_tokens < 1:
-                raise rule_error(rules["prompt_too_long"], max_model_len=model.max_model_len,
-                                 prompt_tokens=longest)
+                raise rule_error(
+                    rules["prompt_too_long"],
+                    max_model_len=model.max_model_len,
+                    prompt_tokens=longest,
+                )
         max_tokens = int(max_tokens)
         n, prompts = int(body.get("n", defaults["n"])), len(prompt_tokens)
         total = prompts * n * max_tokens
         if total > caps["max_generated_tokens"]:
-            raise rule_error(rules["generated_tokens_cap"], cap=caps["max_generated_tokens"], n=n,
-                             max_tokens=max_tokens, prompts=prompts, total=total)
+            raise rule_error(
+                rules["generated_tokens_cap"],
+                cap=caps["max_generated_tokens"],
+                n=n,
+                max_tokens=max_tokens,
+                prompts=prompts,
+                total=total,
+            )
         layers = body.get("output_residual_stream")
         if layers:
             positions = longest + max_tokens - 1
             if len(layers) * positions > model.capture_cap:
-                raise rule_error(rules["capture_cap"], cap=model.capture_cap, layers=len(layers),
-                                 positions=positions, total=len(layers) * positions)
+                raise rule_error(
+                    rules["capture_cap"],
+                    cap=model.capture_cap,
+                    layers=len(layers),
+                    positions=positions,
+                    total=len(layers) * positions,
+                )
         if not stream and max_tokens > caps["max_tokens_without_stream"]:
-            raise rule_error(rules["deadline_infeasible"], cap=caps["max_tokens_without_stream"],
-                             max_tokens=max_tokens, minutes=caps["wait_seconds"] // 60)
+            raise rule_error(
+                rules["deadline_infeasible"],
+                cap=caps["max_tokens_without_stream"],
+                max_tokens=max_tokens,
+                minutes=caps["wait_seconds"] // 60,
+            )
         if longest + max_tokens > model.max_model_len:
-            raise rule_error(rules["context_length"], max_model_len=model.max_model_len,
-                             total=longest + max_tokens, prompt_tokens=longest, max_tokens=max_tokens)
+            raise rule_error(
+                rules["context_length"],
+                max_model_len=model.max_model_len,
+                total=longest + max_tokens,
+                prompt_tokens=longest,
+                max_tokens=max_tokens,
+            )
         min_tokens = body.get("min_tokens", defaults["min_tokens"])
         if min_tokens > max_tokens:
-            raise rule_error(rules["min_tokens_above_max_tokens"], min_tokens=min_tokens,
-                             max_tokens=max_tokens)
+            raise rule_error(
+                rules["min_tokens_above_max_tokens"], min_tokens=min_tokens, max_tokens=max_tokens
+            )
         return max_tokens

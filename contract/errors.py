@@ -19,6 +19,7 @@
     ├── UnsupportedMediaType      415 unsupported_media_type
     ├── InsufficientQuota         429 insufficient_quota
     ├── InternalError             500 internal_error
+    ├── UnsupportedTransferCoding 501 unsupported_transfer_coding
     ├── InferenceUnavailable      503 inference_unavailable
     └── DeadlineExceeded          504 deadline_exceeded
 
@@ -29,13 +30,14 @@ its exact text, or a `Message` (a template of the spec and its fields). `Errors`
 built from one spec, is what reads the spec for it: it fills the message and turns
 the error into the API's error shape (`Errors.body`, the one place).
 """
+
 from __future__ import annotations
 
 import random
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import cache
-from typing import TYPE_CHECKING, Any, ClassVar, cast
+from typing import TYPE_CHECKING, Any, ClassVar, Self, cast
 
 if TYPE_CHECKING:
     from contract.spec import Spec
@@ -52,6 +54,7 @@ class Message:
     template's own `text` (a rule's, a range's), with the `fields` that fill it. The
     spec object the error reaches (`Errors`) fills it; a field that is a Message is
     filled first and quoted whole."""
+
     key: str = ""
     text: str = ""
     fields: Mapping[str, Any] = field(default_factory=dict)
@@ -64,16 +67,17 @@ class ApiError(Exception):
     """An error of the API: its code (a class attribute), its message (the exact text, or a
     Message the spec words) and its param. What the spec decides about it (the message's
     words, the status, type and headers of its code) `Errors` reads from the spec object."""
+
     code: ClassVar[str] = "internal_error"
 
     def __init__(self, message: str | Message, param: str | None = None) -> None:
         super().__init__(message)
         self.message = message
         self.param = param
-        self.headers: dict[str, str] = {}   # over its code's (the mock's X-Mock-Retry-After)
+        self.headers: dict[str, str] = {}  # over its code's (the mock's X-Mock-Retry-After)
 
     @classmethod
-    def from_template(cls, key: str, param: str | None = None, /, **fields: Any) -> "ApiError":
+    def from_template(cls, key: str, param: str | None = None, /, **fields: Any) -> Self:
         """The error whose message is the x-messages template named `key`."""
         return cls(Message(key=key, fields=fields), param)
 
@@ -140,7 +144,9 @@ class ModelNotFound(ApiError):
 class MethodNotAllowed(ApiError):
     code = "method_not_allowed"
 
-    def __init__(self, message: str | Message, param: str | None = None, allow: tuple[str, ...] = ()) -> None:
+    def __init__(
+        self, message: str | Message, param: str | None = None, allow: tuple[str, ...] = ()
+    ) -> None:
         super().__init__(message, param)
         self.allow = allow
 
@@ -161,6 +167,10 @@ class InternalError(ApiError):
     code = "internal_error"
 
 
+class UnsupportedTransferCoding(ApiError):
+    code = "unsupported_transfer_coding"
+
+
 class InferenceUnavailable(ApiError):
     code = "inference_unavailable"
 
@@ -174,7 +184,7 @@ def raise_first(errors: Iterable[ApiError]) -> None:
     for error in errors:
         try:
             raise error
-        finally:   # else this frame, in the error's traceback, holds the error: a cycle left to the gc
+        finally:  # else this frame, in the error's traceback, holds the error: a cycle left to the gc
             del error
 
 
@@ -195,8 +205,11 @@ def _codes(root: type[ApiError]) -> dict[str, type[ApiError]]:
 def code_classes() -> dict[str, type[ApiError]]:
     """The one code -> class table of the API's errors (every code of x-error-codes)."""
     return _codes(InvalidRequest) | {
-        code: cls for sub in ApiError.__subclasses__() if sub is not InvalidRequest
-        for code, cls in _codes(sub).items()}
+        code: cls
+        for sub in ApiError.__subclasses__()
+        if sub is not InvalidRequest
+        for code, cls in _codes(sub).items()
+    }
 
 
 @cache
@@ -212,7 +225,9 @@ def error_class(code: str) -> type[ApiError]:
 def rule_error(rule: dict[str, Any], param: str | None = None, /, **fields: Any) -> RuleViolation:
     """The error for a spec rule (x-rules, x-model-rules, x-token-rules entry)."""
     cls = rule_classes()[rule["code"]]
-    return cls(Message(text=rule["message"], fields=fields), param or rule.get("param"), rule=rule["id"])
+    return cls(
+        Message(text=rule["message"], fields=fields), param or rule.get("param"), rule=rule["id"]
+    )
 
 
 class Errors:
@@ -228,8 +243,10 @@ class Errors:
         self._limit, self._mark = api.caps["quoted_chars"], api.messages["cut_mark"]
         self._prefix, self._digits = api.request_id["prefix"], api.request_id["hex_digits"]
         # each code's status, type and headers, read once: every refused request needs them
-        self._codes = {code: (int(v["status"]), str(v["type"]), api.error_headers(code))
-                       for code, v in self.codes.items()}
+        self._codes = {
+            code: (int(v["status"]), str(v["type"]), api.error_headers(code))
+            for code, v in self.codes.items()
+        }
 
     def new_request_id(self) -> str:
         """`req_` + 32 lowercase hex digits (x-request-id). An id labels a request in logs and
@@ -240,7 +257,7 @@ class Errors:
     def cut(self, value: str) -> str:
         """An input value as an error may quote it: at most x-caps.quoted_chars characters,
         then x-messages.cut_mark. A 1 MB model name must not come back in a 1 MB body."""
-        return value if len(value) <= self._limit else value[:self._limit] + self._mark
+        return value if len(value) <= self._limit else value[: self._limit] + self._mark
 
     def fill(self, message: Message) -> str:
         """A Message in the spec's words: string fields are input values, cut."""
@@ -272,7 +289,11 @@ class Errors:
 
     def body(self, error: ApiError, request_id: str) -> dict[str, Any]:
         return {
-            "error": {"message": self.message(error), "type": self.type(error),
-                      "param": self.param(error), "code": error.code},
+            "error": {
+                "message": self.message(error),
+                "type": self.type(error),
+                "param": self.param(error),
+                "code": error.code,
+            },
             "request_id": request_id,
         }

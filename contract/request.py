@@ -2,6 +2,7 @@
 
 contract/api.py's `Contract.validate_completion` builds the request, stage by stage.
 """
+
 from __future__ import annotations
 
 import json
@@ -18,10 +19,10 @@ from contract.tokens import encode
 
 @dataclass(frozen=True)
 class CompletionRequest:
-    body: dict[str, Any]               # the client's fields, nulls removed
+    body: dict[str, Any]  # the client's fields, nulls removed
     model: ModelInfo
-    prompts: list[list[int]]           # token ids of each prompt, as vLLM counts them
-    prompt_texts: list[str] | None     # the strings, when the prompts were strings
+    prompts: list[list[int]]  # token ids of each prompt, as vLLM counts them
+    prompt_texts: list[str] | None  # the strings, when the prompts were strings
     max_tokens: int
     max_tokens_defaulted: bool
     # The spec's x-default of each field: what leaving it out means (the same dict for every request).
@@ -103,8 +104,9 @@ def _has_surrogate(value: Any) -> bool:
     return False
 
 
-def prompts_of(body: dict[str, Any], model: ModelInfo,
-               add_special_default: bool) -> tuple[list[list[int]], list[str] | None]:
+def prompts_of(
+    body: dict[str, Any], model: ModelInfo, add_special_default: bool
+) -> tuple[list[list[int]], list[str] | None]:
     """The prompt's token ids (strings tokenized), and its strings when it had strings."""
     prompt = body["prompt"]
     add_special = body.get("add_special_tokens", add_special_default)
@@ -121,7 +123,11 @@ def prompts_of(body: dict[str, Any], model: ModelInfo,
 
 def prompt_count(prompt: Any) -> int:
     """How many prompts: a string or a list of token ids is one."""
-    return len(prompt) if isinstance(prompt, list) and prompt and isinstance(prompt[0], (str, list)) else 1
+    return (
+        len(prompt)
+        if isinstance(prompt, list) and prompt and isinstance(prompt[0], (str, list))
+        else 1
+    )
 
 
 def truncate(prompts: list[list[int]], keep: int | None, model: ModelInfo) -> list[list[int]]:

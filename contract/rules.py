@@ -7,6 +7,7 @@ Each x-rule is a JSON Schema that a *breaking* body matches. jsonschema-rs's
 `is_valid` answers that without raising, which keeps the common case (no rule
 broken) under a microsecond; fastjsonschema would raise inside every anyOf.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -42,15 +43,26 @@ class Rules:
             # max() runs in C; a 100,000-token prompt costs one pass.
             if ids and max(ids) >= model.vocab_size:
                 bad = next(i for i in ids if i >= model.vocab_size)
-                raise rule_error(rules["token_id_in_vocab"], param, token_id=bad, param=param,
-                                 vocab_size=model.vocab_size)
+                raise rule_error(
+                    rules["token_id_in_vocab"],
+                    param,
+                    token_id=bad,
+                    param=param,
+                    vocab_size=model.vocab_size,
+                )
         if body.get("top_k", self._top_k) > model.vocab_size:
-            raise rule_error(rules["top_k_in_vocab"], "top_k", value=body["top_k"],
-                             vocab_size=model.vocab_size)
+            raise rule_error(
+                rules["top_k_in_vocab"], "top_k", value=body["top_k"], vocab_size=model.vocab_size
+            )
         for layer in body.get("output_residual_stream", ()):
             if layer >= model.num_layers:
-                raise rule_error(rules["layer_in_range"], "output_residual_stream", layer=layer,
-                                 param="output_residual_stream", num_layers=model.num_layers)
+                raise rule_error(
+                    rules["layer_in_range"],
+                    "output_residual_stream",
+                    layer=layer,
+                    param="output_residual_stream",
+                    num_layers=model.num_layers,
+                )
 
 
 def _token_id_lists(body: dict[str, Any]) -> list[tuple[str, list[int]]]:

@@ -7,26 +7,46 @@ run, stage by stage (unknown field, required, type, range) and field by field
 in body order, so the first error reported is the one the spec's order names.
 The type stage uses the same schemas with range keywords removed.
 """
+
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from functools import cache
-from typing import Any, Callable
+from typing import Any
 
 import fastjsonschema
 import jsonschema_rs
 from fastjsonschema import JsonSchemaValueException
 
 from contract.errors import (
-    ApiError, InvalidType, Message, MissingField, OutOfRange, SpecText, UnknownField, raise_first,
+    ApiError,
+    InvalidType,
+    Message,
+    MissingField,
+    OutOfRange,
+    SpecText,
+    UnknownField,
+    raise_first,
 )
 from contract.spec import Spec
 
-RANGE_KEYWORDS = frozenset({
-    "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "minItems", "maxItems",
-    "minLength", "maxLength", "uniqueItems", "pattern", "enum", "const",
-})
+RANGE_KEYWORDS = frozenset(
+    {
+        "minimum",
+        "maximum",
+        "exclusiveMinimum",
+        "exclusiveMaximum",
+        "minItems",
+        "maxItems",
+        "minLength",
+        "maxLength",
+        "uniqueItems",
+        "pattern",
+        "enum",
+        "const",
+    }
+)
 
 Validator = Callable[[Any], Any]
 
@@ -60,8 +80,12 @@ class ObjectSchema:
     def __init__(self, schema: dict[str, Any], api: Spec) -> None:
         self.schema = schema
         self.ranges: dict[str, str] = api.messages["range"]
-        stages = {"unknown_field": self._unknown, "required": self._required,
-                  "type": self._wrong_types, "range": self._out_of_range}
+        stages = {
+            "unknown_field": self._unknown,
+            "required": self._required,
+            "type": self._wrong_types,
+            "range": self._out_of_range,
+        }
         self._stages = [stages[stage] for stage in api.in_check_order(stages)]
         self.properties: dict[str, dict[str, Any]] = schema["properties"]
         self.required: list[str] = schema.get("required", [])
@@ -119,12 +143,21 @@ class ObjectSchema:
                 continue
             try:
                 self._ranges[key](body[key])
-            except JsonSchemaValueException as exc:
-                yield _map(key, self.properties[key], body[key], exc, self.ranges, types_only=False)
+            except JsonSchemaValueException as error:
+                yield _map(
+                    key, self.properties[key], body[key], error, self.ranges, types_only=False
+                )
 
 
-_JSON_TYPES = {bool: "boolean", int: "integer", float: "number", str: "string", list: "array",
-               dict: "object", type(None): "null"}
+_JSON_TYPES = {
+    bool: "boolean",
+    int: "integer",
+    float: "number",
+    str: "string",
+    list: "array",
+    dict: "object",
+    type(None): "null",
+}
 
 
 def _types(schema: dict[str, Any]) -> list[str]:
@@ -165,7 +198,9 @@ def coerce_integers(value: Any, schema: dict[str, Any]) -> Any:
     return value
 
 
-def _locate(name: str, schema: dict[str, Any], value: Any, path: list[Any]) -> tuple[str, dict[str, Any], Any, str]:
+def _locate(
+    name: str, schema: dict[str, Any], value: Any, path: list[Any]
+) -> tuple[str, dict[str, Any], Any, str]:
     """Walk the error path: (param, nearest node with x-expected, value at the path, full path)."""
     param, expected_node, node, here, full = name, schema, schema, value, name
     for part in path[1:]:
@@ -197,11 +232,18 @@ def _range_error(template: str, param: str, value: Any, limit: Any) -> ApiError:
     return OutOfRange(Message(text=template, fields=fields), param)
 
 
-def _map(name: str, schema: dict[str, Any], value: Any, exc: JsonSchemaValueException,
-         ranges: dict[str, str], *, types_only: bool) -> ApiError:
+def _map(
+    name: str,
+    schema: dict[str, Any],
+    value: Any,
+    exc: JsonSchemaValueException,
+    ranges: dict[str, str],
+    *,
+    types_only: bool,
+) -> ApiError:
     path = list(exc.path)
     param, expected_node, here, full = _locate(name, schema, value, path)
-    rule = exc.rule
+    rule = exc.rule or ""  # fastjsonschema names the rule of every error it raises
     if rule == "additionalProperties":
         allowed = (exc.definition or {}).get("properties", {})
         extra = next(k for k in here if k not in allowed)
@@ -212,15 +254,17 @@ def _map(name: str, schema: dict[str, Any], value: Any, exc: JsonSchemaValueExce
         field = f"{full}.{missing}"
         return MissingField.from_template("missing_field", field, param=field)
     if types_only or rule == "type":
-        return InvalidType.from_template("invalid_type", param, param=param,
-                                         expected=_expected(expected_node, here))
+        return InvalidType.from_template(
+            "invalid_type", param, param=param, expected=_expected(expected_node, here)
+        )
     if rule == "anyOf":
         return _map_union(param, exc.definition, here, expected_node["x-expected"], ranges)
     return _range_error(ranges[rule], param, here, exc.rule_definition)
 
 
-def _map_union(param: str, definition: dict[str, Any], value: Any, expected: str,
-               ranges: dict[str, str]) -> ApiError:
+def _map_union(
+    param: str, definition: dict[str, Any], value: Any, expected: str, ranges: dict[str, str]
+) -> ApiError:
     """A union failed on a range: report the range error of the branch whose type fits."""
     for branch in definition["anyOf"]:
         try:
@@ -233,5 +277,7 @@ def _map_union(param: str, definition: dict[str, Any], value: Any, expected: str
             here = value
             for part in list(exc.path)[1:]:
                 here = here[int(part) if isinstance(here, list) else part]
-            return _range_error(ranges[exc.rule], param, here, exc.rule_definition)
-    return InvalidType.from_template("invalid_type", param, param=param, expected=SpecText(expected))
+            return _range_error(ranges[exc.rule or ""], param, here, exc.rule_definition)
+    return InvalidType.from_template(
+        "invalid_type", param, param=param, expected=SpecText(expected)
+    )

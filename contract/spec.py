@@ -4,6 +4,7 @@ The file is validated with openapi-spec-validator at load, and the `x-`
 extensions the core reads are checked for presence, so a broken spec fails at
 start with one clear error instead of at the first request.
 """
+
 from __future__ import annotations
 
 import copy
@@ -21,8 +22,15 @@ SPEC_ENV = "ACS_OPENAPI"
 # A checkout's (and an editable install's) spec: the top-level file people edit.
 CHECKOUT_PATH = Path(__file__).resolve().parent.parent / "openapi.yaml"
 _REQUIRED_EXTENSIONS = (
-    "x-models", "x-caps", "x-error-codes", "x-messages", "x-rules",
-    "x-model-rules", "x-token-rules", "x-request-id", "x-check-order",
+    "x-models",
+    "x-caps",
+    "x-error-codes",
+    "x-messages",
+    "x-rules",
+    "x-model-rules",
+    "x-token-rules",
+    "x-request-id",
+    "x-check-order",
 )
 
 
@@ -30,15 +38,20 @@ class SpecError(Exception):
     """openapi.yaml is missing, not valid OpenAPI, or lacks what the core reads."""
 
 
-# x-check-order's stages. Where stages are independent (preflight's auth, body_size and
-# media_type; the schema's four) the spec's order runs them. These groups need what the
+# x-check-order's stages. Where stages are independent (preflight's auth, body_size,
+# transfer_coding and media_type; the schema's four) the spec's order runs them. These groups need what the
 # group before them gives (the route, a parsed body, a body that fits the schema, the
 # model, the token counts), so their order is fixed: a spec that reorders across them
 # fails at load instead of being silently ignored.
 CHECK_STAGES: tuple[frozenset[str], ...] = (
-    frozenset({"route"}), frozenset({"auth", "body_size", "media_type"}), frozenset({"json"}),
-    frozenset({"unknown_field", "required", "type", "range"}), frozenset({"cross_field"}),
-    frozenset({"model"}), frozenset({"token_caps"}), frozenset({"budget"}),
+    frozenset({"route"}),
+    frozenset({"auth", "body_size", "transfer_coding", "media_type"}),
+    frozenset({"json"}),
+    frozenset({"unknown_field", "required", "type", "range"}),
+    frozenset({"cross_field"}),
+    frozenset({"model"}),
+    frozenset({"token_caps"}),
+    frozenset({"budget"}),
 )
 
 
@@ -65,7 +78,7 @@ class ModelInfo:
     eos_token_ids: tuple[int, ...]
     max_model_len: int
     tokenizer_encoding: str
-    capture_elements: int   # x-caps.capture_elements of the model's spec
+    capture_elements: int  # x-caps.capture_elements of the model's spec
 
     @property
     def capture_cap(self) -> int:
@@ -76,7 +89,7 @@ class ModelInfo:
 @dataclass(frozen=True)
 class Route:
     path: str
-    method: str            # upper case
+    method: str  # upper case
     operation_id: str
     needs_auth: bool
     has_body: bool
@@ -118,8 +131,10 @@ class Spec:
         """x-rules, each with `schema` (its entry in CompletionRequest's allOf, which a
         body must match) and `when` (the JSON Schema a body breaking it matches)."""
         entries = rule_schemas(self.raw)
-        return [{**r, "schema": entries[r["id"]], "when": {"not": entries[r["id"]]}}
-                for r in self.raw["x-rules"]]
+        return [
+            {**r, "schema": entries[r["id"]], "when": {"not": entries[r["id"]]}}
+            for r in self.raw["x-rules"]
+        ]
 
     @cached_property
     def token_rules(self) -> dict[str, dict[str, Any]]:
@@ -146,9 +161,13 @@ class Spec:
     def models(self) -> dict[str, ModelInfo]:
         return {
             name: ModelInfo(
-                name=name, hf_id=m["hf_id"], num_layers=m["num_layers"],
-                hidden_size=m["hidden_size"], vocab_size=m["vocab_size"],
-                dtype=m["dtype"], bos_token_id=m["bos_token_id"],
+                name=name,
+                hf_id=m["hf_id"],
+                num_layers=m["num_layers"],
+                hidden_size=m["hidden_size"],
+                vocab_size=m["vocab_size"],
+                dtype=m["dtype"],
+                bos_token_id=m["bos_token_id"],
                 eos_token_ids=tuple(m["eos_token_ids"]),
                 max_model_len=m["max_model_len"],
                 tokenizer_encoding=m["tokenizer"]["encoding"],
@@ -168,7 +187,9 @@ class Spec:
         for path, item in self.raw["paths"].items():
             for method, op in item.items():
                 needs_auth = op.get("security", self.raw.get("security")) != []
-                out.append(Route(path, method.upper(), op["operationId"], needs_auth, "requestBody" in op))
+                out.append(
+                    Route(path, method.upper(), op["operationId"], needs_auth, "requestBody" in op)
+                )
         return tuple(out)
 
     def route(self, operation_id: str) -> Route:
@@ -257,14 +278,20 @@ REQUEST_SCHEMA = "CompletionRequest"
 def rule_schemas(raw: dict[str, Any]) -> dict[str, dict[str, Any]]:
     """x-rule id -> its entry of the request schema's allOf (x- keys removed)."""
     entries = raw["components"]["schemas"][REQUEST_SCHEMA].get("allOf", [])
-    return {e[RULE_KEY]: {k: v for k, v in e.items() if not k.startswith("x-")}
-            for e in entries if RULE_KEY in e}
+    return {
+        e[RULE_KEY]: {k: v for k, v in e.items() if not k.startswith("x-")}
+        for e in entries
+        if RULE_KEY in e
+    }
 
 
 @cache
 def _error_headers(api: Spec, code: str) -> dict[str, str]:
     declared = api.response_headers
-    return {name: str(declared[name]["schema"]["const"]) for name in api.error_codes[code].get("headers", ())}
+    return {
+        name: str(declared[name]["schema"]["const"])
+        for name in api.error_codes[code].get("headers", ())
+    }
 
 
 @cache
@@ -318,12 +345,16 @@ def load_spec(path: str | os.PathLike[str] | None = None) -> Spec:
     for code, entry in raw["x-error-codes"].items():
         for name in entry.get("headers", ()):
             if "const" not in declared.get(name, {}).get("schema", {}):
-                raise SpecError(f"{p}: x-error-codes.{code} names the header {name}, which "
-                                f"components/headers does not declare with a const value")
+                raise SpecError(
+                    f"{p}: x-error-codes.{code} names the header {name}, which "
+                    f"components/headers does not declare with a const value"
+                )
     ids, entries = [r["id"] for r in raw["x-rules"]], rule_schemas(raw)
     if set(ids) != set(entries):
-        raise SpecError(f"{p}: x-rules {sorted(set(ids) - set(entries))} have no entry in "
-                        f"{REQUEST_SCHEMA}'s allOf, and {sorted(set(entries) - set(ids))} no x-rules entry")
+        raise SpecError(
+            f"{p}: x-rules {sorted(set(ids) - set(entries))} have no entry in "
+            f"{REQUEST_SCHEMA}'s allOf, and {sorted(set(entries) - set(ids))} no x-rules entry"
+        )
     problem = _check_order(raw["x-check-order"])
     if problem:
         raise SpecError(f"{p}: {problem}")

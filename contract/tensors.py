@@ -3,6 +3,7 @@
 A bad vector must be a 400 here, never an exception later: in vLLM a wrong
 hidden size breaks the other requests of the same batch.
 """
+
 from __future__ import annotations
 
 import base64
@@ -23,16 +24,18 @@ _BF16_EXPONENT = 0x7F80  # all exponent bits set: inf or NaN
 
 @dataclass(frozen=True)
 class SteeringVector:
-    values: np.ndarray           # storage dtype (int16 holds bf16 bits), the declared shape
+    values: np.ndarray  # storage dtype (int16 holds bf16 bits), the declared shape
     original_dtype: str
     layer_indices: tuple[int, ...]
     scale: float
     norm_match: bool
     position_indices: tuple[int, ...] | None
-    wire: dict[str, Any]         # the object as the client sent it, for Inference
+    wire: dict[str, Any]  # the object as the client sent it, for Inference
 
 
-def decode_vectors(vectors: list[dict[str, Any]], model: ModelInfo, api: Spec) -> list[SteeringVector]:
+def decode_vectors(
+    vectors: list[dict[str, Any]], model: ModelInfo, api: Spec
+) -> list[SteeringVector]:
     """Every vector decoded; their decoded bytes in all stay under x-caps.steering_decoded_bytes,
     checked from the shapes before anything is decompressed."""
     decoded, out = 0, []
@@ -43,14 +46,17 @@ def decode_vectors(vectors: list[dict[str, Any]], model: ModelInfo, api: Spec) -
     return out
 
 
-def decode_vector(obj: dict[str, Any], model: ModelInfo, api: Spec, param: str,
-                  decoded_before: int = 0) -> SteeringVector:
+def decode_vector(
+    obj: dict[str, Any], model: ModelInfo, api: Spec, param: str, decoded_before: int = 0
+) -> SteeringVector:
     """One vector, against `spec`'s steering_vector rule and caps; `decoded_before` is what
     the request's earlier vectors decoded to."""
     rule = api.model_rules["steering_vector"]
 
     def bad(reason: str, **fields: Any) -> RuleViolation:
-        return rule_error(rule, param, param=param, reason=Message(text=rule["reasons"][reason], fields=fields))
+        return rule_error(
+            rule, param, param=param, reason=Message(text=rule["reasons"][reason], fields=fields)
+        )
 
     _check_shape(obj, model, rule, bad)
     acts = obj["activations"]
@@ -69,13 +75,20 @@ def decode_vector(obj: dict[str, Any], model: ModelInfo, api: Spec, param: str,
         raise bad("scale")
     values = _decode_values(acts["data"], dtype, shape, bad)
     norm_match = obj.get("norm_match")
-    return SteeringVector(values, original, tuple(layers), float(scale),
-                          defaults["norm_match"] if norm_match is None else norm_match,
-                          tuple(positions) if positions is not None else None, obj)
+    return SteeringVector(
+        values,
+        original,
+        tuple(layers),
+        float(scale),
+        defaults["norm_match"] if norm_match is None else norm_match,
+        tuple(positions) if positions is not None else None,
+        obj,
+    )
 
 
-def _check_shape(obj: dict[str, Any], model: ModelInfo, rule: dict[str, Any],
-                 bad: Callable[..., RuleViolation]) -> None:
+def _check_shape(
+    obj: dict[str, Any], model: ModelInfo, rule: dict[str, Any], bad: Callable[..., RuleViolation]
+) -> None:
     """Layers, dtype pair, rows, hidden size and positions, before any data is decoded."""
     acts = obj["activations"]
     dtype, original, shape = acts["dtype"], acts["original_dtype"], acts["shape"]
@@ -104,8 +117,9 @@ def _decoded_size(shape: list[int], dtype: str) -> int:
     return math.prod(shape) * np.dtype(dtype).itemsize
 
 
-def _decode_values(data: str, dtype: str, shape: list[int],
-                   bad: Callable[..., RuleViolation]) -> np.ndarray:
+def _decode_values(
+    data: str, dtype: str, shape: list[int], bad: Callable[..., RuleViolation]
+) -> np.ndarray:
     """base64 -> one zstd frame of exactly the shape's bytes -> finite values."""
     want = _decoded_size(shape, dtype)
     try:
@@ -123,7 +137,9 @@ def _decode_values(data: str, dtype: str, shape: list[int],
     try:
         # One-shot into a buffer of the declared size (checked above): a frame that inflates
         # past it, or short of it, fails here; anything after the one frame is refused.
-        raw = zstandard.ZstdDecompressor().decompress(frame, max_output_size=want, allow_extra_data=False)
+        raw = zstandard.ZstdDecompressor().decompress(
+            frame, max_output_size=want, allow_extra_data=False
+        )
     except zstandard.ZstdError:
         raise bad("zstd") from None
     if len(raw) != want:
@@ -142,5 +158,10 @@ def encode_tensor(values: np.ndarray, original_dtype: str) -> dict[str, Any]:
     """vllm-lens's wire form of a tensor (the inverse of the decoding above)."""
     little = values.astype(values.dtype.newbyteorder("<"), copy=False)
     frame = zstandard.ZstdCompressor(level=1, write_content_size=True).compress(little.tobytes())
-    return {"data": base64.b64encode(frame).decode("ascii"), "dtype": str(values.dtype),
-            "original_dtype": original_dtype, "shape": list(values.shape), "compression": "zstd"}
+    return {
+        "data": base64.b64encode(frame).decode("ascii"),
+        "dtype": str(values.dtype),
+        "original_dtype": original_dtype,
+        "shape": list(values.shape),
+        "compression": "zstd",
+    }

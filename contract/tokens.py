@@ -1,4 +1,5 @@
 """Prompt tokens, counted as vLLM counts them, with the model's real tokenizer."""
+
 from __future__ import annotations
 
 from functools import cache

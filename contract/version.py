@@ -3,6 +3,7 @@
 Every command's `--version` prints both, and every conformance report records both,
 so that a CI log says which contract it checked.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -41,16 +42,31 @@ def version_line() -> str:
 class VersionAction(argparse.Action):
     """`--version`: like argparse's own, but the spec is read only when it is asked for."""
 
-    def __init__(self, option_strings: Sequence[str], dest: str = argparse.SUPPRESS,
-                 default: Any = argparse.SUPPRESS, help: str | None = None) -> None:
-        super().__init__(option_strings, dest, nargs=0, default=default,
-                         help=help or "print the package's and openapi.yaml's versions and exit")
+    def __init__(
+        self,
+        option_strings: Sequence[str],
+        dest: str = argparse.SUPPRESS,
+        default: Any = argparse.SUPPRESS,
+        help: str | None = None,
+    ) -> None:
+        super().__init__(
+            option_strings,
+            dest,
+            nargs=0,
+            default=default,
+            help=help or "print the package's and openapi.yaml's versions and exit",
+        )
 
-    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
-                 values: Any, option_string: str | None = None) -> None:
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: Any,
+        option_string: str | None = None,
+    ) -> None:
         try:
             line = version_line()
         except SpecError as exc:
             parser.exit(2, f"{parser.prog}: error: {exc}\n")
-        print(f"{parser.prog}: {line}")          # stdout, as argparse's own version action
+        print(f"{parser.prog}: {line}")  # stdout, as argparse's own version action
         parser.exit(0)

@@ -1,4 +1,5 @@
 """The mock server: the API server (api_server/) with a deterministic fake engine."""
+
 from mock_server.config import MockConfig
 from mock_server.server import create_app
 

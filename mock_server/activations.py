@@ -7,10 +7,12 @@ one numpy gather, no per-element Python. The values depend only on the model,
 the layer, the token and the position, so the same request captures the same
 tensor on every call and after a restart.
 """
+
 from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -26,14 +28,14 @@ def _bf16_bits(values: np.ndarray) -> np.ndarray:
     return rounded.astype(np.uint16).view(np.int16)
 
 
-def _spread(layer: np.ndarray | int) -> np.ndarray | float:
+def _spread(layer: Any) -> Any:
     """The standard deviation of a layer's values: it grows with depth."""
     return 0.05 + 0.02 * layer
 
 
 def nominal_norm(model: ModelInfo, layer: int) -> float:
     """The L2 norm a position's row has at `layer`, about (what steering's strength is measured by)."""
-    return float(_spread(layer)) * model.hidden_size ** 0.5
+    return float(_spread(layer)) * model.hidden_size**0.5
 
 
 # Keyed by what shapes the table, so that a deployment's other layers or hidden size
@@ -53,7 +55,9 @@ def _build_table(model: ModelInfo, storage: np.dtype) -> np.ndarray:
     """[num_layers, ROWS_PER_LAYER, hidden] in the wire dtype; the norm grows with depth."""
     seed = int.from_bytes(hashlib.sha256(f"residual:{model.hf_id}".encode()).digest()[:8], "little")
     rng = np.random.Generator(np.random.PCG64(seed))
-    values = rng.standard_normal((model.num_layers, ROWS_PER_LAYER, model.hidden_size), dtype=np.float32)
+    values = rng.standard_normal(
+        (model.num_layers, ROWS_PER_LAYER, model.hidden_size), dtype=np.float32
+    )
     values *= _spread(np.arange(model.num_layers, dtype=np.float32))[:, None, None]
     return _bf16_bits(values) if storage == np.int16 else values.astype(storage)
 
@@ -72,13 +76,19 @@ def _rows(model: ModelInfo, storage: str, layers: list[int], token_ids: list[int
     tokens = np.asarray(token_ids, dtype=np.int64)
     positions = np.arange(len(tokens), dtype=np.int64)
     layer_ids = np.asarray(layers, dtype=np.int64)
-    rows = (tokens[None, :] * 2654435761 + positions[None, :] * 40503
-            + layer_ids[:, None] * 97) % ROWS_PER_LAYER
+    rows = (
+        tokens[None, :] * 2654435761 + positions[None, :] * 40503 + layer_ids[:, None] * 97
+    ) % ROWS_PER_LAYER
     return table[layer_ids[:, None], rows]
 
 
-def capture(model: ModelInfo, wire: tuple[str, str], layers: list[int], token_ids: list[int],
-            steered: tuple[list[int], Addition] | None = None) -> dict:
+def capture(
+    model: ModelInfo,
+    wire: tuple[str, str],
+    layers: list[int],
+    token_ids: list[int],
+    steered: tuple[list[int], Addition] | None = None,
+) -> dict:
     """The encoded residual stream of `token_ids` (every prompt token and every
     generated token but the last) at `layers`: shape [len(layers), positions, hidden].
     `wire` is the model's (dtype on the wire, original_dtype): Spec.wire_dtypes; bf16
@@ -92,15 +102,22 @@ def capture(model: ModelInfo, wire: tuple[str, str], layers: list[int], token_id
 
 def float32_values(values: np.ndarray) -> np.ndarray:
     """Values in their storage dtype (int16 holds bf16 bits) as float32."""
-    if values.dtype == np.int16:   # bf16 bits
+    if values.dtype == np.int16:  # bf16 bits
         return (values.astype(np.uint16).astype(np.uint32) << 16).view(np.float32)
     return values.astype(np.float32)
 
 
-def _steer(model: ModelInfo, storage: str, layers: list[int], token_ids: list[int], values: np.ndarray,
-           steered_layers: list[int], add: Addition) -> np.ndarray:
+def _steer(
+    model: ModelInfo,
+    storage: str,
+    layers: list[int],
+    token_ids: list[int],
+    values: np.ndarray,
+    steered_layers: list[int],
+    add: Addition,
+) -> np.ndarray:
     carried = np.zeros((len(token_ids), model.hidden_size), dtype=np.float32)
-    added: list[tuple[int, np.ndarray]] = []    # (layer, what the stream carries from it on)
+    added: list[tuple[int, np.ndarray]] = []  # (layer, what the stream carries from it on)
     for layer in sorted(set(steered_layers)):
         residual = float32_values(_rows(model, storage, [layer], token_ids)[0]) + carried
         carried = carried + add(layer, residual)

@@ -9,34 +9,57 @@ and each body chunk with the seconds since the request began.
 `Replayer` answers from a cassette: a request matches by method, path with its query and
 body (JSON compared as data; every header ignored), a key's exchanges are answered in the
 order recorded (the last again once they are used up), each chunk at its recorded time.
-A miss is the API's 404 not_found naming the request, or, when asked, the fake engine's
-answer. GET /health is the mock's own in both modes (its readiness, not the upstream's). A cassette made under another openapi.yaml version is refused at start.
+The API's own preflight (route, key, size, codings, media type) answers first, so a request
+without a key gets the API's 401, not a recorded 200. A miss is the API's 404 not_found naming
+the request and the closest recorded one, or, when asked, the fake engine's answer; a GET the
+cassette lacks (/v1/models, /metrics) is the mock's own, as GET /health always is (its
+readiness, not the upstream's). The file is checked line by line at start and read again on
+each hit (tape.py); nothing secret is written (tape.Secrets).
 
 The format, the messages and what is left out are openapi.yaml's x-mock-cassette.
 """
+
 from __future__ import annotations
 
 import base64
 import fcntl
-import hashlib
 import io
 import json
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import httpx
+from flask import Request
 
-from api_server.config import ConfigError
 from api_server.responses import REQUEST_ID, dumps
+from api_server.state import STATE, state_of
 from contract import ApiError, Contract, Message, Spec
 from contract.errors import error_class
+from mock_server.tape import (
+    Secrets,
+    data_of,
+    differing,
+    load,
+    match_key,
+    without_password,
+)
+
+__all__ = ["Recorder", "Replayer", "match_key"]
 
 WSGIApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
-HOP_BY_HOP = ("host", "connection", "keep-alive", "transfer-encoding", "te", "upgrade", "proxy-connection",
-              "content-length")   # never forwarded: each hop sets its own
+HOP_BY_HOP = (
+    "host",
+    "connection",
+    "keep-alive",
+    "transfer-encoding",
+    "te",
+    "upgrade",
+    "proxy-connection",
+    "content-length",
+)  # never forwarded: each hop sets its own
 
 
 class BodyTooLarge(Exception):
@@ -48,7 +71,8 @@ def read_body(environ: dict[str, Any], limit: int) -> bytes:
     length = environ.get("CONTENT_LENGTH") or ""
     if length.isdigit() and int(length) > limit:
         raise BodyTooLarge()
-    body = environ["wsgi.input"].read(limit + 1) if length else b""
+    # at most its Content-Length: a server that does not end the input there would block
+    body = environ["wsgi.input"].read(int(length)) if length.isdigit() else b""
     if len(body) > limit:
         raise BodyTooLarge()
     return body
@@ -59,13 +83,16 @@ def target(environ: dict[str, Any]) -> str:
     return environ.get("PATH_INFO", "/") + (f"?{query}" if query else "")
 
 
-def match_key(method: str, path: str, body: bytes) -> str:
-    """What a request is matched by: method, path and query, and its body as data."""
-    try:
-        canonical = json.dumps(json.loads(body), sort_keys=True, separators=(",", ":")).encode()
-    except ValueError:
-        canonical = body
-    return hashlib.sha256(b"\0".join([method.upper().encode(), path.encode(), canonical])).hexdigest()
+def request_headers(environ: dict[str, Any]) -> list[tuple[str, str]]:
+    """The request's headers, as names and values (the hop-by-hop ones left out)."""
+    headers = [
+        (k[5:].replace("_", "-").title(), v)
+        for k, v in environ.items()
+        if k.startswith("HTTP_") and k[5:].replace("_", "-").lower() not in HOP_BY_HOP
+    ]
+    if environ.get("CONTENT_TYPE"):
+        headers.append(("Content-Type", environ["CONTENT_TYPE"]))
+    return headers
 
 
 def _chunk(seconds: float, data: bytes) -> list[Any]:
@@ -75,8 +102,11 @@ def _chunk(seconds: float, data: bytes) -> list[Any]:
         return [round(seconds, 6), None, base64.b64encode(data).decode()]
 
 
-def _data(chunk: list[Any]) -> bytes:
-    return chunk[1].encode("utf-8") if chunk[1] is not None else base64.b64decode(chunk[2])
+def masked(secrets: Secrets, method: str, path: str, body: bytes) -> tuple[str, bytes, str]:
+    """The request as it is written and matched: its path and body masked, and its match key."""
+    path = secrets.text(secrets.target(path))
+    body = secrets.data(secrets.body(body))
+    return path, body, match_key(method, path, body)
 
 
 class _Answer:
@@ -91,9 +121,15 @@ class _Answer:
         rid = self.errors.new_request_id()
         body = dumps(self.errors.body(error, rid))
         status = self.errors.status(error)
-        start_response(f"{status} {httpx.codes.get_reason_phrase(status)}",
-                       [("Content-Type", "application/json"), ("Content-Length", str(len(body))),
-                        (REQUEST_ID, rid), *self.errors.headers(error).items()])
+        start_response(
+            f"{status} {httpx.codes.get_reason_phrase(status)}",
+            [
+                ("Content-Type", "application/json"),
+                ("Content-Length", str(len(body))),
+                (REQUEST_ID, rid),
+                *self.errors.headers(error).items(),
+            ],
+        )
         return [body]
 
     def coded(self, code: str, template: str, **fields: Any) -> ApiError:
@@ -108,8 +144,9 @@ def _own(api: Spec) -> set[str]:
     return {r.path for r in api.routes if r.operation_id == "health"}
 
 
-def _entered(tape: Recorder | Replayer, environ: dict[str, Any],
-             start_response: Callable[..., Any]) -> Iterable[bytes] | None:
+def _entered(
+    tape: Recorder | Replayer, environ: dict[str, Any], start_response: Callable[..., Any]
+) -> Iterable[bytes] | None:
     """What both modes do first: the mock's own readiness answered by `local`, the body read
     (bounded) into environ["acs.body"]; an answer here, or None to go on."""
     if environ.get("PATH_INFO") in tape.own:
@@ -122,49 +159,91 @@ def _entered(tape: Recorder | Replayer, environ: dict[str, Any],
 
 
 class Recorder:
-    """A proxy to `upstream` that appends each exchange to the cassette at `path`; the mock's
-    own readiness (GET /health) is `local`'s, never the upstream's."""
+    """A proxy to `upstream` that appends each exchange to the cassette at `path`, its secrets
+    masked; the mock's own readiness (GET /health) is `local`'s, never the upstream's."""
 
-    def __init__(self, upstream: str, path: Path, api: Spec, local: WSGIApp, timeout: float = 600.0) -> None:
-        self.upstream, self.path, self.answer = upstream.rstrip("/"), path, _Answer(api)
+    def __init__(
+        self, upstream: str, path: Path, api: Spec, local: WSGIApp, timeout: float = 600.0
+    ) -> None:
+        self.upstream, self.path, self.answer, self.api = (
+            upstream.rstrip("/"),
+            path,
+            _Answer(api),
+            api,
+        )
+        # the upstream as written and told to clients: its password never (httpx sends it)
+        self.shown, self.secrets = without_password(self.upstream)
         self.local, self.own = local, _own(api)
-        self.state = local.state   # type: ignore[attr-defined]  # what the API's workers read of an app: the mock's
+        # what the API's workers read of an app (its State): the mock's
+        self.extensions = {STATE: state_of(local)}
         self.left_out = {h.lower() for h in api.mock_cassette["left_out_headers"]}
-        self.client = httpx.Client(base_url=self.upstream, timeout=httpx.Timeout(timeout, connect=10.0))
+        self.client = httpx.Client(
+            base_url=self.upstream, timeout=httpx.Timeout(timeout, connect=10.0)
+        )
         if not path.exists() or path.stat().st_size == 0:
-            self._append({"cassette": api.mock_cassette["format"], "spec_version": api.version,
-                          "upstream": self.upstream})
+            self._append(
+                {
+                    "cassette": api.mock_cassette["format"],
+                    "spec_version": api.version,
+                    "upstream": self.shown,
+                }
+            )
 
-    def __call__(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+    def __call__(
+        self, environ: dict[str, Any], start_response: Callable[..., Any]
+    ) -> Iterable[bytes]:
         early = _entered(self, environ, start_response)
         return early if early is not None else self._take(environ, start_response)
 
     def _take(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
         method, path, body = environ["REQUEST_METHOD"], target(environ), environ["acs.body"]
-        headers = [(k[5:].replace("_", "-").title(), v) for k, v in environ.items()
-                   if k.startswith("HTTP_") and k[5:].replace("_", "-").lower() not in HOP_BY_HOP]
-        if environ.get("CONTENT_TYPE"):
-            headers.append(("Content-Type", environ["CONTENT_TYPE"]))
+        headers = request_headers(environ)
+        secrets = Secrets(self.api, self.secrets)
+        secrets.of_headers(headers)
+        written_path, written_body, _ = masked(secrets, method, path, body)
         began = time.monotonic()
         try:
-            resp = self.client.send(self.client.build_request(method, path, headers=headers, content=body),
-                                    stream=True)
+            resp = self.client.send(
+                self.client.build_request(method, path, headers=headers, content=body), stream=True
+            )
         except httpx.HTTPError as exc:
-            return self.answer.error(self.answer.coded(self.answer.conf["upstream_code"], "upstream_down",
-                                                       upstream=self.upstream, reason=type(exc).__name__),
-                                     start_response)
+            return self.answer.error(
+                self.answer.coded(
+                    self.answer.conf["upstream_code"],
+                    "upstream_down",
+                    upstream=self.shown,
+                    reason=type(exc).__name__,
+                ),
+                start_response,
+            )
         kept = [(k, v) for k, v in resp.headers.multi_items() if k.lower() not in self.left_out]
-        start_response(f"{resp.status_code} {resp.reason_phrase}",
-                       [(k, v) for k, v in kept if k.lower() not in HOP_BY_HOP])
-        return self._relay(resp, {"method": method, "path": path, "body": _chunk(0, body)[1:],
-                                  "response": {"status": resp.status_code, "headers": kept}}, began)
+        start_response(
+            f"{resp.status_code} {resp.reason_phrase}",
+            [(k, v) for k, v in kept if k.lower() not in HOP_BY_HOP],
+        )
+        return self._relay(
+            resp,
+            secrets,
+            {
+                "method": method,
+                "path": written_path,
+                "body": _chunk(0, written_body)[1:],
+                "response": {
+                    "status": resp.status_code,
+                    "headers": [(k, secrets.text(v)) for k, v in kept],
+                },
+            },
+            began,
+        )
 
-    def _relay(self, resp: httpx.Response, exchange: dict[str, Any], began: float) -> Iterator[bytes]:
+    def _relay(
+        self, resp: httpx.Response, secrets: Secrets, exchange: dict[str, Any], began: float
+    ) -> Iterator[bytes]:
         chunks: list[list[Any]] = []
         try:
             for data in resp.iter_raw():
-                chunks.append(_chunk(time.monotonic() - began, data))
-                yield data
+                chunks.append(_chunk(time.monotonic() - began, secrets.data(data)))
+                yield data  # the client gets what the upstream said; the cassette, it masked
         finally:
             resp.close()
             exchange["response"]["chunks"] = chunks
@@ -177,65 +256,113 @@ class Recorder:
             f.write(json.dumps(line, separators=(",", ":")) + "\n")
 
 
-def load(path: Path, api: Spec) -> dict[str, list[dict[str, Any]]]:
-    """A cassette's exchanges by match key, in the order recorded (ConfigError for a file that
-    is not one, or one recorded under another openapi.yaml)."""
-    conf = api.mock_cassette
-    try:
-        lines = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
-    except (OSError, ValueError) as exc:
-        raise ConfigError(f"--replay {path}: not a cassette: {exc}") from None
-    if not lines or not isinstance(lines[0], dict) or lines[0].get("cassette") != conf["format"]:
-        raise ConfigError(f"--replay {path}: not a cassette of format {conf['format']}")
-    if lines[0].get("spec_version") != api.version:
-        raise ConfigError("--replay: " + conf["stale"].format(cassette=path, recorded=lines[0].get("spec_version"),
-                                                               current=api.version))
-    exchanges: dict[str, list[dict[str, Any]]] = {}
-    for e in lines[1:]:
-        body = _data([0, *e["body"]])
-        exchanges.setdefault(match_key(e["method"], e["path"], body), []).append(e["response"])
-    return exchanges
-
-
 class Replayer:
-    """Answers from the cassette at `path`; the mock's own readiness from `local`, and a miss
-    too when `misses_to_local` (the fake engine's answer)."""
+    """Answers from the cassette at `path` behind the API's preflight; the mock's own readiness
+    from `local`, a GET the cassette lacks too, and any miss when `misses_to_local` (the fake
+    engine's answer)."""
 
-    def __init__(self, path: Path, api: Spec, local: WSGIApp, misses_to_local: bool = False,
-                 sleep: Callable[[float], Any] = time.sleep) -> None:
+    def __init__(
+        self,
+        path: Path,
+        api: Spec,
+        local: WSGIApp,
+        misses_to_local: bool = False,
+        sleep: Callable[[float], Any] = time.sleep,
+    ) -> None:
         self.path, self.answer, self.local, self.sleep = path, _Answer(api), local, sleep
-        self.misses_to_local, self.own = misses_to_local, _own(api)
-        self.state = local.state   # type: ignore[attr-defined]  # what the API's workers read of an app: the mock's
-        self.exchanges = load(path, api)
+        self.api, self.misses_to_local, self.own = api, misses_to_local, _own(api)
+        # what the API's workers read of an app (its State): the mock's
+        state = state_of(local)
+        self.extensions = {STATE: state}
+        self.contract, self.keys = state.contract, state.config.keys
+        self.routes = {r.path for r in api.routes}
+        self.tape = load(path, api)
         self.used: dict[str, int] = {}
         self._lock = threading.Lock()
 
-    def __call__(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+    def __call__(
+        self, environ: dict[str, Any], start_response: Callable[..., Any]
+    ) -> Iterable[bytes]:
+        refused = self._preflight(environ)
+        if refused is not None:
+            return self.answer.error(refused, start_response)
         early = _entered(self, environ, start_response)
         return early if early is not None else self._take(environ, start_response)
 
+    def _preflight(self, environ: dict[str, Any]) -> ApiError | None:
+        """The API's own answer before any recorded one, on the spec's routes."""
+        path = environ.get("PATH_INFO", "/")
+        if path not in self.routes:
+            return None
+        request = Request(environ)
+        try:
+            # werkzeug's Headers: the case-insensitive mapping preflight wants, though no Mapping
+            self.contract.preflight(
+                request.method,
+                path,
+                cast(Mapping[str, str], request.headers),
+                request.content_length,
+                self.keys,
+            )
+        except ApiError as error:
+            return error
+        return None
+
     def _take(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
         method, path, body = environ["REQUEST_METHOD"], target(environ), environ["acs.body"]
-        key = match_key(method, path, body)
-        recorded = self.exchanges.get(key)
+        secrets = Secrets(self.api)
+        secrets.of_headers(request_headers(environ))
+        written_path, written_body, key = masked(secrets, method, path, body)
+        recorded = self.tape.by_key.get(key)
         if not recorded:
-            if self.misses_to_local:
+            if self.misses_to_local or method == "GET":
                 environ["wsgi.input"], environ["CONTENT_LENGTH"] = io.BytesIO(body), str(len(body))
                 return self.local(environ, start_response)
-            return self.answer.error(self.answer.coded(self.answer.conf["miss_code"], "miss", cassette=self.path.name,
-                                                       method=method, path=path, digest=key[:16]), start_response)
+            return self.answer.error(
+                self._miss(method, written_path, written_body, key), start_response
+            )
         with self._lock:
             n = self.used.get(key, 0)
             self.used[key] = n + 1
-        response = recorded[min(n, len(recorded) - 1)]
+        response = self.tape.exchange(recorded[min(n, len(recorded) - 1)])["response"]
         status = response["status"]
-        start_response(f"{status} {httpx.codes.get_reason_phrase(status)}",
-                       [(k, v) for k, v in response["headers"] if k.lower() not in HOP_BY_HOP])
+        start_response(
+            f"{status} {httpx.codes.get_reason_phrase(status)}",
+            [(k, v) for k, v in response["headers"] if k.lower() not in HOP_BY_HOP],
+        )
         return self._chunks(response["chunks"], time.monotonic())
+
+    def _miss(self, method: str, path: str, body: bytes, key: str) -> ApiError:
+        """The 404 naming the request and the recorded one of its method and path that differs
+        from it in the fewest top-level fields (x-mock-cassette.closest_scan of them read)."""
+        conf = self.answer.conf
+        route = path.split("?")[0]
+        best: list[str] | None = None
+        for where in self.tape.by_route.get((method, route), [])[: conf["closest_scan"]]:
+            recorded = self.tape.exchange(where)
+            fields = differing(body, data_of([0, *recorded["body"]])) or ["the body"]
+            if recorded["path"] != path:
+                fields = ["the query", *fields]
+            if best is None or len(fields) < len(best):
+                best = fields
+        closest = (
+            Message(text=conf["closest_none"], fields={"method": method, "path": route})
+            if best is None
+            else Message(text=conf["closest"], fields={"fields": ", ".join(best)})
+        )
+        return self.answer.coded(
+            conf["miss_code"],
+            "miss",
+            cassette=self.path.name,
+            method=method,
+            path=path,
+            digest=key[:16],
+            closest=closest,
+        )
 
     def _chunks(self, chunks: list[list[Any]], began: float) -> Iterator[bytes]:
         for chunk in chunks:
             wait = chunk[0] - (time.monotonic() - began)
             if wait > 0:
                 self.sleep(wait)
-            yield _data(chunk)
+            yield data_of(chunk)

@@ -1,6 +1,7 @@
 """The mock's settings: the server's (api_server/config.py) plus simulated latency,
 faults, the load model and the fake model's end-of-text rate, filled from MOCK_*
 environment variables (a named load profile's numbers under them)."""
+
 from __future__ import annotations
 
 import os
@@ -52,22 +53,34 @@ class MockConfig(ServerConfig):
 
     bounds: ClassVar[Mapping[str, Bound]] = {
         **ServerConfig.bounds,
-        "ttft_ms": AT_LEAST_0, "tpot_ms": AT_LEAST_0,
-        "fault_rate": FRACTION, "stream_error_rate": FRACTION, "eos_rate": FRACTION,
-        "max_num_seqs": Bound(1), "max_num_queued_reqs": AT_LEAST_0,
-        "prefill_ms_per_token": AT_LEAST_0, "time_factor_under_load": Bound(1), "full_load_seqs": Bound(1),
-        "jitter": Bound(0, high=0.99), "load_seed": AT_LEAST_0, "fault_seed": AT_LEAST_0,
+        "ttft_ms": AT_LEAST_0,
+        "tpot_ms": AT_LEAST_0,
+        "fault_rate": FRACTION,
+        "stream_error_rate": FRACTION,
+        "eos_rate": FRACTION,
+        "max_num_seqs": Bound(1),
+        "max_num_queued_reqs": AT_LEAST_0,
+        "prefill_ms_per_token": AT_LEAST_0,
+        "time_factor_under_load": Bound(1),
+        "full_load_seqs": Bound(1),
+        "jitter": Bound(0, high=0.99),
+        "load_seed": AT_LEAST_0,
+        "fault_seed": AT_LEAST_0,
     }
 
     def __post_init__(self) -> None:
         super().__post_init__()
         if self.load_profile is not None and self.load_profile not in PROFILES:
-            raise ConfigError(f"{self.option('load_profile')} must be one of {', '.join(PROFILES)}, "
-                              f"got {self.load_profile!r}")
+            raise ConfigError(
+                f"{self.option('load_profile')} must be one of {', '.join(PROFILES)}, "
+                f"got {self.load_profile!r}"
+            )
         if self.load_profile is not None and self.max_num_seqs is None:
             raise ConfigError(f"{self.option('max_num_seqs')} is needed with a load profile")
         if self.max_num_seqs is None and self.max_num_queued_reqs is not None:
-            raise ConfigError(f"{self.option('max_num_queued_reqs')} needs {self.option('max_num_seqs')}")
+            raise ConfigError(
+                f"{self.option('max_num_queued_reqs')} needs {self.option('max_num_seqs')}"
+            )
 
     @property
     def loaded(self) -> bool:
@@ -75,8 +88,12 @@ class MockConfig(ServerConfig):
         return self.max_num_seqs is not None
 
     @classmethod
-    def from_env(cls: type[M], environ: Mapping[str, str] | None = None,
-                 prefix: str | None = None, **overrides: object) -> M:
+    def from_env(
+        cls: type[M],
+        environ: Mapping[str, str] | None = None,
+        prefix: str | None = None,
+        **overrides: object,
+    ) -> M:
         """ServerConfig.from_env, with a named load profile's numbers (MOCK_LOAD_PROFILE or
         load_profile=) under the variables and overrides: either replaces any of them."""
         environ = os.environ if environ is None else environ

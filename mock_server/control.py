@@ -9,6 +9,7 @@ the command line's. A file that does not parse, or names another setting, or a v
 out of range, is refused as a whole (logged; the settings before it stay); a removed
 file brings back the command line's settings.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -25,8 +26,19 @@ from mock_server.profiles import PROFILES
 log = logging.getLogger("mock_server")
 
 CHECK_S = 0.2
-LIVE = ("ttft_ms", "tpot_ms", "fault_rate", "stream_error_rate", "load_profile", "max_num_seqs",
-        "max_num_queued_reqs", "prefill_ms_per_token", "time_factor_under_load", "full_load_seqs", "jitter")
+LIVE = (
+    "ttft_ms",
+    "tpot_ms",
+    "fault_rate",
+    "stream_error_rate",
+    "load_profile",
+    "max_num_seqs",
+    "max_num_queued_reqs",
+    "prefill_ms_per_token",
+    "time_factor_under_load",
+    "full_load_seqs",
+    "jitter",
+)
 
 
 def apply(base: MockConfig, values: Any) -> MockConfig:
@@ -37,10 +49,12 @@ def apply(base: MockConfig, values: Any) -> MockConfig:
     if unknown:
         raise ConfigError(f"not settable live: {', '.join(unknown)} (live: {', '.join(LIVE)})")
     profile = values.get("load_profile")
-    under = dict(PROFILES[profile].settings) if isinstance(profile, str) and profile in PROFILES else {}
+    under = (
+        dict(PROFILES[profile].settings) if isinstance(profile, str) and profile in PROFILES else {}
+    )
     try:
         return dataclasses.replace(base, **{**under, **values})
-    except TypeError as error:   # a value of the wrong type, compared with a bound
+    except TypeError as error:  # a value of the wrong type, compared with a bound
         raise ConfigError(f"a setting of the wrong type: {error}") from None
 
 
@@ -76,5 +90,5 @@ class Control:
         try:
             with open(path, encoding="utf-8") as f:
                 self.current = apply(self.base, json.load(f))
-        except (OSError, ValueError) as error:   # ConfigError and JSON's errors are ValueErrors
+        except (OSError, ValueError) as error:  # ConfigError and JSON's errors are ValueErrors
             log.error("control file %s refused, the settings stay: %s", path, error)

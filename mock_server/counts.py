@@ -8,16 +8,15 @@ across processes. Only requests that carry the header touch it. The file keeps a
 each key (api_server.budget.protocol.key_id), never the key. The directory goes when the process that made
 it exits (not when a worker does: they run the same atexit hooks).
 """
+
 from __future__ import annotations
 
-import atexit
-import os
-import shutil
 import sqlite3
 import tempfile
 from pathlib import Path
 
 from api_server.budget.protocol import key_id
+from api_server.children import remove_at_exit
 
 LOCK_TIMEOUT_S = 60.0
 
@@ -27,8 +26,7 @@ class SeenCounts:
 
     def __init__(self) -> None:
         directory = tempfile.mkdtemp(prefix="acs-mock-counts-")
-        owner = os.getpid()
-        atexit.register(lambda: os.getpid() == owner and shutil.rmtree(directory, ignore_errors=True))
+        remove_at_exit(directory)
         self.path = Path(directory) / "seen.sqlite3"
         db = sqlite3.connect(self.path, timeout=LOCK_TIMEOUT_S, isolation_level=None)
         try:
@@ -42,8 +40,19 @@ class SeenCounts:
         # A connection a request: safe across threads and forks, and only fault tests pay it.
         db = sqlite3.connect(self.path, timeout=LOCK_TIMEOUT_S, isolation_level=None)
         try:
-            row = db.execute("INSERT INTO seen (key, n) VALUES (?, 1) ON CONFLICT (key) DO UPDATE SET n = n + 1 "
-                             "RETURNING n", (key_id(key),)).fetchone()
+            row = db.execute(
+                "INSERT INTO seen (key, n) VALUES (?, 1) ON CONFLICT (key) DO UPDATE SET n = n + 1 "
+                "RETURNING n",
+                (key_id(key),),
+            ).fetchone()
         finally:
             db.close()
         return int(row[0])
+
+    def reset(self) -> None:
+        """Every key's count starts anew (the mock's DELETE of x-mock-faults.reset_path)."""
+        db = sqlite3.connect(self.path, timeout=LOCK_TIMEOUT_S, isolation_level=None)
+        try:
+            db.execute("DELETE FROM seen")
+        finally:
+            db.close()

@@ -3,6 +3,7 @@
 The waits are `Steps`: the seconds before each step (0: the first token). Fixed ones
 come from --ttft-ms/--tpot-ms and the X-Mock-* headers; the load model's (load.py)
 depend on the prompt and on how many sequences run at each step."""
+
 from __future__ import annotations
 
 import time
@@ -14,7 +15,7 @@ from api_server.engine import Batches, ChoiceDelta, Engine, Event
 from api_server.pacing import BATCH, FLUSH, Flush, Pump, batched
 from contract import CompletionRequest
 
-Steps: TypeAlias = Callable[[int], float]   # seconds to wait before step n (0: the first token)
+Steps: TypeAlias = Callable[[int], float]  # seconds to wait before step n (0: the first token)
 
 
 def fixed(ttft_s: float, tpot_s: float) -> Steps:
@@ -33,8 +34,9 @@ class Paced(Engine):
         self.engine = engine
 
     @abstractmethod
-    def paced(self, req: CompletionRequest, request_id: str,
-              sleep: Callable[[float], object]) -> Iterator[Event]:
+    def paced(
+        self, req: CompletionRequest, request_id: str, sleep: Callable[[float], object]
+    ) -> Iterator[Event]:
         """The events, each after its wait, waited with `sleep`."""
 
     @abstractmethod
@@ -51,20 +53,25 @@ class Paced(Engine):
         return Pump(lambda sleep: self.paced(req, request_id, sleep), interval).batches()
 
 
-def paced(events: Iterator[Event], ttft_s: float, tpot_s: float,
-          sleep: Callable[[float], object] = time.sleep) -> Iterator[Event]:
+def paced(
+    events: Iterator[Event],
+    ttft_s: float,
+    tpot_s: float,
+    sleep: Callable[[float], object] = time.sleep,
+) -> Iterator[Event]:
     """`events` with a wait before the first token and before each later step.
 
     A step is one token of every running choice: choices of one request advance
     together, as in a batch, so n choices take as long as one.
     """
     if not ttft_s and not tpot_s:
-        return events   # no latency asked for: no extra generator per event
+        return events  # no latency asked for: no extra generator per event
     return paced_steps(events, fixed(ttft_s, tpot_s), sleep)
 
 
-def paced_steps(events: Iterator[Event], steps: Steps,
-                sleep: Callable[[float], object] = time.sleep) -> Iterator[Event]:
+def paced_steps(
+    events: Iterator[Event], steps: Steps, sleep: Callable[[float], object] = time.sleep
+) -> Iterator[Event]:
     """`events` with `steps(n)` seconds waited before step n."""
     # A delta may carry several tokens (the fake engine's whole choices without
     # stream): it takes one step per token. Steps so far = the most tokens any one
@@ -106,13 +113,15 @@ class Schedule:
         self.due += seconds
 
 
-def paced_batches(events: Iterator[Event], ttft_s: float, tpot_s: float,
-                  interval: float) -> Generator[list[Event], None, None]:
+def paced_batches(
+    events: Iterator[Event], ttft_s: float, tpot_s: float, interval: float
+) -> Generator[list[Event], None, None]:
     return stepped_batches(events, fixed(ttft_s, tpot_s), interval)
 
 
-def stepped_batches(events: Iterator[Event], steps: Steps,
-                    interval: float) -> Generator[list[Event], None, None]:
+def stepped_batches(
+    events: Iterator[Event], steps: Steps, interval: float
+) -> Generator[list[Event], None, None]:
     """A stream's batches (Engine.stream) of `events`, an engine's that never waits,
     paced in the request's own thread: an event not yet due ends the batch before it,
     and the wait for it (time.sleep: a greenlet's under gevent) yields [] for each
@@ -126,20 +135,20 @@ def _on_time(events: Iterator[Event], steps: Steps, interval: float) -> Iterator
     """`events`, each when it is due, with FLUSH for the events before a wait and for
     each quiet `interval` (a keepalive)."""
     schedule = Schedule()
-    waiting = 0   # events since the last list left (batched sends one every BATCH)
+    waiting = 0  # events since the last list left (batched sends one every BATCH)
     try:
         for event in paced_steps(events, steps, schedule):
             if waiting and schedule.due > time.monotonic():
-                yield FLUSH   # the events before it leave now
+                yield FLUSH  # the events before it leave now
                 waiting = 0
-            left = schedule.due - time.monotonic()   # after the write above
+            left = schedule.due - time.monotonic()  # after the write above
             while left > interval:
                 time.sleep(interval)
                 yield FLUSH
                 left = schedule.due - time.monotonic()
             if left > 0:
                 time.sleep(left)
-            else:   # late: the next step counts from now
+            else:  # late: the next step counts from now
                 schedule.due = time.monotonic()
             yield event
             waiting = (waiting + 1) % BATCH

@@ -22,6 +22,7 @@ generator seeded with load_seed.
 The limits are per worker process: with --workers N the mock runs N batches and N
 queues (see the README); `--workers 1` gives one, as one vLLM engine has.
 """
+
 from __future__ import annotations
 
 import math
@@ -38,7 +39,7 @@ from mock_server.config import MockConfig
 from mock_server.latency import Paced, Steps, paced_steps, stepped_batches
 from mock_server.metered import RequestClock
 
-if TYPE_CHECKING:   # (imported by create_app: api_server/metrics.py says why)
+if TYPE_CHECKING:  # (imported by create_app: api_server/metrics.py says why)
     from mock_server.metrics import VllmMetrics
 
 
@@ -55,7 +56,7 @@ class Ticket:
         self.scheduled: float | None = None
 
 
-RECHECK_S = 0.1   # how often a waiting request looks at the live limit
+RECHECK_S = 0.1  # how often a waiting request looks at the live limit
 
 
 def sequences(req: CompletionRequest) -> int:
@@ -68,13 +69,17 @@ class Scheduler:
     the prefill timeline they share. `settings` gives the current MockConfig (live control
     may change the limits while it runs); `clock` is time.monotonic but in tests."""
 
-    def __init__(self, settings: Callable[[], MockConfig], metrics: VllmMetrics | None,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        settings: Callable[[], MockConfig],
+        metrics: VllmMetrics | None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.settings, self.metrics, self.clock = settings, metrics, clock
-        self.running = 0   # sequences
-        self.queued = 0    # sequences waiting
+        self.running = 0  # sequences
+        self.queued = 0  # sequences waiting
         self.waiting: deque[Ticket] = deque()
-        self.prefill_free = 0.0   # when the prefills already begun are done
+        self.prefill_free = 0.0  # when the prefills already begun are done
         self._lock = threading.Lock()
         self.rng = random.Random(settings().load_seed)
 
@@ -84,7 +89,7 @@ class Scheduler:
         config = self.settings()
         ticket = Ticket(seqs)
         with self._lock:
-            self._admit(config)   # a limit raised live: those waiting first
+            self._admit(config)  # a limit raised live: those waiting first
             limit = config.max_num_queued_reqs
             if limit is not None and self.running + self.queued + seqs > limit:
                 if self.metrics is not None:
@@ -153,10 +158,15 @@ class Scheduler:
         def step(n: int) -> float:
             c = self.settings()
             if n == 0:
-                return self._jitter(ttft_s + self._prefill(prompt_tokens * c.prefill_ms_per_token / 1000), c.jitter)
+                return self._jitter(
+                    ttft_s + self._prefill(prompt_tokens * c.prefill_ms_per_token / 1000), c.jitter
+                )
             full = c.full_load_seqs or c.max_num_seqs or 1
             load = (self.running - 1) / (full - 1) if full > 1 else float(self.running > 1)
-            return self._jitter(tpot_s * (1 + (c.time_factor_under_load - 1) * min(1.0, load)), c.jitter)
+            return self._jitter(
+                tpot_s * (1 + (c.time_factor_under_load - 1) * min(1.0, load)), c.jitter
+            )
+
         return step
 
     def _prefill(self, work_s: float) -> float:
@@ -179,8 +189,14 @@ class Loaded(Paced):
     (--ttft-ms, --tpot-ms, or this request's X-Mock-* headers); `clock`, the request's in
     vLLM's metrics, learns when it was scheduled."""
 
-    def __init__(self, engine: Engine, scheduler: Scheduler, ttft_s: float, tpot_s: float,
-                 clock: RequestClock | None = None) -> None:
+    def __init__(
+        self,
+        engine: Engine,
+        scheduler: Scheduler,
+        ttft_s: float,
+        tpot_s: float,
+        clock: RequestClock | None = None,
+    ) -> None:
         super().__init__(engine)
         self.scheduler, self.ttft_s, self.tpot_s, self.clock = scheduler, ttft_s, tpot_s, clock
 
@@ -188,25 +204,33 @@ class Loaded(Paced):
         if self.clock is not None:
             self.clock.scheduled = ticket.scheduled
 
-    def paced(self, req: CompletionRequest, request_id: str,
-              sleep: Callable[[float], object]) -> Iterator[Event]:
-        ticket = self.scheduler.enter(sequences(req))   # a full queue raises here: an HTTP 503
+    def paced(
+        self, req: CompletionRequest, request_id: str, sleep: Callable[[float], object]
+    ) -> Iterator[Event]:
+        ticket = self.scheduler.enter(sequences(req))  # a full queue raises here: an HTTP 503
         try:
             self.scheduler.wait(ticket)
             self._scheduled(ticket)
-            yield from paced_steps(self.engine.generate(req, request_id),
-                                   self.scheduler.steps(req, self.ttft_s, self.tpot_s), sleep)
+            yield from paced_steps(
+                self.engine.generate(req, request_id),
+                self.scheduler.steps(req, self.ttft_s, self.tpot_s),
+                sleep,
+            )
         finally:
             self.scheduler.leave(ticket)
 
-    def batches(self, req: CompletionRequest, request_id: str,
-                interval: float) -> Generator[list[Event], None, None]:
-        ticket = self.scheduler.enter(sequences(req))   # raised before the first batch: an HTTP 503
+    def batches(
+        self, req: CompletionRequest, request_id: str, interval: float
+    ) -> Generator[list[Event], None, None]:
+        ticket = self.scheduler.enter(sequences(req))  # raised before the first batch: an HTTP 503
         try:
             while not self.scheduler.wait(ticket, interval):
-                yield []   # waiting in the queue: a keepalive
+                yield []  # waiting in the queue: a keepalive
             self._scheduled(ticket)
-            yield from stepped_batches(self.engine.generate(req, request_id),
-                                       self.scheduler.steps(req, self.ttft_s, self.tpot_s), interval)
+            yield from stepped_batches(
+                self.engine.generate(req, request_id),
+                self.scheduler.steps(req, self.ttft_s, self.tpot_s),
+                interval,
+            )
         finally:
             self.scheduler.leave(ticket)

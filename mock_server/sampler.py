@@ -1,93 +1,94 @@
-"""One choice of the fake model: which tokens, and why it stopped.
+"""One choice of the fake model: which tokens, and why it stopped, sampled from the model's
+distribution at each position (model.py) as vLLM samples: penalties, then temperature, top_k,
+min_p and top_p, then one draw; greedy takes the likeliest token.
 
-Tokens come from a stream of uniforms (three per step), so the same seed gives
-the same tokens whatever max_tokens is: a longer request continues a shorter
-one. Ending is a separate draw per step, so min_tokens, ignore_eos and
-stop_token_ids decide only where the text stops, never what it says.
+A choice draws one uniform per step (more only where a draw is refused: a bad word, an end
+token before min_tokens, a penalty's rejection), from a stream seeded as vLLM seeds a request
+(fake_engine.py), so the same seed gives the same tokens whatever max_tokens is: a longer
+request continues a shorter one. The distributions are the prompt's and the choice's own
+prefix's, and nothing else's.
 """
+
 from __future__ import annotations
 
+import bisect
+import math
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 
-from mock_server.vocab import Vocab
+from mock_server.model import CausalModel, mix
+
+# A top_p at or below the likeliest rank's probability keeps that token alone (model.py's
+# profile gives rank 0 one half).
+LEAST_TOP = 0.5
+
+
+@dataclass(frozen=True)
+class Cut:
+    """What sampling keeps of a position's ranks, as vLLM's top_k, min_p and top_p do, and the
+    temperature it samples at."""
+
+    top_k: int = 0  # 0: off
+    min_p: float = 0.0
+    top_p: float = 1.0
+    temperature: float = 1.0
+
+
+@lru_cache(maxsize=32)
+def rank_cdf(cut: Cut, size: int) -> np.ndarray:
+    """The cumulative distribution over the ranks `cut` keeps (the same at every position:
+    the profile over ranks is fixed), ending at 1."""
+    r = np.arange(size, dtype=np.float64)
+    logp = -np.log((r + 1) * (r + 2))
+    logp[-1] = -np.log(size)
+    q = np.exp(
+        (logp - logp[0]) / cut.temperature
+    )  # in logs: a tiny temperature underflows p**(1/T)
+    q /= q.sum()
+    kept = size
+    if cut.top_k > 0:
+        kept = min(kept, cut.top_k)
+    if cut.min_p > 0:
+        kept = min(kept, int(np.count_nonzero(q >= cut.min_p * q[0])))
+    if cut.top_p < 1:
+        kept = min(kept, int(np.searchsorted(np.cumsum(q), cut.top_p * (1 - 1e-12))) + 1)
+    cdf = np.cumsum(q[: max(kept, 1)])
+    return cdf / cdf[-1]
 
 
 @dataclass(frozen=True)
 class Settings:
     """What a choice's tokens depend on, beyond its uniforms."""
+
     max_tokens: int
     min_tokens: int = 0
-    eos_token_id: int | None = None          # None when ignore_eos
+    eos_token_id: int | None = None  # None when ignore_eos
     stop_token_ids: tuple[int, ...] = ()
     stop: tuple[str, ...] = ()
     include_stop_str_in_output: bool = False
     skip_special_tokens: bool = True
     allowed_token_ids: tuple[int, ...] = ()
     bad_words: frozenset[str] = frozenset()
-    eos_rate: float = 1 / 64
+    greedy: bool = False
+    cut: Cut = Cut()
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    repetition_penalty: float = 1.0
 
 
 @dataclass(frozen=True)
 class Choice:
     token_ids: list[int]
-    token_texts: list[str]      # each token's text; their concatenation continues past a stop string
-    text: str                   # the choice's text (cut at a stop string)
-    finish_reason: str          # "stop" | "length"
+    token_texts: list[str]  # each token's text; their concatenation continues past a stop string
+    text: str  # the choice's text (cut at a stop string)
+    finish_reason: str  # "stop" | "length"
     stop_reason: str | int | None
-
-
-class _Pools:
-    """The word pools with bad words removed, or the allowed tokens alone (as lists:
-    indexing a list is cheaper than a numpy array, and gives the same ids)."""
-
-    def __init__(self, vocab: Vocab, bad_words: frozenset[str], allowed_token_ids: tuple[int, ...]) -> None:
-        def keep(pool: np.ndarray) -> list[int]:
-            if not bad_words:
-                return pool.tolist()
-            kept = [t for t in pool.tolist() if vocab.texts[t].strip() not in bad_words]
-            return kept if kept else pool.tolist()
-        # vLLM bans a bad word's token even where allowed_token_ids allows it
-        allowed = [t for t in allowed_token_ids if vocab.texts[t].strip() not in bad_words]
-        self.allowed = (allowed or list(allowed_token_ids)) if allowed_token_ids else None
-        self.lower, self.capital, self.bare = keep(vocab.lower), keep(vocab.capital), keep(vocab.bare_capital)
-
-
-_DEFAULT_POOLS: dict[int, tuple[Vocab, _Pools]] = {}
-
-
-def _pools(vocab: Vocab, s: Settings) -> _Pools:
-    """The pools for `s`; those without bad words or allowed tokens are built once per vocab."""
-    if s.bad_words or s.allowed_token_ids:
-        return _Pools(vocab, s.bad_words, s.allowed_token_ids)
-    cached = _DEFAULT_POOLS.get(id(vocab))
-    if cached is None or cached[0] is not vocab:
-        cached = _DEFAULT_POOLS[id(vocab)] = (vocab, _Pools(vocab, frozenset(), ()))
-    return cached[1]
-
-
-def _pick(pool: list[int], u: float) -> int:
-    n = len(pool)
-    return pool[min(int(u * n), n - 1)]
-
-
-def _next_word(vocab: Vocab, pools: _Pools, prev: int | None, u: float) -> int:
-    """Words with now and then a comma, a full stop, or a line break after a full stop."""
-    if pools.allowed is not None:
-        return _pick(pools.allowed, u)
-    if prev == vocab.newline:
-        return _pick(pools.bare, u)
-    if prev == vocab.period:
-        return vocab.newline if u < 0.15 else _pick(pools.capital, (u - 0.15) / 0.85)
-    if prev is None or prev == vocab.comma:
-        return _pick(pools.lower, u)
-    if u < 0.07:
-        return vocab.period
-    if u < 0.12:
-        return vocab.comma
-    return _pick(pools.lower, (u - 0.12) / 0.88)
+    keys: list[int]  # each generated token's position key (model.py), steering included
+    classes: list[int]  # ... and the class of the token before it
 
 
 def _find_stop(text: str, stops: tuple[str, ...], since: int) -> tuple[int, str] | None:
@@ -100,53 +101,162 @@ def _find_stop(text: str, stops: tuple[str, ...], since: int) -> tuple[int, str]
     return found
 
 
-def sample_choice(vocab: Vocab, draw: Callable[[], float], s: Settings,
-                  steer: Callable[[int, float], float] | None = None) -> Choice:
-    """Run one choice, drawing three uniforms in [0, 1) per step from `draw`
-    (the token, whether it ends here, which end token); `steer` (steered.py) may
-    replace a step's token uniform, and a replaced token is the vector's, an end token's
-    chance included (its push moves every logit, the end tokens' too)."""
-    pools = _pools(vocab, s)
-    table = vocab.texts_for(s.skip_special_tokens)
+class _Step:
+    """Draws one position's token under the choice's settings."""
+
+    def __init__(self, model: CausalModel, s: Settings, prompt: list[int]) -> None:
+        self.model, self.s = model, s
+        texts = model.vocab.texts
+        self.banned = (
+            frozenset(t for t in range(model.size) if texts[t].strip() in s.bad_words)
+            if s.bad_words
+            else frozenset()
+        )
+        allowed = [t for t in s.allowed_token_ids if t not in self.banned]
+        self.allowed = allowed or list(s.allowed_token_ids)
+        self.cdf = None if s.greedy else rank_cdf(s.cut, model.size)
+        # the profile itself (temperature 1, nothing cut): P(rank <= r) = 1 - 1/(r + 2), read
+        # back exactly; a cut CDF of few ranks is bisected as a list, a long one by numpy
+        self.whole = s.cut == Cut()
+        self.short = self.cdf.tolist() if self.cdf is not None and len(self.cdf) <= 4096 else None
+        self.penalized = (
+            s.presence_penalty > 0 or s.frequency_penalty > 0 or s.repetition_penalty > 1
+        )
+        self.in_prompt = frozenset(prompt) if s.repetition_penalty > 1 else frozenset()
+        self.counts: Counter[int] = Counter()
+
+    def rank(self, u: float) -> int:
+        """The rank a uniform draws."""
+        if self.whole:
+            return min(int(1 / (1 - u)) - 1, self.model.size - 1)
+        if self.short is not None:
+            return min(bisect.bisect_right(self.short, u), len(self.short) - 1)
+        cdf = self.cdf
+        assert cdf is not None
+        return min(int(cdf.searchsorted(u, "right")), len(cdf) - 1)
+
+    def penalty(self, token: int, rank: int) -> float:
+        """How much the penalties lower `token`'s log probability (vLLM's arithmetic on a
+        logit, here the model's log probability; only penalties that lower one apply)."""
+        s, n = self.s, self.counts[token]
+        logit = self.model.logprob(rank)
+        lowered = 0.0
+        if s.repetition_penalty > 1 and (n or token in self.in_prompt):
+            lowered += -logit * (s.repetition_penalty - 1)
+        if n:
+            lowered += s.frequency_penalty * n + s.presence_penalty
+        return max(lowered, 0.0)
+
+    def _refused(self, token: int, masked: frozenset[int]) -> bool:
+        return token in self.banned or token in masked
+
+    def draw(self, key: int, cls: int, u: Callable[[], float], masked: frozenset[int]) -> int:
+        m, s = self.model, self.s
+        if self.allowed:
+            return self._among_allowed(key, cls, u, masked)
+        if s.greedy:
+            return self._greedy(key, cls, masked)
+        while True:
+            rank = self.rank(u())
+            token = m.token_at(key, cls, rank)
+            if self._refused(token, masked):
+                continue
+            if self.penalized:
+                lowered = self.penalty(token, rank)
+                if lowered and u() >= math.exp(-lowered / s.cut.temperature):
+                    continue
+            return token
+
+    def _greedy(self, key: int, cls: int, masked: frozenset[int]) -> int:
+        """The likeliest token after the penalties (ranks scanned until none can beat it)."""
+        m = self.model
+        best, best_value = None, -math.inf
+        for rank in range(m.size):
+            value = m.logprob(rank)
+            if value <= best_value:
+                return best  # type: ignore[return-value]
+            token = m.token_at(key, cls, rank)
+            if self._refused(token, masked):
+                continue
+            if self.penalized:
+                value -= self.penalty(token, rank)
+            if value > best_value:
+                best, best_value = token, value
+        return best  # type: ignore[return-value]
+
+    def _among_allowed(
+        self, key: int, cls: int, u: Callable[[], float], masked: frozenset[int]
+    ) -> int:
+        """vLLM masks every other token: the allowed ones at their tempered weights."""
+        m, s = self.model, self.s
+        ranks = [(m.rank_of(key, cls, t), t) for t in self.allowed if t not in masked]
+        if not ranks:
+            ranks = [(m.rank_of(key, cls, t), t) for t in self.allowed]
+        ranks.sort()
+        values = [m.logprob(r) - (self.penalty(t, r) if self.penalized else 0) for r, t in ranks]
+        if s.greedy:
+            return ranks[int(np.argmax(values))][1]
+        weights = np.exp((np.asarray(values) - max(values)) / s.cut.temperature)
+        cdf = np.cumsum(weights)
+        return ranks[min(int(np.searchsorted(cdf, u() * cdf[-1], side="right")), len(ranks) - 1)][1]
+
+
+def sample_choice(
+    model: CausalModel,
+    prompt: list[int],
+    draw: Callable[[], float],
+    s: Settings,
+    steer: Callable[[int, int], int] | None = None,
+) -> Choice:
+    """Run one choice after `prompt`, drawing uniforms in [0, 1) from `draw`; `steer` (steered.py)
+    maps a step's position key to the key steering gives it there (the same key where nothing
+    reaches it)."""
+    table = model.vocab.texts_for(s.skip_special_tokens)
     ends = ([s.eos_token_id] if s.eos_token_id is not None else []) + list(s.stop_token_ids)
-    # The end tokens the model may draw: with allowed_token_ids, only those it allows (vLLM
-    # masks every other token, end tokens included). Any end token still ends the choice.
-    drawn = [t for t in ends if t in s.allowed_token_ids] if s.allowed_token_ids else ends
+    early = frozenset(ends)  # before min_tokens, vLLM masks the end and stop tokens
+    step = _Step(model, s, prompt)
+    key = model.keys(prompt)[-1]
+    previous = prompt[-1] if prompt else None
     ids: list[int] = []
     texts: list[str] = []
+    keys: list[int] = []
+    classes: list[int] = []
     text = ""
-    prev: int | None = None
-    eos_rate, min_tokens, stops = s.eos_rate, s.min_tokens, s.stop
-    for step in range(s.max_tokens):
-        u_token, u_end, u_which = draw(), draw(), draw()
-        steered = False
-        if steer is not None:
-            u = steer(step, u_token)
-            steered, u_token = u != u_token, u
-        may_end = step >= min_tokens
-        if drawn and may_end and u_end < eos_rate and not steered:
-            token = drawn[min(int(u_which * len(drawn)), len(drawn) - 1)]
+    stops = s.stop
+    # the profile's own draw, nothing masked or lowered: the common case, inline
+    plain = step.whole and not (step.allowed or step.banned or step.penalized or s.greedy)
+    token_at, class_of, last = model.token_at, model.class_of, model.size - 1
+    for i in range(s.max_tokens):
+        here = steer(i, key) if steer is not None else key
+        cls = class_of(previous)
+        may_end = i >= s.min_tokens
+        if plain and (may_end or not early):
+            rank = int(1 / (1 - draw())) - 1
+            token = token_at(here, cls, rank if rank < last else last)
         else:
-            token = _next_word(vocab, pools, prev, u_token)
-        if ends and may_end and token in ends:
-            # An end token's text stays out of the text, as in vLLM, unless asked for.
-            ids.append(token)
-            texts.append(table[token])
-            text = "".join(texts if s.include_stop_str_in_output else texts[:-1])
-            return Choice(ids, texts, text, "stop", token if token in s.stop_token_ids else None)
+            token = step.draw(here, cls, draw, frozenset() if may_end else early)
         ids.append(token)
         texts.append(table[token])
-        prev = token
+        keys.append(here)
+        classes.append(cls)
+        if step.penalized:
+            step.counts[token] += 1
+        if ends and may_end and token in ends:
+            # An end token's text stays out of the text, as in vLLM, unless asked for.
+            text = "".join(texts if s.include_stop_str_in_output else texts[:-1])
+            reason = token if token in s.stop_token_ids else None
+            return Choice(ids, texts, text, "stop", reason, keys, classes)
+        key, previous = mix(key, token), token
         if not stops:
-            continue   # the text is joined at the end
+            continue  # the text is joined at the end
         since = len(text)
         text += texts[-1]
         # As vLLM's detokenizer: stop strings count only once more than min_tokens tokens
         # are out (the stopping token comes after min_tokens, as the end tokens do).
-        if step + 1 > min_tokens:
+        if i + 1 > s.min_tokens:
             found = _find_stop(text, s.stop, since)
             if found is not None:
                 at, stop = found
                 cut = at + len(stop) if s.include_stop_str_in_output else at
-                return Choice(ids, texts, text[:cut], "stop", stop)
-    return Choice(ids, texts, "".join(texts), "length", None)
+                return Choice(ids, texts, text[:cut], "stop", stop, keys, classes)
+    return Choice(ids, texts, "".join(texts), "length", None, keys, classes)

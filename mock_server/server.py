@@ -1,5 +1,6 @@
 """The mock's app: the API server (api_server/) over the fake engine, with the mock's
 faults, simulated latency and load model as its hook, and vLLM's metrics beside the API's."""
+
 from __future__ import annotations
 
 from collections.abc import Mapping
@@ -14,11 +15,15 @@ from mock_server.fake_engine import FakeEngine
 from mock_server.faults import Faults
 
 
-def create_app(config: MockConfig | None = None, engine: Engine | None = None,
-               models: Mapping[str, ModelInfo] | None = None, api: Spec | None = None) -> Flask:
+def create_app(
+    config: MockConfig | None = None,
+    engine: Engine | None = None,
+    models: Mapping[str, ModelInfo] | None = None,
+    api: Spec | None = None,
+) -> Flask:
     """The mock (MockConfig.from_env() when no config is given); `engine` replaces the
     fake one, `models` the spec's models (config.max_model_len still applies on top)."""
-    # prometheus_client is imported now, after serve.prepare (api_server/metrics.py).
+    # Imported now, after serve.prepare: api_server/metrics.py says why.
     from api_server.metrics import new_registry
     from mock_server.metrics import VllmMetrics
 
@@ -29,4 +34,18 @@ def create_app(config: MockConfig | None = None, engine: Engine | None = None,
         engine = FakeEngine(api, served.values(), config.eos_rate)
     registry = new_registry()
     hook = Faults(config, api, None if config.disable_log_stats else VllmMetrics(registry, served))
-    return create_api_app(config, engine, models, hook, api, registry)
+    app = create_api_app(config, engine, models, hook, api, registry)
+
+    def reset_fail_counts() -> tuple[str, int]:
+        hook.seen.reset()
+        return "", 204
+
+    # The mock's own route, as /metrics is the server's: no part of the API, so no key.
+    app.add_url_rule(
+        api.mock_faults["reset_path"],
+        "mockResetFailCounts",
+        reset_fail_counts,
+        methods=["DELETE"],
+        provide_automatic_options=False,
+    )
+    return app

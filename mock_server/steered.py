@@ -5,14 +5,15 @@ vllm-lens adds `scale` x the vector (rescaled to the residual's L2 norm with
 vector) or at the positions it lists (3-D). So a vector of zeros, or any vector
 at scale 0, adds nothing and the continuation is the one without steering.
 
-The fake engine has no model: its residual stream (activations.py) carries the
-additions forward to every later layer, and the text feels them through their
-strength, the added norm over the residual's norm. A generated token is
-replaced with chance 1 - exp(-strength) of the positions before it, by a token
-that the vector's direction and layers decide (not its magnitude), on the same
-uniforms whatever the strength: a stronger push replaces every token a weaker
-one does, and more.
+The fake engine's residual stream (activations.py) carries the additions forward to
+every later layer, and its distributions (model.py) feel them through their strength, the
+added norm over the residual's norm, felt by every position from the first it reaches on:
+a position's distribution is the one its key mixed with the vector's direction gives (the
+direction and layers decide which, not the magnitude) with chance 1 - exp(-strength), on a
+uniform of the direction and the position alone, so a stronger push moves every position a
+weaker one does, and more. Prompt rows and generated tokens read the same positions.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -24,8 +25,9 @@ import numpy as np
 from contract import ModelInfo
 from contract.tensors import SteeringVector
 from mock_server.activations import float32_values, nominal_norm
+from mock_server.model import mix
 
-EPS = 1e-6   # vllm-lens's norm_match: steering * (|residual| / (|steering| + eps))
+EPS = 1e-6  # vllm-lens's norm_match: steering * (|residual| / (|steering| + eps))
 
 
 def _rows(v: SteeringVector, k: int, positions: int) -> tuple[np.ndarray, np.ndarray]:
@@ -73,29 +75,36 @@ def _direction(steering: list[SteeringVector]) -> bytes:
         values = float32_values(v.values)
         peak = float(np.abs(values).max())
         h.update((values / peak if peak else values).astype(np.float32).tobytes())
-        h.update(repr((v.layer_indices, v.position_indices, v.norm_match, math.copysign(1, v.scale))).encode())
+        h.update(
+            repr(
+                (v.layer_indices, v.position_indices, v.norm_match, math.copysign(1, v.scale))
+            ).encode()
+        )
     return h.digest()
 
 
-Steer = Callable[[int, float], float]
+Steer = Callable[[int, int], int]  # (position, its key) -> the key its distribution has
 
 
-def steerer(steering: list[SteeringVector], model: ModelInfo, prompt_len: int, max_tokens: int,
-            key: bytes) -> Steer | None:
-    """(step, the token's uniform) -> the uniform the step uses; None when nothing is added."""
+def steerer(steering: list[SteeringVector], model: ModelInfo, positions: int) -> Steer | None:
+    """What steering does to each of `positions` positions; None when it adds nothing."""
     if not steering:
         return None
-    strength = _strengths(steering, model, prompt_len + max_tokens)
+    strength = _strengths(steering, model, positions)
     if not strength.any():
         return None
-    # token i is written from position prompt_len - 1 + i, which sees every position before it
-    felt = np.maximum.accumulate(strength)[prompt_len - 1:]
+    felt = np.maximum.accumulate(strength)  # a position sees every position before it
     chance = 1 - np.exp(-felt)
     direction = _direction(steering)
-    draws = np.random.Generator(np.random.PCG64(int.from_bytes(hashlib.sha256(key).digest(), "little")))
-    replaced = draws.random(len(chance)) < chance
-    tokens = np.random.Generator(np.random.PCG64(int.from_bytes(direction, "little"))).random(len(chance))
+    moved = (
+        np.random.Generator(np.random.PCG64(int.from_bytes(direction, "little"))).random(
+            len(chance)
+        )
+        < chance
+    )
+    turn = int.from_bytes(direction[:8], "little")
 
-    def steer(step: int, u: float) -> float:
-        return float(tokens[step]) if replaced[step] else u
+    def steer(position: int, key: int) -> int:
+        return mix(key, turn) if moved[position] else key
+
     return steer

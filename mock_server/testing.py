@@ -8,11 +8,13 @@
     aclient = AsyncOpenAI(base_url=BASE_URL, api_key="any",
                           http_client=httpx.AsyncClient(transport=async_transport()))
 
-`transport()` runs the mock's WSGI app in the calling thread (httpx's WSGITransport):
-a stream's chunks arrive as the app makes them, simulated latency included, and a
-dropped connection raises httpx.RemoteProtocolError, as over a socket.
-`async_transport()` runs the same app in worker threads (anyio's), one step of a
-stream at a time, so an event loop never waits on it. Both take a MockConfig, or its
+`transport()` runs the mock's WSGI app (httpx's WSGITransport) in a thread of each
+response's own: a stream's chunks arrive as the app makes them, simulated latency included;
+the client's read timeout fires while the answer or a stream's next chunk is late
+(httpx.ReadTimeout, the SDK's APITimeoutError), and a dropped connection raises
+httpx.RemoteProtocolError, as over a socket. `async_transport()` waits for the same steps in
+anyio's worker threads, so an event loop never waits on it. `reset_fail_counts()`, on either
+and on the live mock, starts every X-Mock-Fail-First count anew. Both take a MockConfig, or its
 fields as keywords (`transport(ttft_ms=50, max_num_seqs=2)`).
 
 `acs_mock`, a pytest fixture (`from mock_server.testing import acs_mock` in a
@@ -24,17 +26,23 @@ conftest.py, or `pytest -p mock_server.testing`): a live mock on a free port
     def acs_mock_options() -> list[str]:
         return ["--load-profile", "llama-8b-h100", "--max-num-seqs", "8"]
 
+`--port N` among the options picks the port (a client whose configuration names one);
 `live_mock(*options)` starts one with other options, for a block.
 This module needs httpx (the [mock] extra) and, for the fixture alone, pytest: without
 pytest it imports, with its transports and without `acs_mock`.
 """
+
 from __future__ import annotations
 
 import os
+import queue
 import subprocess
 import sys
 import tempfile
-from collections.abc import AsyncIterator, Iterator
+import threading
+from collections.abc import AsyncIterator, Callable, Iterator
+from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeout
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,11 +52,12 @@ import anyio.to_thread
 import httpx
 
 from api_server.children import free_port, stop_process, wait_ready
+from api_server.state import state_of
 from mock_server.config import MockConfig
 
 try:
     import pytest
-except ImportError:     # the [mock] extra has no pytest: the transports work without it (no fixture)
+except ImportError:  # the [mock] extra has no pytest: the transports work without it (no fixture)
     pytest = None  # type: ignore[assignment]
 
 # Any host: the in-process transports never resolve it. BASE_URL is the SDK's (/v1).
@@ -61,44 +70,133 @@ def _app(config: MockConfig | None, settings: dict[str, Any]) -> Any:
     """The mock of `config`, or of `settings` (any of MockConfig's fields, a load_profile's
     numbers under them, as the server's command line has them; no MOCK_* variable read)."""
     from mock_server.server import create_app
+
     return create_app(config if config is not None else MockConfig.from_env({}, **settings))
 
 
-# httpx's words (httpcore's) for a connection closed mid-body or before any answer.
+# httpx's words (httpcore's) for a connection closed mid-body or before any answer, and for a
+# read that waited past its timeout.
 CUT_BODY = "peer closed connection without sending complete message body (incomplete chunked read)"
 NO_RESPONSE = "Server disconnected without sending a response."
+TIMED_OUT = "timed out"
+
+
+def _read_timeout(request: httpx.Request) -> float | None:
+    """The request's read timeout (httpx puts the client's in the request's extensions)."""
+    timeout = request.extensions.get("timeout") or {}
+    read = timeout.get("read")
+    return None if read is None else float(read)
+
+
+class _Worker:
+    """One daemon thread that runs one response's steps in order: the app's call, then each
+    chunk, then its close (a generator is never touched by two threads at once). The caller
+    waits for a step at most the read timeout, as a socket's reader would; a step it gave up
+    on finishes in the thread, and a daemon thread never holds up the interpreter's exit."""
+
+    def __init__(self) -> None:
+        self._jobs: queue.SimpleQueue[tuple[Future[Any], Callable[[], Any]] | None] = (
+            queue.SimpleQueue()
+        )
+        threading.Thread(target=self._run, daemon=True, name="acs-mock-transport").start()
+
+    def _run(self) -> None:
+        while (job := self._jobs.get()) is not None:
+            future, step = job
+            if future.set_running_or_notify_cancel():
+                try:
+                    future.set_result(step())
+                except BaseException as exc:  # handed to the waiting caller
+                    future.set_exception(exc)
+
+    def submit(self, step: Callable[[], Any]) -> Future[Any]:
+        future: Future[Any] = Future()
+        self._jobs.put((future, step))
+        return future
+
+    def finish(self, step: Callable[[], Any]) -> None:
+        """Run `step` after the steps before it, then end the thread; nobody waits."""
+        self._jobs.put((Future(), step))
+        self._jobs.put(None)
+
+
+def _wait(future: Future[Any], timeout: float | None, request: httpx.Request) -> Any:
+    try:
+        return future.result(timeout)
+    except FutureTimeout:
+        raise httpx.ReadTimeout(TIMED_OUT, request=request) from None
 
 
 class _Body(httpx.SyncByteStream):
-    """A WSGI body whose dropped connection (the app's ConnectionResetError: the mock's
-    X-Mock-Stream-Drop-After) reads as httpx's error for a body cut off over a socket."""
+    """A WSGI body read in its _Worker, each chunk waited for at most the read timeout; a
+    dropped connection (the app's ConnectionResetError: the mock's X-Mock-Stream-Drop-After)
+    reads as httpx's error for a body cut off over a socket."""
 
-    def __init__(self, stream: httpx.SyncByteStream) -> None:
-        self._stream = stream
+    def __init__(
+        self,
+        stream: httpx.SyncByteStream,
+        worker: _Worker,
+        timeout: float | None,
+        request: httpx.Request,
+    ) -> None:
+        self._stream, self._chunks = stream, iter(stream)
+        self._worker, self._timeout, self._request = worker, timeout, request
+        self._closed = False
+
+    def next_step(self) -> Future[Any]:
+        return self._worker.submit(lambda: next(self._chunks, None))
+
+    def chunk(self, future: Future[Any]) -> bytes | None:
+        try:
+            result: bytes | None = _wait(future, self._timeout, self._request)
+        except ConnectionResetError as exc:
+            raise httpx.RemoteProtocolError(CUT_BODY, request=self._request) from exc
+        return result
 
     def __iter__(self) -> Iterator[bytes]:
-        try:
-            yield from self._stream
-        except ConnectionResetError as exc:
-            raise httpx.RemoteProtocolError(CUT_BODY) from exc
+        while (chunk := self.chunk(self.next_step())) is not None:
+            yield chunk
 
     def close(self) -> None:
-        self._stream.close()
+        if not self._closed:
+            self._closed = True
+            self._worker.finish(self._stream.close)
 
 
 class MockTransport(httpx.WSGITransport):
-    """httpx's WSGITransport over the mock, a dropped connection raising what a socket's would
-    (httpx.RemoteProtocolError, which the openai SDK turns into APIConnectionError), not the
-    app's own exception."""
+    """httpx's WSGITransport over the mock, as a socket would serve it: the request's read
+    timeout fires (httpx.ReadTimeout, the openai SDK's APITimeoutError) while the answer or a
+    stream's next chunk is late, and a dropped connection raises httpx.RemoteProtocolError
+    (the SDK's APIConnectionError), not the app's own exception. The app runs in a thread of
+    the response's own."""
 
     def handle_request(self, request: httpx.Request) -> httpx.Response:
+        timeout, worker = _read_timeout(request), _Worker()
         try:
-            response = super().handle_request(request)
-        except ConnectionResetError as exc:   # dropped before the first byte of the body
+            response = _wait(
+                worker.submit(lambda: super(MockTransport, self).handle_request(request)),
+                timeout,
+                request,
+            )
+        except ConnectionResetError as exc:  # dropped before the first byte of the body
+            worker.finish(lambda: None)
             raise httpx.RemoteProtocolError(NO_RESPONSE, request=request) from exc
-        assert isinstance(response.stream, httpx.SyncByteStream)   # WSGITransport's body
-        return httpx.Response(response.status_code, headers=response.headers, stream=_Body(response.stream),
-                              extensions=response.extensions)
+        except httpx.ReadTimeout:
+            worker.finish(lambda: None)  # the app's answer, when it comes, goes nowhere
+            raise
+        assert isinstance(response.stream, httpx.SyncByteStream)  # WSGITransport's body
+        return httpx.Response(
+            response.status_code,
+            headers=response.headers,
+            stream=_Body(response.stream, worker, timeout, request),
+            extensions=response.extensions,
+        )
+
+    def reset_fail_counts(self) -> None:
+        """Start every X-Mock-Fail-First count anew (DELETE /mock/fail-counts)."""
+        path = state_of(self.app).contract.api.mock_faults["reset_path"]  # its app's spec
+        with httpx.Client(transport=self, base_url=URL) as client:
+            client.delete(path).raise_for_status()
 
 
 def transport(config: MockConfig | None = None, **settings: Any) -> MockTransport:
@@ -107,20 +205,23 @@ def transport(config: MockConfig | None = None, **settings: Any) -> MockTranspor
 
 
 class _ThreadedStream(httpx.AsyncByteStream):
-    """A sync response body read one chunk at a time in a worker thread."""
+    """A transport()'s body, each chunk awaited in a thread of anyio's so that the event loop
+    never blocks (its wait bounded by the request's read timeout, as the sync one's)."""
 
-    def __init__(self, stream: httpx.SyncByteStream) -> None:
-        self._stream, self._chunks = stream, iter(stream)
+    def __init__(self, body: _Body) -> None:
+        self._body = body
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
         while True:
-            chunk = await anyio.to_thread.run_sync(next, self._chunks, None)
+            future = self._body.next_step()
+            # (a cancelled task leaves the wait to its thread: the worker keeps the order)
+            chunk = await anyio.to_thread.run_sync(self._body.chunk, future, abandon_on_cancel=True)
             if chunk is None:
                 return
             yield chunk
 
     async def aclose(self) -> None:
-        await anyio.to_thread.run_sync(self._stream.close)
+        self._body.close()
 
 
 class AsyncMockTransport(httpx.AsyncBaseTransport):
@@ -131,12 +232,28 @@ class AsyncMockTransport(httpx.AsyncBaseTransport):
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         body = await request.aread()
-        plain = httpx.Request(request.method, request.url, headers=request.headers, content=body)
-        response = await anyio.to_thread.run_sync(self._sync.handle_request, plain)
+        plain = httpx.Request(
+            request.method,
+            request.url,
+            headers=request.headers,
+            content=body,
+            extensions=request.extensions,
+        )
+        response = await anyio.to_thread.run_sync(
+            self._sync.handle_request, plain, abandon_on_cancel=True
+        )
         stream = response.stream
-        assert isinstance(stream, httpx.SyncByteStream)   # WSGITransport's body
-        return httpx.Response(response.status_code, headers=response.headers, stream=_ThreadedStream(stream),
-                              extensions=response.extensions)
+        assert isinstance(stream, _Body)  # MockTransport's
+        return httpx.Response(
+            response.status_code,
+            headers=response.headers,
+            stream=_ThreadedStream(stream),
+            extensions=response.extensions,
+        )
+
+    def reset_fail_counts(self) -> None:
+        """Start every X-Mock-Fail-First count anew (DELETE /mock/fail-counts)."""
+        self._sync.reset_fail_counts()
 
 
 def async_transport(config: MockConfig | None = None, **settings: Any) -> AsyncMockTransport:
@@ -148,6 +265,7 @@ def async_transport(config: MockConfig | None = None, **settings: Any) -> AsyncM
 class LiveMock:
     """A mock server process: `url` (http://127.0.0.1:PORT), `base_url` (its /v1, for the SDK),
     `log` (its log, a file while the block runs)."""
+
     url: str
     process: subprocess.Popen[bytes]
     log: Path
@@ -156,19 +274,53 @@ class LiveMock:
     def base_url(self) -> str:
         return self.url + "/v1"
 
+    def reset_fail_counts(self) -> None:
+        """Start every X-Mock-Fail-First count anew (DELETE /mock/fail-counts): a test of a
+        session's mock that counts by the API key no longer sees the tests before it."""
+        from contract import spec  # the live mock's: the spec its process reads
+
+        httpx.delete(self.url + spec().mock_faults["reset_path"]).raise_for_status()
+
+
+def _port(options: tuple[str, ...]) -> tuple[int | None, list[str]]:
+    """The port `--port N` (or `--port=N`) in acs-mock's options asks for, and the other options."""
+    rest, port = list(options), None
+    for i, option in enumerate(options):
+        if option == "--port" and i + 1 < len(options):
+            port, rest = int(options[i + 1]), [*options[:i], *options[i + 2 :]]
+        elif option.startswith("--port="):
+            port, rest = int(option.split("=", 1)[1]), [*options[:i], *options[i + 1 :]]
+    return port, rest
+
 
 @contextmanager
 def live_mock(*options: str) -> Iterator[LiveMock]:
-    """`python -m mock_server --workers 1 OPTIONS` on a free port, until the block ends."""
-    port = free_port()
+    """`python -m mock_server --workers 1 OPTIONS` until the block ends: on the port a
+    `--port N` among the options asks for, else on a free one."""
+    chosen, rest = _port(options)
+    port = chosen if chosen is not None else free_port()
+    options = tuple(rest)
     env = {k: v for k, v in os.environ.items() if not k.startswith("MOCK_")}
     # the log goes to a file: a pipe no one reads fills at 64 KiB and the server then blocks
     # on its next log line (issue 44: a mock with --log-level debug wedged at request 935)
     with tempfile.TemporaryDirectory(prefix="acs-mock-") as folder:
         log = Path(folder) / "mock.log"
         with log.open("wb") as sink:
-            process = subprocess.Popen([sys.executable, "-m", "mock_server", "--port", str(port), "--workers",
-                                        "1", *options], env=env, stdout=subprocess.DEVNULL, stderr=sink)
+            process = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "mock_server",
+                    "--port",
+                    str(port),
+                    "--workers",
+                    "1",
+                    *options,
+                ],
+                env=env,
+                stdout=subprocess.DEVNULL,
+                stderr=sink,
+            )
         mock = LiveMock(f"http://127.0.0.1:{port}", process, log)
         try:
             wait_ready(mock.url, process, START_TIMEOUT_S, name="the mock", log=log, interval=0.1)
@@ -178,11 +330,13 @@ def live_mock(*options: str) -> Iterator[LiveMock]:
 
 
 if pytest is not None:
+
     @pytest.fixture(scope="session")
     def acs_mock(request: pytest.FixtureRequest) -> Iterator[LiveMock]:
-        """A live mock on a free port for the whole test session (any Bearer key works),
-        started with the options of an `acs_mock_options` fixture where the tests have one
-        (acs-mock's command-line options, a list of strings), else with none."""
+        """A live mock for the whole test session (any Bearer key works), started with the
+        options of an `acs_mock_options` fixture where the tests have one (acs-mock's
+        command-line options, a list of strings; `--port N` picks its port), else with none
+        on a free port."""
         try:
             options = list(request.getfixturevalue("acs_mock_options"))
         except pytest.FixtureLookupError:

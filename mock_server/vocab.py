@@ -4,6 +4,7 @@ Built once per model at start (about 0.1 s): the text of every token, which
 ids are special, and pools of ordinary word tokens so that generated text
 reads like words and sentences rather than random byte pieces.
 """
+
 from __future__ import annotations
 
 import re
@@ -21,11 +22,11 @@ _SPECIAL = re.compile(rb"<\|[a-z0-9_]+\|>")
 
 @dataclass(frozen=True)
 class Vocab:
-    texts: tuple[str, ...]          # each token decoded alone (invalid UTF-8 replaced)
-    special: frozenset[int]         # ids written like <|...|> (BOS, EOS, reserved)
-    lower: np.ndarray               # " word"
-    capital: np.ndarray             # " Word" (after a full stop)
-    bare_capital: np.ndarray        # "Word" (after a line break)
+    texts: tuple[str, ...]  # each token decoded alone (invalid UTF-8 replaced)
+    special: frozenset[int]  # ids written like <|...|> (BOS, EOS, reserved)
+    lower: np.ndarray  # " word"
+    capital: np.ndarray  # " Word" (after a full stop)
+    bare_capital: np.ndarray  # "Word" (after a line break)
     period: int
     comma: int
     newline: int
@@ -69,7 +70,7 @@ def vocab(model: ModelInfo) -> Vocab:
     built = _BUILT.get(model.hf_id)
     if built is None:
         built = _BUILT.setdefault(model.hf_id, _build(model))
-        built.texts_for(True)   # the tables at start, not in the first request
+        built.texts_for(True)  # the tables at start, not in the first request
     return built
 
 

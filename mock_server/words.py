@@ -4,7 +4,8 @@ Plain data, not spec: vocab.py keeps only the words that are one Llama 3 token
 with a leading space.
 """
 
-WORDS: tuple[str, ...] = tuple("""
+WORDS: tuple[str, ...] = tuple(
+    """
     the of and to in is was for on that with as it by at from his her their this which
     were are have had has been not but all one they there when more other some new after
     into what about over only also than first two most can would could may will made
@@ -23,4 +24,5 @@ WORDS: tuple[str, ...] = tuple("""
     perhaps together because while until although however then now here where every each
     many much few king queen child children father mother brother sister friend man
     woman men women teacher doctor farmer captain soldier student writer painter
-""".split())
+""".split()
+)

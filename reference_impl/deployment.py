@@ -6,6 +6,7 @@ with the model's config.json, and max_model_len with what vLLM reports in
 GET /v1/models (the deployment's to set). The vocabulary must be the spec's:
 the core counts prompt tokens with the spec's tokenizer.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -49,18 +50,24 @@ def pick_upstream(entries: dict[str, dict[str, Any]], served_name: str) -> dict[
     raise DeploymentError(f"vLLM serves {sorted(entries)}, none named {served_name!r}")
 
 
-def deployment_models(served_name: str, max_model_len: int, config: dict[str, Any] | None,
-                      api: Spec) -> dict[str, ModelInfo]:
+def deployment_models(
+    served_name: str, max_model_len: int, config: dict[str, Any] | None, api: Spec
+) -> dict[str, ModelInfo]:
     """The models this deployment serves (one): `api`'s entry, its numbers overridden."""
     base = api.models.get(served_name)
     if base is None:
-        raise DeploymentError(f"{served_name!r} is not a model of openapi.yaml "
-                              f"(x-models: {', '.join(api.models)})")
+        raise DeploymentError(
+            f"{served_name!r} is not a model of openapi.yaml (x-models: {', '.join(api.models)})"
+        )
     overrides: dict[str, Any] = {"max_model_len": int(max_model_len)}
     if config is not None:
         config = config.get("text_config", config)
         if config.get("vocab_size") != base.vocab_size:
-            raise DeploymentError(f"the model's vocab_size {config.get('vocab_size')} is not "
-                                  f"{served_name}'s {base.vocab_size}: the core would count tokens wrongly")
-        overrides.update(num_layers=int(config["num_hidden_layers"]), hidden_size=int(config["hidden_size"]))
+            raise DeploymentError(
+                f"the model's vocab_size {config.get('vocab_size')} is not "
+                f"{served_name}'s {base.vocab_size}: the core would count tokens wrongly"
+            )
+        overrides.update(
+            num_layers=int(config["num_hidden_layers"]), hidden_size=int(config["hidden_size"])
+        )
     return {served_name: dataclasses.replace(base, **overrides)}

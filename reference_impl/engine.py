@@ -30,6 +30,7 @@ greenlet through `stream`, with no pump and no hand-off per token, and what one 
 from vLLM brings leaves in one write. Foreign exceptions (wire.py's, and vLLM's error
 bodies) become the API's errors in one place, reference_impl/errors.py.
 """
+
 from __future__ import annotations
 
 import json
@@ -47,9 +48,9 @@ from reference_impl.health import UpstreamHealth
 from reference_impl.upstream import upstream_body
 from reference_impl.wire import Exchange, Pool, WireTimeout
 
-COMPLETIONS = "/v1/completions"   # vLLM's OpenAI route (not ours: the upstream's)
+COMPLETIONS = "/v1/completions"  # vLLM's OpenAI route (not ours: the upstream's)
 CONNECT_TIMEOUT_S = 5.0
-DRAIN_CHUNKS = 4   # chunks read after `[DONE]` at most (the body's end, so the connection is kept)
+DRAIN_CHUNKS = 4  # chunks read after `[DONE]` at most (the body's end, so the connection is kept)
 # A kept-alive connection to vLLM is dropped after this many idle seconds, before vLLM's
 # uvicorn closes it (VLLM_HTTP_TIMEOUT_KEEP_ALIVE, 5 s by default): at 5 s a request could be
 # sent on a connection that vLLM was closing at that moment, and fail.
@@ -60,21 +61,35 @@ class VllmEngine(Engine):
     """The engine protocol over vLLM at `base_url`, which serves the model as `model`. Its
     `stream` reads vLLM with a bounded wait, and it is `ready` when vLLM is."""
 
-    def __init__(self, base_url: str, model: str, *, wait_seconds: float | None = None,
-                 api: Spec, pool_size: int = 64, isolate_steering: bool = True) -> None:
+    def __init__(
+        self,
+        base_url: str,
+        model: str,
+        *,
+        wait_seconds: float | None = None,
+        api: Spec,
+        pool_size: int = 64,
+        isolate_steering: bool = True,
+    ) -> None:
         self.base_url = base_url.rstrip("/")
         self.model = model
         # The API's wait for Inference: the longest vLLM may stay silent (without stream,
         # vLLM says nothing before it is done, so that is the whole request's time).
         self.api = api
-        self.wait_seconds = float(wait_seconds if wait_seconds is not None else api.caps["wait_seconds"])
+        self.wait_seconds = float(
+            wait_seconds if wait_seconds is not None else api.caps["wait_seconds"]
+        )
         # Kept-alive connections to vLLM: as many as the worker serves requests at once,
         # so that a burst of streams does not open (and then drop) a connection each.
         self.pool_size = pool_size
         # False only in tests: a steered request's KV blocks then reach plain requests (upstream.py)
         self.isolate_steering = isolate_steering
-        self._wire = Pool(self.base_url, connect_timeout=CONNECT_TIMEOUT_S,
-                          keepalive_expiry=KEEPALIVE_EXPIRY_S, max_idle=pool_size)
+        self._wire = Pool(
+            self.base_url,
+            connect_timeout=CONNECT_TIMEOUT_S,
+            keepalive_expiry=KEEPALIVE_EXPIRY_S,
+            max_idle=pool_size,
+        )
         self.health = UpstreamHealth(self.base_url)
 
     def ready(self) -> bool:
@@ -109,8 +124,9 @@ class VllmEngine(Engine):
                 exchange.close()
         yield from events
 
-    def _wire_batches(self, req: CompletionRequest, request_id: str,
-                      interval: float) -> Generator[list[Event], None, None]:
+    def _wire_batches(
+        self, req: CompletionRequest, request_id: str, interval: float
+    ) -> Generator[list[Event], None, None]:
         decoder = Decoder(req, self.api)
         sse = SseData()
         with translated(self.wait_seconds):
@@ -119,7 +135,7 @@ class VllmEngine(Engine):
             due = time.monotonic() + interval
             try:
                 while True:
-                    status = exchange.status   # None until vLLM's head is in
+                    status = exchange.status  # None until vLLM's head is in
                     if status is not None and status != 200:
                         raise from_vllm(status, vllm_json(exchange.read_all()), self.api)
                     batch: list[Event] = []
@@ -127,7 +143,7 @@ class VllmEngine(Engine):
                         for piece in exchange.take():
                             for data in sse.feed(piece):
                                 batch += decoder.chunk(vllm_json(data))
-                    except Exception:   # an error event: the events before it leave first
+                    except Exception:  # an error event: the events before it leave first
                         if batch:
                             yield batch
                         raise
@@ -138,13 +154,15 @@ class VllmEngine(Engine):
                             try:
                                 if exchange.complete or not exchange.read(self.wait_seconds):
                                     break
-                            except WireTimeout:   # silent after [DONE]: the stream stands, its connection goes
+                            except (
+                                WireTimeout
+                            ):  # silent after [DONE]: the stream stands, its connection goes
                                 break
                             exchange.take()
                         if batch:
                             yield batch
                         return
-                    if exchange.complete:   # (the events before the cut leave first)
+                    if exchange.complete:  # (the events before the cut leave first)
                         if batch:
                             yield batch
                         raise UpstreamError("the stream ended without data: [DONE]")
@@ -167,7 +185,7 @@ class VllmEngine(Engine):
             for batch in batches:
                 yield from batch
         finally:
-            batches.close()   # closed early (the client left): vLLM's connection closes now
+            batches.close()  # closed early (the client left): vLLM's connection closes now
 
 
 def vllm_json(raw: bytes) -> object:

@@ -15,6 +15,7 @@ it, and the value can be the client's whole input), and its param is named as
 the API names it (no `body.` prefix, no vLLM-internal names). Anything else
 vLLM says stays in our log: it is about the deployment, not the request.
 """
+
 from __future__ import annotations
 
 import logging
@@ -24,7 +25,14 @@ from contextlib import contextmanager
 from functools import cache
 from typing import Any
 
-from contract import ApiError, ContextLengthExceeded, DeadlineExceeded, InferenceUnavailable, InvalidRequest, Spec
+from contract import (
+    ApiError,
+    ContextLengthExceeded,
+    DeadlineExceeded,
+    InferenceUnavailable,
+    InvalidRequest,
+    Spec,
+)
 from reference_impl.wire import WireError, WireTimeout
 
 log = logging.getLogger("reference_impl")
@@ -66,7 +74,7 @@ def public_param(param: Any, api: Spec) -> str | None:
 
 def _message(text: str) -> str:
     text = _TAIL.sub("", text).strip()
-    return text if len(text) <= MAX_MESSAGE else text[:MAX_MESSAGE - 1] + "…"
+    return text if len(text) <= MAX_MESSAGE else text[: MAX_MESSAGE - 1] + "…"
 
 
 def from_vllm(status: int, payload: Any, api: Spec) -> ApiError:
@@ -74,7 +82,7 @@ def from_vllm(status: int, payload: Any, api: Spec) -> ApiError:
     params named as `s` names them."""
     error = payload.get("error", payload) if isinstance(payload, dict) else None
     message = error.get("message") if isinstance(error, dict) else None
-    if status == 400 and isinstance(message, str) and message:
+    if status == 400 and isinstance(error, dict) and isinstance(message, str) and message:
         param = error.get("param")
         cls = ContextLengthExceeded if param in CONTEXT_PARAMS else InvalidRequest
         return cls(_message(message), public_param(param, api))
@@ -93,7 +101,7 @@ def translated(wait_seconds: float) -> Iterator[None]:
     """The client's exceptions (and unreadable answers) as the API's errors, at the engine's edge."""
     try:
         yield
-    except WireTimeout as exc:   # read or write: vLLM took longer than the wait
+    except WireTimeout as exc:  # read or write: vLLM took longer than the wait
         log.warning("vLLM did not answer within %s s: %s", wait_seconds, exc)
         raise deadline_exceeded(wait_seconds) from None
     except WireError as exc:

@@ -5,14 +5,15 @@ server builds its own chunks and Completion from (api_server/responses.py). Only
 openapi.yaml declares pass: vLLM's extras (system_fingerprint, metrics,
 kv_transfer_params, ...) stay here, and `model` and `id` are the app's.
 """
+
 from __future__ import annotations
 
 from functools import cache
 from typing import Any
 
+from api_server.engine import Activations, ChoiceDelta, Event, LogprobsDelta, Usage
 from contract import CompletionRequest, Spec
 from contract.tokens import decode
-from api_server.engine import Activations, ChoiceDelta, Event, LogprobsDelta, Usage
 from reference_impl.errors import UpstreamError, error_status, from_vllm
 
 DATA = b"data: "
@@ -39,10 +40,15 @@ class SseData:
         if self.done:
             return []
         buffer = self.buffer
-        if not buffer and chunk.startswith(DATA) and chunk.find(b"\n") == len(chunk) - 2 and chunk.endswith(b"\n\n"):
+        if (
+            not buffer
+            and chunk.startswith(DATA)
+            and chunk.find(b"\n") == len(chunk) - 2
+            and chunk.endswith(b"\n\n")
+        ):
             # vLLM sends each event as one chunk of its body, and a read usually gets it
             # whole: one data line and its blank line. It needs no buffer and no split.
-            data = chunk[len(DATA):-2].rstrip(b"\r")
+            data = chunk[len(DATA) : -2].rstrip(b"\r")
             if data == DONE:
                 self.done = True
                 return []
@@ -51,7 +57,7 @@ class SseData:
         buffer += chunk
         while (end := buffer.find(b"\n\n", self.searched)) >= 0:
             events.append(bytes(buffer[:end]))
-            del buffer[:end + 2]
+            del buffer[: end + 2]
             self.searched = 0
         # A large event (the activations) arrives in many pieces: search only the new tail.
         self.searched = max(0, len(buffer) - 1)
@@ -60,7 +66,7 @@ class SseData:
             for line in event.split(b"\n"):
                 line = line.rstrip(b"\r")
                 if line.startswith(DATA):
-                    data = line[len(DATA):]
+                    data = line[len(DATA) :]
                     if data == DONE:
                         self.done = True
                         return out
@@ -103,7 +109,7 @@ class Decoder:
     def _delta(self, c: dict[str, Any]) -> ChoiceDelta:
         index = int(c["index"])
         finish = c.get("finish_reason")
-        if finish not in FINISH_REASONS:   # "abort" or "error": Inference gave up on it
+        if finish not in FINISH_REASONS:  # "abort" or "error": Inference gave up on it
             raise UpstreamError(f"choice {index} ended with finish_reason {finish!r}")
         text = c.get("text") or ""
         first = index not in self.started
@@ -112,10 +118,15 @@ class Decoder:
             if self.echo:
                 text = self._echo_text(index) + text
         return ChoiceDelta(
-            index, text, list(c.get("token_ids") or ()), _logprobs(c.get("logprobs")), finish,
+            index,
+            text,
+            list(c.get("token_ids") or ()),
+            _logprobs(c.get("logprobs")),
+            finish,
             c.get("stop_reason"),
             prompt_token_ids=c.get("prompt_token_ids") if first else None,
-            prompt_logprobs=c.get("prompt_logprobs") if first else None)
+            prompt_logprobs=c.get("prompt_logprobs") if first else None,
+        )
 
     def _echo_text(self, index: int) -> str:
         """The prompt, as vLLM echoes it: a string as sent, token ids decoded (special
@@ -129,12 +140,18 @@ class Decoder:
     def _activations(self, payload: dict[str, Any]) -> Activations:
         tensor = payload["residual_stream"]
         # vllm-lens stacks the captured layers in ascending order.
-        return Activations(sorted(self.req.body.get("output_residual_stream") or ()),
-                           {k: tensor[k] for k in _tensor_fields(self.api)})
+        return Activations(
+            sorted(self.req.body.get("output_residual_stream") or ()),
+            {k: tensor[k] for k in _tensor_fields(self.api)},
+        )
 
 
 def _logprobs(lp: Any) -> LogprobsDelta | None:
     if lp is None:
         return None
-    return LogprobsDelta(list(lp["tokens"]), list(lp["token_logprobs"]), list(lp["top_logprobs"]),
-                         list(lp["text_offset"]))
+    return LogprobsDelta(
+        list(lp["tokens"]),
+        list(lp["token_logprobs"]),
+        list(lp["top_logprobs"]),
+        list(lp["text_offset"]),
+    )

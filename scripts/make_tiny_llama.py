@@ -12,6 +12,7 @@ quicktok-v1, so token ids match Llama 3 / 3.1 exactly.  Needs torch,
 transformers, tokenizers and quicktok (all in the venv made by
 scripts/install_vllm_cpu.sh).  No network access.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -37,22 +38,22 @@ CHAT_TEMPLATE = (
     "{{ '<|start_header_id|>assistant<|end_header_id|>\n\n' }}{% endif %}"
 )
 
-MODEL_CONFIG = dict(
-    vocab_size=VOCAB_SIZE,
-    hidden_size=128,
-    intermediate_size=256,
-    num_hidden_layers=4,
-    num_attention_heads=4,  # head_dim 32: vLLM's CPU attention needs >= 32
-    num_key_value_heads=2,  # GQA, like Llama 3
-    head_dim=32,
-    max_position_embeddings=4096,
-    rms_norm_eps=1e-5,
-    rope_theta=500000.0,
-    hidden_act="silu",
-    tie_word_embeddings=False,
-    bos_token_id=BOS_ID,
-    eos_token_id=EOS_ID,
-)
+MODEL_CONFIG = {
+    "vocab_size": VOCAB_SIZE,
+    "hidden_size": 128,
+    "intermediate_size": 256,
+    "num_hidden_layers": 4,
+    "num_attention_heads": 4,  # head_dim 32: vLLM's CPU attention needs >= 32
+    "num_key_value_heads": 2,  # GQA, like Llama 3
+    "head_dim": 32,
+    "max_position_embeddings": 4096,
+    "rms_norm_eps": 1e-5,
+    "rope_theta": 500000.0,
+    "hidden_act": "silu",
+    "tie_word_embeddings": False,
+    "bos_token_id": BOS_ID,
+    "eos_token_id": EOS_ID,
+}
 
 
 # A random model's logits spread by ~0.2 nats: its next token is near uniform over 128,256,
@@ -88,14 +89,16 @@ def build_tokenizer(out_dir: Path) -> None:
 
     tok = QuicktokConverter(pattern=LLAMA3_PATTERN, extra_special_tokens=specials).converted()
     # Same post-processor as Meta's tokenizer.json: byte-level + BOS prepended.
-    tok.post_processor = processors.Sequence([
-        processors.ByteLevel(add_prefix_space=True, trim_offsets=False, use_regex=True),
-        processors.TemplateProcessing(
-            single=f"{BOS}:0 $A:0",
-            pair=f"{BOS}:0 $A:0 {BOS}:1 $B:1",
-            special_tokens=[(BOS, BOS_ID)],
-        ),
-    ])
+    tok.post_processor = processors.Sequence(
+        [
+            processors.ByteLevel(add_prefix_space=True, trim_offsets=False, use_regex=True),
+            processors.TemplateProcessing(
+                single=f"{BOS}:0 $A:0",
+                pair=f"{BOS}:0 $A:0 {BOS}:1 $B:1",
+                special_tokens=[(BOS, BOS_ID)],
+            ),
+        ]
+    )
     assert tok.get_vocab_size() == VOCAB_SIZE
 
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -112,8 +115,12 @@ def build_tokenizer(out_dir: Path) -> None:
         "chat_template": CHAT_TEMPLATE,
         "added_tokens_decoder": {
             str(BOS_ID + i): {
-                "content": s, "lstrip": False, "normalized": False,
-                "rstrip": False, "single_word": False, "special": True,
+                "content": s,
+                "lstrip": False,
+                "normalized": False,
+                "rstrip": False,
+                "single_word": False,
+                "special": True,
             }
             for i, s in enumerate(specials)
         },
@@ -133,7 +140,7 @@ def build_model(out_dir: Path, seed: int = 0, peak_nats: float = PEAK_NATS) -> N
     if peak_nats:
         # The final norm leaves each hidden value about 1, so a logit's spread is the
         # output weights' (initializer_range) times sqrt(hidden).
-        spread = config.initializer_range * config.hidden_size ** 0.5
+        spread = config.initializer_range * config.hidden_size**0.5
         with torch.no_grad():
             model.lm_head.weight.mul_(peak_nats / spread)
     model = model.to(torch.bfloat16).eval()
@@ -147,28 +154,64 @@ def build_model(out_dir: Path, seed: int = 0, peak_nats: float = PEAK_NATS) -> N
 def sample_texts(n_random: int = 300, seed: int = 0) -> list[str]:
     """Fixed hand-written edge cases plus seeded random mixes of them."""
     fixed = [
-        "", " ", "  ", "\n", "\n\n\n", "\t", " \t \n ", "The sky is", "Hello, world!",
-        "hello   world", "trailing space ", " leading space", "a\r\nb\rc\n",
-        "1234567890", "3.14159 2.71828 -42 +7 1e-10 0x1F", "12,345,678.90", "१२३ ٤٥٦",
-        "I'm you're we've they'll she'd IT'S", "don't DON'T Don't",
-        "naïve café résumé façade", "Straße ÆØÅ æøå", "Привет, мир!", "Γειά σου Κόσμε",
-        "你好，世界！", "日本語のテキスト、カタカナとひらがな。", "한국어 텍스트입니다",
-        "مرحبا بالعالم", "שלום עולם", "नमस्ते दुनिया", "ไทย ภาษา",
-        "emoji 😀🎉👍🏽 👨‍👩‍👧‍👦 🇺🇸", "zero\u200bwidth\u200djoiner", "combining e\u0301 vs é",
+        "",
+        " ",
+        "  ",
+        "\n",
+        "\n\n\n",
+        "\t",
+        " \t \n ",
+        "The sky is",
+        "Hello, world!",
+        "hello   world",
+        "trailing space ",
+        " leading space",
+        "a\r\nb\rc\n",
+        "1234567890",
+        "3.14159 2.71828 -42 +7 1e-10 0x1F",
+        "12,345,678.90",
+        "१२३ ٤٥٦",
+        "I'm you're we've they'll she'd IT'S",
+        "don't DON'T Don't",
+        "naïve café résumé façade",
+        "Straße ÆØÅ æøå",
+        "Привет, мир!",
+        "Γειά σου Κόσμε",
+        "你好，世界！",
+        "日本語のテキスト、カタカナとひらがな。",
+        "한국어 텍스트입니다",
+        "مرحبا بالعالم",
+        "שלום עולם",
+        "नमस्ते दुनिया",
+        "ไทย ภาษา",
+        "emoji 😀🎉👍🏽 👨‍👩‍👧‍👦 🇺🇸",
+        "zero\u200bwidth\u200djoiner",
+        "combining e\u0301 vs é",
         "def f(x):\n    return x ** 2  # square\n",
         "for (int i = 0; i < n; ++i) { sum += a[i]; }",
         '{"key": [1, 2, 3], "nested": {"a": null, "b": true}}',
-        "<html><body class=\"x\">&amp; &lt;tag&gt;</body></html>",
-        "SELECT * FROM users WHERE id = 42;", "x = y != z <= w >= v && !u || t",
-        "    indented\n\tTabbed\n        deeper", "!!!???...,,,;;;", "$$$ %%% ^^^ ~~~ ```",
-        "https://example.com/path?query=1&b=two#frag", "user@example.com",
-        "<|begin_of_text|>Hello<|eot_id|>", "<|start_header_id|>user<|end_header_id|>\n\nhi",
-        "<|reserved_special_token_250|> tail", "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa",
-        "   \n   \n", "word\n\n\nword", "\u00a0non-breaking\u00a0space", "ﬁ ligature ﬀ",
+        '<html><body class="x">&amp; &lt;tag&gt;</body></html>',
+        "SELECT * FROM users WHERE id = 42;",
+        "x = y != z <= w >= v && !u || t",
+        "    indented\n\tTabbed\n        deeper",
+        "!!!???...,,,;;;",
+        "$$$ %%% ^^^ ~~~ ```",
+        "https://example.com/path?query=1&b=two#frag",
+        "user@example.com",
+        "<|begin_of_text|>Hello<|eot_id|>",
+        "<|start_header_id|>user<|end_header_id|>\n\nhi",
+        "<|reserved_special_token_250|> tail",
+        "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa",
+        "   \n   \n",
+        "word\n\n\nword",
+        "\u00a0non-breaking\u00a0space",
+        "ﬁ ligature ﬀ",
     ]
     rng = random.Random(seed)
     pieces = [p for s in fixed for p in s.split(" ") if p] + [" ", "  ", "\n", "\t", "    "]
-    randoms = ["".join(rng.choice(pieces) for _ in range(rng.randint(1, 12))) for _ in range(n_random)]
+    randoms = [
+        "".join(rng.choice(pieces) for _ in range(rng.randint(1, 12))) for _ in range(n_random)
+    ]
     return fixed + randoms
 
 
@@ -195,8 +238,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--check", action="store_true", help="verify the tokenizer against quicktok")
     ap.add_argument("--tokenizer-only", action="store_true")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--peak-nats", type=float, default=PEAK_NATS,
-                    help=f"the next token's logits' spread (default {PEAK_NATS}; 0: the random model as initialised)")
+    ap.add_argument(
+        "--peak-nats",
+        type=float,
+        default=PEAK_NATS,
+        help=f"the next token's logits' spread (default {PEAK_NATS}; 0: the random model as initialised)",
+    )
     args = ap.parse_args(argv)
 
     build_tokenizer(args.out_dir)

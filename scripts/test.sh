@@ -13,12 +13,19 @@ bash scripts/setup_nginx.sh
 if [[ "${ACS_SKIP_VLLM:-0}" != 1 ]]; then
   bash scripts/setup_vllm.sh
 fi
+# The habits first, in seconds: the code formatted and linted (ruff), and typed (mypy); their
+# settings are pyproject.toml's.
+if [[ $# -eq 0 ]]; then
+  .venv/bin/ruff format --check --quiet .
+  .venv/bin/ruff check --quiet .
+  .venv/bin/mypy
+fi
 .venv/bin/python -m pytest -q --durations=25 "$@"
 # The whole suite (no arguments): then once more with the patches of gunicorn and Flask
 # off (ACS_PATCHES=0, api_server/patches.py), over the tests that start the servers
 # (about a minute): both servers must work on those packages' own code.
 if [[ $# -eq 0 ]]; then
-  ACS_PATCHES=0 .venv/bin/python -m pytest -q tests/test_patches.py \
-    tests/test_mock_app.py tests/test_mock_http.py tests/test_mock_serving.py \
-    tests/test_mock_bytes.py tests/test_reference_upstream.py
+  ACS_PATCHES=0 .venv/bin/python -m pytest -q tests/api/test_patches.py \
+    tests/mock/test_app.py tests/mock/test_http.py tests/mock/test_serving.py \
+    tests/mock/test_bytes.py tests/reference/test_upstream.py
 fi

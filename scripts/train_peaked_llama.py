@@ -10,6 +10,7 @@ is peaked, as a real model's is, with now and then two tokens almost equally lik
 The same architecture, tokenizer and dtype as tiny-llama, so the reference serves it the
 same way. Deterministic for a given torch build (fixed seed, one thread order).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -27,7 +28,10 @@ def corpus(tokenizer) -> list[int]:
     """Every tracked Markdown file, in a fixed order, each opened with BOS."""
     ids: list[int] = []
     for path in sorted(ROOT.glob("**/*.md")):
-        if any(part.startswith(".") or part in ("models", "node_modules") for part in path.relative_to(ROOT).parts):
+        if any(
+            part.startswith(".") or part in ("models", "node_modules")
+            for part in path.relative_to(ROOT).parts
+        ):
             continue
         ids += tokenizer.encode(path.read_text(encoding="utf-8")).ids
     return ids
@@ -53,19 +57,24 @@ def main(argv: list[str] | None = None) -> int:
     model = LlamaForCausalLM.from_pretrained(base, dtype=torch.float32)
     model.train()
     optimizer = torch.optim.AdamW(model.parameters(), lr=LR, weight_decay=0.0)
-    schedule = torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=LR, total_steps=args.steps, pct_start=0.1)
+    schedule = torch.optim.lr_scheduler.OneCycleLR(
+        optimizer, max_lr=LR, total_steps=args.steps, pct_start=0.1
+    )
     generator = torch.Generator().manual_seed(0)
     started = time.monotonic()
     for step in range(args.steps):
         starts = torch.randint(0, len(data) - SEQ - 1, (BATCH,), generator=generator)
-        batch = torch.stack([data[s:s + SEQ] for s in starts])
+        batch = torch.stack([data[s : s + SEQ] for s in starts])
         loss = model(input_ids=batch, labels=batch).loss
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
         schedule.step()
         if step % 25 == 0 or step == args.steps - 1:
-            print(f"step {step}: loss {loss.item():.3f} ({time.monotonic() - started:.0f} s)", flush=True)
+            print(
+                f"step {step}: loss {loss.item():.3f} ({time.monotonic() - started:.0f} s)",
+                flush=True,
+            )
     tmp = out.with_name(out.name + ".partial")
     shutil.rmtree(tmp, ignore_errors=True)
     model.to(torch.bfloat16).save_pretrained(tmp, safe_serialization=True)
@@ -74,11 +83,22 @@ def main(argv: list[str] | None = None) -> int:
     config = json.loads((tmp / "config.json").read_text())
     config["dtype"] = "bfloat16"
     (tmp / "config.json").write_text(json.dumps(config, indent=2))
-    (tmp / "TRAINED.json").write_text(json.dumps({"tokens": len(data), "steps": args.steps, "seq": SEQ,
-                                                  "batch": BATCH, "final_loss": round(loss.item(), 3)}))
+    (tmp / "TRAINED.json").write_text(
+        json.dumps(
+            {
+                "tokens": len(data),
+                "steps": args.steps,
+                "seq": SEQ,
+                "batch": BATCH,
+                "final_loss": round(loss.item(), 3),
+            }
+        )
+    )
     shutil.rmtree(out, ignore_errors=True)
     tmp.rename(out)
-    print(f"train_peaked_llama: {len(data)} tokens, {args.steps} steps, loss {loss.item():.3f}: wrote {out}")
+    print(
+        f"train_peaked_llama: {len(data)} tokens, {args.steps} steps, loss {loss.item():.3f}: wrote {out}"
+    )
     return 0
 
 

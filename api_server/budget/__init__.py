@@ -10,13 +10,14 @@ keeps a hash of each API key (key_id), never the key itself. The interface and
 key_id live in protocol.py, which the backends import; this package's own module
 (open_budget) imports the backends, and no backend imports it.
 """
+
 from __future__ import annotations
 
 import tempfile
 from typing import TYPE_CHECKING
 
-from api_server.budget.sqlite import BudgetStore, Unlimited
 from api_server.budget.protocol import Budget, key_id
+from api_server.budget.sqlite import BudgetStore, Unlimited
 
 if TYPE_CHECKING:
     from api_server.config import ServerConfig
@@ -33,7 +34,12 @@ def open_budget(config: ServerConfig) -> Budget:
     url = config.budget_url
     if url:
         if not url.startswith(REDIS_SCHEMES):
-            raise ValueError(f"budget_url: expected {', '.join(s + '...' for s in REDIS_SCHEMES)}, not {url!r}")
-        from api_server.budget.redis import RedisBudget   # redis is loaded only when used
+            raise ValueError(
+                f"budget_url: expected {', '.join(s + '...' for s in REDIS_SCHEMES)}, not {url!r}"
+            )
+        from api_server.budget.redis import RedisBudget  # redis is loaded only when used
+
         return RedisBudget(url, config.budget_tokens)
-    return BudgetStore(config.budget_dir or tempfile.mkdtemp(prefix="api-budget-"), config.budget_tokens)
+    return BudgetStore(
+        config.budget_dir or tempfile.mkdtemp(prefix="api-budget-"), config.budget_tokens
+    )

@@ -3,6 +3,7 @@
 sqlite.py and redis.py import this module; the package's __init__ (open_budget),
 which picks one of them, imports them. Nothing here imports a backend.
 """
+
 from __future__ import annotations
 
 import hashlib

@@ -14,6 +14,7 @@ itself on the next command; a script that a restarted Redis no longer has is
 loaded again by redis-py's Script. A settlement that cannot reach Redis is
 logged and dropped: the key keeps paying its whole Hold, never less.
 """
+
 from __future__ import annotations
 
 import logging
@@ -24,8 +25,8 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from contract import CompletionRequest, Hold, InferenceUnavailable, InsufficientQuota, hold
 from api_server.budget.protocol import key_id
+from contract import CompletionRequest, Hold, InferenceUnavailable, InsufficientQuota, hold
 
 log = logging.getLogger("api_server")
 
@@ -63,7 +64,9 @@ def redacted(url: str) -> str:
     parts = urlsplit(url)
     if parts.password is None:
         return url
-    netloc = f"{parts.username or ''}:***@{parts.hostname}" + (f":{parts.port}" if parts.port else "")
+    netloc = f"{parts.username or ''}:***@{parts.hostname}" + (
+        f":{parts.port}" if parts.port else ""
+    )
     return urlunsplit(parts._replace(netloc=netloc))
 
 
@@ -78,8 +81,11 @@ class RedisBudget:
         # key would pay more, never less.)
         # redis-py's pool opens connections lazily and anew in each forked worker.
         self.client = redis.Redis.from_url(
-            url, socket_connect_timeout=CONNECT_TIMEOUT_S, socket_timeout=COMMAND_TIMEOUT_S,
-            retry=Retry(NoBackoff(), 1, supported_errors=(redis.ConnectionError,)))
+            url,
+            socket_connect_timeout=CONNECT_TIMEOUT_S,
+            socket_timeout=COMMAND_TIMEOUT_S,
+            retry=Retry(NoBackoff(), 1, supported_errors=(redis.ConnectionError,)),
+        )
         self._reserve = self.client.register_script(RESERVE)
         self._settle = self.client.register_script(SETTLE)
         self._lock = threading.Lock()
@@ -89,8 +95,13 @@ class RedisBudget:
         with self._lock:
             first, self._down = not self._down, True
         if first:
-            log.error("Budget store %s is unreachable (%s: %s): completions get 503 "
-                      "inference_unavailable until it is back", self.url, type(error).__name__, error)
+            log.error(
+                "Budget store %s is unreachable (%s: %s): completions get 503 "
+                "inference_unavailable until it is back",
+                self.url,
+                type(error).__name__,
+                error,
+            )
         return InferenceUnavailable.from_template("inference_unavailable")
 
     def _reached(self) -> None:
@@ -104,8 +115,10 @@ class RedisBudget:
         counts = req.prompt_token_counts
         sequences = len(counts) * req.n
         try:
-            before, taken = self._reserve(keys=[PREFIX + key_id(key)],
-                                          args=[self.initial, sum(counts), sequences, req.max_tokens])
+            before, taken = self._reserve(
+                keys=[PREFIX + key_id(key)],
+                args=[self.initial, sum(counts), sequences, req.max_tokens],
+            )
         except redis.RedisError as error:
             raise self._failed(error) from None
         self._reached()
@@ -114,18 +127,25 @@ class RedisBudget:
             expected = hold(counts, req.n, req.max_tokens, before).amount
         except InsufficientQuota:
             expected = 0
-        if taken != expected:   # a bug: give the tokens back, answer 500
+        if taken != expected:  # a bug: give the tokens back, answer 500
             self._settle(keys=[PREFIX + key_id(key)], args=[taken])
-            raise RuntimeError(f"the Budget's script took {taken} tokens, the core's Hold is {expected}")
-        return hold(counts, req.n, req.max_tokens, before)   # the core's 429 when nothing was taken
+            raise RuntimeError(
+                f"the Budget's script took {taken} tokens, the core's Hold is {expected}"
+            )
+        return hold(counts, req.n, req.max_tokens, before)  # the core's 429 when nothing was taken
 
     def settle(self, key: str, held: Hold, used: int) -> None:
         try:
             self._settle(keys=[PREFIX + key_id(key)], args=[held.amount - used])
         except redis.RedisError as error:
             self._failed(error)
-            log.error("Budget store %s: a settlement was lost; the key paid its whole Hold of %d "
-                      "tokens instead of %d", self.url, held.amount, used)
+            log.error(
+                "Budget store %s: a settlement was lost; the key paid its whole Hold of %d "
+                "tokens instead of %d",
+                self.url,
+                held.amount,
+                used,
+            )
             return
         self._reached()
 

@@ -5,6 +5,7 @@ and each settlement is one `BEGIN IMMEDIATE` transaction, which takes the
 file's write lock before reading, so two requests can never both spend the
 same tokens and no update is lost, whichever process they run in.
 """
+
 from __future__ import annotations
 
 import sqlite3
@@ -12,11 +13,11 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from contract import CompletionRequest, Hold, hold
 from api_server.budget.protocol import key_id
+from contract import CompletionRequest, Hold, hold
 
 FILE_NAME = "budget.sqlite3"
-LOCK_TIMEOUT_S = 60.0   # how long a request waits for another one's transaction
+LOCK_TIMEOUT_S = 60.0  # how long a request waits for another one's transaction
 
 
 class BudgetStore:
@@ -28,11 +29,13 @@ class BudgetStore:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         db = sqlite3.connect(self.path, timeout=LOCK_TIMEOUT_S, isolation_level=None)
         try:
-            db.execute("PRAGMA journal_mode=WAL")   # persistent: set once per file
+            db.execute("PRAGMA journal_mode=WAL")  # persistent: set once per file
         finally:
             db.close()
         with self._transaction() as db:
-            db.execute("CREATE TABLE IF NOT EXISTS budget (key TEXT PRIMARY KEY, remaining INTEGER NOT NULL)")
+            db.execute(
+                "CREATE TABLE IF NOT EXISTS budget (key TEXT PRIMARY KEY, remaining INTEGER NOT NULL)"
+            )
 
     @contextmanager
     def _transaction(self) -> Iterator[sqlite3.Connection]:
@@ -50,7 +53,7 @@ class BudgetStore:
             db.close()
 
     def _remaining(self, db: sqlite3.Connection, key: str) -> int:
-        key = key_id(key)   # the file keeps the key's hash, never the key
+        key = key_id(key)  # the file keeps the key's hash, never the key
         row = db.execute("SELECT remaining FROM budget WHERE key = ?", (key,)).fetchone()
         if row is None:
             db.execute("INSERT INTO budget (key, remaining) VALUES (?, ?)", (key, self.initial))
@@ -65,14 +68,19 @@ class BudgetStore:
         """The Hold for `req`, taken from the key's Budget (maybe clamped), or 429."""
         with self._transaction() as db:
             held = hold(req.prompt_token_counts, req.n, req.max_tokens, self._remaining(db, key))
-            db.execute("UPDATE budget SET remaining = remaining - ? WHERE key = ?", (held.amount, key_id(key)))
+            db.execute(
+                "UPDATE budget SET remaining = remaining - ? WHERE key = ?",
+                (held.amount, key_id(key)),
+            )
         return held
 
     def settle(self, key: str, held: Hold, used: int) -> None:
         """Give back what the Hold reserved beyond the tokens actually used."""
         with self._transaction() as db:
-            db.execute("UPDATE budget SET remaining = remaining + ? WHERE key = ?",
-                       (held.amount - used, key_id(key)))
+            db.execute(
+                "UPDATE budget SET remaining = remaining + ? WHERE key = ?",
+                (held.amount - used, key_id(key)),
+            )
 
 
 class Unlimited:

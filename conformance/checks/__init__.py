@@ -1,11 +1,35 @@
-"""Every check, registered on import in a fixed order (the order a run follows).
+"""Every check, one module (or package) per group, named as its group.
 
-Cheap, independent checks come first so a broken deployment fails fast;
-schemathesis, the longest, comes last.
+GROUPS is the run order: cheap, independent checks first so a broken deployment fails fast;
+schemathesis, the longest, last (the runner puts the premises before all of them wherever
+checks may generate). Within a group, checks run in the order their module registers them.
+Helpers shared by groups live in helpers/, never in a group's module.
 """
-from conformance.checks import (  # noqa: F401, I001  (import order = run order)
-    premise, routes, golden, caps, streams, semantics, logprobs, shape, lens, effects, isolation, budget, metrics, robust, schema,
-)
-from conformance.registry import REGISTRY
 
-__all__ = ["REGISTRY"]
+from conformance.engine.registry import REGISTRY
+
+GROUPS = (
+    "premise",
+    "routes",
+    "auth",
+    "headers",
+    "golden",
+    "caps",
+    "stream",
+    "usage",
+    "determinism",
+    "semantics",
+    "logprobs",
+    "shape",
+    "lens",
+    "model",
+    "effects",
+    "isolation",
+    "budget",
+    "metrics",
+    "robust",
+    "schema",
+)
+REGISTRY.load(__name__, GROUPS)
+
+__all__ = ["GROUPS", "REGISTRY"]

@@ -4,12 +4,13 @@ A server's Budget is per key and its remaining size is not observable, so these
 checks need a key whose Budget cannot hold one generated token
 (--exhausted-key); without one they are skipped.
 """
+
 from __future__ import annotations
 
 import re
 
-from conformance.context import Context
-from conformance.registry import register
+from conformance.engine.context import Context
+from conformance.engine.registry import register
 
 
 def template_regex(template: str) -> re.Pattern[str]:
@@ -30,11 +31,20 @@ def exhausted_key(ctx: Context) -> None:
     code = "insufficient_quota"
     ctx.expect_status(reply, ctx.api.error_codes[code]["status"], fatal=True)
     error = reply.data.get("error", {}) if isinstance(reply.data, dict) else {}
-    ctx.equal("type, code and param", [ctx.api.error_codes[code]["type"], code, None],
-              [error.get("type"), error.get("code"), error.get("param")], reply)
+    ctx.equal(
+        "type, code and param",
+        [ctx.api.error_codes[code]["type"], code, None],
+        [error.get("type"), error.get("code"), error.get("param")],
+        reply,
+    )
     pattern = template_regex(ctx.api.messages[code])
-    ctx.expect(bool(pattern.fullmatch(str(error.get("message")))), "the message does not follow its template",
-               expected=ctx.api.messages[code], received=error.get("message"), reply=reply)
+    ctx.expect(
+        bool(pattern.fullmatch(str(error.get("message")))),
+        "the message does not follow its template",
+        expected=ctx.api.messages[code],
+        received=error.get("message"),
+        reply=reply,
+    )
     ctx.expect_request_id(reply, in_body=True)
     # x-should-retry: false, so that SDKs do not retry a spent Budget (x-error-codes headers)
     for name, value in ctx.api.error_headers(code).items():

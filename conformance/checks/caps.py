@@ -9,17 +9,18 @@ At the limit the request must be accepted, which costs tokens: those checks
 run in the full profile only, and cheaply (one generated token, or a stream
 closed after its first chunk). One past the limit nothing is generated.
 """
+
 from __future__ import annotations
 
 from typing import Any
 
-from conformance.checks.common import first_chunk_accepted
-from conformance.config import CHEAP_TOKENS, RunConfig
-from conformance.context import Context
-from conformance.token_cost import CostModel
-from conformance.spec_bodies import error_body, message, token_rule_body
+from conformance.checks.helpers.common import first_chunk_accepted
+from conformance.engine.config import CHEAP_TOKENS, RunConfig
+from conformance.engine.context import Context
+from conformance.engine.registry import register
+from conformance.engine.token_cost import CostModel
 from conformance.golden import padded_body
-from conformance.registry import register
+from conformance.spec.bodies import error_body, message, token_rule_body
 
 # Token id 0 is in every vocabulary and is short in JSON, so a max_model_len
 # prompt stays far below the body cap.
@@ -34,8 +35,13 @@ def _no_stream_limit_worst(config: RunConfig, cost: CostModel) -> int:
     """One prompt token and max_tokens at the no-stream cap, stopped by the end tokens: a server
     that ignores them (until it has shown it honours them) writes all of it."""
     eos = list(config.api.models[config.model].eos_token_ids)
-    return cost.body({"prompt": [PROMPT_ID], "max_tokens": config.api.caps["max_tokens_without_stream"],
-                      "allowed_token_ids": eos})
+    return cost.body(
+        {
+            "prompt": [PROMPT_ID],
+            "max_tokens": config.api.caps["max_tokens_without_stream"],
+            "allowed_token_ids": eos,
+        }
+    )
 
 
 def _fits_body(ctx: Context, prompt_tokens: int) -> None:
@@ -55,8 +61,10 @@ def _accepted(ctx: Context, body: dict[str, Any], *, stream: bool = False) -> No
 
 # -- max_tokens without stream (deadline_infeasible) ---------------------------
 
-@register("caps:max_tokens.without_stream.limit", tags=("caps",), tokens=1,
-          worst=_no_stream_limit_worst)
+
+@register(
+    "caps:max_tokens.without_stream.limit", tags=("caps",), tokens=1, worst=_no_stream_limit_worst
+)
 def without_stream_limit(ctx: Context) -> None:
     """max_tokens at the no-stream cap is accepted (it stops at once: allowed_token_ids = end tokens)."""
     cap = ctx.api.caps["max_tokens_without_stream"]
@@ -74,12 +82,23 @@ def without_stream_past(ctx: Context) -> None:
     """
     cap = ctx.api.caps["max_tokens_without_stream"]
     _fits_body(ctx, ctx.max_model_len)
-    reply = ctx.client.post(ctx.api.completions_path, _body(ctx, ctx.max_model_len - 1, max_tokens=cap + 1))
-    ctx.expect_error(reply, token_rule_body(ctx.api, "deadline_infeasible", cap=cap, max_tokens=cap + 1,
-                                            minutes=ctx.api.caps["wait_seconds"] // 60))
+    reply = ctx.client.post(
+        ctx.api.completions_path, _body(ctx, ctx.max_model_len - 1, max_tokens=cap + 1)
+    )
+    ctx.expect_error(
+        reply,
+        token_rule_body(
+            ctx.api,
+            "deadline_infeasible",
+            cap=cap,
+            max_tokens=cap + 1,
+            minutes=ctx.api.caps["wait_seconds"] // 60,
+        ),
+    )
 
 
 # -- prompts x n x max_tokens ---------------------------------------------------
+
 
 def _split(ctx: Context) -> tuple[int, int]:
     """(n, max_tokens) with n x max_tokens = the cap, each sequence fitting max_model_len."""
@@ -105,13 +124,27 @@ def generated_past(ctx: Context) -> None:
     n, max_tokens = _split(ctx)
     cap = ctx.api.caps["max_generated_tokens"]
     # a stream, closed after its first event should a server wrongly accept it
-    reply = ctx.client.stream(ctx.api.completions_path, _body(ctx, 1, n=n, max_tokens=max_tokens + 1, stream=True),
-                              stop_after_events=1)
-    ctx.expect_error(reply, token_rule_body(ctx.api, "generated_tokens_cap", cap=cap, n=n, max_tokens=max_tokens + 1,
-                                            prompts=1, total=n * (max_tokens + 1)))
+    reply = ctx.client.stream(
+        ctx.api.completions_path,
+        _body(ctx, 1, n=n, max_tokens=max_tokens + 1, stream=True),
+        stop_after_events=1,
+    )
+    ctx.expect_error(
+        reply,
+        token_rule_body(
+            ctx.api,
+            "generated_tokens_cap",
+            cap=cap,
+            n=n,
+            max_tokens=max_tokens + 1,
+            prompts=1,
+            total=n * (max_tokens + 1),
+        ),
+    )
 
 
 # -- the context: prompt + max_tokens <= max_model_len ---------------------------
+
 
 @register("caps:context.limit", tags=("caps",), tokens=1)
 def context_limit(ctx: Context) -> None:
@@ -126,8 +159,17 @@ def context_past(ctx: Context) -> None:
     length = ctx.max_model_len
     _fits_body(ctx, length)
     reply = ctx.client.post(ctx.api.completions_path, _body(ctx, length, max_tokens=1))
-    ctx.expect_error(reply, token_rule_body(ctx.api, "context_length", max_model_len=length, total=length + 1,
-                                            prompt_tokens=length, max_tokens=1))
+    ctx.expect_error(
+        reply,
+        token_rule_body(
+            ctx.api,
+            "context_length",
+            max_model_len=length,
+            total=length + 1,
+            prompt_tokens=length,
+            max_tokens=1,
+        ),
+    )
 
 
 @register("caps:prompt.without_max_tokens.limit", tags=("caps",), tokens=1)
@@ -143,10 +185,14 @@ def prompt_past(ctx: Context) -> None:
     length = ctx.max_model_len
     _fits_body(ctx, length)
     reply = ctx.client.post(ctx.api.completions_path, _body(ctx, length))
-    ctx.expect_error(reply, token_rule_body(ctx.api, "prompt_too_long", max_model_len=length, prompt_tokens=length))
+    ctx.expect_error(
+        reply,
+        token_rule_body(ctx.api, "prompt_too_long", max_model_len=length, prompt_tokens=length),
+    )
 
 
 # -- the capture: Layers x (prompt + max_tokens - 1) ------------------------------
+
 
 @register("caps:capture.limit", tags=("caps", "activations", "streaming"), tokens=1)
 def capture_limit(ctx: Context) -> None:
@@ -163,12 +209,19 @@ def capture_past(ctx: Context) -> None:
     """One Layer x (capture cap + 1) positions: 400 invalid_request, param output_residual_stream."""
     cap = ctx.model.capture_cap
     _fits_body(ctx, cap + 1)
-    reply = ctx.client.post(ctx.api.completions_path, _body(ctx, cap + 1, max_tokens=1, output_residual_stream=[0]))
-    ctx.expect_error(reply, token_rule_body(ctx.api, "capture_cap", cap=cap, layers=1, positions=cap + 1,
-                                            total=cap + 1))
+    reply = ctx.client.post(
+        ctx.api.completions_path, _body(ctx, cap + 1, max_tokens=1, output_residual_stream=[0])
+    )
+    ctx.expect_error(
+        reply,
+        token_rule_body(
+            ctx.api, "capture_cap", cap=cap, layers=1, positions=cap + 1, total=cap + 1
+        ),
+    )
 
 
 # -- the body: max_body_bytes on every route --------------------------------------
+
 
 @register("caps:body.limit", tags=("caps", "http"), tokens=1)
 def body_limit(ctx: Context) -> None:
@@ -182,17 +235,33 @@ def body_limit(ctx: Context) -> None:
 def body_past(ctx: Context) -> None:
     """One byte more: 413 request_too_large."""
     limit = ctx.api.caps["max_body_bytes"]
-    reply = ctx.client.request("POST", ctx.api.completions_path,
-                               content=padded_body(_body(ctx, 1, max_tokens=1), limit + 1))
-    ctx.expect_error(reply, error_body(ctx.api, "request_too_large",
-                                       message(ctx.api, "request_too_large", limit=limit)))
+    reply = ctx.client.request(
+        "POST",
+        ctx.api.completions_path,
+        content=padded_body(_body(ctx, 1, max_tokens=1), limit + 1),
+    )
+    ctx.expect_error(
+        reply,
+        error_body(
+            ctx.api, "request_too_large", message(ctx.api, "request_too_large", limit=limit)
+        ),
+    )
 
 
 @register("caps:body.limit+1.chat", tags=("caps", "http"), worst=1)
 def body_past_chat(ctx: Context) -> None:
     """The body cap holds on every route: 413 on POST /v1/chat/completions too (size comes first)."""
     limit = ctx.api.caps["max_body_bytes"]
-    body = {"model": ctx.config.model, "max_tokens": 1, "n": 1, "messages": [{"role": "user", "content": "hi"}]}
+    body = {
+        "model": ctx.config.model,
+        "max_tokens": 1,
+        "n": 1,
+        "messages": [{"role": "user", "content": "hi"}],
+    }
     reply = ctx.client.request("POST", "/v1/chat/completions", content=padded_body(body, limit + 1))
-    ctx.expect_error(reply, error_body(ctx.api, "request_too_large",
-                                       message(ctx.api, "request_too_large", limit=limit)))
+    ctx.expect_error(
+        reply,
+        error_body(
+            ctx.api, "request_too_large", message(ctx.api, "request_too_large", limit=limit)
+        ),
+    )

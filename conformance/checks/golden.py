@@ -16,8 +16,9 @@ allowed_token_ids), as conformance/golden/cheap_requests.json says (written
 offline by conformance.golden.cheap, where the contract refuses each changed
 request exactly as the original one): a server that wrongly accepts it writes
 one token, or one event. Every case is counted at its worst case
-(conformance.token_cost) by the ledger.
+(conformance.engine.token_cost) by the ledger.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -25,17 +26,22 @@ import json
 from functools import cache, partial
 from typing import Any
 
-from conformance.checks.common import first_chunk_accepted
-from conformance.client import AUTH_DEFAULT
-from conformance.config import CHEAP_TOKENS, RunConfig
-from conformance.context import Context
-from conformance.token_cost import CostModel
+from conformance.checks.helpers.common import first_chunk_accepted
+from conformance.engine.config import CHEAP_TOKENS, RunConfig
+from conformance.engine.context import Context
+from conformance.engine.registry import register
+from conformance.engine.token_cost import CostModel
 from conformance.golden import HERE, Case, load_cases
-from conformance.registry import REGISTRY, Check
+from conformance.wire.client import AUTH_DEFAULT, Reply
 
 # Golden tags that name a feature a user may include or skip (see README).
-LENS_FIELDS = {"output_residual_stream": "activations", "apply_steering_vectors": "steering",
-               "logprobs": "logprobs", "prompt_logprobs": "logprobs", "stream": "streaming"}
+LENS_FIELDS = {
+    "output_residual_stream": "activations",
+    "apply_steering_vectors": "steering",
+    "logprobs": "logprobs",
+    "prompt_logprobs": "logprobs",
+    "stream": "streaming",
+}
 
 
 def _feature_tags(case: Case) -> tuple[str, ...]:
@@ -45,7 +51,9 @@ def _feature_tags(case: Case) -> tuple[str, ...]:
         return ()
     if not isinstance(body, dict):
         return ()
-    return tuple(sorted({tag for name, tag in LENS_FIELDS.items() if body.get(name) not in (None, False)}))
+    return tuple(
+        sorted({tag for name, tag in LENS_FIELDS.items() if body.get(name) not in (None, False)})
+    )
 
 
 def _token_bound(case: Case) -> int:
@@ -62,7 +70,7 @@ def depends_on_dimensions(case: Case) -> bool:
     return bool(DIMENSION_TAGS & set(case.tags)) or case.id.startswith(DIMENSION_IDS)
 
 
-CHEAP_TABLE = HERE / "cheap_requests.json"   # written by python -m conformance.golden.cheap
+CHEAP_TABLE = HERE / "cheap_requests.json"  # written by python -m conformance.golden.cheap
 
 
 @cache
@@ -90,7 +98,11 @@ def _accepted_body(case: Case, model_eos: list[int]) -> tuple[dict[str, Any], bo
     body = json.loads(case.body or b"{}")
     if case.generates > CHEAP_TOKENS and body.get("stream") is True:
         return body, True
-    if case.generates > CHEAP_TOKENS and not {"allowed_token_ids", "min_tokens", "ignore_eos"} & set(body):
+    if case.generates > CHEAP_TOKENS and not {
+        "allowed_token_ids",
+        "min_tokens",
+        "ignore_eos",
+    } & set(body):
         body["allowed_token_ids"] = model_eos
     return body, False
 
@@ -100,10 +112,12 @@ def worst_case(case: Case, cost: CostModel, config: RunConfig) -> int:
     if case.method != "POST" or case.path not in cost.generating:
         return 0
     if case.expect_status == 200:
-        body, closed_early = _accepted_body(case, list(config.api.models[config.model].eos_token_ids))
+        body, closed_early = _accepted_body(
+            case, list(config.api.models[config.model].eos_token_ids)
+        )
         return min(cost.body(body), CHEAP_TOKENS) if closed_early else cost.body(body)
-    body, closed_early = refusal_request(case)
-    worst = cost.body(case.body or b"" if body is None else body)
+    refused, closed_early = refusal_request(case)
+    worst = cost.body(case.body or b"" if refused is None else refused)
     return min(worst, CHEAP_TOKENS) if closed_early else worst
 
 
@@ -112,22 +126,36 @@ def run_case(case: Case, ctx: Context) -> None:
     if "caps" in case.tags:
         ctx.need_given("max_model_len", "the case")
     if "caps" in case.tags and served.max_model_len != assumed.max_model_len:
-        ctx.skip(f"the golden cap cases assume max_model_len {assumed.max_model_len}; this server "
-                 f"reports {served.max_model_len} (the caps: checks cover it)")
+        ctx.skip(
+            f"the golden cap cases assume max_model_len {assumed.max_model_len}; this server "
+            f"reports {served.max_model_len} (the caps: checks cover it)"
+        )
     if depends_on_dimensions(case) and (served.num_layers, served.hidden_size) != (
-            assumed.num_layers, assumed.hidden_size):
-        ctx.skip(f"the golden lens cases assume num_layers {assumed.num_layers} and hidden_size "
-                 f"{assumed.hidden_size}; this server reports {served.num_layers} and "
-                 f"{served.hidden_size} (the lens: and caps: checks cover it)")
+        assumed.num_layers,
+        assumed.hidden_size,
+    ):
+        ctx.skip(
+            f"the golden lens cases assume num_layers {assumed.num_layers} and hidden_size "
+            f"{assumed.hidden_size}; this server reports {served.num_layers} and "
+            f"{served.hidden_size} (the lens: and caps: checks cover it)"
+        )
     auth = AUTH_DEFAULT if case.auth == "default" else case.auth
     if case.expect_status == 200:
         return _accepted(case, ctx, auth)
     body, closed_early = refusal_request(case)
+    reply: Reply
     if closed_early:
-        reply = ctx.client.stream(case.path, body, headers=case.headers, auth=auth, stop_after_events=1)
+        reply = ctx.client.stream(
+            case.path, body, headers=case.headers, auth=auth, stop_after_events=1
+        )
     else:
-        reply = ctx.client.request(case.method, case.path, content=refusal_body(case) or case.body,
-                                   headers=case.headers, auth=auth)
+        reply = ctx.client.request(
+            case.method,
+            case.path,
+            content=refusal_body(case) or case.body,
+            headers=case.headers,
+            auth=auth,
+        )
     ctx.expect_response(reply, case.expect_status, case.expect_body)
 
 
@@ -148,14 +176,11 @@ def _case_worst(case: Case, config: RunConfig, cost: CostModel) -> int:
     return worst_case(case, cost, config)
 
 
-def register_golden(cases: list[Case] | None = None) -> list[Check]:
-    out = []
-    for case in cases if cases is not None else load_cases():
-        tags = tuple(dict.fromkeys(("golden", *case.tags, *_feature_tags(case))))
-        out.append(REGISTRY.add(Check(f"golden:{case.id}", partial(run_case, case), tags,
-                                      case.doc, _token_bound(case),
-                                      worst=partial(_case_worst, case))))
-    return out
-
-
-register_golden()
+for _case in load_cases():
+    register(
+        f"golden:{_case.id}",
+        tags=dict.fromkeys(("golden", *_case.tags, *_feature_tags(_case))),
+        doc=_case.doc,
+        tokens=_token_bound(_case),
+        worst=partial(_case_worst, _case),
+    )(partial(run_case, _case))

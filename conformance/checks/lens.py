@@ -4,17 +4,18 @@ The golden cases cover each way a vector can be bad; these add what they
 cannot: activations read back and decoded, and a bad vector that is not the
 first of its list.
 """
+
 from __future__ import annotations
 
 import math
 import re
 from typing import Any
 
-from conformance import tensors
-from conformance.checks.common import open_stream, schema_errors
-from conformance.context import Context
-from conformance.spec_bodies import steering_body
-from conformance.registry import register
+from conformance.checks.helpers.common import open_stream, schema_errors
+from conformance.engine.context import Context
+from conformance.engine.registry import register
+from conformance.spec.bodies import steering_body
+from conformance.wire import tensors
 from contract import Spec
 
 PROMPT = [0, 1, 2, 3, 4]
@@ -30,7 +31,10 @@ def storage_dtype(api: Spec, model_dtype: str) -> tuple[str, str]:
 
 def zero_vector(hidden: int, layers: list[int]) -> dict[str, Any]:
     shape = [len(layers), hidden]
-    return {"activations": tensors.encode_float32([0.0] * math.prod(shape), shape), "layer_indices": layers}
+    return {
+        "activations": tensors.encode_float32([0.0] * math.prod(shape), shape),
+        "layer_indices": layers,
+    }
 
 
 def _layers(ctx: Context) -> list[int]:
@@ -42,20 +46,32 @@ def _check_activations(ctx: Context, acts: Any, generated: int, reply: Any) -> N
     if not ctx.expect(isinstance(acts, dict), "no activations in the response", reply=reply):
         return
     errors = schema_errors(acts, ctx.api.schema("Activations"))
-    if not ctx.expect(not errors, "the activations do not match their schema", received=errors, reply=reply):
+    if not ctx.expect(
+        not errors, "the activations do not match their schema", received=errors, reply=reply
+    ):
         return
-    ctx.equal("activations.layers (the requested layers, ascending)", _layers(ctx), acts["layers"], reply)
+    ctx.equal(
+        "activations.layers (the requested layers, ascending)", _layers(ctx), acts["layers"], reply
+    )
     tensor = acts["residual_stream"]
     shape = [len(_layers(ctx)), len(PROMPT) + generated - 1, ctx.model.hidden_size]
     ctx.equal("the residual stream's shape", shape, tensor["shape"], reply)
     wire, original = storage_dtype(ctx.api, ctx.model.dtype)
-    ctx.equal("the residual stream's dtypes", [wire, original], [tensor["dtype"], tensor["original_dtype"]], reply)
+    ctx.equal(
+        "the residual stream's dtypes",
+        [wire, original],
+        [tensor["dtype"], tensor["original_dtype"]],
+        reply,
+    )
     want = tensors.declared_bytes(tensor)
     try:
         size, raw = tensors.content(tensor)
     except tensors.TensorError as exc:
-        ctx.fail("the residual stream's data does not decode (base64 of one zstd frame)",
-                 received=str(exc), reply=reply)
+        ctx.fail(
+            "the residual stream's data does not decode (base64 of one zstd frame)",
+            received=str(exc),
+            reply=reply,
+        )
         return
     ctx.equal("the zstd frame's content size", want, size, reply)
     ctx.equal("the decoded byte count", want, len(raw), reply)
@@ -65,12 +81,22 @@ def _generated(usage: Any) -> int:
     return usage.get("completion_tokens", MAX_TOKENS) if isinstance(usage, dict) else MAX_TOKENS
 
 
-@register("lens:activations_shape", tags=("activations",), tokens=MAX_TOKENS, effects=("output_residual_stream",))
+@register(
+    "lens:activations_shape",
+    tags=("activations",),
+    tokens=MAX_TOKENS,
+    effects=("output_residual_stream",),
+)
 def activations_shape(ctx: Context) -> None:
     """output_residual_stream returns activations that decode to [layers, positions, hidden];
     layers asked in descending order come back ascending (the Activations schema says so)."""
-    body = {"model": ctx.config.model, "prompt": PROMPT, "max_tokens": MAX_TOKENS, "ignore_eos": True,
-            "output_residual_stream": _layers(ctx)[::-1]}
+    body = {
+        "model": ctx.config.model,
+        "prompt": PROMPT,
+        "max_tokens": MAX_TOKENS,
+        "ignore_eos": True,
+        "output_residual_stream": _layers(ctx)[::-1],
+    }
     reply = ctx.client.post(ctx.api.completions_path, body)
     ctx.expect_status(reply, 200, fatal=True)
     data = reply.data if isinstance(reply.data, dict) else {}
@@ -80,12 +106,23 @@ def activations_shape(ctx: Context) -> None:
 @register("lens:activations_stream", tags=("activations", "streaming"), tokens=MAX_TOKENS)
 def activations_stream(ctx: Context) -> None:
     """In a stream the activations come in their own chunk after the usage chunk, before [DONE]."""
-    body = {"model": ctx.config.model, "prompt": PROMPT, "max_tokens": MAX_TOKENS, "ignore_eos": True,
-            "output_residual_stream": _layers(ctx), "stream_options": {"include_usage": True}}
+    body = {
+        "model": ctx.config.model,
+        "prompt": PROMPT,
+        "max_tokens": MAX_TOKENS,
+        "ignore_eos": True,
+        "output_residual_stream": _layers(ctx),
+        "stream_options": {"include_usage": True},
+    }
     reply = open_stream(ctx, body)
     order = " ".join(e.kind for e in reply.parsed.events)
-    ctx.expect(bool(re.fullmatch(r"(content )+usage activations done", order)), "events out of order",
-               expected="content... usage activations done", received=order, reply=reply)
+    ctx.expect(
+        bool(re.fullmatch(r"(content )+usage activations done", order)),
+        "events out of order",
+        expected="content... usage activations done",
+        received=order,
+        reply=reply,
+    )
     acts = [e.payload for e in reply.parsed.events if e.kind == "activations"]
     usage = next((e.payload.get("usage") for e in reply.parsed.events if e.kind == "usage"), None)
     if acts:
@@ -95,8 +132,12 @@ def activations_stream(ctx: Context) -> None:
 @register("lens:steering_accepted", tags=("steering",), tokens=MAX_TOKENS)
 def steering_accepted(ctx: Context) -> None:
     """A valid vector over the first and last layer is accepted."""
-    body = {"model": ctx.config.model, "prompt": PROMPT, "max_tokens": MAX_TOKENS,
-            "apply_steering_vectors": [zero_vector(ctx.model.hidden_size, _layers(ctx))]}
+    body = {
+        "model": ctx.config.model,
+        "prompt": PROMPT,
+        "max_tokens": MAX_TOKENS,
+        "apply_steering_vectors": [zero_vector(ctx.model.hidden_size, _layers(ctx))],
+    }
     reply = ctx.client.post(ctx.api.completions_path, body)
     ctx.expect_status(reply, 200)
 
@@ -106,11 +147,17 @@ def bad_second_vector(ctx: Context) -> None:
     """A wrong hidden size in the second vector: 400 naming apply_steering_vectors[1]."""
     hidden = ctx.model.hidden_size
     bad = zero_vector(hidden - 1, [0])
-    body = {"model": ctx.config.model, "prompt": PROMPT, "max_tokens": MAX_TOKENS,
-            "apply_steering_vectors": [zero_vector(hidden, [0]), bad]}
+    body = {
+        "model": ctx.config.model,
+        "prompt": PROMPT,
+        "max_tokens": MAX_TOKENS,
+        "apply_steering_vectors": [zero_vector(hidden, [0]), bad],
+    }
     reply = ctx.client.post(ctx.api.completions_path, body)
     param = "apply_steering_vectors[1]"
-    ctx.expect_error(reply, steering_body(ctx.api, "hidden", param, got=hidden - 1, hidden_size=hidden))
+    ctx.expect_error(
+        reply, steering_body(ctx.api, "hidden", param, got=hidden - 1, hidden_size=hidden)
+    )
 
 
 @register("lens:layer_out_of_range", tags=("activations",), worst=MAX_TOKENS)
@@ -118,10 +165,22 @@ def layer_out_of_range(ctx: Context) -> None:
     """output_residual_stream naming the layer count itself: 400 (x-model-rules layer_in_range)."""
     rule = ctx.api.model_rules["layer_in_range"]
     layers = ctx.model.num_layers
-    body = {"model": ctx.config.model, "prompt": PROMPT, "max_tokens": MAX_TOKENS,
-            "output_residual_stream": [layers]}
+    body = {
+        "model": ctx.config.model,
+        "prompt": PROMPT,
+        "max_tokens": MAX_TOKENS,
+        "output_residual_stream": [layers],
+    }
     reply = ctx.client.post(ctx.api.completions_path, body)
-    from conformance.spec_bodies import error_body
+    from conformance.spec.bodies import error_body
+
     param = rule["params"][0]
-    ctx.expect_error(reply, error_body(ctx.api, rule["code"], rule["message"].format(
-        layer=layers, param=param, num_layers=layers), param))
+    ctx.expect_error(
+        reply,
+        error_body(
+            ctx.api,
+            rule["code"],
+            rule["message"].format(layer=layers, param=param, num_layers=layers),
+            param,
+        ),
+    )

@@ -1,19 +1,27 @@
 """logprobs:* — token log probabilities consistent with the text they describe."""
+
 from __future__ import annotations
 
 from typing import Any
 
-from conformance.checks.common import open_stream
-from conformance.context import Context
-from conformance.registry import register
+from conformance.checks.helpers.common import open_stream
+from conformance.engine.context import Context
+from conformance.engine.registry import register
 
 PROMPT = [0, 1, 2]
 MAX_TOKENS, LOGPROBS = 4, 2
 
 
 def _body(ctx: Context, **extra: Any) -> dict[str, Any]:
-    return {"model": ctx.config.model, "prompt": PROMPT, "max_tokens": MAX_TOKENS, "ignore_eos": True,
-            "logprobs": LOGPROBS, "seed": 11, **extra}
+    return {
+        "model": ctx.config.model,
+        "prompt": PROMPT,
+        "max_tokens": MAX_TOKENS,
+        "ignore_eos": True,
+        "logprobs": LOGPROBS,
+        "seed": 11,
+        **extra,
+    }
 
 
 def _row_lengths(top: dict[str, Any], token: str | None) -> set[int]:
@@ -28,26 +36,42 @@ def _row_lengths(top: dict[str, Any], token: str | None) -> set[int]:
     return {LOGPROBS, LOGPROBS + 1} if least else {LOGPROBS}
 
 
-def check_logprobs(ctx: Context, text: str, lp: Any, tokens: int | None, reply: Any, where: str) -> None:
+def check_logprobs(
+    ctx: Context, text: str, lp: Any, tokens: int | None, reply: Any, where: str
+) -> None:
     """Lists of equal length; logprobs <= 0; top_logprobs bounded; tokens join to the text."""
     if not ctx.expect(isinstance(lp, dict), f"{where}: no logprobs", reply=reply):
         return
-    toks, values, tops, offsets = (lp.get(k) or [] for k in
-                                   ("tokens", "token_logprobs", "top_logprobs", "text_offset"))
+    toks, values, tops, offsets = (
+        lp.get(k) or [] for k in ("tokens", "token_logprobs", "top_logprobs", "text_offset")
+    )
     lengths = [len(toks), len(values), len(tops), len(offsets)]
-    ctx.expect(len(set(lengths)) == 1, f"{where}: tokens, token_logprobs, top_logprobs, text_offset differ in length",
-               received=lengths, reply=reply)
+    ctx.expect(
+        len(set(lengths)) == 1,
+        f"{where}: tokens, token_logprobs, top_logprobs, text_offset differ in length",
+        received=lengths,
+        reply=reply,
+    )
     if tokens is not None:
         ctx.equal(f"{where}: the number of tokens", tokens, len(toks), reply)
-    ctx.expect(all(v is None or v <= 0 for v in values), f"{where}: a log probability above 0",
-               received=values, reply=reply)
+    ctx.expect(
+        all(v is None or v <= 0 for v in values),
+        f"{where}: a log probability above 0",
+        received=values,
+        reply=reply,
+    )
     for i, top in enumerate(tops):
         if not isinstance(top, dict):
             continue
         allowed = _row_lengths(top, toks[i] if i < len(toks) else None)
-        ctx.expect(len(top) in allowed, f"{where}: token {i}'s top_logprobs row holds {len(top)} tokens, not the "
-                   f"{LOGPROBS} likeliest (logprobs) and the sampled one when it is not among them",
-                   expected=sorted(allowed), received=top, reply=reply)
+        ctx.expect(
+            len(top) in allowed,
+            f"{where}: token {i}'s top_logprobs row holds {len(top)} tokens, not the "
+            f"{LOGPROBS} likeliest (logprobs) and the sampled one when it is not among them",
+            expected=sorted(allowed),
+            received=top,
+            reply=reply,
+        )
     # vLLM writes a token that ends inside a UTF-8 character as "bytes:\\x..": such tokens
     # do not join to the text, so the text checks apply only without them.
     if any(not isinstance(t, str) or t.startswith("bytes:") for t in toks):
@@ -67,8 +91,14 @@ def consistent(ctx: Context) -> None:
         reply = ctx.client.post(ctx.api.completions_path, _body(ctx, **extra))
         ctx.expect_status(reply, 200, fatal=True)
         for choice in reply.data.get("choices", []):
-            check_logprobs(ctx, choice.get("text", ""), choice.get("logprobs"), MAX_TOKENS, reply,
-                           f"{what}, choice {choice.get('index')}")
+            check_logprobs(
+                ctx,
+                choice.get("text", ""),
+                choice.get("logprobs"),
+                MAX_TOKENS,
+                reply,
+                f"{what}, choice {choice.get('index')}",
+            )
 
 
 @register("logprobs:stream", tags=("logprobs", "streaming"), tokens=MAX_TOKENS)
@@ -86,7 +116,9 @@ def stream(ctx: Context) -> None:
     ctx.equal("the tokens with logprobs over the stream", MAX_TOKENS, count, reply)
 
 
-@register("logprobs:prompt_logprobs", tags=("logprobs",), tokens=MAX_TOKENS, effects=("prompt_logprobs",))
+@register(
+    "logprobs:prompt_logprobs", tags=("logprobs",), tokens=MAX_TOKENS, effects=("prompt_logprobs",)
+)
 def prompt_logprobs(ctx: Context) -> None:
     """prompt_logprobs: one entry per prompt token, the first null."""
     reply = ctx.client.post(ctx.api.completions_path, _body(ctx, prompt_logprobs=1))
@@ -96,5 +128,9 @@ def prompt_logprobs(ctx: Context) -> None:
         if not ctx.expect(isinstance(entries, list), "no prompt_logprobs", reply=reply):
             continue
         ctx.equal("the number of prompt_logprobs entries", len(PROMPT), len(entries), reply)
-        ctx.expect(bool(entries) and entries[0] is None, "the first prompt_logprobs entry is not null",
-                   received=entries[:1], reply=reply)
+        ctx.expect(
+            bool(entries) and entries[0] is None,
+            "the first prompt_logprobs entry is not null",
+            received=entries[:1],
+            reply=reply,
+        )

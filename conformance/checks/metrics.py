@@ -2,7 +2,7 @@
 
 A router (the Gateway API Inference Extension), an autoscaler and a dashboard read vLLM's
 metrics by name: a renamed one breaks them silently. The contract is a real vLLM's scrape
-(conformance/vllm_metrics.json, recorded by conformance.metrics_contract), so these checks
+(conformance/vllm_metrics.json, recorded by conformance.spec.metrics), so these checks
 say what vLLM says, not what someone wrote down:
 
 - metrics:vllm_families: every `vllm:` family the deployment exports is one of vLLM's, with
@@ -10,6 +10,7 @@ say what vLLM says, not what someone wrote down:
 - metrics:counters_move: the counters move with the requests this check sends (requests
   finished, prompt and generation tokens), by at least what their usage says.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -17,13 +18,13 @@ from typing import Any, TypeVar
 
 import httpx
 
-from conformance.context import Context
-from conformance.metrics_contract import GATEWAY, counter_totals, families, load
-from conformance.registry import register
+from conformance.engine.context import Context
+from conformance.engine.registry import register
+from conformance.spec.metrics import GATEWAY, counter_totals, families, load
 
 TAGS = ("metrics",)
 T = TypeVar("T")
-SENT = 2            # requests counters_move sends
+SENT = 2  # requests counters_move sends
 MAX_TOKENS = 1
 
 
@@ -37,13 +38,19 @@ def scrape(ctx: Context, read: Callable[[str], T]) -> T:
     except httpx.HTTPError as exc:
         ctx.stop(f"GET {ctx.config.metrics_url}: no HTTP response: {type(exc).__name__}: {exc}")
     if resp.status_code != 200:
-        ctx.stop(f"GET {ctx.config.metrics_url} answered {resp.status_code}", expected=200,
-                 received=resp.text[:300])
+        ctx.stop(
+            f"GET {ctx.config.metrics_url} answered {resp.status_code}",
+            expected=200,
+            received=resp.text[:300],
+        )
     try:
         return read(resp.text)
     except ValueError as exc:
-        ctx.stop(f"GET {ctx.config.metrics_url}: not Prometheus' text format: {exc}", received=resp.text[:300])
-        raise   # unreachable: stop raises
+        ctx.stop(
+            f"GET {ctx.config.metrics_url}: not Prometheus' text format: {exc}",
+            received=resp.text[:300],
+        )
+        raise  # unreachable: stop raises
 
 
 @register("metrics:vllm_families", tags=TAGS)
@@ -56,19 +63,33 @@ def vllm_families(ctx: Context) -> None:
     for name, got in sorted(theirs.items()):
         want = known.get(name)
         if want is None:
-            ctx.fail(f"{name} is not a metric of {vllm}: what reads vLLM's names finds nothing there",
-                     expected="one of vLLM's families", received=name)
+            ctx.fail(
+                f"{name} is not a metric of {vllm}: what reads vLLM's names finds nothing there",
+                expected="one of vLLM's families",
+                received=name,
+            )
             continue
         for part in ("type", "labels", "buckets"):
             if want.get(part) is not None and got.get(part) != want[part]:
-                ctx.fail(f"{name}: its {part} differs from {vllm}'s", expected=want[part], received=got.get(part))
+                ctx.fail(
+                    f"{name}: its {part} differs from {vllm}'s",
+                    expected=want[part],
+                    received=got.get(part),
+                )
     missing = [name for name in GATEWAY if name not in theirs]
-    ctx.expect(not missing, f"families gateways and autoscalers read are not exported: {', '.join(missing)}",
-               expected=list(GATEWAY), received=sorted(theirs))
+    ctx.expect(
+        not missing,
+        f"families gateways and autoscalers read are not exported: {', '.join(missing)}",
+        expected=list(GATEWAY),
+        received=sorted(theirs),
+    )
 
 
-COUNTERS = {"vllm:request_success": "requests", "vllm:prompt_tokens": "prompt_tokens",
-            "vllm:generation_tokens": "completion_tokens"}
+COUNTERS = {
+    "vllm:request_success": "requests",
+    "vllm:prompt_tokens": "prompt_tokens",
+    "vllm:generation_tokens": "completion_tokens",
+}
 
 
 @register("metrics:counters_move", tags=TAGS, tokens=SENT * MAX_TOKENS)
@@ -78,15 +99,25 @@ def counters_move(ctx: Context) -> None:
     before = scrape(ctx, counter_totals)
     used: dict[str, Any] = {"requests": 0, "prompt_tokens": 0, "completion_tokens": 0}
     for _ in range(SENT):
-        reply = ctx.client.post(ctx.api.completions_path, {"model": ctx.config.model, "prompt": "The sky is",
-                                                            "max_tokens": MAX_TOKENS})
+        reply = ctx.client.post(
+            ctx.api.completions_path,
+            {"model": ctx.config.model, "prompt": "The sky is", "max_tokens": MAX_TOKENS},
+        )
         ctx.expect_status(reply, 200, fatal=True)
         usage = reply.data.get("usage") if isinstance(reply.data, dict) else None
         used["requests"] += 1
         for key in ("prompt_tokens", "completion_tokens"):
-            used[key] += usage.get(key, 0) if isinstance(usage, dict) and isinstance(usage.get(key), int) else 0
+            used[key] += (
+                usage.get(key, 0)
+                if isinstance(usage, dict) and isinstance(usage.get(key), int)
+                else 0
+            )
     after = scrape(ctx, counter_totals)
     for name, key in COUNTERS.items():
         grew = after.get(name, 0.0) - before.get(name, 0.0)
-        ctx.expect(grew >= used[key], f"{name} grew by {grew:g} over {SENT} requests that used {used[key]} {key}",
-                   expected=f"at least {used[key]}", received=grew)
+        ctx.expect(
+            grew >= used[key],
+            f"{name} grew by {grew:g} over {SENT} requests that used {used[key]} {key}",
+            expected=f"at least {used[key]}",
+            received=grew,
+        )

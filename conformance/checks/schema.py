@@ -31,12 +31,13 @@ schemathesis judges only the last answer, as every other check does.
 `ignored_auth` expects unknown keys to be refused, so it is on only with
 --wrong-key-expected (a server without configured keys accepts any key).
 """
+
 from __future__ import annotations
 
 import copy
 import json
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import timedelta
 from typing import Any
@@ -46,26 +47,27 @@ import httpx
 import jsonschema
 import requests
 import schemathesis
-import schemathesis.specs.openapi.checks  # noqa: F401  (registers the OpenAPI checks)
-from referencing import Registry, Resource
+import schemathesis.specs.openapi.checks
+from referencing import Registry
 from referencing.jsonschema import DRAFT202012
 from requests.adapters import HTTPAdapter
 from schemathesis.checks import CHECKS
 from schemathesis.config import SchemathesisConfig
 from schemathesis.engine import events, from_schema
 
-from conformance.who_answered import names_front, who_answered
-from conformance.client import OVER_CEILING, Client, OverCeiling, Reply, StreamReply
-from conformance.config import RunConfig
-from conformance.context import LEDGER_NOTES, Context
-from conformance.registry import REGISTRY, Check
-from conformance.results import Exchange, Finding, quote
-from conformance.sse import parse_lines
+from conformance.engine.config import RunConfig
+from conformance.engine.context import LEDGER_NOTES, Context
+from conformance.engine.registry import register
+from conformance.engine.results import Exchange, Finding, quote
+from conformance.wire.client import Client, Reply, StreamReply
+from conformance.wire.ledger import OverCeiling
+from conformance.wire.sse import parse_lines
+from conformance.wire.who_answered import names_front, who_answered
 from contract import Spec
 
 STREAM_CHECK = "stream_event_conformance"
-FINDINGS_SHOWN = 10          # per check; the rest are counted
-POSITIVE_MAX_TOKENS = 4      # the suite's choice: cheap, and enough to see a stream
+FINDINGS_SHOWN = 10  # per check; the rest are counted
+POSITIVE_MAX_TOKENS = 4  # the suite's choice: cheap, and enough to see a stream
 POSITIVE_PROMPT_ITEMS = 16
 PHASES = ("examples", "coverage", "fuzzing")
 # Per operation, the coverage phase sends about this many positive cases on top of
@@ -76,7 +78,8 @@ COVERAGE_ALLOWANCE = 150
 @schemathesis.check
 def stream_event_conformance(ctx: Any, response: Any, case: Any) -> bool | None:
     """A 200 to stream: true is a text/event-stream whose events match x-event-schemas."""
-    from conformance.checks.common import schema_errors
+    from conformance.checks.helpers.common import schema_errors
+
     if response.status_code != 200:
         return None
     is_stream = "text/event-stream" in (response.headers.get("content-type") or [""])[0]
@@ -87,13 +90,16 @@ def stream_event_conformance(ctx: Any, response: Any, case: Any) -> bool | None:
         return None
     lines = [(0.0, line) for line in response.content.decode("utf-8", "replace").splitlines()]
     parsed = parse_lines(lines)
-    schemas = _LEDGERS[id(case.operation.schema)].api.event_schemas   # the spec of this schema's run
+    schemas = _LEDGERS[id(case.operation.schema)].api.event_schemas  # the spec of this schema's run
     problems = list(parsed.framing_errors)
     for i, event in enumerate(parsed.events):
         if event.kind not in schemas:
             problems.append(f"event {i} is of no kind in x-event-schemas: {event.data[:120]}")
             continue
-        problems += [f"event {i} ({event.kind}): {e}" for e in schema_errors(event.payload, schemas[event.kind])]
+        problems += [
+            f"event {i} ({event.kind}): {e}"
+            for e in schema_errors(event.payload, schemas[event.kind])
+        ]
     if not parsed.events or parsed.events[-1].kind != "done":
         problems.append("the stream does not end with data: [DONE]")
     if problems:
@@ -108,33 +114,51 @@ def stream_event_conformance(ctx: Any, response: Any, case: Any) -> bool | None:
 NEGATIVE_CHEAP_FIELDS = {"max_tokens": 1, "n": 1}
 # Each schemathesis schema's ledger, while its run lasts (by the schema object's id): a
 # hook finds its run's ledger from the case it is called with, so runs never share one.
-_LEDGERS: dict[int, "Ledger"] = {}
+_LEDGERS: dict[int, Ledger] = {}
 SPEC_URI = "urn:acs-completions:schemathesis-spec"
 
 
 def _error_keys(validator: jsonschema.protocols.Validator, body: Any) -> frozenset[tuple[Any, ...]]:
     """Where a body breaks its schema: (field path, schema path) of each error, values left out."""
-    return frozenset((tuple(e.absolute_path), tuple(e.schema_path)) for e in validator.iter_errors(body))
+    return frozenset(
+        (tuple(e.absolute_path), tuple(e.schema_path)) for e in validator.iter_errors(body)
+    )
+
+
+def _text(value: str | bytes | None) -> str:
+    """requests types a prepared request's method and URL as str or bytes."""
+    return value.decode("latin-1") if isinstance(value, bytes) else value or ""
 
 
 class Ledger:
     def __init__(self, client: Client, mode: str, raw: dict[str, Any], api: Spec) -> None:
-        self.client, self.mode, self.api = client, mode, api   # api: the run's spec, `raw` made from it
-        self.sent = self.withheld = self.withheld_worst = 0   # requests that can generate
+        self.client, self.mode, self.api = (
+            client,
+            mode,
+            api,
+        )  # api: the run's spec, `raw` made from it
+        self.sent = self.withheld = self.withheld_worst = 0  # requests that can generate
         # the spec schemathesis generated from: the negative bodies are invalid against it
-        self.registry = Registry().with_resource(SPEC_URI, Resource(raw, DRAFT202012))
+        self.registry = Registry().with_resource(SPEC_URI, DRAFT202012.create_resource(raw))
         self.validators: dict[tuple[str, str, str], jsonschema.protocols.Validator] = {}
         # --rate-limit: the 429s waited out are sent again through a transport adapter of the
         # ledger's own (schemathesis does not hand its session to the hooks)
         self.adapter = HTTPAdapter()
 
     def _body_validator(self, case: Any) -> jsonschema.protocols.Validator:
-        key = (case.operation.path, case.operation.method.lower(), case.media_type or "application/json")
+        key = (
+            case.operation.path,
+            case.operation.method.lower(),
+            case.media_type or "application/json",
+        )
         if key not in self.validators:
-            pointer = "/".join(str(part).replace("~", "~0").replace("/", "~1")
-                               for part in ("paths", *key[:2], "requestBody", "content", key[2], "schema"))
-            self.validators[key] = jsonschema.Draft202012Validator({"$ref": f"{SPEC_URI}#/{pointer}"},
-                                                                   registry=self.registry)
+            pointer = "/".join(
+                str(part).replace("~", "~0").replace("/", "~1")
+                for part in ("paths", *key[:2], "requestBody", "content", key[2], "schema")
+            )
+            self.validators[key] = jsonschema.Draft202012Validator(
+                {"$ref": f"{SPEC_URI}#/{pointer}"}, registry=self.registry
+            )
         return self.validators[key]
 
     def _cheapen(self, case: Any) -> None:
@@ -150,19 +174,24 @@ class Ledger:
         for name, cheap in NEGATIVE_CHEAP_FIELDS.items():
             value = case.body.get(name)
             lower = broken and type(value) is int and value > cheap
-            if (name not in case.body or lower) \
-                    and _error_keys(validator, {**case.body, name: cheap}) == broken:
+            if (name not in case.body or lower) and _error_keys(
+                validator, {**case.body, name: cheap}
+            ) == broken:
                 case.body[name] = cheap
 
     def before(self, case: Any) -> None:
-        self.client.wait_turn()           # --rate-limit: schemathesis's requests take their turn too
+        self.client.wait_turn()  # --rate-limit: schemathesis's requests take their turn too
         method, path = case.operation.method.upper(), case.operation.path
-        if self.mode == "negative" and isinstance(case.body, dict) and self.client.cost is not None \
-                and self.client.cost.request(method, path, case.body):
+        if (
+            self.mode == "negative"
+            and isinstance(case.body, dict)
+            and self.client.ledger.cost is not None
+            and self.client.ledger.cost.request(method, path, case.body)
+        ):
             self._cheapen(case)
         content = json.dumps(case.body).encode() if isinstance(case.body, (dict, list)) else None
         try:
-            if self.client.reserve(method, path, content):
+            if self.client.ledger.reserve(method, path, content):
                 self.sent += 1
         except OverCeiling as exc:
             self.withheld += 1
@@ -173,7 +202,10 @@ class Ledger:
         """--rate-limit: the transport's arguments get the response hook `sent_again`."""
         if self.client.pace is not None:
             hooks = kwargs.get("hooks") or {}
-            kwargs["hooks"] = {**hooks, "response": [*_as_list(hooks.get("response")), self.sent_again]}
+            kwargs["hooks"] = {
+                **hooks,
+                "response": [*_as_list(hooks.get("response")), self.sent_again],
+            }
 
     def sent_again(self, resp: requests.Response, **send_kw: Any) -> requests.Response:
         """requests' response hook: a 429 with Retry-After waited out and sent again (Client.paced)."""
@@ -182,10 +214,15 @@ class Ledger:
         def send() -> requests.Response:
             start = time.monotonic()
             again = self.adapter.send(request, **send_kw)
-            again.elapsed = timedelta(seconds=time.monotonic() - start)   # as a session times it
+            again.elapsed = timedelta(seconds=time.monotonic() - start)  # as a session times it
             return again
-        return self.client.paced(send, f"{request.method} {urlsplit(request.url).path}", first=resp,
-                                 discard=requests.Response.close)
+
+        return self.client.paced(
+            send,
+            f"{_text(request.method)} {urlsplit(_text(request.url)).path}",
+            first=resp,
+            discard=requests.Response.close,
+        )
 
     def close(self) -> None:
         self.adapter.close()
@@ -193,9 +230,17 @@ class Ledger:
     def after(self, response: Any) -> None:
         request = response.request
         body = request.body.encode() if isinstance(request.body, str) else request.body
-        cut = getattr(response, "stream_cut_short", False) or response.content_size > len(response.content)
-        self.client.charge(request.method, urlsplit(request.url).path, body, response.status_code,
-                           response.content, unfinished=cut)
+        cut = getattr(response, "stream_cut_short", False) or response.content_size > len(
+            response.content
+        )
+        self.client.ledger.charge(
+            request.method,
+            urlsplit(request.url).path,
+            body,
+            response.status_code,
+            response.content,
+            unfinished=cut,
+        )
 
 
 def _as_list(hooks: Any) -> list[Any]:
@@ -242,18 +287,31 @@ def narrowed_spec(api: Spec, model: str) -> dict[str, Any]:
     """
     raw = schemathesis_spec(api)
     # An operation without a 2xx response (the chat refusal) has no positive data.
-    raw["paths"] = {path: {m: op for m, op in item.items()
-                           if any(str(code).startswith("2") for code in op["responses"])}
-                    for path, item in raw["paths"].items()}
+    raw["paths"] = {
+        path: {
+            m: op
+            for m, op in item.items()
+            if any(str(code).startswith("2") for code in op["responses"])
+        }
+        for path, item in raw["paths"].items()
+    }
     raw["paths"] = {path: item for path, item in raw["paths"].items() if item}
     req = raw["components"]["schemas"]["CompletionRequest"]
     props = req["properties"]
     for name in BEYOND_SCHEMA:
         props.pop(name, None)
     props["model"] = {"type": "string", "enum": [model]}
-    props["prompt"] = {"anyOf": [{"type": "string", "minLength": 1, "maxLength": 64},
-                                 {"type": "array", "minItems": 1, "maxItems": POSITIVE_PROMPT_ITEMS,
-                                  "items": {"type": "integer", "minimum": 0}}]}
+    props["prompt"] = {
+        "anyOf": [
+            {"type": "string", "minLength": 1, "maxLength": 64},
+            {
+                "type": "array",
+                "minItems": 1,
+                "maxItems": POSITIVE_PROMPT_ITEMS,
+                "items": {"type": "integer", "minimum": 0},
+            },
+        ]
+    }
     props["max_tokens"] = {"type": "integer", "minimum": 1, "maximum": POSITIVE_MAX_TOKENS}
     props["n"] = {"type": ["integer", "null"], "minimum": 1, "maximum": 1}
     props["min_tokens"] = {"type": ["integer", "null"], "minimum": 0, "maximum": 1}
@@ -271,23 +329,36 @@ def positive_token_bound(config: RunConfig) -> int:
 
 # -- running schemathesis ---------------------------------------------------------
 
+
 def _st_config(config: RunConfig, mode: str, phases: tuple[str, ...]) -> SchemathesisConfig:
-    return SchemathesisConfig.from_dict({
-        "base-url": config.base_url,
-        "headers": {"Authorization": f"Bearer {config.api_key}"},
-        "workers": 1,
-        "seed": 20261130,
-        "request-timeout": config.timeout,
-        "continue-on-failure": True,          # every finding, not the first per operation
-        "generation": {"mode": mode, "max-examples": config.schema_examples, "database": "none",
-                       "deterministic": True},
-        "phases": {name: {"enabled": name in phases} for name in (*PHASES, "stateful")},
-        "checks": {"enabled": True, "ignored_auth": {"enabled": config.wrong_key_expected}},
-    })
+    return SchemathesisConfig.from_dict(
+        {
+            "base-url": config.base_url,
+            "headers": {"Authorization": f"Bearer {config.api_key}"},
+            "workers": 1,
+            "seed": 20261130,
+            "request-timeout": config.timeout,
+            "continue-on-failure": True,  # every finding, not the first per operation
+            "generation": {
+                "mode": mode,
+                "max-examples": config.schema_examples,
+                "database": "none",
+                "deterministic": True,
+            },
+            "phases": {name: {"enabled": name in phases} for name in (*PHASES, "stateful")},
+            "checks": {"enabled": True, "ignored_auth": {"enabled": config.wrong_key_expected}},
+        }
+    )
 
 
-def _run(config: RunConfig, raw: dict[str, Any], mode: str, phases: tuple[str, ...],
-         unanswered: list[Any], ledger: Ledger) -> Iterator[Any]:
+def _run(
+    config: RunConfig,
+    raw: dict[str, Any],
+    mode: str,
+    phases: tuple[str, ...],
+    unanswered: list[Any],
+    ledger: Ledger,
+) -> Iterator[Any]:
     """schemathesis's recorders; `unanswered` gets each request it sent without an HTTP answer;
     every request passes `ledger` (its schema's hooks, and before_call through _LEDGERS)."""
     st_config = _st_config(config, mode, phases)
@@ -298,7 +369,9 @@ def _run(config: RunConfig, raw: dict[str, Any], mode: str, phases: tuple[str, .
                 yield event.recorder
             elif isinstance(event, events.FatalError):
                 raise RuntimeError(f"schemathesis: {event.exception}")
-            elif isinstance(event, events.NonFatalError) and isinstance(event.value, requests.RequestException):
+            elif isinstance(event, events.NonFatalError) and isinstance(
+                event.value, requests.RequestException
+            ):
                 unanswered.append(event)
 
 
@@ -306,6 +379,7 @@ def _run(config: RunConfig, raw: dict[str, Any], mode: str, phases: tuple[str, .
 def kept_by(schema: Any, ledger: Ledger) -> Iterator[None]:
     """Every request of `schema`'s cases passes `ledger` while the block runs: its after_call
     is the schema's own hook, its before_call found through _LEDGERS."""
+
     def after_call(ctx: Any, case: Any, response: Any) -> None:
         ledger.after(response)
 
@@ -323,10 +397,18 @@ def _no_answer(mode: str, unanswered: list[Any], answered: int, base_url: str) -
     none of its requests was answered, the tool's error (it reached no server: the suite's
     client did, so schemathesis is not sending where the run points)."""
     if unanswered and not answered:
-        raise RuntimeError(f"schemathesis reached no server at {base_url} ({len(unanswered)} requests unanswered): "
-                           f"{type(unanswered[0].value).__name__}: {str(unanswered[0].value)[:300]}")
-    return [Finding(f"{mode} data, {e.label}: no HTTP response", expected="an HTTP answer",
-                    received=f"{type(e.value).__name__}: {str(e.value)[:300]}") for e in unanswered]
+        raise RuntimeError(
+            f"schemathesis reached no server at {base_url} ({len(unanswered)} requests unanswered): "
+            f"{type(unanswered[0].value).__name__}: {str(unanswered[0].value)[:300]}"
+        )
+    return [
+        Finding(
+            f"{mode} data, {e.label}: no HTTP response",
+            expected="an HTTP answer",
+            received=f"{type(e.value).__name__}: {str(e.value)[:300]}",
+        )
+        for e in unanswered
+    ]
 
 
 def _headers(message: Any) -> dict[str, str]:
@@ -342,7 +424,11 @@ def _exchange(interaction: Any) -> Exchange | None:
     if "Authorization" in headers:
         headers["Authorization"] = "Bearer ***"
     body = quote(req.body) if req.body else None
-    sent = req.body.encode("utf-8", "surrogateescape") if isinstance(req.body, str) else req.body or None
+    sent = (
+        req.body.encode("utf-8", "surrogateescape")
+        if isinstance(req.body, str)
+        else req.body or None
+    )
     ex = Exchange(req.method, req.uri, headers, body, sent=sent)
     if resp is not None:
         ex.status = resp.status_code
@@ -355,8 +441,12 @@ def never_accepted(raw: dict[str, Any]) -> set[str]:
     """Operations with no 2xx response (the chat refusal): no request to them is accepted,
     so schemathesis's "schema-valid request rejected" there (a chat request without its
     optional body, which the negative run sends now and then) is the spec's rule, not a bug."""
-    return {f"{method.upper()} {path}" for path, item in raw["paths"].items() for method, op in item.items()
-            if not any(str(code).startswith("2") for code in op.get("responses", {}))}
+    return {
+        f"{method.upper()} {path}"
+        for path, item in raw["paths"].items()
+        for method, op in item.items()
+        if not any(str(code).startswith("2") for code in op.get("responses", {}))
+    }
 
 
 def _observe(ctx: Context, interaction: Any) -> None:
@@ -370,27 +460,39 @@ def _observe(ctx: Context, interaction: Any) -> None:
     reply: Reply
     if "text/event-stream" in headers.get("content-type", ""):
         lines = [(0.0, line) for line in text.splitlines()]
-        reply = StreamReply(exchange, resp.status_code, headers, resp.content, lines=lines,
-                            parsed=parse_lines(lines))
+        reply = StreamReply(
+            exchange,
+            resp.status_code,
+            headers,
+            resp.content,
+            lines=lines,
+            parsed=parse_lines(lines),
+        )
     else:
         reply = Reply(exchange, resp.status_code, headers, resp.content)
         try:
             reply.data, reply.is_json = json.loads(text), True
         except ValueError:
             pass
-    ctx.client.observe(interaction.request.method, urlsplit(interaction.request.uri).path,
-                       interaction.request.body, reply)
+    ctx.client.observe(
+        interaction.request.method,
+        urlsplit(interaction.request.uri).path,
+        interaction.request.body,
+        reply,
+    )
 
 
 def run_schemathesis(ctx: Context) -> dict[str, list[Finding]]:
     """Both runs, once per suite run; check name -> findings."""
     if "schemathesis" in ctx.memo:
-        if isinstance(ctx.memo["schemathesis"], Exception):   # each schema check is the tool's error
+        if isinstance(ctx.memo["schemathesis"], Exception):  # each schema check is the tool's error
             raise RuntimeError(str(ctx.memo["schemathesis"]))
         return ctx.memo["schemathesis"]
     if ctx.client.in_process:
-        ctx.skip("schemathesis sends its own requests over the network, and this run reaches the server "
-                 "through an in-process transport")
+        ctx.skip(
+            "schemathesis sends its own requests over the network, and this run reaches the server "
+            "through an in-process transport"
+        )
     try:
         return _run_both(ctx)
     except Exception as exc:
@@ -401,7 +503,8 @@ def run_schemathesis(ctx: Context) -> dict[str, list[Finding]]:
 def _run_both(ctx: Context) -> dict[str, list[Finding]]:
     findings: dict[str, list[Finding]] = {}
     runs: list[tuple[str, dict[str, Any], tuple[str, ...]]] = [
-        ("negative", schemathesis_spec(ctx.api), ("coverage", "fuzzing"))]
+        ("negative", schemathesis_spec(ctx.api), ("coverage", "fuzzing"))
+    ]
     if ctx.config.full:
         runs.append(("positive", narrowed_spec(ctx.api, ctx.config.model), PHASES))
     ctx.memo["schemathesis"] = findings
@@ -413,18 +516,28 @@ def _run_both(ctx: Context) -> dict[str, list[Finding]]:
             recorders = list(_run(ctx.config, raw, mode, phases, unanswered, ledger))
         finally:
             ledger.close()
-            ctx.memo[f"schemathesis_withheld_{mode}"] = (ledger.sent, ledger.withheld, ledger.withheld_worst)
+            ctx.memo[f"schemathesis_withheld_{mode}"] = (
+                ledger.sent,
+                ledger.withheld,
+                ledger.withheld_worst,
+            )
             if ledger.withheld:
                 ctx.memo.setdefault(LEDGER_NOTES, []).append(
                     f"schemathesis ({mode} data) did not send {ledger.withheld} of "
                     f"{ledger.sent + ledger.withheld} requests that can generate: together they may "
-                    f"generate {ledger.withheld_worst} tokens if the server does not conform")
-        answered = sum(getattr(i, "response", None) is not None for r in recorders for i in r.interactions.values())
+                    f"generate {ledger.withheld_worst} tokens if the server does not conform"
+                )
+        answered = sum(
+            getattr(i, "response", None) is not None
+            for r in recorders
+            for i in r.interactions.values()
+        )
         findings.setdefault("not_a_server_error", []).extend(
-            _no_answer(mode, unanswered, answered, ctx.config.base_url))
+            _no_answer(mode, unanswered, answered, ctx.config.base_url)
+        )
         for recorder in recorders:
             for interaction in recorder.interactions.values():
-                _observe(ctx, interaction)    # tokens: counted by the ledger's after_call hook
+                _observe(ctx, interaction)  # tokens: counted by the ledger's after_call hook
             for case_id, nodes in recorder.checks.items():
                 for node in nodes:
                     if node.failure_info is None:
@@ -436,10 +549,15 @@ def _run_both(ctx: Context) -> dict[str, list[Finding]]:
                     detail = (failure.message or "").strip()
                     interaction = recorder.interactions.get(failure.case_id or case_id)
                     other = other_party(ctx, interaction)
-                    findings.setdefault(node.name, []).append(Finding(
-                        text + (f" ({other})" if other else ""), expected=f"no {node.name} failure",
-                        received=detail[:1500] or failure.title, exchange=_exchange(interaction),
-                        warning=other is not None))
+                    findings.setdefault(node.name, []).append(
+                        Finding(
+                            text + (f" ({other})" if other else ""),
+                            expected=f"no {node.name} failure",
+                            received=detail[:1500] or failure.title,
+                            exchange=_exchange(interaction),
+                            warning=other is not None,
+                        )
+                    )
     return findings
 
 
@@ -466,13 +584,19 @@ def other_party(ctx: Context, interaction: Any) -> str | None:
 
 def _report(name: str, ctx: Context) -> None:
     found = run_schemathesis(ctx).get(name, [])
-    ledgers = [ctx.memo.get(f"schemathesis_withheld_{mode}", (0, 0, 0)) for mode in ("negative", "positive")]
+    ledgers = [
+        ctx.memo.get(f"schemathesis_withheld_{mode}", (0, 0, 0))
+        for mode in ("negative", "positive")
+    ]
     sent, count, worst = (sum(w[i] for w in ledgers) for i in range(3))
     # nothing that can generate was sent: no verdict (some withheld: the run's notes say so)
     if count and not sent and not found:
-        raise OverCeiling(f"schemathesis did not send {count} requests that may generate {worst} tokens "
-                          f"in all if the server does not conform; {ctx.client.tokens} of the ceiling of "
-                          f"{ctx.config.token_ceiling} are spent", worst)
+        raise OverCeiling(
+            f"schemathesis did not send {count} requests that may generate {worst} tokens "
+            f"in all if the server does not conform; {ctx.client.ledger.tokens} of the ceiling of "
+            f"{ctx.config.token_ceiling} are spent",
+            worst,
+        )
     unique: dict[str, Finding] = {}
     for f in found:
         unique.setdefault(f.message, f)
@@ -485,20 +609,27 @@ def _report(name: str, ctx: Context) -> None:
 def _doc(name: str) -> str:
     if name == STREAM_CHECK:
         return stream_event_conformance.__doc__ or ""
-    return f"schemathesis's {name} check over the negative (and, in the full profile, positive) runs."
+    return (
+        f"schemathesis's {name} check over the negative (and, in the full profile, positive) runs."
+    )
 
 
-def register_schema_checks() -> list[Check]:
-    out = []
-    for name in check_names():
-        def func(ctx: Context, name: str = name) -> None:
-            if name == "ignored_auth" and not ctx.config.wrong_key_expected:
-                ctx.skip("servers without configured keys accept any key; pass --wrong-key-expected")
-            _report(name, ctx)
-        tags = ("schema", "streaming") if name == STREAM_CHECK else ("schema",)
-        out.append(REGISTRY.add(Check(f"schema:{name}", func, tags, _doc(name), positive_token_bound,
-                                      "schemathesis")))
-    return out
+def _reporter(name: str) -> Callable[[Context], None]:
+    """The check that reports schemathesis's findings of `name` (one run serves them all)."""
+
+    def report(ctx: Context) -> None:
+        if name == "ignored_auth" and not ctx.config.wrong_key_expected:
+            ctx.skip("servers without configured keys accept any key; pass --wrong-key-expected")
+        _report(name, ctx)
+
+    return report
 
 
-register_schema_checks()
+for _name in check_names():
+    register(
+        f"schema:{_name}",
+        tags=("schema", "streaming") if _name == STREAM_CHECK else ("schema",),
+        doc=_doc(_name),
+        tokens=positive_token_bound,
+        shares="schemathesis",
+    )(_reporter(_name))

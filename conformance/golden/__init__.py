@@ -1,4 +1,5 @@
 """Golden cases: data files with readable ids (format in README.md beside this file)."""
+
 from __future__ import annotations
 
 import json
@@ -19,12 +20,12 @@ class Case:
     tags: tuple[str, ...]
     method: str
     path: str
-    auth: str                      # "default", "none", or a literal Authorization value
+    auth: str  # "default", "none", or a literal Authorization value
     headers: dict[str, str]
-    body: bytes | None             # exactly what is sent
+    body: bytes | None  # exactly what is sent
     expect_status: int
     expect_body: dict[str, Any] | None
-    generates: int = 0             # tokens a server generates for a 200 case
+    generates: int = 0  # tokens a server generates for a 200 case
     source: str = field(default="", compare=False)
 
     @property
@@ -67,10 +68,18 @@ def _case(raw: dict[str, Any], source: str) -> Case:
     if body is not None:
         headers.setdefault("Content-Type", "application/json")
     return Case(
-        id=raw["id"], doc=raw.get("doc", ""), tags=tuple(raw.get("tags", ())),
-        method=req["method"], path=req["path"], auth=req.get("auth", "default"),
-        headers=headers, body=body, expect_status=expect["status"],
-        expect_body=expect.get("body"), generates=expect.get("generates", 0), source=source,
+        id=raw["id"],
+        doc=raw.get("doc", ""),
+        tags=tuple(raw.get("tags", ())),
+        method=req["method"],
+        path=req["path"],
+        auth=req.get("auth", "default"),
+        headers=headers,
+        body=body,
+        expect_status=expect["status"],
+        expect_body=expect.get("body"),
+        generates=expect.get("generates", 0),
+        source=source,
     )
 
 

@@ -15,6 +15,7 @@ conformance.golden.cheap` rewrites the file (from contract.spec(); the functions
 spec) and a test checks it is fresh. A case missing from the file (or whose body changed
 since) is sent as it is and counted at its worst case.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -23,7 +24,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from conformance.token_cost import CostModel, generating_paths
+from conformance.engine.token_cost import CostModel, generating_paths
 from conformance.golden import HERE, Case, load_cases
 from contract import ApiError, Contract, ModelInfo, Spec, spec
 
@@ -60,21 +61,26 @@ def verdict(contract: Contract, body: dict[str, Any]) -> tuple[Any, ...] | None:
     except ApiError as exc:
         error = contract.errors.body(exc, "")["error"]
         return exc.code, error["param"], error["message"]
-    except Exception:   # noqa: BLE001 (anything else cannot be compared: keep the case as it is)
+    except Exception:
         return NOT_COMPARABLE
     return None
 
 
 def _model(api: Spec, body: dict[str, Any]) -> ModelInfo:
     """The body's model, or the spec's default one."""
-    return api.models.get(body.get("model")) or api.models[api.default_model]
+    return api.models.get(str(body.get("model"))) or api.models[api.default_model]
 
 
 def derive(case: Case, api: Spec) -> dict[str, Any] | None:
     """{"add": fields, "close_after_first_event": bool} for a refused case of `api`, or None."""
     body = json_object(case)
-    if (case.expect_status == 200 or case.expect_status in SIZE_STATUSES or body is None
-            or case.method != "POST" or case.path not in generating_paths(api)):
+    if (
+        case.expect_status == 200
+        or case.expect_status in SIZE_STATUSES
+        or body is None
+        or case.method != "POST"
+        or case.path not in generating_paths(api)
+    ):
         return None
     # the chat route is refused whatever the body; a body the contract accepts is refused
     # before it is read (key, media type): either way added fields change nothing
@@ -90,7 +96,7 @@ def derive(case: Case, api: Spec) -> dict[str, Any] | None:
     missing = {k: v for k, v in CHEAP_FIELDS.items() if k not in body}
     add = next((e for e in (missing, *({k: v} for k, v in missing.items())) if e and alike(e)), {})
     close = False
-    end_tokens = {"allowed_token_ids": list(_model(api, body).eos_token_ids)}
+    end_tokens: dict[str, Any] = {"allowed_token_ids": list(_model(api, body).eos_token_ids)}
     if CostModel.of(api, _model(api, body).max_model_len).body({**body, **add}) > 1 and completions:
         if body.get("stream") is True:
             close = True

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from conformance.reports.scrub import Scrubber
-from conformance.diff import DiffReport
+from conformance.cli.diff import DiffReport
 
 
 def write_diff_json(report: DiffReport, path: str | Path) -> None:

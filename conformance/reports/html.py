@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from conformance.reports.scrub import Scrubber
-from conformance.results import CheckResult, Finding, Outcome, RunReport
+from conformance.engine.results import CheckResult, Finding, Outcome, RunReport
 from contract.version import describe
 
 CSS = """
@@ -97,7 +97,7 @@ def _coverage(coverage: dict[str, Any] | None) -> str:
 
 
 def render(report: RunReport) -> str:
-    from conformance.results import exit_code
+    from conformance.engine.results import exit_code
     counts = "".join(f'<tr><td class="{o.value}">{o.value}</td><td>{report.count(o)}</td></tr>'
                      for o in Outcome)
     groups: dict[str, dict[str, int]] = {}

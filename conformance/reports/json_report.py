@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 
 from conformance.reports.scrub import Scrubber
-from conformance.results import RunReport
+from conformance.engine.results import RunReport
 
 
 def write_json(report: RunReport, path: str | Path) -> None:

@@ -11,7 +11,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 from conformance.reports.scrub import Scrubber
-from conformance.results import CheckResult, Outcome, RunReport
+from conformance.engine.results import CheckResult, Outcome, RunReport
 
 
 def finding_text(result: CheckResult) -> str:

@@ -21,12 +21,12 @@ import re
 import urllib.parse
 from collections.abc import Iterable
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, cast
 
 from rich.console import Console
 
-from conformance.config import url_secrets
-from conformance.results import MASKED as MASK, MIN_SECRET
+from conformance.engine.config import url_secrets
+from conformance.engine.results import MASKED as MASK, MIN_SECRET
 
 
 def _base64_cores(secret: bytes) -> set[str]:
@@ -64,18 +64,18 @@ class Scrubber:
     def __call__(self, text: str) -> str:
         return self._pattern.sub(MASK, text) if self._pattern is not None else text
 
-    def bytes(self, data: bytes) -> bytes:
+    def scrub_bytes(self, data: bytes) -> bytes:
         return self._bytes.sub(MASK.encode(), data) if self._bytes is not None else data
 
     def write(self, path: str | Path, data: str | bytes) -> None:
         """Write a report (or a body beside one), its secrets masked."""
         raw = data.encode("utf-8") if isinstance(data, str) else data
-        Path(path).write_bytes(self.bytes(raw))
+        Path(path).write_bytes(self.scrub_bytes(raw))
 
     def console(self, console: Console) -> Console:
         """`console`, writing through this scrubber from now on; its lines no longer wrapped
         (soft wrap), so a secret is never cut in two before it is masked."""
-        console.file = _ScrubbedFile(console.file, self)
+        console.file = cast(IO[str], _ScrubbedFile(console.file, self))
         console.soft_wrap = True
         return console
 

@@ -1,10 +1,11 @@
 """robust:disconnect.* — clients that reset the connection mid-body and as a stream starts."""
+
 from __future__ import annotations
 
 import json
 
 from conformance.checks.robust.raw import deliver, minimal, request_headers, robust, target_of
-from conformance.context import Context
+from conformance.engine.context import Context
 
 
 @robust("robust:disconnect.mid_body")
@@ -13,7 +14,9 @@ def disconnect_mid_body(ctx: Context) -> None:
     body = json.dumps(minimal(ctx), separators=(",", ":")).encode()
     target = target_of(ctx)
     for _ in range(5):
-        head = target.head("POST", ctx.api.completions_path, request_headers(ctx, body, close=False))
+        head = target.head(
+            "POST", ctx.api.completions_path, request_headers(ctx, body, close=False)
+        )
         deliver(ctx, [head + body[: len(body) // 2]], bound=ctx.config.timeout, linger_reset=True)
 
 
@@ -23,6 +26,8 @@ def disconnect_mid_stream(ctx: Context) -> None:
     body = json.dumps(minimal(ctx, stream=True), separators=(",", ":")).encode()
     target = target_of(ctx)
     for _ in range(5):
-        head = target.head("POST", ctx.api.completions_path, request_headers(ctx, body, close=False))
+        head = target.head(
+            "POST", ctx.api.completions_path, request_headers(ctx, body, close=False)
+        )
         deliver(ctx, [head + body], bound=ctx.config.timeout, linger_reset=True)
-    ctx.client.add_tokens(5)
+    ctx.client.ledger.add(5)

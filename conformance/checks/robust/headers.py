@@ -1,11 +1,23 @@
 """robust:headers.* and robust:path.* — a huge header, many headers, a huge request line; path tricks."""
+
 from __future__ import annotations
 
-from conformance.checks.robust.raw import HEALTH, answered, distinctive, error_shaped, not_echoed, refused, robust, send
-from conformance.context import Context
+from conformance.checks.robust.raw import (
+    HEALTH,
+    answered,
+    distinctive,
+    error_shaped,
+    not_echoed,
+    refused,
+    robust,
+    send,
+)
+from conformance.engine.context import Context
 
 
-def _header_check(ctx: Context, what: str, extra: list[tuple[str, str]], echo: str | None = None) -> None:
+def _header_check(
+    ctx: Context, what: str, extra: list[tuple[str, str]], echo: str | None = None
+) -> None:
     """A request the server may answer (200) or refuse (a 4xx in the error shape), but never 5xx or hang."""
     ex = send(ctx, "GET", HEALTH, extra=extra)
     response = answered(ctx, ex, what)
@@ -36,13 +48,21 @@ def long_request_line(ctx: Context) -> None:
     refused(ctx, ex, "a 64 KiB request line", echo=path, front=True)
 
 
-PATH_TRICKS = ("/v1/../../etc/passwd", "/%2e%2e/%2e%2e/etc/passwd", "//v1//completions", "/v1/completions/",
-               "/V1/COMPLETIONS", "/v1/completions%00", "/v1/completions;x", "/v1/%ff%fe",
-               "/v1/completions?" + "a=1&" * 500)
+PATH_TRICKS = (
+    "/v1/../../etc/passwd",
+    "/%2e%2e/%2e%2e/etc/passwd",
+    "//v1//completions",
+    "/v1/completions/",
+    "/V1/COMPLETIONS",
+    "/v1/completions%00",
+    "/v1/completions;x",
+    "/v1/%ff%fe",
+    "/v1/completions?" + "a=1&" * 500,
+)
 
 
 @robust("robust:path.tricks")
 def path_tricks(ctx: Context) -> None:
-    """Traversal, doubled slashes, case, NUL and invalid percent-escapes, a long query: each a 4xx in the error shape."""
+    """Traversal, doubled slashes, case, NUL and invalid percent-escapes, a long query: each a 4xx in the error shape."""  # noqa: E501  (the check's one-line description)
     for path in PATH_TRICKS:
         refused(ctx, send(ctx, "GET", path), f"GET {path[:40]}", front=True)

@@ -1,8 +1,9 @@
 """robust:json.* — JSON edge cases: NaN and Infinity, numbers past any range, nesting 100,000 deep."""
+
 from __future__ import annotations
 
 from conformance.checks.robust.raw import invalid_json, post, refused, robust
-from conformance.context import Context
+from conformance.engine.context import Context
 
 
 @robust("robust:json.constants")
@@ -19,7 +20,12 @@ def json_huge_numbers(ctx: Context) -> None:
     digits = "9" * 5000
     for literal in ("1e999", "-1e999", "1e-999", digits, "-" + digits):
         raw = f'{{"model":"{ctx.config.model}","prompt":[0],"max_tokens":{literal}}}'.encode()
-        refused(ctx, post(ctx, raw), f"max_tokens {literal[:12]}", echo=literal if len(literal) > 100 else None)
+        refused(
+            ctx,
+            post(ctx, raw),
+            f"max_tokens {literal[:12]}",
+            echo=literal if len(literal) > 100 else None,
+        )
 
 
 @robust("robust:json.deep_nesting")
@@ -29,5 +35,11 @@ def json_deep_nesting(ctx: Context) -> None:
     arrays = b"[" * depth + b"]" * depth
     objects = b'{"a":' * depth + b"1" + b"}" * depth
     for name, nested in (("arrays", arrays), ("objects", objects)):
-        raw = b'{"model":"' + ctx.config.model.encode() + b'","max_tokens":1,"prompt":' + nested + b"}"
+        raw = (
+            b'{"model":"'
+            + ctx.config.model.encode()
+            + b'","max_tokens":1,"prompt":'
+            + nested
+            + b"}"
+        )
         refused(ctx, post(ctx, raw), f"{name} nested {depth} deep")

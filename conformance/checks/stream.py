@@ -1,0 +1,341 @@
+"""stream:* — framing, schemas, order, finish_reason, the usage chunk, keepalive, and a stream's
+text equal to the same request's without stream.
+
+Every request here is small (a few tokens) and uses token-id prompts so the
+usage is exact, and ignore_eos so every choice writes exactly max_tokens.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from conformance.checks.helpers.agree import LOGPROBS, difference
+from conformance.checks.helpers.common import n_applied, open_stream, schema_errors
+from conformance.engine.context import Context
+from conformance.engine.registry import register
+from conformance.wire.client import Reply, StreamReply
+
+PROMPTS = [[0, 1, 2], [3, 4]]  # two token-id prompts of known lengths
+N, MAX_TOKENS = 2, 3
+ORDER = re.compile(r"(content )+(usage )?(activations )?done ")
+
+
+def many_choices_body(ctx: Context, **extra: Any) -> dict[str, Any]:
+    """Two prompts x n = 2, max_tokens 3, ignore_eos: exactly 12 tokens in 4 choices."""
+    return {
+        "model": ctx.config.model,
+        "prompt": PROMPTS,
+        "n": N,
+        "max_tokens": MAX_TOKENS,
+        "ignore_eos": True,
+        "seed": 7,
+        **extra,
+    }
+
+
+def expected_usage() -> dict[str, int]:
+    prompt = sum(len(p) for p in PROMPTS)
+    completion = len(PROMPTS) * N * MAX_TOKENS
+    return {
+        "prompt_tokens": prompt,
+        "completion_tokens": completion,
+        "total_tokens": prompt + completion,
+    }
+
+
+def usage_numbers(usage: Any) -> Any:
+    """The counts of a usage object (expected_usage's keys); other keys the schema allows
+    (vLLM's and LiteLLM's `completion_tokens_details: null`) are no part of the arithmetic,
+    and stream:event_schema and usage:arithmetic's schema check judge them."""
+    return {k: usage.get(k) for k in expected_usage()} if isinstance(usage, dict) else usage
+
+
+def usage_stream(ctx: Context) -> StreamReply:
+    """One stream with include_usage, shared by the checks that only read it."""
+    if "usage_stream" not in ctx.memo:
+        ctx.memo["usage_stream"] = open_stream(
+            ctx, many_choices_body(ctx, stream_options={"include_usage": True})
+        )
+    reply = ctx.memo["usage_stream"]
+    ctx.expect_status(reply, 200, fatal=True)
+    if "text/event-stream" not in reply.headers.get("content-type", ""):
+        ctx.stop(
+            "the stream's Content-Type is not text/event-stream",
+            expected="text/event-stream",
+            received=reply.headers.get("content-type"),
+            reply=reply,
+        )
+    return reply
+
+
+def kinds(reply: StreamReply) -> str:
+    return "".join(f"{e.kind} " for e in reply.parsed.events)
+
+
+# -- streams -------------------------------------------------------------------------
+
+
+@register(
+    "stream:framing", tags=("streaming",), tokens=12, shares="usage_stream", effects=("stream",)
+)
+def framing(ctx: Context) -> None:
+    """`data: ` lines separated by blank lines, `:` comments only, `data: [DONE]` last, nothing after."""
+    reply = usage_stream(ctx)
+    for error in reply.parsed.framing_errors:
+        ctx.fail(f"framing: {error}", reply=reply)
+    events = reply.parsed.events
+    ctx.expect(
+        bool(events) and events[-1].kind == "done",
+        "the stream does not end with data: [DONE]",
+        expected="data: [DONE]",
+        received=events[-1].data[:200] if events else None,
+        reply=reply,
+    )
+    invalid = [e.data[:200] for e in events if e.kind == "invalid"]
+    ctx.expect(not invalid, "data that is neither JSON nor [DONE]", received=invalid, reply=reply)
+
+
+@register("stream:event_schema", tags=("streaming",), tokens=12, shares="usage_stream")
+def event_schema(ctx: Context) -> None:
+    """Each event matches its schema in x-event-schemas (content, usage, activations, error, done)."""
+    reply = usage_stream(ctx)
+    _check_event_schemas(ctx, reply)
+
+
+def _check_event_schemas(ctx: Context, reply: StreamReply) -> None:
+    schemas = ctx.api.event_schemas
+    ctx.expect(bool(reply.parsed.events), "the stream has no events", reply=reply)
+    for i, event in enumerate(reply.parsed.events):
+        if event.kind not in schemas:
+            ctx.fail(
+                f"event {i} is of no kind in x-event-schemas",
+                expected=sorted(schemas),
+                received=event.data[:300],
+                reply=reply,
+            )
+            continue
+        errors = schema_errors(event.payload, schemas[event.kind])
+        ctx.expect(
+            not errors,
+            f"event {i} ({event.kind}) does not match its schema",
+            expected=event.kind,
+            received=errors,
+            reply=reply,
+        )
+
+
+@register(
+    "stream:event_order",
+    tags=("streaming",),
+    tokens=12,
+    shares="usage_stream",
+    effects=("stream_options",),
+)
+def event_order(ctx: Context) -> None:
+    """Content chunks, then the usage chunk (include_usage), then [DONE]."""
+    reply = usage_stream(ctx)
+    order = kinds(reply)
+    ctx.expect(
+        bool(ORDER.fullmatch(order)) and "usage" in order,
+        "events out of order",
+        expected="content... usage done",
+        received=order.strip(),
+        reply=reply,
+    )
+
+
+@register("stream:finish_reason_last_chunk", tags=("streaming",), tokens=12, shares="usage_stream")
+def finish_reason_last(ctx: Context) -> None:
+    """finish_reason and stop_reason are null until the last chunk of each choice, then set."""
+    reply = usage_stream(ctx)
+    per_choice: dict[int, list[dict[str, Any]]] = {}
+    for event in reply.parsed.events:
+        if event.kind == "content":
+            for choice in event.payload["choices"]:
+                per_choice.setdefault(choice.get("index"), []).append(choice)
+    want = list(range(len(PROMPTS) * N))
+    ctx.equal("the choice indexes", want, sorted(per_choice, key=str), reply)
+    for index, chunks in per_choice.items():
+        early = [
+            c.get("finish_reason")
+            for c in chunks[:-1]
+            if c.get("finish_reason") is not None or c.get("stop_reason") is not None
+        ]
+        ctx.expect(
+            not early,
+            f"choice {index}: finish_reason or stop_reason before its last chunk",
+            expected=None,
+            received=early,
+            reply=reply,
+        )
+        ctx.expect(
+            chunks[-1].get("finish_reason") in ("stop", "length"),
+            f"choice {index}: its last chunk has no finish_reason",
+            expected="stop or length",
+            received=chunks[-1].get("finish_reason"),
+            reply=reply,
+        )
+
+
+@register("stream:usage_arithmetic", tags=("streaming",), tokens=12, shares="usage_stream")
+def stream_usage(ctx: Context) -> None:
+    """The usage chunk: prompts counted once each, completion = prompts x n x max_tokens, total = sum."""
+    reply = usage_stream(ctx)
+    usage = [e.payload.get("usage") for e in reply.parsed.events if e.kind == "usage"]
+    if not ctx.expect(
+        len(usage) == 1, "not exactly one usage chunk", expected=1, received=len(usage), reply=reply
+    ):
+        return
+    ctx.equal("the usage", expected_usage(), usage_numbers(usage[0]), reply)
+    written = sum(1 for e in reply.parsed.events if e.kind == "content")
+    ctx.expect(
+        written <= expected_usage()["completion_tokens"],
+        "more content chunks than tokens",
+        expected=expected_usage()["completion_tokens"],
+        received=written,
+        reply=reply,
+    )
+
+
+@register("stream:error_event", tags=("streaming",), tokens=12)
+def error_event(ctx: Context) -> None:
+    """An error after the stream started is one ErrorBody event, then [DONE] (mock: X-Mock-Stream-Error-After)."""
+    header = next(h for h in ctx.api.mock_headers if h.endswith("Stream-Error-After"))
+    reply = open_stream(ctx, many_choices_body(ctx), headers={header: "1"})
+    order = kinds(reply)
+    if "error" not in order:
+        ctx.skip(f"the server did not inject an error ({header} is the bundled mock's)")
+    ctx.expect(
+        bool(re.fullmatch(r"(content )*error done ", order)),
+        "the error event is not last before [DONE]",
+        expected="content... error done",
+        received=order.strip(),
+        reply=reply,
+    )
+    _check_event_schemas(ctx, reply)
+
+
+def _slow_header(ctx: Context) -> tuple[str, str]:
+    """The mock's time-to-first-token header, set past one keepalive interval."""
+    name = next(h for h in ctx.api.mock_headers if h.endswith("Ttft-Ms"))
+    return name, str(int((ctx.api.caps["keepalive_seconds"] + 1.5) * 1000))
+
+
+@register("stream:keepalive", tags=("streaming",), tokens=2)
+def keepalive(ctx: Context) -> None:
+    """While nothing else is sent for keepalive_seconds, a `: keepalive` comment line is.
+
+    The mock is slowed by its X-Mock-Ttft-Ms header; another server that
+    ignores it streams fast, and the check is skipped (no quiet gap to judge).
+    """
+    interval = ctx.api.caps["keepalive_seconds"]
+    name, value = _slow_header(ctx)
+    body = {"model": ctx.config.model, "prompt": [0], "max_tokens": 2, "ignore_eos": True}
+    reply = open_stream(ctx, body, headers={name: value})
+    times = [0.0] + [t for t, line in reply.lines if line]
+    comments = {t for t, _ in reply.parsed.comments}
+    gaps = [(a, b) for a, b in zip(times, times[1:], strict=False) if b - a > interval]
+    # a gap longer than the interval is fine only if it ends with a comment that the
+    # server sent on time (the next line is that comment): slack for scheduling.
+    late = [
+        (round(a, 2), round(b, 2)) for a, b in gaps if b not in comments or b - a > interval + 2.0
+    ]
+    if not gaps and not comments:
+        ctx.skip(f"the stream never went quiet for {interval} s (the server ignored {name})")
+    ctx.expect(
+        not late,
+        f"more than {interval} s without a line and no keepalive comment",
+        expected=f"': keepalive' at least every {interval} s",
+        received=late,
+        reply=reply,
+    )
+    ctx.expect(bool(comments), "no keepalive comment on a slow stream", reply=reply)
+    bad = [line for _, line in reply.parsed.comments if line.strip() != ": keepalive"]
+    ctx.expect(not bad, "a comment line other than ': keepalive'", received=bad[:3], reply=reply)
+
+
+# -- text equality (determinism.py holds its answers to one another too) -----------------
+
+
+def texts(reply: Reply) -> dict[int, str]:
+    """choice index -> text, from a Completion or a stream."""
+    out: dict[int, str] = {}
+    if isinstance(reply, StreamReply):
+        for event in reply.parsed.events:
+            if event.kind == "content":
+                for c in event.payload["choices"]:
+                    out[c["index"]] = out.get(c["index"], "") + c.get("text", "")
+    elif isinstance(reply.data, dict):
+        for c in reply.data.get("choices", []):
+            out[c["index"]] = c.get("text")
+    return out
+
+
+def seeded_body(ctx: Context) -> dict[str, Any]:
+    return {
+        "model": ctx.config.model,
+        "prompt": "The sky is",
+        "max_tokens": 8,
+        "temperature": 1.0,
+        "seed": 1234,
+        "n": 2,
+    }
+
+
+def choices(reply: Reply) -> dict[int, dict[str, Any]]:
+    """choice index -> {text, logprobs: {tokens, top_logprobs}}, from a Completion or a stream
+    (its chunks joined), for agree.difference."""
+    if not isinstance(reply, StreamReply):
+        data = reply.data if isinstance(reply.data, dict) else {}
+        return {
+            c["index"]: c for c in data.get("choices", []) if isinstance(c, dict) and "index" in c
+        }
+    out: dict[int, dict[str, Any]] = {}
+    for event in reply.parsed.events:
+        for c in event.payload.get("choices", []) if event.kind == "content" else ():
+            joined = out.setdefault(
+                c["index"], {"text": "", "logprobs": {"tokens": [], "top_logprobs": []}}
+            )
+            joined["text"] += c.get("text") or ""
+            lp = c.get("logprobs") if isinstance(c.get("logprobs"), dict) else {}
+            for key in ("tokens", "top_logprobs"):
+                joined["logprobs"][key] += lp.get(key) or []
+    return out
+
+
+def agree_with(ctx: Context, what: str, first: Reply, others: list[Reply]) -> None:
+    """Every choice of every answer in `others` agrees with `first`'s of its index, as two answers
+    of one request may (agree.py's near-tie rule): all of them, no any-of-N."""
+    base = choices(first)
+    off = [
+        (i, found, reply)
+        for reply in others
+        for i, choice in choices(reply).items()
+        if (found := difference(ctx.api, base.get(i, {}), choice)) is not None
+    ]
+    off += [(i, "missing", reply) for reply in others for i in base.keys() - choices(reply).keys()]
+    if off:
+        i, found, reply = off[0]
+        ctx.fail(
+            f"{what}: {len(off)} choices of {len(others)} answers differ from the first answer beyond "
+            f"what a batch may change; the first, choice {i}: {found}",
+            expected=texts(first),
+            received=texts(reply),
+            reply=reply,
+        )
+
+
+def agreeing_body(ctx: Context) -> dict[str, Any]:
+    """The seeded request, with the rows agree.difference reads."""
+    return {**seeded_body(ctx), "logprobs": LOGPROBS}
+
+
+@register("stream:text_equals_non_stream", tags=("streaming", "determinism"), tokens=32)
+def text_equals(ctx: Context) -> None:
+    """Each choice of a seeded request streamed is the one without stream: the same tokens, or a
+    near tie a batch may turn (agree.py); one try, no any-of-N."""
+    plain = ctx.client.post(ctx.api.completions_path, agreeing_body(ctx))
+    ctx.expect_status(plain, 200, fatal=True)
+    n_applied(ctx, seeded_body(ctx)["n"], len(texts(plain)))
+    agree_with(ctx, "streamed", plain, [open_stream(ctx, agreeing_body(ctx))])

@@ -1,0 +1,104 @@
+"""The suite's own settings: what to run against, which checks, and its token ceiling.
+
+The token ceiling lives here, not in openapi.yaml: it is a property of this
+tool (how much a run may cost the deployment's owner), not of the API. The
+servers never read it, and a deployment may lower or raise it with
+--token-ceiling without touching the contract.
+"""
+
+from __future__ import annotations
+
+import urllib.parse
+from dataclasses import dataclass, field
+
+from contract import Spec, spec
+
+PROFILES = ("quick", "full")
+
+# The most tokens a full run may make the deployment generate, counted from the
+# usage the server reports (streams the suite closes early count what arrived).
+# A check whose upper bound would pass the ceiling is skipped, with the reason.
+ENV_API_KEY = "CONFORMANCE_API_KEY"  # where the CLI, replay and a finding's curl line read the key
+DEFAULT_TOKEN_CEILING = 2500  # the full profile plans 2,166 for a server that does not conform
+
+# Above this many tokens, a check that only needs to see a request accepted makes
+# it cheap (closes a stream after its first chunk, or lets it stop at once).
+CHEAP_TOKENS = 16
+
+# How far a body's `created` may lie outside the suite's clock window of its request:
+# the deployment's clock and the suite's may differ (NTP keeps them far closer than this).
+CLOCK_SLACK_S = 60
+
+
+def url_secrets(url: str) -> list[str]:
+    """The password in a URL's userinfo, and the values of its query: secrets of a run too."""
+    parts = urllib.parse.urlsplit(url)
+    found = [parts.password or ""]
+    found += [v for _, v in urllib.parse.parse_qsl(parts.query)]
+    return [f for f in found if f]
+
+
+class ConfigError(Exception):
+    """Bad usage or configuration (exit code 2)."""
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    base_url: str
+    api_key: str
+    model: str = ""  # empty: the spec's default model
+    profile: str = "quick"
+    include: tuple[str, ...] = ()  # tags; empty: every tag
+    skip: tuple[str, ...] = ()  # tags
+    select: tuple[str, ...] = ()  # check id patterns (fnmatch); empty: all
+    wrong_key_expected: bool = False  # the deployment has keys configured: refuse unknown ones
+    exhausted_key: str | None = None  # a key whose Budget cannot hold one token (budget checks)
+    token_ceiling: int = DEFAULT_TOKEN_CEILING
+    timeout: float = 120.0
+    schema_examples: int = 25  # schemathesis max examples per operation and phase
+    stall_seconds: float = 0.0  # robust:http.stalled_body waits this long for the server's
+    # body-read timeout; 0 skips it (the spec's is 30 s)
+    strict: bool = False  # warnings (a front's own words) are findings
+    front: str | None = None  # the front the user declared (--front nginx): only its own
+    # words are warnings; without one, none is
+    rate_limit: float | None = (
+        None  # the most requests per second; 429s with Retry-After waited out
+    )
+    metrics_url: str | None = None  # the deployment's Prometheus /metrics: the metrics:* checks
+    api: Spec = field(
+        default_factory=spec, repr=False, compare=False
+    )  # the spec it is checked against
+
+    def __post_init__(self) -> None:
+        if not self.model:
+            object.__setattr__(self, "model", self.api.default_model)
+
+    def validate(self) -> RunConfig:
+        if self.profile not in PROFILES:
+            raise ConfigError(
+                f"unknown profile {self.profile!r}: choose one of {', '.join(PROFILES)}"
+            )
+        if self.model not in self.api.models:
+            raise ConfigError(
+                f"model {self.model!r} is not in the spec's x-models ({', '.join(self.api.models)})"
+            )
+        if not self.base_url.startswith(("http://", "https://")):
+            raise ConfigError(f"--base-url must be an http(s) URL, not {self.base_url!r}")
+        if self.token_ceiling < 0 or self.schema_examples < 1 or self.timeout <= 0:
+            raise ConfigError("--token-ceiling, --schema-examples and --timeout must be positive")
+        if self.rate_limit is not None and not self.rate_limit > 0:
+            raise ConfigError(
+                f"--rate-limit must be above 0 requests per second, not {self.rate_limit:g}"
+            )
+        return self
+
+    @property
+    def secrets(self) -> tuple[str, ...]:
+        """What no report may show: the keys, and a password or query value in the base URL."""
+        return tuple(
+            s for s in (self.api_key, self.exhausted_key, *url_secrets(self.base_url)) if s
+        )
+
+    @property
+    def full(self) -> bool:
+        return self.profile == "full"

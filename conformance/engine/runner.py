@@ -1,0 +1,350 @@
+"""Run selected checks against a server: connect, run each check, keep within the token ceiling."""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import time
+import traceback
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+import httpx
+
+from conformance.engine.config import ConfigError, RunConfig
+from conformance.engine.context import LEDGER_NOTES, Context, ServerInfo, Skipped, Stop, Unproven
+from conformance.engine.coverage import Coverage
+from conformance.engine.registry import Check, token_bound
+from conformance.engine.results import CheckResult, Finding, Outcome, RunReport
+from conformance.engine.token_cost import CostModel
+from conformance.wire.client import AUTH_DEFAULT, AUTH_NONE, Client, Reply
+from conformance.wire.ledger import OVER_CEILING, Halted, OverCeiling
+from contract import Spec
+from contract.version import versions
+
+MODELS_PATH = "/v1/models"
+
+Progress = Callable[[Check, CheckResult | None], None]  # None: the check is starting
+# Called with (check id, method, path, request body, reply) for every answer of the run.
+Observer = Callable[[str, str, str, bytes | None, Reply], None]
+
+
+class Unreachable(ConfigError):
+    """The server did not answer at all (exit code 2)."""
+
+
+# The numbers GET /v1/models reports for a model (the Model schema), read into ModelInfo.
+DEPLOYMENT_NUMBERS = ("max_model_len", "num_layers", "hidden_size")
+
+
+def discover(client: Client, model: str, api: Spec) -> ServerInfo:
+    """GET /v1/models: the deployment's max_model_len, num_layers and hidden_size of each model;
+    GET /health with the key and without it.
+
+    A server that does not list the model (or one of its numbers) gets the
+    spec's value here, and the `routes:models` check reports the omission.
+    """
+    reply = client.request("GET", MODELS_PATH)
+    if reply.status is None:
+        raise Unreachable(f"cannot reach {client.base_url}: {reply.error}")
+    if reply.status == api.error_codes["invalid_api_key"]["status"]:
+        raise ConfigError(
+            f"the server refused the API key (GET {MODELS_PATH} answered {reply.status})"
+        )
+    models, given = dict(api.models), {}
+    data = reply.data.get("data") if isinstance(reply.data, dict) else None
+    for entry in data if isinstance(data, list) else []:
+        if not isinstance(entry, dict) or entry.get("id") not in models:
+            continue
+        numbers = {
+            name: entry[name]
+            for name in DEPLOYMENT_NUMBERS
+            if type(entry.get(name)) is int and entry[name] >= 1
+        }
+        models[entry["id"]] = dataclasses.replace(models[entry["id"]], **numbers)
+        given[entry["id"]] = frozenset(numbers)
+    health = {
+        keyed: client.request(
+            "GET", api.route("health").path, auth=AUTH_DEFAULT if keyed else AUTH_NONE
+        ).status
+        for keyed in (False, True)
+    }
+    return ServerInfo(models=models, given=given, health=health)
+
+
+OVERSPEND = "the server generated"  # the start of a finding of a request past its price
+RESENT = "the connection was closed before an answer"  # the start of a resend's finding
+UNDERSTATED = "the usage says"  # the start of an understated usage's
+
+
+def _client_findings(client: Client, since: tuple[int, int, int]) -> list[Finding]:
+    """What the client saw while a check ran that is the server's doing: requests past their
+    price, usage below what an answer shows, connections dropped before an answer."""
+    over, under, resent = since
+    found = [
+        Finding(
+            f"{OVERSPEND} {o.spent} tokens for a request priced at {o.priced} (its prompts x n x "
+            f"max_tokens within max_model_len): past a bound no conforming server passes, and past the "
+            f"token ceiling's plan",
+            expected=f"at most {o.priced}",
+            received=o.spent,
+            exchange=o.exchange,
+        )
+        for o in client.ledger.overspends[over:]
+    ]
+    found += [
+        Finding(
+            f"{UNDERSTATED} {u.priced} completion tokens; the answer shows {u.spent} (its token ids or "
+            f"logprob rows): the gate counts what it received",
+            expected=u.spent,
+            received=u.priced,
+            exchange=u.exchange,
+        )
+        for u in client.ledger.understated[under:]
+    ]
+    found += [
+        Finding(
+            f"{RESENT} ({r.error}); the suite sent the request again on a new connection, the lost attempt "
+            f"charged at its price ({r.charged} tokens)",
+            expected="an answer",
+            received=r.error,
+            exchange=r.exchange,
+        )
+        for r in client.resends[resent:]
+    ]
+    return found
+
+
+def _marks(client: Client) -> tuple[int, int, int]:
+    return len(client.ledger.overspends), len(client.ledger.understated), len(client.resends)
+
+
+def run_check(check: Check, ctx: Context) -> CheckResult:
+    ctx.findings = []
+    tokens_before, marks = ctx.client.ledger.tokens, _marks(ctx.client)
+    start = time.perf_counter()
+    outcome, reason, withheld = Outcome.PASSED, "", 0
+    try:
+        check.func(ctx)
+    except Unproven as exc:
+        outcome, reason = Outcome.UNPROVEN, str(exc)
+    except Skipped as exc:
+        outcome, reason = Outcome.SKIPPED, str(exc)
+    except Halted as exc:  # a premise failed, or a request went past its price
+        outcome, reason, withheld = Outcome.UNPROVEN, str(exc), exc.worst
+    except OverCeiling as exc:  # the client's ledger refused a request mid-check
+        outcome, reason, withheld = (
+            _for_ceiling(exc.worst, ctx),
+            f"{OVER_CEILING}: {exc}",
+            exc.worst,
+        )
+    except Stop:
+        pass
+    except Exception as exc:  # the suite's own bug: kept apart from findings
+        outcome = Outcome.ERROR
+        reason = "".join(traceback.format_exception_only(exc)).strip()
+        reason += "\n" + "".join(traceback.format_tb(exc.__traceback__)[-3:])
+    ctx.findings += _client_findings(ctx.client, marks)
+    if ctx.findings and outcome is not Outcome.ERROR:
+        only_warnings = all(f.warning for f in ctx.findings) and not ctx.config.strict
+        outcome = Outcome.WARNED if only_warnings else Outcome.FAILED
+    return CheckResult(
+        check.id,
+        check.all_tags,
+        check.doc,
+        outcome,
+        list(ctx.findings),
+        reason,
+        time.perf_counter() - start,
+        ctx.client.ledger.tokens - tokens_before,
+        withheld,
+    )
+
+
+def _for_ceiling(cost: int, ctx: Context) -> Outcome:
+    """A check the ceiling kept from running: the server's doing (UNPROVEN) where what it was
+    made to generate took the room the check would fit in; the options' choice (SKIPPED) where
+    the check does not fit the ceiling at all (the quick profile, which proves no premise, or
+    a --token-ceiling below it): the note says which ceiling would run it."""
+    return Outcome.SKIPPED if cost > ctx.config.token_ceiling else Outcome.UNPROVEN
+
+
+def execute(check: Check, ctx: Context, cost: int | None = None) -> CheckResult:
+    """One check, unless its worst case (`cost`: the server does not conform) would pass the
+    ceiling; then it is skipped, with the reason and the ceiling that would let it run."""
+    cost = check.worst_case(ctx.config, _cost(ctx)) if cost is None else cost
+    if cost and ctx.client.ledger.halted:
+        return CheckResult(
+            check.id,
+            check.all_tags,
+            check.doc,
+            Outcome.UNPROVEN,
+            reason=f"not run: {ctx.client.ledger.halted}",
+        )
+    spent = ctx.client.ledger.tokens
+    if cost and spent + cost > ctx.config.token_ceiling:
+        return CheckResult(
+            check.id,
+            check.all_tags,
+            check.doc,
+            _for_ceiling(cost, ctx),
+            reason=f"{OVER_CEILING}: it may generate {cost} tokens if the server does "
+            f"not conform; {spent} of the ceiling of {ctx.config.token_ceiling} "
+            f"are spent (--token-ceiling {spent + cost} would run it)",
+        )
+    return run_check(check, ctx)
+
+
+def _cost(ctx: Context) -> CostModel:
+    return ctx.client.ledger.cost or CostModel.of(ctx.api, ctx.max_model_len)
+
+
+def premises_for(checks: Sequence[Check], ctx: Context) -> list[Check]:
+    """The premise checks (premise:*) to run before the rest of a selection: those it holds, and
+    in the full profile every one wherever a check may generate (the quick profile sends nothing
+    a conforming server generates for; a request past its price there halts the client all the
+    same)."""
+    from conformance.checks import REGISTRY
+
+    needed = ctx.config.full and any(
+        c.worst_case(ctx.config, _cost(ctx)) for c in checks if not c.premise
+    )
+    held = {c.id for c in checks}
+    return [c for c in REGISTRY if c.premise and (needed or c.id in held)]
+
+
+def plan(checks: Sequence[Check], ctx: Context) -> list[tuple[Check, int]]:
+    """The run order, each check with its worst-case cost (a shared spend's, for each
+    check that shares it: the first of them that runs pays it).
+
+    Checks that cannot generate come first (the ledger never stops them), then the
+    rest by cost, least first, so a ceiling too low for a non-conforming server skips
+    the dearest few. Checks that share one spend stay together.
+    """
+    costs = {c.id: c.worst_case(ctx.config, _cost(ctx)) for c in checks}
+    shared: dict[str, int] = {}
+    for c in checks:
+        if c.shares:
+            shared[c.shares] = max(shared.get(c.shares, 0), costs[c.id])
+    key = {c.id: shared[c.shares] if c.shares else costs[c.id] for c in checks}
+    ordered = sorted(checks, key=lambda c: key[c.id])  # stable: ties keep registration order
+    return [(c, key[c.id]) for c in ordered]
+
+
+def _still_needed(skipped: Sequence[Check], results: dict[str, CheckResult], ctx: Context) -> int:
+    """Tokens the checks skipped for the ceiling may cost: their plan, or what the ledger
+    withheld from them if more (a spend they share counted once)."""
+    shared: dict[str, int] = {}
+    total = 0
+    for c in skipped:
+        cost = max(c.worst_case(ctx.config, _cost(ctx)), results[c.id].withheld)
+        if c.shares:
+            shared[c.shares] = max(shared.get(c.shares, 0), cost)
+        else:
+            total += cost
+    return total + sum(shared.values())
+
+
+def connect(config: RunConfig, transport: httpx.BaseTransport | None = None) -> Context:
+    """A Context for `config` (checked against its spec, `config.api`), after GET /v1/models;
+    the caller closes ctx.client."""
+    config.validate()
+    client = Client(
+        config.base_url,
+        config.api_key,
+        timeout=config.timeout,
+        transport=transport,
+        rate_limit=config.rate_limit,
+    )
+    try:
+        ctx = Context(config, client, discover(client, config.model, config.api))
+        client.ledger.ceiling, client.ledger.cost = (
+            config.token_ceiling,
+            CostModel.of(config.api, ctx.max_model_len),
+        )
+        return ctx
+    except BaseException:
+        client.close()
+        raise
+
+
+def _in_check(current: list[str], observer: Callable[..., None], *exchange: Any) -> None:
+    """An observer of run()'s, told the id of the check running now."""
+    observer(current[0], *exchange)
+
+
+def run(
+    config: RunConfig,
+    checks: Sequence[Check],
+    *,
+    progress: Progress | None = None,
+    transport: httpx.BaseTransport | None = None,
+    observers: Sequence[Observer] = (),
+) -> RunReport:
+    """Run `checks` (already selected), least costly first; the report lists them in the
+    selection's order. Raise ConfigError/Unreachable before any check."""
+    report = RunReport(
+        config.base_url,
+        config.model,
+        config.profile,
+        token_ceiling=config.token_ceiling,
+        versions=versions(config.api),
+        strict=config.strict,
+        secrets=config.secrets,
+    )
+    start = time.perf_counter()
+    ctx = connect(config, transport)
+    results: dict[str, CheckResult] = {}
+    coverage = Coverage(ctx.api, exhausted_key=bool(config.exhausted_key))
+    ctx.client.observers.append(coverage.observe_reply)
+    ctx.client.raw_observers.append(coverage.observe)
+    current = [""]  # the id of the check running now
+    for observer in observers:
+        ctx.client.observers.append(functools.partial(_in_check, current, observer))
+    with ctx.client:
+        report.server_max_model_len = ctx.max_model_len if ctx.given("max_model_len") else None
+        report.assumed = {
+            n: getattr(ctx.spec_model, n) for n in DEPLOYMENT_NUMBERS if not ctx.given(n)
+        }
+        proven = premises_for(checks, ctx)
+        selected = [c for c in checks if not c.premise]
+        checks = [*proven, *selected]
+        paid: set[str] = set()  # shared spends already made
+
+        def order() -> Iterator[tuple[Check, int]]:
+            """The premises first, in their order (premise:max_tokens bounds the next one's price);
+            then the plan, made with what they proved."""
+            for premise in proven:
+                yield premise, premise.worst_case(config, _cost(ctx))
+            yield from plan(selected, ctx)
+
+        for check, cost in order():
+            if progress:
+                progress(check, None)
+            current[0] = check.id
+            result = results[check.id] = execute(check, ctx, 0 if check.shares in paid else cost)
+            kept_out = result.outcome is Outcome.UNPROVEN or result.reason.startswith(OVER_CEILING)
+            if check.shares and not kept_out:  # a check that did not run paid nothing
+                paid.add(check.shares)
+            if progress:
+                progress(check, result)
+        report.tokens = ctx.client.ledger.tokens
+        report.token_plan = token_bound(checks, config, _cost(ctx))  # with what the premises proved
+        report.overspent = [
+            {"check": r.id, "spent": r.tokens}
+            for r in results.values()
+            if any(f.message.startswith(OVERSPEND) for f in r.findings)
+        ]
+        report.ceiling_notes = list(ctx.memo.get(LEDGER_NOTES, []))
+        coverage.observe_effects(
+            f for c in checks if results[c.id].outcome is Outcome.PASSED for f in c.effects
+        )
+        report.coverage = coverage.summary()
+        report.rate_limit = ctx.client.pace.summary() if ctx.client.pace else None
+    report.results = [results[c.id] for c in checks]
+    skipped = [c for c in checks if results[c.id].reason.startswith(OVER_CEILING)]
+    report.ceiling_skipped = [c.id for c in skipped]
+    if skipped:
+        report.ceiling_needed = report.tokens + _still_needed(skipped, results, ctx)
+    report.duration = time.perf_counter() - start
+    return report

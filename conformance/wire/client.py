@@ -1,0 +1,434 @@
+"""HTTP to the server under test: every exchange recorded, every request priced and every
+generated token counted by the run's ledger (conformance.wire.ledger).
+
+Transport failures are translated here, once: a request that got no HTTP
+response becomes a Reply with `error` set, which a check reports as a finding
+(the server was reachable when the run started, so silence is its fault), and is
+charged at its price (it may have generated all of it).
+
+A connection closed or reset before an answer is sent again once, on a new connection,
+and the drop is a finding of the check that sent it (`resends`), the lost attempt
+charged at its price. A connection that answered a 5xx is not used again: a server that
+drops it under the next request without saying so (llama.cpp after a bare 500) would
+otherwise have its drop found on whichever check sent that request.
+
+A deployment's rate limit is met here, once (`Pace`, `Client.paced`): with --rate-limit
+every request (the raw sockets' and schemathesis's too) waits its turn, and a 429 with
+Retry-After is waited out and sent again, not reported, at most MAX_RETRIES times a
+request and MAX_WAIT_S a wait. The API's own 429 (insufficient_quota) never carries Retry-After,
+so no check's expected answer is retried.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+import httpx
+
+from conformance.engine.results import MASKED, MIN_SECRET, Exchange, quote
+from conformance.wire.ledger import Ledger
+from conformance.wire.sse import Parsed, parse_lines
+
+AUTH_DEFAULT = "default"
+AUTH_NONE = "none"
+
+
+# httpcore's words for a connection closed before an answer, and the kernel's for one reset
+DROPPED = ("disconnected without sending a response", "Connection reset by peer")
+MAX_RETRIES = 5  # a request's 429s with Retry-After waited out, at most
+MAX_WAIT_S = 60.0  # the longest Retry-After waited out; a longer one is answered as it came
+
+
+class Pace:
+    """At most `per_second` requests a second, and the 429s waited out (the report's note)."""
+
+    def __init__(self, per_second: float) -> None:
+        self.per_second = per_second
+        self._lock = threading.Lock()
+        self._next = 0.0
+        self.retried = 0
+        self.waited = 0.0
+        self.given_up: list[str] = []
+
+    def wait(self) -> None:
+        with self._lock:
+            now = time.monotonic()
+            at = max(now, self._next)
+            self._next = at + 1.0 / self.per_second
+        if at > now:
+            time.sleep(at - now)
+
+    def retry_after(
+        self, status: int | None, headers: Mapping[str, str], tries: int, what: str
+    ) -> float | None:
+        """Seconds to wait before sending again, or None: this answer stands."""
+        value = {k.lower(): v for k, v in headers.items()}.get("retry-after")
+        if status != 429 or value is None:
+            return None
+        try:
+            seconds = max(0.0, float(value))
+        except ValueError:
+            seconds = MAX_WAIT_S + 1
+        if tries >= MAX_RETRIES or seconds > MAX_WAIT_S:
+            self.given_up.append(f"{what}: 429 with Retry-After {value} after {tries} retries")
+            return None
+        with self._lock:
+            self.retried += 1
+            self.waited += seconds
+        return seconds
+
+    def summary(self) -> dict[str, object]:
+        return {
+            "per_second": self.per_second,
+            "retried": self.retried,
+            "waited_s": round(self.waited, 3),
+            "max_retries": MAX_RETRIES,
+            "max_wait_s": MAX_WAIT_S,
+            "given_up": self.given_up,
+        }
+
+
+R = TypeVar("R")  # an answer of any sender: httpx's, requests' (schemathesis's), a raw exchange's
+
+
+def _status_and_headers(resp: Any) -> tuple[int | None, Mapping[str, str]]:
+    return resp.status_code, resp.headers
+
+
+def _keep(resp: Any) -> None:
+    """A read answer holds nothing to free."""
+
+
+# Idle connections the client closes itself, well before a server's idle timeout (gunicorn's
+# 5 s, uvicorn's 5 s, nginx's 75 s): a server that closes an idle connection as a request
+# goes out on it would otherwise look like one that drops requests.
+KEEPALIVE_EXPIRY_S = 1.0
+
+
+@dataclass(frozen=True)
+class Resend:
+    """A request whose connection was closed or reset before an answer, sent again; the lost
+    attempt charged at `charged`."""
+
+    exchange: Exchange
+    error: str
+    charged: int
+
+
+def _no_reuse_after_5xx(resp: httpx.Response) -> None:
+    """A 5xx's connection is closed once its answer is read (httpcore's `network_stream`
+    extension): the pool then opens a new one for the next request."""
+    if resp.status_code >= 500:
+        stream = resp.extensions.get("network_stream")
+        if stream is not None:
+            stream.close()
+
+
+def _shown(data: bytes | str | None) -> str | None:
+    return None if data is None else quote(data)
+
+
+@dataclass
+class Reply:
+    exchange: Exchange
+    status: int | None
+    headers: httpx.Headers
+    content: bytes = b""
+    data: Any = None  # the parsed JSON body, when it is JSON
+    is_json: bool = False
+    error: str | None = None  # no HTTP response
+
+    @property
+    def request_id_header(self) -> str | None:
+        return self.headers.get("x-request-id")
+
+
+@dataclass
+class StreamReply(Reply):
+    lines: list[tuple[float, str]] = field(default_factory=list)
+    parsed: Parsed = field(default_factory=Parsed)
+    closed_early: bool = False
+
+
+class Client:
+    def __init__(
+        self,
+        base_url: str,
+        api_key: str,
+        *,
+        timeout: float = 120.0,
+        transport: httpx.BaseTransport | None = None,
+        rate_limit: float | None = None,
+    ) -> None:
+        self.base_url = base_url.rstrip("/")
+        self.pace = Pace(rate_limit) if rate_limit else None
+        self.api_key = api_key
+        self._http = httpx.Client(
+            base_url=self.base_url,
+            timeout=timeout,
+            transport=transport,
+            limits=httpx.Limits(keepalive_expiry=KEEPALIVE_EXPIRY_S),
+        )
+        self.in_process = (
+            transport is not None
+        )  # no socket: what sends by itself (schemathesis) reaches nothing
+        self._lock = threading.Lock()
+        self.ledger = Ledger()  # every request priced before it goes, every answer counted
+        self.resends: list[Resend] = []
+        # Called with (method, path, request body, reply) after every answer (spec coverage).
+        self.observers: list[Callable[[str, str, bytes | None, Reply], None]] = []
+        # ... and after an answer to bytes sent on a raw socket: (method, path, body, status,
+        # headers, parsed JSON body or None).
+        self.raw_observers: list[Callable[[str, str, bytes, int, Any, Any], None]] = []
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- building requests -------------------------------------------------
+
+    def _headers(
+        self, auth: str | None, headers: dict[str, str] | None, has_body: bool
+    ) -> dict[str, str]:
+        out: dict[str, str] = {}
+        if has_body:
+            out["Content-Type"] = "application/json"
+        if auth == AUTH_DEFAULT:
+            out["Authorization"] = f"Bearer {self.api_key}"
+        elif auth not in (None, AUTH_NONE):
+            out["Authorization"] = auth
+        out.update(headers or {})
+        # HTTP drops whitespace around a field value (RFC 9110 5.5) and h11 refuses to
+        # send it, so "Bearer " goes out as "Bearer": the same header on the wire.
+        return {k: v.strip() for k, v in out.items()}
+
+    def _exchange(
+        self, method: str, path: str, headers: dict[str, str], content: bytes | None
+    ) -> Exchange:
+        # the key wherever it was sent (its curl line reads it from the environment); a key too
+        # short to tell from the words around it, only in Authorization
+        def mask(name: str, value: str) -> str:
+            hides = self.api_key and (
+                name.lower() == "authorization" or len(self.api_key) >= MIN_SECRET
+            )
+            return value.replace(self.api_key, MASKED) if hides else value
+
+        return Exchange(
+            method,
+            self.base_url + path,
+            {k: mask(k, v) for k, v in headers.items()},
+            _shown(content),
+            sent=content,
+        )
+
+    @staticmethod
+    def encode(body: Any) -> bytes:
+        return json.dumps(body, separators=(",", ":")).encode()
+
+    # -- plain requests ----------------------------------------------------
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        body: Any = None,
+        content: bytes | None = None,
+        headers: dict[str, str] | None = None,
+        auth: str | None = AUTH_DEFAULT,
+    ) -> Reply:
+        """Send one request; `body` is JSON-encoded, `content` is sent as is."""
+        if body is not None:
+            content = self.encode(body)
+        worst = self.ledger.reserve(method, path, content)
+        hdrs = self._headers(auth, headers, content is not None)
+        exchange = self._exchange(method, path, hdrs, content)
+        try:
+            resp = self.paced(
+                lambda: self._again_if_dropped(
+                    lambda: self._http.request(method, path, content=content, headers=hdrs),
+                    exchange,
+                    worst,
+                ),
+                f"{method} {path}",
+            )
+        except httpx.TransportError as exc:
+            exchange.error = f"{type(exc).__name__}: {exc}"
+            self.ledger.add(worst)  # no answer: it may have generated all it could
+            return Reply(exchange, None, httpx.Headers(), error=exchange.error)
+        _no_reuse_after_5xx(resp)
+        reply = Reply(exchange, resp.status_code, resp.headers, resp.content)
+        try:
+            reply.data, reply.is_json = resp.json(), True
+        except (ValueError, RecursionError):  # not JSON, or nested past the decoder
+            pass
+        exchange.status = resp.status_code
+        exchange.response_headers = dict(resp.headers)
+        exchange.response_body = _shown(resp.content)
+        if resp.status_code == 200:
+            self.ledger.count(reply.data if reply.is_json else None, content, worst, exchange)
+        self._observe(method, path, content, reply)
+        return reply
+
+    def post(self, path: str, body: Any, **kw: Any) -> Reply:
+        return self.request("POST", path, body=body, **kw)
+
+    # -- streams -----------------------------------------------------------
+
+    def stream(
+        self,
+        path: str,
+        body: Any,
+        *,
+        headers: dict[str, str] | None = None,
+        auth: str | None = AUTH_DEFAULT,
+        stop_after_events: int | None = None,
+    ) -> StreamReply:
+        """POST and read a text/event-stream line by line, timing each line.
+
+        `stop_after_events` closes the connection after that many data events:
+        the cheap way to see a large request accepted without paying for it.
+        """
+        content = self.encode(body)
+        worst = self.ledger.reserve("POST", path, content, stop_after_events)
+        hdrs = self._headers(auth, headers, True)
+        exchange = self._exchange("POST", path, hdrs, content)
+        start = time.monotonic()
+        lines: list[tuple[float, str]] = []
+        try:
+            with self._paced_stream(path, content, hdrs, exchange, worst) as resp:
+                reply = StreamReply(exchange, resp.status_code, resp.headers)
+                exchange.status = resp.status_code
+                exchange.response_headers = dict(resp.headers)
+                if resp.status_code != 200 or "text/event-stream" not in resp.headers.get(
+                    "content-type", ""
+                ):
+                    resp.read()
+                    reply.content = resp.content
+                    try:
+                        reply.data, reply.is_json = resp.json(), True
+                    except (ValueError, RecursionError):
+                        pass
+                    exchange.response_body = _shown(resp.content)
+                    if resp.status_code == 200:
+                        self.ledger.count(
+                            reply.data if reply.is_json else None, content, worst, exchange
+                        )
+                    self._observe("POST", path, content, reply)
+                    return reply
+                events = 0
+                for line in resp.iter_lines():
+                    lines.append((time.monotonic() - start, line))
+                    if line.startswith("data:"):
+                        events += 1
+                    if stop_after_events is not None and events >= stop_after_events and line == "":
+                        reply.closed_early = True
+                        break
+        except httpx.TransportError as exc:
+            exchange.error = f"{type(exc).__name__}: {exc}"
+            reply = StreamReply(
+                exchange,
+                exchange.status,
+                httpx.Headers(exchange.response_headers),
+                error=exchange.error,
+            )
+        reply.lines = lines
+        reply.parsed = parse_lines(lines)
+        reply.content = "\n".join(line for _, line in lines).encode()
+        exchange.response_body = _shown(reply.content)
+        self.ledger.count_stream(
+            reply.parsed,
+            content,
+            worst,
+            exchange,
+            unfinished=reply.error is not None or reply.closed_early,
+        )
+        self._observe("POST", path, content, reply)
+        return reply
+
+    # -- the deployment's rate limit -----------------------------------------
+
+    def wait_turn(self) -> None:
+        """With --rate-limit, wait until the next request may go (every sender calls it)."""
+        if self.pace is not None:
+            self.pace.wait()
+
+    def paced(
+        self,
+        send: Callable[[], R],
+        what: str,
+        *,
+        first: R | None = None,
+        answer: Callable[[R], tuple[int | None, Mapping[str, str]]] = _status_and_headers,
+        discard: Callable[[R], None] = _keep,
+    ) -> R:
+        """What `send` gets in its turn; with --rate-limit, a 429 with Retry-After within the
+        bound is waited out and sent again (each try in its turn), `discard` freeing it.
+
+        `first`: an answer already got in its turn (schemathesis's, from its own session);
+        `answer`: its status (None: no HTTP answer) and headers.
+        """
+        if first is None:
+            self.wait_turn()
+            first = send()
+        resp, tries = first, 0
+        while self.pace is not None:
+            status, headers = answer(resp)
+            wait = self.pace.retry_after(status, headers, tries, what)
+            if wait is None:
+                break
+            discard(resp)
+            tries += 1
+            time.sleep(wait)
+            self.wait_turn()
+            resp = send()
+        return resp
+
+    def _again_if_dropped(self, send: Callable[[], R], exchange: Exchange, worst: int) -> R:
+        """send(), and once more on a new connection if the server closed or reset the connection
+        before an answer: the drop a Resend (a finding of the check), the lost attempt charged."""
+        try:
+            return send()
+        except (httpx.RemoteProtocolError, httpx.ReadError) as exc:
+            if not any(words in str(exc) for words in DROPPED):
+                raise
+            self.ledger.add(worst)
+            with self._lock:
+                self.resends.append(Resend(exchange, f"{type(exc).__name__}: {exc}", worst))
+            return send()
+
+    @contextlib.contextmanager
+    def _paced_stream(
+        self, path: str, content: bytes, hdrs: dict[str, str], exchange: Exchange, worst: int
+    ) -> Iterator[httpx.Response]:
+        def send() -> httpx.Response:
+            request = self._http.build_request("POST", path, content=content, headers=hdrs)
+            return self._again_if_dropped(
+                lambda: self._http.send(request, stream=True), exchange, worst
+            )
+
+        resp = self.paced(send, f"POST {path}", discard=httpx.Response.close)
+        try:
+            yield resp
+        finally:
+            resp.close()
+            _no_reuse_after_5xx(resp)
+
+    def observe(self, method: str, path: str, content: bytes | None, reply: Reply) -> None:
+        """An answer got through another client (schemathesis's), for the observers."""
+        self._observe(method, path, content, reply)
+
+    def _observe(self, method: str, path: str, content: bytes | None, reply: Reply) -> None:
+        for observer in self.observers:
+            observer(method, path, content, reply)

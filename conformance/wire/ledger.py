@@ -1,0 +1,204 @@
+"""The gate's token ledger: every token a run makes the server generate, counted by the gate's
+own meter (conformance.wire.meter: what an answer shows; its usage a claim), and every
+request priced before it is sent.
+
+With a ceiling and a cost model set (the runner sets both once it knows the deployment), a
+request whose worst case (the server does not conform) would take the count past the ceiling
+is not sent (OverCeiling). A request past its price breaks the bound every price relies on:
+the ledger halts, and nothing that could generate is sent any more (Halted). Every sender
+answers to it: the client (conformance.wire.client), the raw sockets (checks/robust/raw.py)
+and schemathesis's session (checks/schema.py, through `charge`).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+from conformance.engine.config import CHEAP_TOKENS
+from conformance.engine.results import Exchange
+from conformance.engine.token_cost import CostModel
+from conformance.wire import meter
+from conformance.wire.sse import Parsed, parse_lines
+
+# The start of the reason of every check skipped for the token ceiling (reports find them by it).
+OVER_CEILING = "over the token ceiling"
+
+
+class OverCeiling(Exception):
+    """A request was not sent: if the server did not conform, it could pass the token ceiling.
+    `worst`: the tokens it (or what it stands for) may cost."""
+
+    def __init__(self, message: str, worst: int) -> None:
+        super().__init__(message)
+        self.worst = worst
+
+
+class Halted(OverCeiling):
+    """A request was not sent: the ledger is halted (Ledger.halt), whatever the ceiling."""
+
+
+@dataclass(frozen=True)
+class Overspend:
+    """A request that generated more than the ledger priced it at: the server went past a
+    bound the price assumed (max_tokens, max_model_len, n); the check that sent it is told."""
+
+    exchange: Exchange | None
+    priced: int
+    spent: int
+
+
+class Ledger:
+    """The count, the ceiling and the prices of one run; safe to share between threads."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.tokens = 0  # generated tokens, by the gate's own meter
+        # with both set, a request that could take `tokens` past `ceiling` is not sent
+        self.ceiling: int | None = None
+        self.cost: CostModel | None = None
+        self.overspends: list[Overspend] = []
+        self.understated: list[Overspend] = []  # usage below what the answer shows
+        # Why nothing that could generate is sent any more (a premise failed, a request went past
+        # its price): no request whose price relies on what the server has shown false.
+        self.halted: str | None = None
+
+    def add(self, n: int) -> None:
+        with self._lock:
+            self.tokens += n
+
+    def worst_case(
+        self, method: str, path: str, content: bytes | None, stop_after_events: int | None = None
+    ) -> int:
+        """What this request may cost if the server does not conform (0 before connect)."""
+        if self.cost is None or content is None:
+            return 0
+        # a stream the suite closes early costs what arrives before it hangs up
+        return self.cost.request(method, path, content, stop_after_events, CHEAP_TOKENS)
+
+    def halt(self, reason: str) -> None:
+        """Send nothing that could generate from now on (OverCeiling with `reason`)."""
+        with self._lock:
+            self.halted = self.halted or reason
+
+    def not_halted_raw(self, request: bytes) -> None:
+        """Halted, for raw bytes a halted client may not send: a POST to a path that can generate,
+        whatever its body (a hostile or framed body has no price to read)."""
+        method, _, rest = request.partition(b" ")
+        path = rest.partition(b" ")[0].decode("latin-1").split("?", 1)[0]
+        if (
+            self.halted
+            and self.cost is not None
+            and method == b"POST"
+            and path in self.cost.generating
+        ):
+            raise Halted(f"a raw POST {path} was not sent: {self.halted}", 0)
+
+    def not_halted(
+        self, method: str, path: str, content: bytes | None, stop_after_events: int | None = None
+    ) -> int:
+        """The request's worst case, or Halted if it could generate and the client is halted."""
+        worst = self.worst_case(method, path, content, stop_after_events)
+        if worst and self.halted:
+            raise Halted(f"{method} {path} was not sent: {self.halted}", worst)
+        return worst
+
+    def reserve(
+        self, method: str, path: str, content: bytes | None, stop_after_events: int | None = None
+    ) -> int:
+        """The request's worst case, or OverCeiling if it could take the count past the ceiling
+        or the client is halted."""
+        worst = self.not_halted(method, path, content, stop_after_events)
+        if self.ceiling is not None and worst and self.tokens + worst > self.ceiling:
+            raise OverCeiling(
+                f"{method} {path} was not sent: it may generate {worst} tokens if the "
+                f"server does not conform; {self.tokens} of the ceiling of "
+                f"{self.ceiling} are spent",
+                worst,
+            )
+        return worst
+
+    def _body(self, content: bytes | None) -> Any:
+        try:
+            return json.loads(content) if content else None
+        except (ValueError, RecursionError):
+            return None
+
+    def count(
+        self, data: Any, content: bytes | None, worst: int, exchange: Exchange | None
+    ) -> None:
+        """A 200 without stream, by the gate's meter (conformance.wire.meter.answer)."""
+        body = self._body(content)
+        price = self.cost.sequence(body) if self.cost is not None else worst
+        self._spend(meter.answer(data, body, price, worst), worst, exchange)
+
+    def count_stream(
+        self,
+        parsed: Parsed,
+        content: bytes | None,
+        worst: int,
+        exchange: Exchange | None,
+        unfinished: bool = False,
+    ) -> None:
+        """A stream's chunks (conformance.wire.meter.stream); one unfinished (broken, or closed early
+        by the suite) at its price too: the server may write on until it sees the close. A chunk
+        without text (llama.cpp's last "" with its finish_reason, LiteLLM's finish chunk) is no
+        token."""
+        body = self._body(content)
+        metered = meter.stream(parsed, body)
+        self.add(max(metered.tokens, worst if unfinished else 0))
+        # past its price by evidence: the chunks, and the usage's claim too where there is one (a
+        # proxy may cut one token's text in two chunks; a usage may claim what never came)
+        counted = meter.stream_count(parsed, body)
+        said = counted if metered.claim is None else min(metered.claim, counted)
+        if self.cost is not None and said > worst:
+            with self._lock:
+                self._overspent(Overspend(exchange, worst, said))
+
+    def _overspent(self, overspend: Overspend) -> None:
+        """A request past its price: the bound every price relies on is broken (held: the lock)."""
+        self.overspends.append(overspend)
+        self.halted = self.halted or (
+            f"the server generated {overspend.spent} tokens for a request priced at {overspend.priced}: "
+            "a request's price cannot be bounded, so none that could generate is sent"
+        )
+
+    def _spend(self, metered: meter.Metered, priced: int, exchange: Exchange | None) -> None:
+        """Count what the meter says; past `priced` by the answer's exact count an Overspend, usage
+        below it an understatement (each a finding of the check that sent it). A claim alone
+        proves no overspend: the meter charges it, usage:arithmetic judges it."""
+        self.add(metered.tokens)
+        shown = metered.exact or 0
+        with self._lock:
+            if self.cost is not None and shown > priced:
+                self._overspent(Overspend(exchange, priced, shown))
+            if metered.understated:
+                self.understated.append(Overspend(exchange, metered.claim or 0, metered.exact or 0))
+
+    def charge(
+        self,
+        method: str,
+        path: str,
+        sent: bytes | None,
+        status: int | None,
+        answer: bytes,
+        unfinished: bool = False,
+    ) -> None:
+        """An answer got through another sender (schemathesis's session), by the same meter: no
+        answer at the request's price, a 200 by what it shows (JSON or a stream; `unfinished`, a
+        stream read in part, at its price too)."""
+        worst = self.worst_case(method, path, sent)
+        if status is None:
+            self.add(worst)
+        elif status == 200:
+            try:
+                data: Any = json.loads(answer)
+            except (ValueError, RecursionError):
+                text = answer.decode("utf-8", "replace").splitlines()
+                self.count_stream(
+                    parse_lines([(0.0, line) for line in text]), sent, worst, None, unfinished
+                )
+            else:
+                self.count(data, sent, worst, None)

@@ -1,0 +1,97 @@
+"""The gate's own token meter: what the gate received, never what the server says of itself.
+
+A server's `usage` is a claim (conformance/README.md, "The token meter"): the meter counts
+the tokens an answer shows, and takes the claim only where it is larger.
+
+- A choice that carries `token_ids` or logprob rows (`logprobs.tokens`) shows its tokens
+  exactly; with `echo` the rows hold the prompt too, so they count as nothing exact.
+- A choice of text alone shows no count: it is charged at its price, the longest sequence
+  the request allows (token_cost.CostModel.sequence), which a server that honours max_tokens
+  (premise:max_tokens) cannot pass.
+- A stream counts its chunks: each carries at least one token (one with text), or as many
+  as its `token_ids` or rows show.
+
+`understated` is where an exact count is above the usage's claim: a server's usage that
+hides tokens it generated, reported on the check that sent the request.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from conformance.wire.sse import Parsed
+
+
+@dataclass(frozen=True)
+class Metered:
+    tokens: int  # what the meter charges
+    exact: int | None  # what the answer shows exactly (None: a choice of text alone)
+    claim: int | None  # the usage's completion_tokens (None: none given)
+
+    @property
+    def understated(self) -> bool:
+        return self.exact is not None and self.claim is not None and self.claim < self.exact
+
+
+def _shown(item: dict[str, Any], echo: bool) -> int | None:
+    """The tokens a choice (or a chunk's choice) shows exactly, or None."""
+    ids = item.get("token_ids")
+    if isinstance(ids, list):
+        return len(ids)
+    lp = item.get("logprobs")
+    rows = lp.get("tokens") if isinstance(lp, dict) else None
+    return len(rows) if isinstance(rows, list) and not echo else None
+
+
+def _claim(usage: Any) -> int | None:
+    value = usage.get("completion_tokens") if isinstance(usage, dict) else None
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
+
+
+def answer(data: Any, body: Any, sequence_price: int, worst: int) -> Metered:
+    """A completion without stream: each choice's exact count, or its price; an answer
+    without choices (not the API's shape) at the request's price."""
+    echo = isinstance(body, dict) and bool(body.get("echo"))
+    choices = data.get("choices") if isinstance(data, dict) else None
+    claim = _claim(data.get("usage") if isinstance(data, dict) else None)
+    if not isinstance(choices, list):
+        return Metered(max(worst, claim or 0), None, claim)
+    counted, exact = 0, 0
+    all_exact = True
+    for choice in choices:
+        shown = _shown(choice, echo) if isinstance(choice, dict) else None
+        if shown is None:
+            all_exact = False
+            counted += sequence_price
+        else:
+            exact += shown
+            counted += shown
+    return Metered(max(counted, claim or 0), exact if all_exact else None, claim)
+
+
+def stream_count(parsed: Parsed, body: Any) -> int:
+    """The tokens a stream's chunks show: each choice of a content chunk at least one where it
+    carries text, or as many as its token ids or rows."""
+    echo = isinstance(body, dict) and bool(body.get("echo"))
+    counted = 0
+    for event in parsed.events:
+        for choice in event.payload.get("choices") or () if event.kind == "content" else ():
+            if isinstance(choice, dict):
+                text = choice.get("text")
+                counted += max(
+                    _shown(choice, echo) or 0, 1 if isinstance(text, str) and text else 0
+                )
+    return counted
+
+
+def stream(parsed: Parsed, body: Any) -> Metered:
+    """A stream: its chunks' tokens (stream_count), or the usage's claim where larger."""
+    claims = [
+        c
+        for e in parsed.events
+        if e.kind in ("content", "usage")
+        if (c := _claim(e.payload.get("usage"))) is not None
+    ]
+    claim = max(claims) if claims else None
+    return Metered(max([stream_count(parsed, body)] + claims), None, claim)

@@ -1,0 +1,229 @@
+"""A gallery of lying servers (issue 42): the mock behind a WSGI middleware that misleads the
+gate the way real deployments do, each counting what the mock really generated (`generated`),
+the server's own count that the gate's token promise is held to.
+
+- "ignores max_tokens": every positive max_tokens read as four times itself, plus 50;
+- "ignores max_tokens, lies in usage": the same, its usage saying what max_tokens allowed;
+- "resets first attempts": each distinct request is generated, then its connection reset
+  without an answer; the same request again is answered;
+- "500 under a version header": every refusal answered with the API's own body but status 500,
+  and GET /v1/models with a version header of its own (a gateway that answers it itself);
+- "quotes the Authorization header": any scheme accepted (`Token KEY` too), every refusal's
+  message quoting the request's Authorization header, as such and base64-encoded;
+- "drops the seed": a seeded coin drops `seed` from a quarter of the requests that carry one;
+- "accepts unknown fields": fields the spec does not know dropped before the mock sees them (as
+  plain vLLM accepts them), and every refusal's message holding sampled text of its own.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import random
+import socket
+import struct
+import threading
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+from contract import spec
+from tests.broken.breaker import _known_fields
+from tests.support.wsgi import Environ, StartResponse
+
+WAYS = (
+    "ignores max_tokens",
+    "ignores max_tokens, lies in usage",
+    "resets first attempts",
+    "500 under a version header",
+    "quotes the Authorization header",
+    "drops the seed",
+    "accepts unknown fields",
+)
+COMPLETIONS = spec().completions_path
+SAMPLED = ("the", "sky", "was", "green", "over", "a", "quiet", "harbour", "and", "then")
+
+
+def _sampled_text(rng: random.Random) -> str:
+    return " ".join(rng.choice(SAMPLED) for _ in range(6))
+
+
+def _tokens(chunk: bytes) -> int:
+    """Tokens in the SSE events of one chunk the mock wrote: a choice of an event a token."""
+    count = 0
+    for line in chunk.decode("utf-8", "replace").splitlines():
+        if line.startswith("data: {"):
+            try:
+                payload = json.loads(line[len("data: ") :])
+            except ValueError:
+                continue
+            count += len(payload.get("choices") or [])
+    return count
+
+
+class Liar:
+    """`app` (the mock) doing `way`; `generated` what the mock wrote for it, every request."""
+
+    def __init__(self, app: Any, way: str, coin: int = 0) -> None:
+        assert way in WAYS, way
+        self.app, self.way = app, way
+        self.rng = random.Random(coin)
+        self.generated = 0
+        self._seen: set[bytes] = set()
+        self._lock = threading.Lock()
+
+    # -- the request -------------------------------------------------------------------------
+
+    def _rewrite(self, body: dict[str, Any]) -> dict[str, Any]:
+        limit = body.get("max_tokens")
+        if self.way.startswith("ignores max_tokens") and type(limit) is int and limit > 0:
+            body = {**body, "max_tokens": 4 * limit + 50}
+        if self.way == "drops the seed" and "seed" in body and self.rng.random() < 0.25:
+            body = {k: v for k, v in body.items() if k != "seed"}
+        if self.way == "accepts unknown fields":
+            body = {k: v for k, v in body.items() if k in _known_fields()}
+        return body
+
+    def __call__(self, environ: Environ, start_response: StartResponse) -> Iterable[bytes]:
+        path, method = environ.get("PATH_INFO", ""), environ.get("REQUEST_METHOD")
+        try:
+            length = int(environ.get("CONTENT_LENGTH") or 0)
+        except ValueError:  # hostile framing: the mock's own server judges it
+            return self.app(environ, start_response)
+        raw = environ["wsgi.input"].read(length)
+        auth = environ.get("HTTP_AUTHORIZATION", "")
+        if (
+            self.way == "quotes the Authorization header"
+            and auth
+            and not auth.startswith("Bearer ")
+        ):
+            environ["HTTP_AUTHORIZATION"] = "Bearer " + auth.split(" ", 1)[-1]
+        asked: dict[str, Any] | None = None
+        if path == COMPLETIONS and method == "POST":
+            try:
+                asked = json.loads(raw)
+            except (ValueError, RecursionError):
+                asked = None
+            if isinstance(asked, dict):
+                raw = json.dumps(self._rewrite(asked)).encode()
+        environ["wsgi.input"], environ["CONTENT_LENGTH"] = _Body(raw), str(len(raw))
+        if self.way == "resets first attempts" and method == "POST":
+            key = path.encode() + b" " + raw
+            with self._lock:
+                first = key not in self._seen
+                self._seen.add(key)
+            if first:
+                return self._reset(environ)
+        status, headers, chunks = self._inner(environ)
+        code = int(status.split()[0])
+        if path == "/v1/models" and self.way == "500 under a version header":
+            headers.append(("X-Gateway-Version", "2.4.1"))
+        if "text/event-stream" in dict(headers).get("Content-Type", ""):
+            start_response(status, headers)
+            return self._counted(chunks)
+        body = b"".join(chunks)
+        self._count_json(body, code)
+        body, code = self._lie(body, code, asked, auth)
+        headers = [(k, v) for k, v in headers if k.lower() != "content-length"]
+        start_response(
+            f"{code} {'LIE' if code != int(status.split()[0]) else status.split(' ', 1)[1]}",
+            headers + [("Content-Length", str(len(body)))],
+        )
+        return [body]
+
+    # -- the answer ----------------------------------------------------------------------------
+
+    def _inner(self, environ: Environ) -> tuple[str, list[tuple[str, str]], Iterator[bytes]]:
+        got: dict[str, Any] = {}
+
+        def start(status: str, headers: list[tuple[str, str]], exc_info: Any = None) -> Any:
+            got["status"], got["headers"] = status, list(headers)
+
+        body = iter(self.app(environ, start))
+        first = next(body, b"")  # a WSGI app starts its response by its first chunk
+
+        def chunks() -> Iterator[bytes]:
+            try:
+                yield first
+                yield from body
+            finally:
+                close = getattr(body, "close", None)
+                if close is not None:
+                    close()
+
+        return got["status"], got["headers"], chunks()
+
+    def _counted(self, chunks: Iterator[bytes]) -> Iterator[bytes]:
+        for chunk in chunks:
+            with self._lock:
+                self.generated += _tokens(chunk)
+            yield chunk
+
+    def _count_json(self, body: bytes, code: int) -> None:
+        try:
+            data = json.loads(body)
+        except (ValueError, RecursionError):
+            return
+        usage = data.get("usage") if isinstance(data, dict) and code == 200 else None
+        if isinstance(usage, dict):
+            with self._lock:
+                self.generated += int(usage.get("completion_tokens") or 0)
+
+    def _lie(
+        self, body: bytes, code: int, asked: dict[str, Any] | None, auth: str
+    ) -> tuple[bytes, int]:
+        try:
+            data = json.loads(body)
+        except (ValueError, RecursionError):
+            return body, code
+        error = data.get("error") if isinstance(data, dict) else None
+        if (
+            code == 200
+            and self.way == "ignores max_tokens, lies in usage"
+            and isinstance(asked, dict)
+        ):
+            limit = asked.get("max_tokens")
+            usage = data.get("usage")
+            if type(limit) is int and isinstance(usage, dict):
+                said = min(usage["completion_tokens"], limit * len(data.get("choices") or []))
+                usage.update(completion_tokens=said, total_tokens=usage["prompt_tokens"] + said)
+        if isinstance(error, dict) and 400 <= code < 500:
+            if self.way == "500 under a version header":
+                code = 500
+            elif self.way == "quotes the Authorization header":
+                encoded = base64.b64encode(auth.encode()).decode()
+                error["message"] = (
+                    f"{error.get('message')} (Authorization: {auth!r}, as sent: {encoded})"
+                )
+            elif self.way == "accepts unknown fields":
+                error["message"] = f"{error.get('message')} [{_sampled_text(self.rng)}]"
+        return json.dumps(data).encode(), code
+
+    def _reset(self, environ: Environ) -> list[bytes]:
+        """Generate the whole answer, then reset the connection without a byte of it."""
+        status, headers, chunks = self._inner(environ)
+        body = b"".join(chunks)
+        if "text/event-stream" in dict(headers).get("Content-Type", ""):
+            with self._lock:
+                self.generated += _tokens(body)
+        else:
+            self._count_json(body, int(status.split()[0]))
+        sock = environ.get("werkzeug.socket")
+        assert isinstance(sock, socket.socket), (
+            "the reset needs the connection's socket (werkzeug's server)"
+        )
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        sock.shutdown(socket.SHUT_RDWR)
+        raise ConnectionResetError("reset on purpose")
+
+
+class _Body:
+    def __init__(self, raw: bytes) -> None:
+        self._raw, self._at = raw, 0
+
+    def read(self, size: int = -1) -> bytes:
+        end = len(self._raw) if size is None or size < 0 else self._at + size
+        out, self._at = self._raw[self._at : end], min(end, len(self._raw))
+        return out
+
+    def readline(self, size: int = -1) -> bytes:
+        return self.read(size)

@@ -1,0 +1,265 @@
+"""Deployments that apply a field wrongly, now and then, or across requests (issue 30).
+
+`Wrong` is WSGI middleware over the mock: for each valid completion request it may
+rewrite what reaches the mock (a proxy that doubles a scale, a vLLM that steers one
+layer off) and what comes back (rows one alternative short), on every request or on
+the share of them a seeded coin picks (one replica of two wrong). `Leaking` answers a
+plain request with the last steered answer of the same prompt, as a prefix cache that
+keys blocks without the steering does.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import threading
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+import numpy as np
+
+from contract import ModelInfo
+from contract.tensors import decode_vector, encode_tensor
+from tests.broken import numbers
+from tests.broken.breaker import Breaker
+from tests.broken.effects import _valid, _without
+from tests.support.contract import CONTRACT
+from tests.support.wsgi import Environ, StartResponse, whole_response
+
+App = Callable[[Environ, StartResponse], Iterable[bytes]]
+Body = dict[str, Any]
+Rewrite = Callable[[Body, ModelInfo], Body]  # a valid request, and the model it names
+
+
+def _vectors(body: Body, change: Callable[[Body], Body]) -> Body:
+    if not isinstance(body.get("apply_steering_vectors"), list):
+        return body
+    return {
+        **body,
+        "apply_steering_vectors": [change(dict(v)) for v in body["apply_steering_vectors"]],
+    }
+
+
+def _scaled(k: float) -> Rewrite:
+    return lambda body, _: _vectors(
+        body, lambda v: {**v, "scale": (1.0 if v.get("scale") is None else v["scale"]) * k}
+    )
+
+
+def _layers_moved(by: int) -> Rewrite:
+    def moved(body: Body, model: ModelInfo) -> Body:
+        def move(v: Body) -> Body:
+            return {
+                **v,
+                "layer_indices": [
+                    min(max(i + by, 0), model.num_layers - 1) for i in v["layer_indices"]
+                ],
+            }
+
+        return _vectors(body, move)
+
+    return moved
+
+
+def _decoded(vector: Body, model: ModelInfo) -> np.ndarray:
+    """The vector's values, decoded as the API decodes them (the request is valid: checked first)."""
+    return decode_vector(vector, model, CONTRACT.api, "apply_steering_vectors").values
+
+
+def _layers_above(body: Body, model: ModelInfo) -> Body:
+    """Each layer's row also added at every layer above it, up to the top (float32 vectors)."""
+    vectors = body.get("apply_steering_vectors")
+    if not isinstance(vectors, list) or any(
+        v["activations"]["dtype"] != "float32" for v in vectors
+    ):
+        return body
+    out = []
+    for v in vectors:
+        rows = _decoded(v, model)
+        for k, at in enumerate(v["layer_indices"]):
+            above = list(range(at, model.num_layers))
+            tiled = np.repeat(rows[k : k + 1], len(above), axis=0)
+            out.append(
+                {**v, "layer_indices": above, "activations": encode_tensor(tiled, "torch.float32")}
+            )
+    return {**body, "apply_steering_vectors": out}
+
+
+def _prompt_only(body: Body, model: ModelInfo) -> Body:
+    """Each vector for every position given as one for the prompt's positions alone."""
+    prompt = body.get("prompt")
+    if not (isinstance(prompt, list) and prompt and all(type(t) is int for t in prompt)):
+        return body
+
+    def positional(v: Body) -> Body:
+        tensor = v["activations"]
+        if (
+            v.get("position_indices") is not None
+            or tensor["dtype"] != "float32"
+            or len(tensor["shape"]) != 2
+        ):
+            return v
+        rows = _decoded(v, model)
+        tiled = np.repeat(rows[:, None, :], len(prompt), axis=1)
+        return {
+            **v,
+            "activations": encode_tensor(tiled, "torch.float32"),
+            "position_indices": list(range(len(prompt))),
+        }
+
+    return _vectors(body, positional)
+
+
+def _top_k_as_1(body: Body, _: ModelInfo) -> Body:
+    return (
+        {**body, "top_k": 1} if isinstance(body.get("top_k"), int) and body["top_k"] > 1 else body
+    )
+
+
+def _temperature_clamped(body: Body, _: ModelInfo) -> Body:
+    """A proxy that holds temperature to another vendor's range, [0, 1]."""
+    t = body.get("temperature")
+    return {**body, "temperature": 1.0} if isinstance(t, (int, float)) and t > 1 else body
+
+
+def _constant_seed(body: Body, _: ModelInfo) -> Body:
+    """The seed asked for replaced by the server's one."""
+    return {**body, "seed": 0} if "seed" in body else body
+
+
+def _rows(cut: Callable[[dict[str, float], str], dict[str, float]]) -> Callable[[Body, Body], Body]:
+    def rewrite(sent: Body, data: Body) -> Body:
+        for choice in data.get("choices") or []:
+            lp = choice.get("logprobs")
+            if isinstance(lp, dict) and isinstance(lp.get("top_logprobs"), list):
+                lp["top_logprobs"] = [
+                    cut(row, token) if isinstance(row, dict) else row
+                    for row, token in zip(lp["top_logprobs"], lp["tokens"], strict=True)
+                ]
+        return data
+
+    return rewrite
+
+
+def _one_short(row: dict[str, float], token: str) -> dict[str, float]:
+    """The row less its least likely alternative (not the sampled token)."""
+    others = sorted((t for t in row if t != token), key=lambda t: row[t])
+    return {t: v for t, v in row.items() if not others or t != others[0]}
+
+
+def _sampled_only(row: dict[str, float], token: str) -> dict[str, float]:
+    return {token: row[token]} if token in row else row
+
+
+# name -> (request rewrite, response rewrite)
+Way = tuple[Rewrite | None, Callable[[Body, Body], Body] | None]
+WRONGS: dict[str, Way] = {
+    "scale x 2": (_scaled(2.0), None),
+    "layer + 1": (_layers_moved(+1), None),
+    "layer - 1": (_layers_moved(-1), None),
+    "every layer above": (_layers_above, None),
+    "prompt only": (_prompt_only, None),
+    "constant seed": (_constant_seed, None),
+    "rows one short": (None, _rows(_one_short)),
+    "rows of the sampled token": (None, _rows(_sampled_only)),
+    "any top_k as 1": (_top_k_as_1, None),
+    "temperature clamped to 1": (_temperature_clamped, None),
+    **{name: (None, rewrite) for name, rewrite in numbers.REWRITES.items()},
+}
+
+
+def dropping(field: str) -> Way:
+    return (lambda body, _: _without(body, field)), None
+
+
+class Wrong:
+    """The app with one way of being wrong (None: none), on every valid completion request, or
+    on a `share` of them by a coin seeded with `seed`. `models` are the app's (the spec's by
+    default): what it takes is what it is wrong on."""
+
+    def __init__(self, app: App, models: Mapping[str, ModelInfo] | None = None) -> None:
+        self.app = app
+        self.models = dict(CONTRACT.api.models if models is None else models)
+        self.way: Way | None = None
+        self.coin: random.Random | None = None
+        self.share = 1.0
+        self._lock = threading.Lock()
+
+    def set(self, way: Way | None, *, seed: int | None = None, share: float = 1.0) -> None:
+        self.way, self.share = way, share
+        self.coin = random.Random(seed) if seed is not None else None
+
+    def _now(self) -> bool:
+        if self.coin is None:
+            return True
+        with self._lock:
+            return self.coin.random() < self.share
+
+    def __call__(self, environ: Environ, start_response: StartResponse) -> Iterable[bytes]:
+        way = self.way
+        if (
+            way is None
+            or environ.get("PATH_INFO") != "/v1/completions"
+            or environ.get("REQUEST_METHOD") != "POST"
+        ):
+            return self.app(environ, start_response)
+        sent: Body = {}
+        wrong = {"now": False}
+
+        def rewrite(body: Body) -> Body:
+            sent.update(body)
+            if not _valid(body, self.models) or not self._now():
+                return body
+            wrong["now"] = True
+            return way[0](body, self.models[body["model"]]) if way[0] else body
+
+        Breaker._rewrite_request(environ, rewrite)
+        status, headers, body = whole_response(self.app, environ)
+        if way[1] and wrong["now"] and status.startswith("200") and not sent.get("stream"):
+            body = json.dumps(way[1](sent, json.loads(body))).encode()
+            headers = [(k, v) for k, v in headers if k.lower() != "content-length"]
+            headers.append(("Content-Length", str(len(body))))
+        start_response(status, headers)
+        return [body]
+
+
+class Leaking:
+    """The app behind a cache that keys answers by the request less its steering: a plain
+    request (no prompt_logprobs, which runs the whole prompt) last sent steered gets the
+    steered answer."""
+
+    def __init__(self, app: App) -> None:
+        self.app = app
+        self.on = False
+        self._steered: dict[str, bytes] = {}
+        self._lock = threading.Lock()
+
+    def __call__(self, environ: Environ, start_response: StartResponse) -> Iterable[bytes]:
+        if not self.on or environ.get("PATH_INFO") != "/v1/completions":
+            return self.app(environ, start_response)
+        sent: Body = {}
+        Breaker._rewrite_request(environ, lambda body: sent.update(body) or body)
+        if not _valid(sent):
+            return self.app(environ, start_response)
+        key = json.dumps(
+            {k: v for k, v in sent.items() if k != "apply_steering_vectors"}, sort_keys=True
+        )
+        steered = bool(sent.get("apply_steering_vectors"))
+        with self._lock:
+            cached = (
+                None
+                if steered or sent.get("prompt_logprobs") is not None
+                else self._steered.get(key)
+            )
+        if cached is not None:
+            start_response(
+                "200 OK",
+                [("Content-Type", "application/json"), ("Content-Length", str(len(cached)))],
+            )
+            return [cached]
+        status, headers, body = whole_response(self.app, environ)
+        if steered and status.startswith("200"):
+            with self._lock:
+                self._steered[key] = body
+        start_response(status, headers)
+        return [body]

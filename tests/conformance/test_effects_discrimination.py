@@ -1,0 +1,124 @@
+"""The effects: checks discriminate: a deployment that ignores one field fails exactly the
+checks that observe that field's effect, and a conforming one under batch effects passes them.
+
+Both are the mock behind a middleware (tests/broken/effects.py), served by a real
+HTTP server thread, as in test_conformance_discrimination.py.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from conformance.checks import REGISTRY
+from conformance.engine.results import Outcome
+from mock_server import create_app
+from mock_server.config import MockConfig
+from tests.broken.effects import Batched, Ignoring
+from tests.support.suite import failed, run_suite
+from tests.support.wsgi import serve
+
+REGISTRY_BY_ID = {c.id: c for c in REGISTRY}
+EFFECTS = sorted({c.id for c in REGISTRY if c.group == "effects"})
+STEERED = {
+    "effects:steering.changes",
+    "effects:steering.layer_and_scale",
+    "effects:steering.norm_match",
+    "effects:steering.position_indices",
+    "effects:steering.decoding",
+}
+# field left out after validation -> the only checks that fail: those that send it at other
+# than its default (effects:temperature.sampling sends temperature 1, the default). Every field
+# an effects: check observes, but the vectors' layer_indices (required: no vector steers without).
+IGNORED: dict[str, set[str]] = {
+    "temperature": {"effects:temperature.greedy", "effects:temperature.scale"},
+    "top_k": {"effects:top_k.greedy", "effects:top_k.sampled"},
+    "top_p": {"effects:top_p.greedy"},
+    "min_p": {"effects:min_p.greedy"},
+    "ignore_eos": {"effects:ignore_eos"},
+    "skip_special_tokens": {"effects:skip_special_tokens"},
+    "bad_words": {"effects:bad_words"},
+    "truncate_prompt_tokens": {"effects:truncate_prompt_tokens"},
+    "add_special_tokens": {"effects:add_special_tokens"},
+    "apply_steering_vectors": STEERED,  # a proxy that forgets vllm_xargs, a vLLM without vllm-lens
+    "apply_steering_vectors.scale": {
+        "effects:steering.scale_zero",
+        "effects:steering.layer_and_scale",
+    },
+    "apply_steering_vectors.norm_match": {"effects:steering.norm_match"},
+    "apply_steering_vectors.position_indices": {"effects:steering.position_indices"},
+}
+
+
+@pytest.fixture(scope="module")
+def ignoring() -> Iterator[tuple[Ignoring, str]]:
+    # A model that never ends a text by itself: ignore_eos then matters only where the end
+    # tokens are all a request allows, as in effects:ignore_eos (semantics:finish_reason.length
+    # would see it too, by chance, where the mock ends a text now and then).
+    app = Ignoring(create_app(MockConfig(eos_rate=0)))
+    with serve(app) as url:
+        yield app, url
+
+
+# Everything a deployment that ignores a field could fail, but what needs gunicorn (robust:)
+# or times a stream (stream:keepalive), and schemathesis, which reads no effect.
+SUITE = tuple(
+    c.id for c in REGISTRY if c.group not in ("robust", "schema") and c.id != "stream:keepalive"
+)
+
+
+def test_every_field_an_effect_check_observes_is_ignored_once() -> None:
+    observed = {f for c in REGISTRY if c.group == "effects" for f in c.effects}
+    assert set(IGNORED) == observed - {"apply_steering_vectors.layer_indices"}
+    for field, checks in IGNORED.items():
+        # (a check of a vector's field observes apply_steering_vectors too)
+        assert all(
+            any(f == field or f.startswith(f"{field}.") for f in REGISTRY_BY_ID[c].effects)
+            for c in checks
+        ), field
+    assert set().union(*IGNORED.values()) == set(EFFECTS) - {
+        "effects:temperature.sampling",
+        "effects:steering.zero",
+        "effects:steering.repeatable",
+        "effects:steering.layers_above",
+    }
+
+
+@pytest.mark.parametrize("field", IGNORED)
+def test_a_field_ignored_fails_exactly_the_checks_of_its_effect(
+    field: str, ignoring: tuple[Ignoring, str]
+) -> None:
+    app, url = ignoring
+    app.field = field
+    try:
+        report = run_suite(url, *SUITE)
+    finally:
+        app.field = None
+    assert set(failed(report)) == IGNORED[field], failed(report)
+
+
+def test_a_deployment_that_samples_at_temperature_0_fails_the_sampling_check(
+    ignoring: tuple[Ignoring, str],
+) -> None:
+    app, url = ignoring
+    app.field = "greedy"
+    try:
+        report = run_suite(url, "effects:*", "determinism:*", "semantics:*")
+    finally:
+        app.field = None
+    assert set(failed(report)) == {"effects:temperature.sampling", "effects:temperature.scale"}, (
+        failed(report)
+    )
+
+
+def test_every_effect_check_passes_under_batch_effects() -> None:
+    """Log probabilities and captures moved by a little, and every third greedy text flipped."""
+    with serve(Batched(create_app(MockConfig()))) as url:
+        report = run_suite(url, "effects:*", "isolation:*")
+    assert failed(report) == {}
+    isolation = {c.id for c in REGISTRY if c.group == "isolation"}
+    premises = {c.id for c in REGISTRY if c.premise}  # run first, and passed too
+    assert sorted(r.id for r in report.results if r.outcome is Outcome.PASSED) == sorted(
+        {*EFFECTS, *isolation, *premises}
+    )

@@ -1,0 +1,397 @@
+"""The suite's parts without a server: SSE parsing, selection, exit codes, the client, reports, layers."""
+
+from __future__ import annotations
+
+import json
+import xml.etree.ElementTree as ET
+from typing import Any
+
+import httpx
+import pytest
+
+from conformance.checks import REGISTRY
+from conformance.checks.schema import (
+    BEYOND_SCHEMA,
+    narrowed_spec,
+    never_accepted,
+    schemathesis_spec,
+)
+from conformance.engine.config import DEFAULT_TOKEN_CEILING, RunConfig
+from conformance.engine.registry import Registry, select, token_bound
+from conformance.engine.results import (
+    CheckResult,
+    Exchange,
+    ExitCode,
+    Finding,
+    Outcome,
+    RunReport,
+    exit_code,
+)
+from conformance.golden import load_cases
+from conformance.reports.html import render
+from conformance.reports.junit import build
+from conformance.spec.bodies import error_body, request_id_re
+from conformance.wire.client import Client
+from conformance.wire.sse import parse_lines
+from contract import spec
+from tests.support.contract import CONTRACT
+
+
+def lines(text: str) -> list[tuple[float, str]]:
+    return [(float(i), line) for i, line in enumerate(text.split("\n"))]
+
+
+# -- SSE --------------------------------------------------------------------------------
+
+
+def test_sse_events_comments_and_kinds() -> None:
+    parsed = parse_lines(
+        lines(
+            ': keepalive\n\ndata: {"choices":[{"index":0,"text":"a"}]}\n\n'
+            'data: {"choices":[],"usage":{}}\n\ndata: {"choices":[],"activations":{}}\n\n'
+            'data: {"error":{}}\n\ndata: [DONE]\n\n'
+        )
+    )
+    assert [e.kind for e in parsed.events] == ["content", "usage", "activations", "error", "done"]
+    assert [c for _, c in parsed.comments] == [": keepalive"]
+    assert parsed.framing_errors == []
+
+
+@pytest.mark.parametrize(
+    "text, error",
+    [
+        ("data: [DONE]", "ended inside an event"),
+        ("data: {}\ndata: {}\n\n", "2 data lines"),
+        ("data:{}\n\n", "one space"),
+        ("event: x\ndata: {}\n\n", "neither data nor a comment"),
+    ],
+)
+def test_sse_framing_errors(text: str, error: str) -> None:
+    assert any(error in e for e in parse_lines(lines(text)).framing_errors)
+
+
+def test_sse_data_that_is_not_json_is_invalid() -> None:
+    assert [e.kind for e in parse_lines(lines("data: {oops\n\n")).events] == ["invalid"]
+
+
+# -- selection --------------------------------------------------------------------------
+
+
+def _registry() -> Registry:
+    reg = Registry()
+
+    def nothing(ctx: object) -> None:
+        pass
+
+    reg.register("a:free", tags=("x",))(nothing)
+    reg.register("a:paid", tags=("x", "streaming"), tokens=5, shares="s")(nothing)
+    reg.register("b:paid", tags=("y",), tokens=lambda c: 7 if c.full else 0, shares="s")(nothing)
+    reg.register("b:other", tokens=3)(nothing)
+    return reg
+
+
+def test_select_by_profile_tags_and_patterns() -> None:
+    reg = _registry()
+    ids = lambda **kw: [c.id for c in select(reg, RunConfig("http://x", "k", **kw))]  # noqa: E731
+    assert ids() == ["a:free", "b:paid"]  # quick: no tokens
+    assert ids(profile="full") == ["a:free", "a:paid", "b:paid", "b:other"]
+    assert ids(profile="full", include=("streaming",)) == ["a:paid"]
+    assert ids(profile="full", skip=("a",)) == ["b:paid", "b:other"]  # the group is a tag
+    assert ids(profile="full", select=("b:*",)) == ["b:paid", "b:other"]
+
+
+def test_shared_spends_are_counted_once() -> None:
+    assert token_bound(_registry(), RunConfig("http://x", "k", profile="full")) == 7 + 3
+
+
+def test_registry_refuses_duplicate_and_ungrouped_ids() -> None:
+    reg = _registry()
+    with pytest.raises(ValueError):
+        reg.register("a:free")(print)
+    with pytest.raises(ValueError):
+        reg.register("nogroup")(print)
+
+
+def test_the_full_profile_stays_under_the_default_ceiling() -> None:
+    config = RunConfig("http://x", "k", profile="full")
+    assert token_bound(select(REGISTRY, config), config) <= DEFAULT_TOKEN_CEILING
+    quick = RunConfig("http://x", "k")
+    assert token_bound(select(REGISTRY, quick), quick) == 0
+
+
+def test_every_golden_case_is_a_check_and_ids_are_readable() -> None:
+    ids = REGISTRY.ids()
+    assert {f"golden:{c.id}" for c in load_cases()} <= set(ids)
+    for check in REGISTRY:
+        group, name = check.id.split(":", 1)
+        assert group and name and " " not in check.id
+        assert check.doc, f"{check.id} has no description"
+
+
+# -- exit codes ---------------------------------------------------------------------------
+
+
+def _report(*outcomes: Outcome, run_errors: tuple[str, ...] = ()) -> RunReport:
+    report = RunReport("http://x", "m", "quick", run_errors=list(run_errors))
+    report.results = [CheckResult(f"g:{i}", (), "", o) for i, o in enumerate(outcomes)]
+    return report
+
+
+@pytest.mark.parametrize(
+    "report, code",
+    [
+        (None, ExitCode.USAGE),
+        (_report(Outcome.PASSED, Outcome.SKIPPED), ExitCode.CONFORMANT),
+        (_report(Outcome.PASSED, Outcome.FAILED), ExitCode.FAILED),
+        (_report(Outcome.FAILED, Outcome.ERROR), ExitCode.FAILED),  # findings stand
+        (_report(Outcome.PASSED, Outcome.ERROR), ExitCode.USAGE),  # incomplete verdict
+        (_report(Outcome.PASSED, run_errors=("cannot write",)), ExitCode.USAGE),
+    ],
+)
+def test_exit_codes(report: RunReport | None, code: ExitCode) -> None:
+    assert exit_code(report) is code
+
+
+# -- the client ----------------------------------------------------------------------------
+
+
+def test_client_counts_tokens_from_usage_and_streams() -> None:
+    def handler(request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/plain":
+            return httpx.Response(200, json={"usage": {"completion_tokens": 5}})
+        if request.url.path == "/error":
+            return httpx.Response(400, json={"usage": {"completion_tokens": 50}})
+        body = (
+            'data: {"choices":[{"index":0}]}\n\ndata: {"choices":[],"usage":{"completion_tokens":3}}\n\n'
+            "data: [DONE]\n\n"
+        )
+        return httpx.Response(200, text=body, headers={"content-type": "text/event-stream"})
+
+    with Client("http://test", "secret", transport=httpx.MockTransport(handler)) as client:
+        reply = client.post("/plain", {})
+        assert reply.exchange.request_headers["Authorization"] == "Bearer ***"
+        client.post("/error", {})
+        stream = client.stream("/stream", {})
+        assert [e.kind for e in stream.parsed.events] == ["content", "usage", "done"]
+        assert client.ledger.tokens == 5 + 3
+
+
+def test_client_turns_transport_errors_into_replies() -> None:
+    def handler(request: httpx.Request) -> httpx.Response:
+        raise httpx.ConnectError("refused", request=request)
+
+    with Client("http://test", "k", transport=httpx.MockTransport(handler)) as client:
+        reply = client.request("GET", "/x")
+    assert reply.status is None and "ConnectError" in (reply.error or "")
+
+
+def test_client_closes_a_stream_after_n_events() -> None:
+    body = "".join(f'data: {{"choices":[{{"index":0,"text":"{i}"}}]}}\n\n' for i in range(50))
+    transport = httpx.MockTransport(
+        lambda r: httpx.Response(200, text=body, headers={"content-type": "text/event-stream"})
+    )
+    with Client("http://test", "k", transport=transport) as client:
+        reply = client.stream("/s", {}, stop_after_events=1)
+    assert reply.closed_early and len(reply.parsed.events) == 1 and client.ledger.tokens == 1
+
+
+# -- what is expected comes from the spec ----------------------------------------------------
+
+
+def test_expectations_come_from_the_spec() -> None:
+    assert request_id_re(spec()).fullmatch(CONTRACT.errors.new_request_id())
+    body = error_body(spec(), "deadline_infeasible", "m", "max_tokens")
+    assert body["error"]["type"] == spec().error_codes["deadline_infeasible"]["type"]
+    op = spec().operation("createCompletion")
+    assert set(spec().event_schemas) == set(
+        op["responses"]["200"]["content"]["text/event-stream"]["x-event-schemas"]
+    )
+
+
+def test_the_narrowed_spec_is_valid_openapi_and_only_narrows() -> None:
+    from openapi_spec_validator import validate
+
+    raw = narrowed_spec(spec(), spec().default_model)
+    validate(raw)
+    narrowed = raw["components"]["schemas"]["CompletionRequest"]
+    original = spec().schema("CompletionRequest")
+    assert set(narrowed["properties"]) <= set(original["properties"])
+    assert "max_tokens" in narrowed["required"]
+    assert not set(BEYOND_SCHEMA) & set(narrowed["properties"])
+    assert narrowed["allOf"] == spec().schema("CompletionRequest")["allOf"]
+    assert all(
+        any(str(code).startswith("2") for code in op["responses"])
+        for item in raw["paths"].values()
+        for op in item.values()
+    )
+    validate(schemathesis_spec(spec()))
+
+
+# -- reports -------------------------------------------------------------------------------
+
+
+def _failed_report() -> RunReport:
+    exchange = Exchange(
+        "POST",
+        "http://x/v1/completions",
+        {"Authorization": "Bearer ***"},
+        '{"prompt": "<script>alert(1)</script>"}',
+        400,
+        {},
+        '{"error": {}}',
+    )
+    finding = Finding(
+        "the body differs", {"error": {"code": "a"}}, {"error": {"code": "b"}}, exchange
+    )
+    report = _report(Outcome.PASSED, Outcome.SKIPPED)
+    report.results.append(CheckResult("golden:x.y", ("golden",), "doc", Outcome.FAILED, [finding]))
+    report.results.append(
+        CheckResult("caps:z", ("caps",), "doc", Outcome.ERROR, reason="KeyError: 'k'")
+    )
+    return report
+
+
+def test_junit_report() -> None:
+    suite = build(_failed_report())
+    assert (
+        suite.get("tests"),
+        suite.get("failures"),
+        suite.get("errors"),
+        suite.get("skipped"),
+    ) == ("4", "1", "1", "1")
+    failure = suite.find("testcase[@name='golden:x.y']/failure")
+    assert failure is not None and "expected" in (failure.text or "")
+    assert suite.find("testcase[@name='caps:z']/error") is not None
+    ET.fromstring(ET.tostring(suite))
+
+
+def test_json_report_keeps_tool_errors_apart() -> None:
+    data = json.loads(json.dumps(_failed_report().to_dict(), default=str))
+    assert [r["id"] for r in data["tool_errors"]] == ["caps:z"]
+    assert "caps:z" not in [r["id"] for r in data["results"]]
+    assert data["summary"]["exit_code"] == 1
+
+
+def test_html_report_is_self_contained_and_escaped() -> None:
+    html = render(_failed_report())
+    assert "<script>" not in html and "&lt;script&gt;" in html
+    for external in ("<link", "src=", "href=", "@import", "url("):
+        assert external not in html
+    assert html.count('class="side"') == 1 and ": not conformant</h1>" in html
+
+
+def test_only_the_chat_refusal_is_never_accepted() -> None:
+    """schemathesis's positive_data_acceptance is not held against an operation with no 2xx."""
+    assert never_accepted(schemathesis_spec(spec())) == {"POST /v1/chat/completions"}
+
+
+# -- who answered ------------------------------------------------------------------------
+
+
+def test_a_schemathesis_failure_answered_by_another_party_names_it() -> None:
+    from types import SimpleNamespace
+
+    from conformance.checks.schema import other_party
+
+    declared = SimpleNamespace(config=SimpleNamespace(front="nginx"))
+    undeclared = SimpleNamespace(config=SimpleNamespace(front=None))
+
+    def interaction(
+        headers: dict[str, list[str]],
+        body: bytes = b"<title>405 Not Allowed</title>",
+        status: int = 405,
+    ) -> SimpleNamespace:
+        return SimpleNamespace(
+            response=SimpleNamespace(headers=headers, content=body, status_code=status)
+        )
+
+    assert other_party(declared, interaction({"Server": ["nginx/1.22.1"]})) == (
+        'answered by Server: nginx/1.22.1, HTML title "405 Not Allowed": the declared front nginx in its own '
+        'words (see reference_impl/DEPLOY.md, "Fronts")'
+    )
+    # nginx's page without its Server header still names it
+    assert other_party(
+        declared, interaction({}, b"<html><title>405</title><center>nginx</center></html>")
+    )
+    assert (
+        other_party(undeclared, interaction({"Server": ["nginx/1.22.1"]})) is None
+    )  # no front declared
+    assert other_party(declared, interaction({"Server": ["gunicorn"]})) is None  # not the front's
+    assert (
+        other_party(declared, interaction({"X-Gateway-Version": ["2"]})) is None
+    )  # a header is no front
+    assert (
+        other_party(declared, interaction({"Server": ["nginx"]}, b'{"error": {}}')) is None
+    )  # JSON: judged
+    assert (
+        other_party(declared, interaction({"Server": ["nginx"]}, status=500)) is None
+    )  # a 5xx: never a front's
+    assert other_party(declared, SimpleNamespace(response=None)) is None
+
+
+# -- the scrubber, the curl line, the meter (issue 42) -------------------------------------------
+
+
+def test_the_scrubber_masks_a_key_in_every_form_a_server_may_echo_it(tmp_path: Any) -> None:
+    import base64
+    import html
+    import urllib.parse
+
+    from conformance.reports.scrub import MASK, Scrubber
+
+    key = "sk-live-0123456789abcdef"
+    scrub = Scrubber([key, None, "short"])  # a key under MIN_SECRET is left alone
+    echoes = [
+        f"Token {key}",
+        json.dumps({"m": f'"{key}"'}),
+        urllib.parse.quote(key, safe=""),
+        html.escape(f"<{key}>"),
+        "Basic " + base64.b64encode(f"user:{key}".encode()).decode(),
+        base64.b64encode(f"xy{key}".encode()).decode(),
+        base64.urlsafe_b64encode(f"{key}??".encode()).decode(),
+    ]
+    for echo in echoes:
+        assert key not in scrub(echo) and MASK in scrub(echo), echo
+        core = base64.b64encode(key.encode()).decode()[4:16]
+        assert core not in scrub(echo), echo
+    assert scrub("a short word") == "a short word"
+    scrub.write(tmp_path / "r.txt", f"x {key} y".encode())
+    assert (tmp_path / "r.txt").read_text() == f"x {MASK} y"
+
+
+def test_a_curl_line_never_reads_a_file_it_did_not_write_and_reads_the_key_from_the_environment() -> (
+    None
+):
+    exchange = Exchange(
+        "POST",
+        "http://x/v1/completions",
+        {"Authorization": "Token ***"},
+        "@/etc/passwd",
+        sent=b"@/etc/passwd",
+    )
+    assert exchange.curl() == (
+        "curl -sS -i -X POST http://x/v1/completions -H 'Authorization: Token '"
+        '"$CONFORMANCE_API_KEY" --data-raw @/etc/passwd'
+    )
+
+
+def test_the_meter_counts_what_the_answer_shows_and_takes_usage_only_where_larger() -> None:
+    from conformance.wire.meter import answer
+
+    rows = {"index": 0, "text": "ab", "logprobs": {"tokens": ["a", "b"]}}
+    ids = {"index": 1, "text": "abc", "token_ids": [1, 2, 3]}
+    text = {"index": 2, "text": "a long text"}
+    lying = {"choices": [rows, ids], "usage": {"completion_tokens": 1}}
+    metered = answer(lying, {}, 16, 32)
+    assert (metered.tokens, metered.exact, metered.claim, metered.understated) == (5, 5, 1, True)
+    metered = answer({"choices": [rows, text], "usage": {"completion_tokens": 40}}, {}, 16, 32)
+    assert (metered.tokens, metered.exact, metered.understated) == (
+        40,
+        None,
+        False,
+    )  # text at its price
+    assert answer({"choices": [text]}, {}, 16, 32).tokens == 16
+    assert (
+        answer({"choices": [rows]}, {"echo": True}, 16, 32).tokens == 16
+    )  # echoed rows hold the prompt
+    assert answer("not the API's", {}, 16, 32).tokens == 32  # no choices: the request's price

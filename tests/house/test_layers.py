@@ -1,0 +1,320 @@
+"""Who may import whom (ARCHITECTURE.md), asserted from every module's imports (ast).
+
+Each row of ARCHITECTURE.md's table is one entry of LAYERS; the standard library
+and the layer's own package are always allowed. Imports inside functions count.
+
+No import cycles among the project's own modules either: an import inside a
+function (or under TYPE_CHECKING) counts like one at the top, since deferring it
+only hides the cycle until that function runs. An edge goes to the module named
+(and `from pkg import mod` to pkg.mod as well, when that is a module); importing
+a submodule runs its package's __init__ first, but that edge is left out: a
+package whose __init__ gathers its submodules (conformance.checks) would
+otherwise be a cycle with each of them.
+"""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+STDLIB = set(sys.stdlib_module_names) | {"__future__"}
+
+# layer -> the top-level modules it may import (besides the standard library and itself)
+LAYERS: dict[str, set[str]] = {
+    "contract": {
+        "yaml",
+        "openapi_spec_validator",
+        "fastjsonschema",
+        "jsonschema_rs",
+        "quicktok",
+        "zstandard",
+        "numpy",
+    },
+    "api_server": {
+        "contract",
+        "flask",
+        "werkzeug",
+        "gunicorn",
+        "gevent",
+        "redis",
+        "orjson",
+        "prometheus_client",
+    },
+    "mock_server": {"contract", "api_server", "flask", "numpy", "prometheus_client"},
+    "reference_impl": {"contract", "api_server", "orjson"},  # no httpx: wire.py is its one client
+    "conformance": {
+        "contract",
+        "httpx",
+        "schemathesis",
+        "rich",
+        "jsonschema",
+        "referencing",
+        "zstandard",
+        "yaml",
+        "pytest",
+    },
+}
+# Single modules with more than their layer (each said in ARCHITECTURE.md).
+EXTRA: dict[str, set[str]] = {
+    "reference_impl/vllm_server.py": {"vllm", "vllm_lens"},  # runs in vLLM's own interpreter
+    "reference_impl/wire.py": {
+        "httptools",
+        "gevent",
+    },  # vLLM's answers parsed in C; gevent's loop timer
+    "reference_impl/front.py": {"yaml"},  # ingress-nginx's manifests (pyyaml: contract's own)
+    "conformance/golden/generate.py": {"numpy"},  # writes steering vectors' wire form
+    "conformance/checks/schema.py": {"requests"},  # schemathesis's transport: its 429s sent again
+    "mock_server/testing.py": {
+        "httpx",
+        "anyio",
+        "pytest",
+    },  # client developers' transports and fixture
+    "mock_server/cassette.py": {"httpx"},  # --record's client to the upstream
+    "mock_server/tape.py": {
+        "fastjsonschema"
+    },  # a cassette's lines against x-mock-cassette's schemas
+    "conformance/spec/metrics.py": {"prometheus_client"},  # its parser reads a /metrics scrape
+    "conformance/checks/metrics.py": {"prometheus_client"},
+    "conformance/wire/rawhttp.py": {"h11"},  # answers read as a client reads them
+    "conformance/cli/main.py": {"hypothesis"},  # its caches kept out of the working directory
+}
+# conformance reads the spec through contract, never the core's validators.
+CONFORMANCE_CONTRACT_NAMES = {"spec", "Spec", "ModelInfo", "SpecError"}
+CONFORMANCE_CONTRACT_MODULES = {"contract.spec", "contract.version"}  # the versions reports record
+GENERATOR_CONTRACT_MODULES = {"contract.spec", "contract.tensors"}  # encode_tensor
+# golden/cheap.py (offline, like generate.py) asks the core which refusals stay the same when cheap
+GENERATOR_CONTRACT_NAMES = {"conformance/golden/cheap.py": {"ApiError", "Contract"}}
+PYTEST_MODULES = {"conformance/pytest_plugin.py", "conformance/pytest_suite.py"}
+
+
+def imports(path: Path) -> Iterator[tuple[str, list[str]]]:
+    """(module, the names imported from it) for every absolute import in the file."""
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                yield alias.name, []
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            yield node.module, [a.name for a in node.names]
+
+
+def modules(layer: str) -> list[Path]:
+    return sorted((ROOT / layer).rglob("*.py"))
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def import_graph() -> dict[str, set[str]]:
+    """module -> the project's modules it imports (see the module docstring for what counts)."""
+    paths = {module_name(p): p for layer in LAYERS for p in modules(layer)}
+    graph: dict[str, set[str]] = {}
+    for name, path in paths.items():
+        targets = set()
+        for module, names in imports(path):
+            targets |= ({module} | {f"{module}.{n}" for n in names}) & paths.keys()
+        graph[name] = targets - {name}
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan), each sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return sorted(found)
+
+
+@pytest.mark.parametrize("layer", sorted(LAYERS))
+def test_each_layer_imports_only_what_its_row_allows(layer: str) -> None:
+    assert modules(layer), layer
+    wrong = []
+    for path in modules(layer):
+        rel = path.relative_to(ROOT).as_posix()
+        allowed = LAYERS[layer] | EXTRA.get(rel, set()) | STDLIB | {layer}
+        for module, _ in imports(path):
+            if module.split(".")[0] not in allowed:
+                wrong.append(f"{rel}: {module}")
+    assert wrong == []
+
+
+def test_the_reference_never_imports_the_mock() -> None:
+    """No fault, no simulated latency in a deployment of the real API: the code is not there."""
+    found = [
+        f"{p.relative_to(ROOT)}: {m}"
+        for p in modules("reference_impl")
+        for m, _ in imports(p)
+        if m.split(".")[0] == "mock_server"
+    ]
+    assert found == []
+
+
+def test_the_api_server_knows_no_engine() -> None:
+    """api_server serves both engines: it imports neither."""
+    found = [
+        f"{p.relative_to(ROOT)}: {m}"
+        for p in modules("api_server")
+        for m, _ in imports(p)
+        if m.split(".")[0] in ("mock_server", "reference_impl")
+    ]
+    assert found == []
+
+
+def test_conformance_reads_only_spec_data_from_contract() -> None:
+    wrong = []
+    for path in modules("conformance"):
+        rel = path.relative_to(ROOT).as_posix()
+        submodules = (
+            GENERATOR_CONTRACT_MODULES
+            if rel == "conformance/golden/generate.py"
+            else CONFORMANCE_CONTRACT_MODULES
+        )
+        for module, names in imports(path):
+            allowed = CONFORMANCE_CONTRACT_NAMES | GENERATOR_CONTRACT_NAMES.get(rel, set())
+            if module == "contract" and not set(names) <= allowed:
+                wrong.append(f"{rel}: from contract import {names}")
+            elif module.startswith("contract.") and module not in submodules:
+                wrong.append(f"{rel}: {module}")
+            elif module.split(".")[0] == "pytest" and rel not in PYTEST_MODULES:
+                wrong.append(f"{rel}: pytest outside the plugin")
+    assert wrong == []
+
+
+def test_the_core_imports_no_web_framework_http_client_or_vllm() -> None:
+    banned = {
+        "flask",
+        "werkzeug",
+        "gunicorn",
+        "httpx",
+        "requests",
+        "vllm",
+        "vllm_lens",
+        "torch",
+        "api_server",
+        "mock_server",
+        "reference_impl",
+        "conformance",
+    }
+    found = [
+        f"{p.relative_to(ROOT)}: {m}"
+        for p in modules("contract")
+        for m, _ in imports(p)
+        if m.split(".")[0] in banned
+    ]
+    assert found == []
+
+
+def test_no_import_cycles_among_the_projects_modules() -> None:
+    graph = import_graph()
+    assert {"conformance.cli.main", "conformance.cli.diff", "api_server.budget"} <= graph.keys()
+    assert cycles(graph) == []
+
+
+def test_the_cycle_finder_finds_a_cycle_through_three_modules() -> None:
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a", "d"}, "d": set()}
+    assert cycles(graph) == [["a", "b", "c"]]
+    assert cycles({**graph, "c": {"d"}}) == []
+
+
+# Where a package may call contract.spec(): its entry points (the commands' mains, the
+# --version line, the developers' golden scripts) and the app factories' default `api`.
+# Everything below them reads the spec it is handed (create_app's, RunConfig.api, ctx.api).
+SPEC_CALLS_ALLOWED = {
+    ("api_server/app.py", "create_app"),
+    ("mock_server/server.py", "create_app"),
+    ("mock_server/testing.py", "reset_fail_counts"),  # LiveMock's: the spec its process reads
+    ("reference_impl/__main__.py", "main"),
+    ("contract/version.py", "version_line"),
+    ("conformance/cli/main.py", "main"),
+    ("conformance/cli/main.py", "diff_main"),
+    ("conformance/golden/cheap.py", "__main__"),
+    ("conformance/golden/record.py", "corpus"),
+    ("conformance/golden/record.py", "record"),
+    ("conformance/golden/generate.py", "generate"),
+}
+PACKAGES = ("contract", "api_server", "mock_server", "reference_impl", "conformance")
+
+
+def spec_calls(path: Path) -> Iterator[tuple[str, int]]:
+    """(the enclosing function, or __main__ / <module>, line) of every call of spec()."""
+
+    def visit(node: ast.AST, where: str) -> Iterator[tuple[str, int]]:
+        for child in ast.iter_child_nodes(node):
+            inner = where
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                inner = child.name
+            elif isinstance(child, ast.If) and "__main__" in ast.unparse(child.test):
+                inner = "__main__"
+            if (
+                isinstance(child, ast.Call)
+                and isinstance(child.func, (ast.Name, ast.Attribute))
+                and (getattr(child.func, "id", None) or getattr(child.func, "attr", None)) == "spec"
+            ):
+                yield where, child.lineno
+            yield from visit(child, inner)
+
+    yield from visit(ast.parse(path.read_text(), str(path)), "<module>")
+
+
+def test_every_package_reads_the_global_spec_only_at_its_entry_points() -> None:
+    found = [
+        f"{rel}:{line} in {where}"
+        for package in PACKAGES
+        for path in modules(package)
+        for rel in [path.relative_to(ROOT).as_posix()]
+        for where, line in spec_calls(path)
+        if (rel, where) not in SPEC_CALLS_ALLOWED
+    ]
+    assert found == []
+
+
+def test_spec_calls_are_found_at_module_level_and_in_functions(tmp_path: Path) -> None:
+    source = tmp_path / "m.py"
+    source.write_text(
+        "X = spec().caps\ndef f():\n    return contract.spec()\nif __name__ == '__main__':\n    spec()\n"
+    )
+    assert list(spec_calls(source)) == [("<module>", 1), ("f", 3), ("__main__", 5)]
+
+
+@pytest.mark.parametrize(
+    "entry", ["mock_server.__main__", "reference_impl.__main__", "bench.servers.bare_app"]
+)
+def test_no_servers_entry_imports_prometheus_client_before_it_prepares(entry: str) -> None:
+    """api_server/metrics.py's rule: prometheus_client picks its multiprocess mode when first
+    imported, so importing a server's entry (before serve.prepare runs) must not import it."""
+    code = f"import sys, importlib; importlib.import_module({entry!r}); print('prometheus_client' in sys.modules)"
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
+    assert (out.returncode, out.stdout.strip()) == (0, "False"), out.stderr[-2000:]

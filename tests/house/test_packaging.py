@@ -1,0 +1,483 @@
+"""Installable where a deployment's CI runs: the wheel, its commands, the images.
+
+The wheel is built the way docker/*.Dockerfile build it (from the context that
+.dockerignore leaves), installed into a fresh venv in a temporary directory, and
+run from there with the working directory outside the repository. The images
+themselves need a container runtime; their files are checked against the package
+instead (what they copy, the extras they install, the commands and settings they run).
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import tomllib
+import venv
+import xml.etree.ElementTree as ET
+import zipfile
+from pathlib import Path
+
+import pytest
+import yaml
+from packaging.specifiers import SpecifierSet
+
+from api_server.children import free_port, stop_process, wait_ready
+from contract import load_spec, spec
+from contract.spec import CHECKOUT_PATH, SPEC_ENV
+from contract.version import DISTRIBUTION, describe, package_version, versions
+
+ROOT = Path(__file__).resolve().parents[2]
+PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
+SCRIPTS = PYPROJECT["project"]["scripts"]
+EXTRAS = PYPROJECT["project"]["optional-dependencies"]
+DOCKERFILES = sorted((ROOT / "docker").glob("*.Dockerfile"))
+# What a CI gate must not pull in: the servers and their web framework.
+SERVER_MODULES = {"flask", "werkzeug", "gunicorn", "mock_server", "reference_impl", "api_server"}
+# Bounds, not assertions: a hung install or server fails the test instead of hanging CI.
+PIP_TIMEOUT_S = 900
+RUN_TIMEOUT_S = 300
+
+
+# -- .dockerignore, read as Docker reads it -----------------------------------------------
+
+
+def dockerignore() -> list[re.Pattern[str]]:
+    """The rules as regexes over context-relative paths (Go's filepath.Match, plus **)."""
+    rules = [line.strip() for line in (ROOT / ".dockerignore").read_text().splitlines()]
+    rules = [r for r in rules if r and not r.startswith("#")]
+    assert not any(r.startswith("!") for r in rules), "exceptions are not supported here"
+    out = []
+    for rule in rules:
+        rx = "".join(
+            ".*"
+            if tok == "**"
+            else "[^/]*"
+            if tok == "*"
+            else "[^/]"
+            if tok == "?"
+            else re.escape(tok)
+            for tok in re.split(r"(\*\*|\*|\?)", rule.strip("/"))
+        )
+        out.append(re.compile(rx.replace(".*/", "(?:.*/)?")))
+    return out
+
+
+def ignored(rel: str, rules: list[re.Pattern[str]]) -> bool:
+    parts = rel.split("/")
+    return any(r.fullmatch("/".join(parts[:i])) for i in range(1, len(parts) + 1) for r in rules)
+
+
+def copy_context(dest: Path) -> Path:
+    """The repository as a Docker build context: what .dockerignore leaves."""
+    rules = dockerignore()
+
+    def skip(directory: str, names: list[str]) -> list[str]:
+        rel = Path(directory).relative_to(ROOT).as_posix()
+        return [n for n in names if ignored(n if rel == "." else f"{rel}/{n}", rules)]
+
+    shutil.copytree(ROOT, dest, ignore=skip, symlinks=True)
+    return dest
+
+
+def test_dockerignore_rules_read_as_docker_reads_them() -> None:
+    rules = dockerignore()
+    for left_out in (
+        ".git",
+        ".venv",
+        ".venv-vllm/bin",
+        "models/tiny-llama",
+        "acs_completions.egg-info",
+        "contract/__pycache__/spec.pyc",
+        "__pycache__",
+        "bench/node_modules/x",
+    ):
+        assert ignored(left_out, rules), left_out
+    for kept in (
+        "pyproject.toml",
+        "setup.py",
+        "MANIFEST.in",
+        "openapi.yaml",
+        "contract/spec.py",
+        "conformance/golden/caps.yaml",
+        "bench/README.md",
+        "tests/contract/test_core.py",
+    ):
+        assert not ignored(kept, rules), kept
+
+
+# -- the wheel -----------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """`pip wheel --no-deps .` in a copy of the build context, as the images' first stage does."""
+    work = tmp_path_factory.mktemp("wheel")
+    src = copy_context(work / "src")
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--quiet",
+            "--no-deps",
+            "--wheel-dir",
+            str(work / "dist"),
+            str(src),
+        ],
+        check=True,
+        cwd=work,
+        timeout=PIP_TIMEOUT_S,
+    )
+    (built,) = (work / "dist").glob("*.whl")
+    return built
+
+
+def test_the_wheel_carries_the_top_level_spec_unchanged_and_the_commands(wheel: Path) -> None:
+    with zipfile.ZipFile(wheel) as z:
+        assert z.read("contract/openapi.yaml") == (ROOT / "openapi.yaml").read_bytes()
+        assert "openapi.yaml" not in z.namelist()  # inside the package, not beside it
+        entry_points = next(n for n in z.namelist() if n.endswith(".dist-info/entry_points.txt"))
+        lines = z.read(entry_points).decode().split("[console_scripts]\n", 1)[1].splitlines()
+    declared = dict(line.split(" = ") for line in lines if " = " in line)
+    assert (
+        declared
+        == SCRIPTS
+        == {
+            "acs-conformance": "conformance.cli:entry",
+            "acs-mock": "mock_server.__main__:main",
+            "acs-reference": "reference_impl.__main__:main",
+        }
+    )
+
+
+Venv = tuple[Path, dict[str, str]]  # its bin/ and the environment to run it with
+
+
+def fresh_venv(home: Path, requirement: str) -> Venv:
+    """A new venv in `home` (outside the repository) with `requirement` installed."""
+    venv.create(home / "venv", with_pip=True)
+    env = {k: v for k, v in os.environ.items() if k not in (SPEC_ENV, "PYTHONPATH", "VIRTUAL_ENV")}
+    bin_dir = home / "venv" / "bin"
+    env["PATH"] = f"{bin_dir}{os.pathsep}{env.get('PATH', '')}"
+    # pip's cache stays on: PyPI's wheels are fetched once per machine.
+    subprocess.run(
+        [str(bin_dir / "python"), "-m", "pip", "install", "--quiet", requirement],
+        check=True,
+        cwd=home,
+        env=env,
+        timeout=PIP_TIMEOUT_S,
+    )
+    return bin_dir, env
+
+
+@pytest.fixture(scope="module")
+def gate(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Venv:
+    """What a deployment's CI installs: the wheel's [conformance] extra only."""
+    return fresh_venv(tmp_path_factory.mktemp("gate"), f"{wheel}[conformance]")
+
+
+def run(installed: Venv, *args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    bin_dir, env = installed
+    return subprocess.run(
+        [str(bin_dir / args[0]), *args[1:]],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        env=env,
+        timeout=RUN_TIMEOUT_S,
+    )
+
+
+def run_quick_profile(installed: Venv, url: str, cwd: Path) -> None:
+    """The installed acs-conformance --profile quick: exit code 0, both versions in every report."""
+    suite = run(
+        installed,
+        "acs-conformance",
+        "--base-url",
+        url,
+        "--api-key",
+        "k",
+        "--profile",
+        "quick",
+        "--no-progress",
+        "--json",
+        "r.json",
+        "--junit",
+        "r.xml",
+        "--html",
+        "r.html",
+        cwd=cwd,
+    )
+    assert suite.returncode == 0, suite.stdout[-4000:] + suite.stderr[-4000:]
+    expected = {DISTRIBUTION: package_version(), "openapi.yaml": spec().version}
+    report = json.loads((cwd / "r.json").read_text())
+    assert report["versions"] == expected
+    assert report["summary"]["failed"] == 0 and report["summary"]["passed"] > 0
+    props = ET.parse(cwd / "r.xml").getroot().find("testsuite/properties")
+    assert props is not None
+    assert {
+        p.get("name"): p.get("value") for p in props if p.get("name", "").startswith("version:")
+    } == {f"version:{name}": value for name, value in expected.items()}
+    assert f"checked with {describe(expected)}." in (cwd / "r.html").read_text()
+    assert f"checked with {describe(expected)}\n" in suite.stdout
+
+
+def test_the_conformance_extra_is_a_ci_gate_and_the_mock_extra_adds_the_mock(
+    gate: Venv, wheel: Path, tmp_path: Path
+) -> None:
+    """One venv, two steps in this order (a venv a step would cost a minute's pip more): the
+    [conformance] extra alone is a CI gate without Flask or a server; the [mock] extra added
+    to it, the installed acs-mock passes the installed suite."""
+    _gate_without_a_server(gate, tmp_path / "gate")
+    bin_dir, env = gate
+    subprocess.run(
+        [str(bin_dir / "python"), "-m", "pip", "install", "--quiet", f"{wheel}[mock,conformance]"],
+        check=True,
+        cwd=tmp_path,
+        env=env,
+        timeout=PIP_TIMEOUT_S,
+    )
+    _installed_mock_passes(gate, tmp_path / "mock")
+
+
+def _gate_without_a_server(gate: Venv, tmp_path: Path) -> None:
+    tmp_path.mkdir()
+    bin_dir, _ = gate
+    version = run(gate, "acs-conformance", "--version", cwd=tmp_path)
+    assert version.returncode == 0, version.stderr
+    assert version.stdout == f"python -m conformance: {describe(versions(spec()))}\n"
+    probe = run(
+        gate,
+        "python",
+        "-c",
+        (
+            "import importlib.util, json, sys\n"
+            "import conformance.cli.main, conformance.checks, conformance.engine.runner, conformance.reports\n"
+            "from contract import spec\n"
+            "print(json.dumps({'spec': str(spec().path),\n"
+            f"  'installed': [m for m in {sorted(SERVER_MODULES)!r} if importlib.util.find_spec(m)],\n"
+            f"  'imported': [m for m in sys.modules if m.split('.')[0] in {sorted(SERVER_MODULES)!r}]}}))"
+        ),
+        cwd=tmp_path,
+    )
+    assert probe.returncode == 0, probe.stderr
+    found = json.loads(probe.stdout)
+    assert Path(found["spec"]).is_relative_to(
+        bin_dir.parent
+    )  # the wheel's copy, not the checkout's
+    assert found["spec"].endswith("site-packages/contract/openapi.yaml")
+    # The wheel carries the servers' packages, but not what they run on (schemathesis brings
+    # werkzeug, which the suite does not import); nothing of them is imported.
+    assert not {"flask", "gunicorn"} & set(found["installed"]) and found["imported"] == []
+    # A whole run without Flask installed: against the checkout's mock, from the checkout's
+    # interpreter under gunicorn (werkzeug's development server fails robust:'s HTTP checks).
+    port = free_port()
+    log = (tmp_path / "mock.log").open("w")
+    mock = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "mock_server",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--workers",
+            "1",
+        ],
+        cwd=ROOT,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        wait_ready(
+            f"http://127.0.0.1:{port}",
+            mock,
+            RUN_TIMEOUT_S,
+            name="acs-mock",
+            log=tmp_path / "mock.log",
+            interval=0.2,
+        )
+        run_quick_profile(gate, f"http://127.0.0.1:{port}", tmp_path)
+    finally:
+        stop_process(mock, timeout=30)
+        log.close()
+
+
+def _installed_mock_passes(installed: Venv, tmp_path: Path) -> None:
+    tmp_path.mkdir()
+    port = free_port()
+    log = (tmp_path / "mock.log").open("w")
+    bin_dir, env = installed
+    mock = subprocess.Popen(
+        [str(bin_dir / "acs-mock"), "--host", "127.0.0.1", "--port", str(port), "--workers", "1"],
+        cwd=tmp_path,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        wait_ready(
+            f"http://127.0.0.1:{port}",
+            mock,
+            RUN_TIMEOUT_S,
+            name="acs-mock",
+            log=tmp_path / "mock.log",
+            interval=0.2,
+        )
+        run_quick_profile(installed, f"http://127.0.0.1:{port}", tmp_path)
+    finally:
+        stop_process(mock, timeout=30)
+        log.close()
+
+
+# -- the spec: packaged copy, checkout, override --------------------------------------------
+
+
+def test_a_checkout_reads_the_top_level_spec_and_acs_openapi_overrides_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv(SPEC_ENV, raising=False)
+    assert load_spec().path == CHECKOUT_PATH == ROOT / "openapi.yaml"  # editable install: no copy
+    other = tmp_path / "other.yaml"
+    other.write_text(
+        (ROOT / "openapi.yaml")
+        .read_text()
+        .replace(f"  version: {spec().version}\n", "  version: 9.9.9-test\n", 1)
+    )
+    monkeypatch.setenv(SPEC_ENV, str(other))
+    assert (load_spec().path, load_spec().version) == (other, "9.9.9-test")
+
+
+# -- the commands ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("command", sorted(SCRIPTS))
+def test_each_command_prints_the_package_and_spec_versions(
+    command: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    module, function = SCRIPTS[command].split(":")
+    main = getattr(importlib.import_module(module), function)
+    try:
+        code = main(["--version"])  # conformance's main returns its code
+    except SystemExit as exc:  # the servers' argparse exits
+        code = exc.code
+    assert code == 0
+    out = capsys.readouterr().out
+    assert out.endswith(f": {DISTRIBUTION} {package_version()}, openapi.yaml {spec().version}\n"), (
+        out
+    )
+
+
+# -- the images, without a container runtime -------------------------------------------------
+
+
+def instructions(dockerfile: Path) -> list[tuple[str, str]]:
+    """(INSTRUCTION, arguments) per instruction, continuation lines joined, comments dropped."""
+    text = re.sub(r"\\\n", " ", dockerfile.read_text())
+    lines = [line.strip() for line in text.splitlines()]
+    return [
+        (line.split(None, 1)[0].upper(), line.split(None, 1)[1])
+        for line in lines
+        if line and not line.startswith("#")
+    ]
+
+
+def final_stage(dockerfile: Path) -> list[tuple[str, str]]:
+    steps = instructions(dockerfile)
+    last_from = max(i for i, (op, _) in enumerate(steps) if op == "FROM")
+    return steps[last_from:]
+
+
+def test_there_is_an_image_for_the_mock_and_one_for_the_suite() -> None:
+    assert [d.name for d in DOCKERFILES] == ["conformance.Dockerfile", "mock.Dockerfile"]
+
+
+@pytest.mark.parametrize("dockerfile", DOCKERFILES, ids=lambda d: d.name)
+def test_each_image_builds_from_what_exists_and_runs_a_command_of_the_package(
+    dockerfile: Path,
+) -> None:
+    steps = instructions(dockerfile)
+    for op, args in steps:
+        if op == "FROM":  # the base's Python satisfies requires-python
+            python = re.fullmatch(r"python:(\d+\.\d+)[\w.-]*(?: AS \w+)?", args, re.IGNORECASE)
+            assert python, args
+            assert python.group(1) + ".0" in SpecifierSet(PYPROJECT["project"]["requires-python"])
+        if op == "COPY" and not args.startswith("--from"):
+            *sources, _ = args.split()
+            for source in sources:
+                assert (ROOT / source).exists() and not ignored(source, dockerignore()), source
+    installs = [
+        args for op, args in final_stage(dockerfile) if op == "RUN" and "pip install" in args
+    ]
+    extras = [e for args in installs for e in re.findall(r"\.whl\)\[([\w,-]+)\]", args)]
+    assert len(extras) == 1 and extras[0] in EXTRAS, installs
+    (entrypoint,) = [json.loads(args) for op, args in final_stage(dockerfile) if op == "ENTRYPOINT"]
+    assert entrypoint[0] in SCRIPTS
+    module, function = SCRIPTS[entrypoint[0]].split(":")
+    assert callable(getattr(importlib.import_module(module), function))
+    assert entrypoint[0] == f"acs-{extras[0]}"  # the extra is the command's own
+
+
+def test_the_mock_image_listens_on_all_interfaces_at_its_exposed_port() -> None:
+    from mock_server.__main__ import parser
+
+    steps = final_stage(ROOT / "docker" / "mock.Dockerfile")
+    env = dict(pair.split("=", 1) for op, args in steps if op == "ENV" for pair in args.split())
+    (exposed,) = [int(args) for op, args in steps if op == "EXPOSE"]
+    with pytest.MonkeyPatch.context() as mp:
+        for name, value in env.items():
+            mp.setenv(name, value)
+        args = parser().parse_args([])
+    assert (args.host, args.port, args.workers) == ("0.0.0.0", exposed, int(env["MOCK_WORKERS"]))
+
+
+# -- docs/ci.md ----------------------------------------------------------------------------
+
+
+def ci_jobs() -> list[tuple[str, str]]:
+    """(kind, YAML text) of each job in docs/ci.md; each must parse as YAML."""
+    blocks = re.findall(r"```yaml\n(.*?)```", (ROOT / "docs" / "ci.md").read_text(), re.DOTALL)
+    for block in blocks:
+        yaml.safe_load(block)
+    return [("github" if "runs-on:" in b else "gitlab", b) for b in blocks]
+
+
+def test_the_ci_jobs_install_the_conformance_extra_and_run_the_suite_with_a_junit_report(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from conformance.cli.main import ENV_API_KEY, ENV_BASE_URL, parser
+
+    monkeypatch.delenv(ENV_BASE_URL, raising=False)
+    monkeypatch.delenv(ENV_API_KEY, raising=False)
+    jobs = ci_jobs()
+    assert sorted(kind for kind, _ in jobs) == [
+        "github",
+        "github",
+        "gitlab",
+    ]  # the second: the baseline job
+    baselines = []
+    for kind, job in jobs:
+        assert re.findall(r'pip install "acs-completions\[([\w,]+)\] @ ', job) == ["conformance"], (
+            kind
+        )
+        commands = [line.strip().removeprefix("- ").strip() for line in job.splitlines()]
+        runs = [shlex.split(c)[1:] for c in commands if c.startswith("acs-conformance ")]
+        assert runs and any(run == ["--version"] for run in runs), kind
+        (suite,) = [parser().parse_args(run) for run in runs if run != ["--version"]]
+        assert suite.junit and job.count(suite.junit) >= 2, kind  # written, then published
+        if suite.baseline:  # committed beside the deployment's code: the job checks it out
+            baselines.append(suite.baseline)
+            assert "actions/checkout" in job and suite.json, kind
+        # The deployment and its key come from secrets through the suite's environment variables,
+        # never on the command line.
+        assert suite.base_url is None and suite.api_key is None, kind
+        assert f"{ENV_BASE_URL}: " in job and f"{ENV_API_KEY}: " in job, kind
+    assert baselines == ["conformance-baseline.json"]

@@ -1,0 +1,236 @@
+"""Cassettes that keep no secret and trust no line (issue 44, point 5): a recording proxy in front
+of an upstream that quotes whatever it is sent, then replays behind the API's own preflight, each
+served in this process (mock_server/cassette.py's apps under a real HTTP server); a cassette's
+lines checked at load with their line numbers (mock_server/tape.py)."""
+
+from __future__ import annotations
+
+import base64
+import json
+import urllib.parse
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from api_server.config import ConfigError
+from contract import spec
+from mock_server import MockConfig, create_app
+from mock_server.cassette import Recorder, Replayer
+from mock_server.tape import load
+from tests.support.wsgi import Environ, StartResponse, serve
+
+API = spec()
+CONF = API.mock_cassette
+COMPLETIONS = API.completions_path
+KEY = "sk-replay-guard-0123456789abcdef"
+PASSWORD = "hunter2-upstream-password"
+MASK = CONF["mask"]
+
+
+def quoting_upstream(environ: Environ, start_response: StartResponse) -> Iterable[bytes]:
+    """An upstream whose every answer quotes the request's key, query and body back, as error
+    bodies of real services quote a key they refuse."""
+    body = environ["wsgi.input"].read(int(environ.get("CONTENT_LENGTH") or 0))
+    data = json.dumps(
+        {
+            "auth": environ.get("HTTP_AUTHORIZATION", ""),
+            "query": environ.get("QUERY_STRING", ""),
+            "body": body.decode(),
+        }
+    ).encode()
+    start_response(
+        "401 Unauthorized",
+        [
+            ("Content-Type", "application/json"),
+            ("WWW-Authenticate", "Bearer"),
+            ("X-Echo", environ.get("HTTP_AUTHORIZATION", "")),
+        ],
+    )
+    return [data]
+
+
+def forms(secret: str) -> set[str]:
+    return {
+        secret,
+        json.dumps(secret)[1:-1],
+        urllib.parse.quote(secret, safe=""),
+        urllib.parse.quote_plus(secret),
+    }
+
+
+def record(tmp_path: Path, requests: list[dict[str, Any]]) -> Path:
+    cassette = tmp_path / "tape.jsonl"
+    with serve(quoting_upstream) as upstream:
+        with_password = upstream.replace("http://", f"http://user:{PASSWORD}@")
+        proxy = Recorder(with_password, cassette, API, create_app(MockConfig()))
+        with serve(proxy) as url, httpx.Client(base_url=url, timeout=30) as client:
+            for request in requests:
+                reply = client.request(**request)
+                assert KEY in reply.text  # the client gets what the upstream said
+    return cassette
+
+
+def test_no_secret_is_written_and_a_replay_with_another_key_still_matches(
+    tmp_path: Path,
+) -> None:
+    requests = [
+        {
+            "method": "POST",
+            "url": f"{COMPLETIONS}?api_key={KEY}&n=1",
+            "json": {"model": "llama-8b", "prompt": "x", "api_key": KEY, "extra": {"token": KEY}},
+            "headers": {"Authorization": f"Bearer {KEY}"},
+        },
+        {"method": "GET", "url": f"/v1/models?token={KEY}"},
+    ]
+    cassette = record(tmp_path, requests)
+    written = cassette.read_text()
+    # (the upstream's URL's userinfo goes as Basic credentials, which it quotes back)
+    basic = base64.b64encode(f"user:{PASSWORD}".encode()).decode()
+    leaked = [f for f in forms(KEY) | forms(PASSWORD) | forms(basic) if f in written]
+    assert leaked == []
+    header = json.loads(written.splitlines()[0])
+    assert header["upstream"].startswith("http://127.0.0.1:") and "@" not in header["upstream"]
+    exchange = json.loads(written.splitlines()[1])
+    assert exchange["path"] == f"{COMPLETIONS}?api_key={MASK}&n=1"
+    assert json.loads(exchange["body"][0]) == {
+        "model": "llama-8b",
+        "prompt": "x",
+        "api_key": MASK,
+        "extra": {"token": MASK},
+    }
+    # replayed with another key (behind the API's auth, any key is one): the recorded answer
+    replayer = Replayer(cassette, API, create_app(MockConfig()))
+    other = "sk-another-key-9876543210"
+    with serve(replayer) as url:
+        reply = httpx.post(
+            f"{url}{COMPLETIONS}?api_key={other}&n=1",
+            json={"model": "llama-8b", "prompt": "x", "api_key": other, "extra": {"token": other}},
+            headers={"Authorization": f"Bearer {other}"},
+        )
+    assert reply.status_code == 401 and json.loads(reply.text)["auth"] == f"Basic {MASK}"
+
+
+def test_an_upstream_that_does_not_answer_never_shows_its_password(tmp_path: Path) -> None:
+    from api_server.children import free_port
+
+    dead = f"http://127.0.0.1:{free_port()}"
+    proxy = Recorder(
+        dead.replace("http://", f"http://user:{PASSWORD}@"),
+        tmp_path / "t.jsonl",
+        API,
+        create_app(MockConfig()),
+    )
+    with serve(proxy) as url:
+        reply = httpx.post(url + COMPLETIONS, json={}, headers={"Authorization": f"Bearer {KEY}"})
+    assert reply.json()["error"]["message"] == CONF["upstream_down"].format(
+        upstream=dead, reason="ConnectError"
+    )
+    assert PASSWORD not in (tmp_path / "t.jsonl").read_text()
+
+
+def cassette_of(tmp_path: Path, *lines: Any) -> Path:
+    path = tmp_path / "c.jsonl"
+    header = {"cassette": CONF["format"], "spec_version": API.version}
+    path.write_text(
+        "\n".join(line if isinstance(line, str) else json.dumps(line) for line in [header, *lines])
+        + "\n"
+    )
+    return path
+
+
+def exchange(**changes: Any) -> dict[str, Any]:
+    line: dict[str, Any] = {
+        "method": "POST",
+        "path": COMPLETIONS,
+        "body": ['{"model":"llama-8b","prompt":"x","max_tokens":3}'],
+        "response": {
+            "status": 200,
+            "headers": [["Content-Type", "application/json"]],
+            "chunks": [[0.01, '{"object":"text_completion"}']],
+        },
+    }
+    response = {**line["response"], **changes.pop("response", {})}
+    return {**line, **changes, "response": response}
+
+
+@pytest.mark.parametrize(
+    "line,why",
+    [
+        ({"method": "POST", "path": COMPLETIONS, "response": exchange()["response"]}, "'body'"),
+        (json.dumps(exchange())[:200], "not JSON"),
+        (exchange(body=[None, "not base64!"]), "neither text nor base64"),
+        (exchange(response={"chunks": [[0.1, None, "@@@"]]}), "neither text nor base64"),
+        (exchange(response={"chunks": [[0.1]]}), "exchange"),
+        (exchange(response={"status": 99999}), "exchange"),
+        (exchange(response={"headers": [["X-A", "b\r\nSet-Cookie: x"]]}), "exchange"),
+        (exchange(response={"headers": [["X A", "b"]]}), "exchange"),
+        (exchange(path="no-slash"), "exchange"),
+    ],
+    ids=[
+        "no body",
+        "truncated",
+        "bad base64 body",
+        "bad base64 chunk",
+        "chunk without data",
+        "status 99999",
+        "CRLF in a header",
+        "space in a header name",
+        "path",
+    ],
+)
+def test_a_bad_line_is_refused_at_load_with_its_line_number(
+    tmp_path: Path, line: Any, why: str
+) -> None:
+    path = cassette_of(tmp_path, exchange(), line)
+    with pytest.raises(ConfigError) as info:
+        load(path, API)
+    assert f"{path}: line 3: " in str(info.value) and why in str(info.value)
+
+
+def test_a_line_past_the_bound_is_refused_without_being_read_whole(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    bound = 4096
+    monkeypatch.setitem(API.mock_cassette, "max_line_bytes", bound)
+    path = cassette_of(tmp_path, exchange(response={"chunks": [[0.1, "x" * bound]]}))
+    with pytest.raises(ConfigError, match=f"line 2: longer than {bound} bytes"):
+        load(path, API)
+
+
+def test_the_index_holds_offsets_and_a_hit_reads_its_line(tmp_path: Path) -> None:
+    path = cassette_of(tmp_path, exchange(), exchange(body=['{"prompt":"y"}']))
+    tape = load(path, API)
+    wheres = [w for ws in tape.by_key.values() for w in ws]
+    assert all(isinstance(o, int) and isinstance(n, int) for o, n in wheres) and len(wheres) == 2
+    assert [tape.exchange(w) for w in sorted(wheres)] == [
+        exchange(),
+        exchange(body=['{"prompt":"y"}']),
+    ]
+
+
+def test_a_replay_answers_behind_the_apis_auth_and_serves_its_own_gets(tmp_path: Path) -> None:
+    path = cassette_of(tmp_path, exchange())
+    keys = MockConfig(keys=(KEY,))
+    replayer = Replayer(path, API, create_app(keys))
+    body = {"model": "llama-8b", "prompt": "x", "max_tokens": 3}
+    with serve(replayer) as url:
+        keyless = httpx.post(url + COMPLETIONS, json=body)
+        wrong = httpx.post(url + COMPLETIONS, json=body, headers={"Authorization": "Bearer nope"})
+        right = httpx.post(url + COMPLETIONS, json=body, headers={"Authorization": f"Bearer {KEY}"})
+        models = httpx.get(url + "/v1/models", headers={"Authorization": f"Bearer {KEY}"})
+        metrics = httpx.get(url + "/metrics")
+        miss = httpx.post(
+            url + COMPLETIONS,
+            json={**body, "max_tokens": 4, "seed": 1},
+            headers={"Authorization": f"Bearer {KEY}"},
+        )
+    invalid = API.error_codes["invalid_api_key"]["status"]
+    assert [keyless.status_code, wrong.status_code, right.status_code] == [invalid, invalid, 200]
+    assert keyless.json()["error"]["code"] == "invalid_api_key"
+    assert right.json() == {"object": "text_completion"}
+    assert models.json()["data"][0]["id"] == API.default_model and metrics.status_code == 200
+    assert miss.status_code == API.error_codes[CONF["miss_code"]]["status"]
+    assert CONF["closest"].format(fields="max_tokens, seed") in miss.json()["error"]["message"]
