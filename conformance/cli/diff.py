@@ -71,7 +71,9 @@ def shape(value: Any, schema: dict[str, Any] | None = None) -> Any:
     """Keys, types and array lengths of a JSON value; never sampled text.
 
     With the response schema: a map (additionalProperties, no properties, like
-    top_logprobs, whose keys are sampled tokens) is its size and value shapes,
+    top_logprobs, whose keys are sampled tokens) is whether it is empty and its
+    value shapes (not its size: top_logprobs holds N entries, or N + 1 when the
+    sampled token is not among the N likeliest, as vLLM writes it),
     and a scalar whose field allows several types (stop_reason: a sampled stop
     or null) is shown as all of them.
     """
@@ -81,7 +83,10 @@ def shape(value: Any, schema: dict[str, Any] | None = None) -> Any:
             values = sorted(
                 {json.dumps(shape(v, schema["additionalProperties"])) for v in value.values()}
             )
-            return {"map": len(value), "values": [json.loads(v) for v in values]}
+            return {
+                "map": "entries" if value else "empty",
+                "values": [json.loads(v) for v in values],
+            }
         props = schema.get("properties", {})
         return {k: shape(v, props.get(k)) for k, v in sorted(value.items())}
     if isinstance(value, list):

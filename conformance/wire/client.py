@@ -259,7 +259,7 @@ class Client:
                 lambda: self._again_if_dropped(
                     lambda: self._http.request(method, path, content=content, headers=hdrs),
                     exchange,
-                    worst,
+                    (method, path, content, None),
                 ),
                 f"{method} {path}",
             )
@@ -307,7 +307,7 @@ class Client:
         start = time.monotonic()
         lines: list[tuple[float, str]] = []
         try:
-            with self._paced_stream(path, content, hdrs, exchange, worst) as resp:
+            with self._paced_stream(path, content, hdrs, exchange, stop_after_events) as resp:
                 reply = StreamReply(exchange, resp.status_code, resp.headers)
                 exchange.status = resp.status_code
                 exchange.response_headers = dict(resp.headers)
@@ -337,6 +337,8 @@ class Client:
                         break
         except httpx.TransportError as exc:
             exchange.error = f"{type(exc).__name__}: {exc}"
+            if exchange.status is None:  # no answer: the suite never got to close it early
+                worst = self.ledger.worst_case("POST", path, content)
             reply = StreamReply(
                 exchange,
                 exchange.status,
@@ -395,27 +397,45 @@ class Client:
             resp = send()
         return resp
 
-    def _again_if_dropped(self, send: Callable[[], R], exchange: Exchange, worst: int) -> R:
+    def _again_if_dropped(
+        self,
+        send: Callable[[], R],
+        exchange: Exchange,
+        priced: tuple[str, str, bytes | None, int | None],
+    ) -> R:
         """send(), and once more on a new connection if the server closed or reset the connection
-        before an answer: the drop a Resend (a finding of the check), the lost attempt charged."""
+        before an answer: the drop a Resend (a finding of the check), the resend reserved like
+        the first (`priced`: method, path, body and stop_after_events)."""
         try:
             return send()
         except (httpx.RemoteProtocolError, httpx.ReadError) as exc:
             if not any(words in str(exc) for words in DROPPED):
                 raise
-            self.ledger.add(worst)
+            method, path, content, stop_after_events = priced
+            # Not a byte came back, so nothing was closed early: the lost attempt may have
+            # generated all its request allows, whatever a stream closed early is priced at.
+            lost = self.ledger.worst_case(method, path, content)
+            self.ledger.add(lost)
             with self._lock:
-                self.resends.append(Resend(exchange, f"{type(exc).__name__}: {exc}", worst))
+                self.resends.append(Resend(exchange, f"{type(exc).__name__}: {exc}", lost))
+            self.ledger.reserve(method, path, content, stop_after_events)
             return send()
 
     @contextlib.contextmanager
     def _paced_stream(
-        self, path: str, content: bytes, hdrs: dict[str, str], exchange: Exchange, worst: int
+        self,
+        path: str,
+        content: bytes,
+        hdrs: dict[str, str],
+        exchange: Exchange,
+        stop_after_events: int | None,
     ) -> Iterator[httpx.Response]:
         def send() -> httpx.Response:
             request = self._http.build_request("POST", path, content=content, headers=hdrs)
             return self._again_if_dropped(
-                lambda: self._http.send(request, stream=True), exchange, worst
+                lambda: self._http.send(request, stream=True),
+                exchange,
+                ("POST", path, content, stop_after_events),
             )
 
         resp = self.paced(send, f"POST {path}", discard=httpx.Response.close)

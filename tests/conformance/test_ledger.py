@@ -616,3 +616,46 @@ def test_a_request_past_its_price_by_its_own_token_ids_is_a_finding_and_halts_th
         "request's price cannot be bounded, so none that could generate is sent"
     )
     assert got["a:past"].tokens == 30  # the meter's count, not the usage's 10
+
+
+class DropsFirst(LaxServer):
+    """Generates all a request allows, then drops the connection without a byte; the same
+    request again is answered."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen: set[bytes] = set()
+        self.written = 0
+
+    def __call__(self, request: httpx.Request) -> httpx.Response:
+        if request.method == "POST":
+            self.written += generated(json.loads(request.content))
+            if request.content not in self.seen:
+                self.seen.add(request.content)
+                raise httpx.RemoteProtocolError("Server disconnected without sending a response.")
+        return super().__call__(request)
+
+
+def test_a_stream_lost_before_a_byte_is_charged_all_it_allows_not_the_early_close() -> None:
+    """A stream the suite would close after one event costs CHEAP_TOKENS when it is answered;
+    dropped before a byte, nothing was closed, and the server may have written it all."""
+    server = DropsFirst()
+    client = Client("http://drops.test", "k", transport=httpx.MockTransport(server))
+    client.ledger.cost = CostModel.of(spec(), SERVED_LEN)
+    body = {"model": MODEL, "prompt": [0], "max_tokens": 200, "stream": True}
+    reply = client.stream(COMPLETIONS, body, stop_after_events=1)
+    assert reply.closed_early and reply.status == 200
+    assert [r.charged for r in client.resends] == [200]
+    # the lost attempt at its full price, the resend at the early close's
+    assert server.written == 400 and client.ledger.tokens == 200 + CHEAP_TOKENS
+
+
+def test_a_resend_is_held_to_the_ceiling_like_any_request() -> None:
+    server = DropsFirst()
+    client = Client("http://drops.test", "k", transport=httpx.MockTransport(server))
+    client.ledger.cost = CostModel.of(spec(), SERVED_LEN)
+    client.ledger.ceiling = 250
+    with pytest.raises(OverCeiling):
+        client.post(COMPLETIONS, {"model": MODEL, "prompt": [0], "max_tokens": 200})
+    assert server.written == 200 and client.ledger.tokens == 200  # the loss, and no resend
+    assert [r.charged for r in client.resends] == [200]
