@@ -3,7 +3,8 @@
 # tiny model for the reference implementation), then pytest.
 # redis-server too (scripts/setup_redis.sh), for the tests of the Budget in Redis, and nginx
 # (scripts/setup_nginx.sh), for the tests of the shipped front.
-# ACS_SKIP_VLLM=1 skips the vLLM set-up; the tests marked `vllm` then skip themselves.
+# ACS_SKIP_VLLM=1 skips the vLLM set-up (and lm-eval's, which reads the tiny model's tokenizer);
+# the tests marked `vllm` and those that run lm-eval then skip themselves.
 # Without arguments, a second, shorter run follows with ACS_PATCHES=0 (see below).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -12,6 +13,7 @@ bash scripts/setup_redis.sh
 bash scripts/setup_nginx.sh
 if [[ "${ACS_SKIP_VLLM:-0}" != 1 ]]; then
   bash scripts/setup_vllm.sh
+  bash scripts/setup_lmeval.sh
 fi
 # The habits first, in seconds: the code formatted and linted (ruff), and typed (mypy); their
 # settings are pyproject.toml's.

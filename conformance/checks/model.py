@@ -31,6 +31,15 @@ CONTEXTS = ([40, 1097, 264, 892, 11, 1070], [791, 13180, 374], [17, 489, 220, 17
 CONTINUATIONS = 3  # distinct one-token continuations whose probabilities may not pass one
 
 
+def lm_eval_score(logprobs: dict[str, Any], start: int, end: int) -> tuple[float, bool]:
+    """lm-eval's loglikelihood of an echoed answer, by the gate's own arithmetic: the sum of
+    `token_logprobs[start:end]` (the continuation's) and is_greedy, each of those the largest
+    value of its `top_logprobs` row. tests/support/lm_eval.py holds lm-eval's own scores to it."""
+    values = logprobs["token_logprobs"][start:end]
+    rows = logprobs["top_logprobs"][start:end]
+    return sum(values), all(v >= max(row.values()) for v, row in zip(values, rows, strict=True))
+
+
 def _post(ctx: Context, body: dict[str, Any]) -> Reply:
     reply = ctx.client.post(ctx.api.completions_path, {"model": ctx.config.model, **body})
     ctx.expect_status(reply, 200, fatal=True)

@@ -48,6 +48,7 @@ class Context:
     server: ServerInfo
     memo: dict[Any, Any] = field(default_factory=dict)  # shared between checks of one run
     findings: list[Finding] = field(default_factory=list)  # of the check now running
+    notes: list[str] = field(default_factory=list)  # of the check now running: see note()
 
     # -- facts -------------------------------------------------------------
 
@@ -97,6 +98,11 @@ class Context:
     def unproven(self, reason: str) -> NoReturn:
         """Not run because of what the server did: the run is not proven."""
         raise Unproven(reason)
+
+    def note(self, text: str) -> None:
+        """What a check that passes could not make certain (the reason of its PASSED result, in
+        every report): a weaker pass said, never hidden."""
+        self.notes.append(text)
 
     def fail(
         self,

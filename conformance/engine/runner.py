@@ -120,7 +120,7 @@ def _marks(client: Client) -> tuple[int, int, int]:
 
 
 def run_check(check: Check, ctx: Context) -> CheckResult:
-    ctx.findings = []
+    ctx.findings, ctx.notes = [], []
     tokens_before, marks = ctx.client.ledger.tokens, _marks(ctx.client)
     start = time.perf_counter()
     outcome, reason, withheld = Outcome.PASSED, "", 0
@@ -148,6 +148,8 @@ def run_check(check: Check, ctx: Context) -> CheckResult:
     if ctx.findings and outcome is not Outcome.ERROR:
         only_warnings = all(f.warning for f in ctx.findings) and not ctx.config.strict
         outcome = Outcome.WARNED if only_warnings else Outcome.FAILED
+    if outcome is Outcome.PASSED and ctx.notes:
+        reason = "; ".join(ctx.notes)
     return CheckResult(
         check.id,
         check.all_tags,

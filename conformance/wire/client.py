@@ -294,11 +294,13 @@ class Client:
         headers: dict[str, str] | None = None,
         auth: str | None = AUTH_DEFAULT,
         stop_after_events: int | None = None,
+        on_event: Callable[[int], None] | None = None,
     ) -> StreamReply:
         """POST and read a text/event-stream line by line, timing each line.
 
         `stop_after_events` closes the connection after that many data events:
         the cheap way to see a large request accepted without paying for it.
+        `on_event(k)` is called as the k-th data event arrives (a check that acts mid-stream).
         """
         content = self.encode(body)
         worst = self.ledger.reserve("POST", path, content, stop_after_events)
@@ -332,6 +334,8 @@ class Client:
                     lines.append((time.monotonic() - start, line))
                     if line.startswith("data:"):
                         events += 1
+                        if on_event is not None:
+                            on_event(events)
                     if stop_after_events is not None and events >= stop_after_events and line == "":
                         reply.closed_early = True
                         break

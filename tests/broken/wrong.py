@@ -5,7 +5,8 @@ rewrite what reaches the mock (a proxy that doubles a scale, a vLLM that steers 
 layer off) and what comes back (rows one alternative short), on every request or on
 the share of them a seeded coin picks (one replica of two wrong). `Leaking` answers a
 plain request with the last steered answer of the same prompt, as a prefix cache that
-keys blocks without the steering does.
+keys blocks without the steering does. `SteersInFlight` steers every request that arrives
+while a steered one is in flight, as a batch that shares one steering state does.
 """
 
 from __future__ import annotations
@@ -13,7 +14,8 @@ from __future__ import annotations
 import json
 import random
 import threading
-from collections.abc import Callable, Iterable, Mapping
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 import numpy as np
@@ -263,3 +265,66 @@ class Leaking:
                 self._steered[key] = body
         start_response(status, headers)
         return [body]
+
+
+class SteersInFlight:
+    """The app behind an engine whose batch shares one steering state: every request that
+    arrives while a steered one is in flight is steered by its vectors too. Steered answers come
+    at a GPU's pace (STEP_S a chunk), so that a request can arrive beside one; the rest as the
+    mock answers them."""
+
+    STEP_S = 0.01
+
+    def __init__(self, app: App) -> None:
+        self.app = app
+        self._in_flight: list[Any] = []
+        self._lock = threading.Lock()
+
+    def __call__(self, environ: Environ, start_response: StartResponse) -> Iterable[bytes]:
+        if environ.get("PATH_INFO") != "/v1/completions" or environ.get("REQUEST_METHOD") != "POST":
+            return self.app(environ, start_response)
+        sent: Body = {}
+
+        def rewrite(body: Body) -> Body:
+            sent.update(body)
+            with self._lock:
+                beside = self._in_flight[-1] if self._in_flight else None
+            if beside is None or not _valid(body) or body.get("apply_steering_vectors"):
+                return body
+            return {**body, "apply_steering_vectors": beside}
+
+        Breaker._rewrite_request(environ, rewrite)
+        vectors = sent.get("apply_steering_vectors") if _valid(sent) else None
+        if not vectors:
+            return self.app(environ, start_response)
+        with self._lock:
+            self._in_flight.append(vectors)
+        return self._paced(self.app(environ, start_response), vectors)
+
+    def _paced(self, chunks: Iterable[bytes], vectors: Any) -> Iterator[bytes]:
+        """The chunks at the pace; the request leaves the batch with its last chunk made, before
+        it is written (the client may send its next request as soon as it reads it)."""
+        done = False
+
+        def leave() -> None:
+            nonlocal done
+            if not done:
+                done = True
+                with self._lock:
+                    self._in_flight.remove(vectors)
+
+        try:
+            it = iter(chunks)
+            chunk = next(it, None)
+            while chunk is not None:
+                time.sleep(self.STEP_S)
+                following = next(it, None)
+                if following is None:
+                    leave()
+                yield chunk
+                chunk = following
+        finally:
+            leave()
+            close = getattr(chunks, "close", None)
+            if close is not None:
+                close()

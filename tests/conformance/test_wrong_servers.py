@@ -10,10 +10,11 @@ from collections.abc import Iterator
 import pytest
 
 from conformance.checks import REGISTRY
+from conformance.checks.isolation import HELD, PROMPT_TOKENS
 from conformance.engine.results import Outcome
 from mock_server import create_app
 from mock_server.config import MockConfig
-from tests.broken.wrong import WRONGS, Leaking, Wrong, dropping
+from tests.broken.wrong import WRONGS, Leaking, SteersInFlight, Wrong, dropping
 from tests.support.suite import failed, run_suite
 from tests.support.wsgi import serve
 
@@ -147,10 +148,32 @@ def test_a_cache_that_keys_steered_answers_by_the_prompt_fails_the_isolation_che
     app.on = True
     with serve(app) as url:
         found = failed(run_suite(url, *SUITE))
-    assert set(found) == {"isolation:steering.prefix_cache", "isolation:steering.same_batch"}, found
+    # same_batch's steered request is a stream of its own length: no plain request's key
+    assert set(found) == {"isolation:steering.prefix_cache"}, found
     assert (
         "as if it read the steered request's KV blocks"
         in found["isolation:steering.prefix_cache"][0]
+    )
+
+
+def test_a_batch_that_steers_whatever_is_in_flight_fails_the_same_batch_check_alone() -> None:
+    """The steered request is held open (a stream, read on) while the plain one runs: the overlap
+    is certain, and said to be; on the mock, which answers a stream at once, it is not, and the
+    pass says so."""
+    with serve(SteersInFlight(create_app(MockConfig()))) as url:
+        report = run_suite(url, *SUITE)
+    found = failed(report)
+    assert set(found) == {"isolation:steering.same_batch"}, found
+    assert found["isolation:steering.same_batch"][0].startswith(
+        f"a plain request of a {PROMPT_TOKENS}-token prompt sent while a steered one was open "
+        "is not answered as the prompt alone"
+    )
+    with serve(create_app(MockConfig())) as url:
+        results = run_suite(url, "isolation:steering.same_batch").results
+    (alone,) = [r for r in results if r.id == "isolation:steering.same_batch"]
+    assert alone.outcome is Outcome.PASSED
+    assert alone.reason.startswith(
+        f"the overlap was not certain: the steered stream of {HELD} tokens ended"
     )
 
 
