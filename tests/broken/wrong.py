@@ -217,8 +217,13 @@ class Wrong:
 
         Breaker._rewrite_request(environ, rewrite)
         status, headers, body = whole_response(self.app, environ)
-        if way[1] and wrong["now"] and status.startswith("200") and not sent.get("stream"):
-            body = json.dumps(way[1](sent, json.loads(body))).encode()
+        answers = way[1]
+        if answers and wrong["now"] and status.startswith("200"):
+            streamed = "text/event-stream" in dict(headers).get("Content-Type", "")
+            if streamed and isinstance(answers, numbers.Answers) and answers.streams:
+                body = answers.stream(sent, body)
+            elif not streamed and getattr(answers, "whole", True):
+                body = json.dumps(answers(sent, json.loads(body))).encode()
             headers = [(k, v) for k, v in headers if k.lower() != "content-length"]
             headers.append(("Content-Length", str(len(body))))
         start_response(status, headers)
