@@ -22,6 +22,7 @@ from conformance.wire import meter
 
 MAX_TOKENS = 2  # the max_tokens premise:max_tokens asks for
 END_MAX_TOKENS = 2  # premise:end_tokens: 1 token if the end tokens are honoured, 2 if not
+PROMPT = "The"
 
 
 @register(
@@ -32,7 +33,9 @@ def max_tokens(ctx: Context) -> None:
     events of it. A server that writes more is stopped before any request whose price relies on it."""
     body = {
         "model": ctx.config.model,
-        "prompt": [0],
+        # text, the prompt every completions server takes (llama.cpp's takes no token ids): a
+        # premise asked in a form the server refuses would prove nothing of max_tokens
+        "prompt": PROMPT,
         "max_tokens": MAX_TOKENS,
         "ignore_eos": True,
         "stream": True,

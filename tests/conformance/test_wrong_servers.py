@@ -70,8 +70,8 @@ EXPECTED: dict[str, tuple[set[str], set[str]]] = {
         {"model:lm_eval.loglikelihood"},
         {
             "logprobs:consistent",
+            "logprobs:stream",
             "shape:top_logprobs_hold_the_token",
-            "shape:stream_joins_to_whole",
             *SAMPLING_ROWS,
         },
     ),
