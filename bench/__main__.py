@@ -16,6 +16,7 @@ BENCHES = {
         "core_bench",
         "conformance_bench",
         "http_bench",
+        "stacks",
         "patches_bench",
         "memory_bench",
         "cassette_bench",

@@ -96,7 +96,8 @@ def _uncached_twice(ctx: Context, prompt: list[int]) -> dict[str, Any]:
 
 def _steps(choice: dict[str, Any], n: int) -> dict[str, Any]:
     """A choice's first `n` steps (tokens and rows, no text), for agree.difference."""
-    lp = choice.get("logprobs") if isinstance(choice.get("logprobs"), dict) else {}
+    lp = choice.get("logprobs")
+    lp = lp if isinstance(lp, dict) else {}
     return {"logprobs": {k: (lp.get(k) or [])[:n] for k in ("tokens", "top_logprobs")}}
 
 

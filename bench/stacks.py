@@ -1,0 +1,218 @@
+"""Serving stacks side by side under thousands of open streams: gunicorn+gevent, uWSGI+gevent, granian.
+
+Issue 46: the same bare Flask app (bench/servers/bare_app.py) under gunicorn + gevent (today's,
+api_server/serve.py), uWSGI's gevent loop (the pyuwsgi wheel) and granian (its WSGI interface, a
+thread per request in flight), side by side in one run:
+
+- a 16-token completion with wrk at 1 and 64 connections: requests/s and the server's CPU per
+  request (all its processes, from /proc);
+- N paced streams opened at once (20 tokens at 100 ms, ideal 2 s): how many end with [DONE], the
+  wall time against the ideal, time to first token (p50, p99) and inter-token gap (p99) as the
+  client saw them, the server's CPU per stream and the load client's own CPU.
+
+    .venv/bin/python -m bench stacks [--streams 2000,10000] [--stacks gunicorn,uwsgi,granian]
+
+The stacks interleave cell by cell; results go to bench/results/stacks.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import uvloop
+
+from bench import harness
+from bench.harness import Server, cpu_seconds, free_port, gather_streams, percentile, request_bytes
+from bench.http_measure import measure_cell
+from bench.http_servers import CASES
+from bench.report import write_report
+
+BIN = Path(sys.executable).parent
+TOKENS, TPOT_MS = 20, 100
+WORKERS = 2  # one per core here
+APP = "bench.servers.bare_app:app"
+
+
+def gunicorn(connections: int) -> Server:
+    return harness.bare(
+        "--workers", str(WORKERS), "--worker", "gevent", "--connections", str(connections),
+        key="gunicorn", label="gunicorn+gevent",
+    )  # fmt: skip
+
+
+def uwsgi(connections: int) -> Server:
+    port = free_port()
+    argv = [
+        str(BIN / "uwsgi"),
+        "--http-socket", f"127.0.0.1:{port}",
+        "--module", APP,
+        "--processes", str(WORKERS),
+        "--gevent", str(connections // WORKERS + 1),
+        "--gevent-monkey-patch",
+        "--master", "--need-app", "--die-on-term", "--disable-logging",
+        "--listen", str(min(connections, 4096)),
+        "--buffer-size", "65535",
+    ]  # fmt: skip
+    return Server("uwsgi", argv, port, label="uWSGI+gevent", api_key=harness.API_KEY)
+
+
+def granian(connections: int) -> Server:
+    port = free_port()
+    argv = [
+        str(BIN / "granian"),
+        "--interface", "wsgi",
+        "--host", "127.0.0.1", "--port", str(port),
+        "--workers", str(WORKERS),
+        "--blocking-threads", str(connections // WORKERS + 1),
+        "--backlog", str(min(connections, 4096)),
+        "--log-level", "warning", "--no-ws",
+        APP,
+    ]  # fmt: skip
+    return Server("granian", argv, port, label="granian", api_key=harness.API_KEY)
+
+
+STACKS = {"gunicorn": gunicorn, "uwsgi": uwsgi, "granian": granian}
+
+
+async def _paced(server: Server, n: int) -> dict[str, Any]:
+    body = {"model": "llama-8b", "prompt": "The sky is", "max_tokens": TOKENS, "stream": True}
+    request = request_bytes(server, body, {"X-Mock-Tpot-Ms": str(TPOT_MS)})
+    cpu_before, client_before = cpu_seconds(server.pids()), time.process_time()
+    results, wall = await gather_streams(server.port, request, n)
+    client_cpu = time.process_time() - client_before
+    ttfts = [r.ttft_s for r in results if r.ttft_s is not None]
+    # a stream's mean gap between its events after the first (the client reads no per-event time)
+    gaps = [
+        (r.seconds - r.ttft_s) / (r.events - 1)
+        for r in results
+        if r.done and r.ttft_s is not None and r.events > 1
+    ]
+    done = sum(r.done for r in results)
+    return {
+        "done": done,
+        "wall_s": wall,
+        "ttft_p50_s": percentile(ttfts, 50) if ttfts else None,
+        "ttft_p99_s": percentile(ttfts, 99) if ttfts else None,
+        "gap_p99_s": percentile(gaps, 99) if gaps else None,
+        "cpu_ms_per_stream": 1000 * (cpu_seconds(server.pids()) - cpu_before) / n,
+        "client_cpu_s": client_cpu,
+        "errors": sorted({str(r.error) for r in results if not r.done})[:2],
+    }
+
+
+def paced(server: Server, n: int) -> dict[str, Any]:
+    if server.failure:
+        return {"na": server.failure}
+    print(f"  {n} paced streams {server.label:16}", end=" ", flush=True, file=sys.stderr)
+    cell = uvloop.run(_paced(server, n))
+    print(f"{cell['done']} done in {cell['wall_s']:.1f} s", file=sys.stderr)
+    time.sleep(2)  # the closed connections' TIME_WAIT and the workers settle
+    return cell
+
+
+def _x(value: float | None, fmt: str = "{:.2f}") -> str:
+    return "n/a" if value is None else fmt.format(value)
+
+
+def markdown(servers: list[Server], rps: dict, streams: dict, counts: list[int], cmd: str) -> str:
+    lines = [
+        "# The serving stack: the bare Flask app under three servers",
+        "",
+        f"- Date: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}",
+        f"- Command: `{cmd}`",
+        f"- Machine: {os.cpu_count()} cores; the load clients share them with the servers",
+        f"- Each stack: {WORKERS} worker processes; the app: bench/servers/bare_app.py (fixed "
+        "bodies, a paced stream sleeps X-Mock-Tpot-Ms between chunks: gevent's sleep under "
+        "gunicorn and uWSGI, a real thread's under granian)",
+        "",
+        "## A 16-token completion (wrk, the median of the servers' interleaved cells)",
+        "",
+        "| stack | c=1 req/s | c=1 CPU us/req | c=64 req/s | c=64 CPU us/req |",
+        "| --- | ---: | ---: | ---: | ---: |",
+    ]
+    for s in servers:
+        row = [s.label]
+        for conns in (1, 64):
+            cell = rps.get((s.key, conns), {})
+            if "na" in cell or not cell:
+                row += [cell.get("na", "n/a"), ""]
+                continue
+            row += [f"{cell['rps']:,.0f}", f"{1e6 * cell['cpu_s'] / max(cell['requests'], 1):,.0f}"]
+        lines.append("| " + " | ".join(row) + " |")
+    ideal = TOKENS * TPOT_MS / 1000
+    lines += [
+        "",
+        f"## Paced streams opened at once ({TOKENS} tokens at {TPOT_MS} ms, ideal {ideal:.0f} s)",
+        "",
+        "| stack | streams | done | wall s (x ideal) | TTFT p50 / p99 s | mean gap p99 s | "
+        "server CPU ms/stream | client CPU s | errors |",
+        "| --- | ---: | --- | --- | --- | --- | ---: | ---: | --- |",
+    ]
+    for n in counts:
+        for s in servers:
+            c = streams.get((s.key, n), {})
+            if "na" in c or not c:
+                lines.append(f"| {s.label} | {n} | {c.get('na', 'n/a')} | | | | | | |")
+                continue
+            lines.append(
+                f"| {s.label} | {n} | {c['done']} of {n} | {c['wall_s']:.1f} "
+                f"({c['wall_s'] / ideal:.2f}x) | {_x(c['ttft_p50_s'])} / {_x(c['ttft_p99_s'])} | "
+                f"{_x(c['gap_p99_s'])} | {c['cpu_ms_per_stream']:.2f} | {c['client_cpu_s']:.1f} | "
+                f"{'; '.join(c['errors'])} |"
+            )
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument(
+        "--streams", default="2000,10000", help="paced stream counts (default 2000,10000)"
+    )
+    p.add_argument("--stacks", default=",".join(STACKS), help="which stacks (default all)")
+    p.add_argument("--duration", type=int, default=5, help="seconds per wrk cell (default 5)")
+    p.add_argument("--out", type=Path, default=harness.ROOT / "bench" / "results" / "stacks.md")
+    args = p.parse_args(argv)
+    # every stream is a socket of the client's and one of a server's: the servers inherit this
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    counts = [int(n) for n in args.streams.split(",") if n]
+    if shutil.which("wrk") is None:
+        print("wrk is not installed (apt-get install wrk)", file=sys.stderr)
+        return 2
+    connections = max(counts) + 64
+    servers = [STACKS[name](connections) for name in args.stacks.split(",")]
+    case = next(c for c in CASES if c.key == "b")
+    rps: dict[tuple[str, int], dict[str, Any]] = {}
+    streams: dict[tuple[str, int], dict[str, Any]] = {}
+    with tempfile.TemporaryDirectory(prefix="stacks-") as tmp:
+        logs = Path(tmp)
+        body_file = logs / "body.json"
+        body_file.write_text(json.dumps(case.body))
+        try:
+            for s in servers:
+                try:
+                    s.run(logs)
+                except harness.ServerFailed as e:
+                    s.failure = str(e)[:200]
+            for conns in (1, 64):
+                for s in servers:
+                    rps[(s.key, conns)] = measure_cell(s, case, conns, args, body_file)
+            for n in counts:
+                for s in servers:
+                    streams[(s.key, n)] = paced(s, n)
+        finally:
+            for s in servers:
+                s.stop()
+    cmd = ".venv/bin/python -m bench stacks " + " ".join(argv or sys.argv[1:])
+    write_report(args.out, markdown(servers, rps, streams, counts, cmd.strip()))
+    print(f"wrote {args.out}", file=sys.stderr)
+    return 0
