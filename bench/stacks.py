@@ -10,9 +10,11 @@ thread per request in flight), side by side in one run:
   wall time against the ideal, time to first token (p50, p99) and inter-token gap (p99) as the
   client saw them, the server's CPU per stream and the load client's own CPU.
 
-    .venv/bin/python -m bench stacks [--streams 2000,10000] [--stacks gunicorn,uwsgi,granian]
+    .venv/bin/python -m bench stacks [--streams 2000,10000] [--servers bare-gunicorn,mock-uwsgi,...]
 
-The stacks interleave cell by cell; results go to bench/results/stacks.md.
+Each stack serves the bare app (the ceiling: fixed bodies) and, where it can import one, the mock
+(bench/servers/mock_wsgi.py: its answers and pacing, none of its gunicorn worker). The servers
+interleave cell by cell; results go to bench/results/stacks.md.
 """
 
 from __future__ import annotations
@@ -39,22 +41,26 @@ from bench.report import write_report
 BIN = Path(sys.executable).parent
 TOKENS, TPOT_MS = 20, 100
 WORKERS = 2  # one per core here
-APP = "bench.servers.bare_app:app"
 
 
-def gunicorn(connections: int) -> Server:
+def gunicorn(app: str, connections: int) -> Server:
+    if app == "mock":
+        return harness.mock(
+            "--workers", str(WORKERS), "--connections", str(connections),
+            key="mock-gunicorn", label="mock, gunicorn+gevent",
+        )  # fmt: skip
     return harness.bare(
         "--workers", str(WORKERS), "--worker", "gevent", "--connections", str(connections),
-        key="gunicorn", label="gunicorn+gevent",
+        key="bare-gunicorn", label="bare, gunicorn+gevent",
     )  # fmt: skip
 
 
-def uwsgi(connections: int) -> Server:
+def uwsgi(app: str, connections: int) -> Server:
     port = free_port()
     argv = [
         str(BIN / "uwsgi"),
         "--http-socket", f"127.0.0.1:{port}",
-        "--module", APP,
+        "--module", APPS[app],
         "--processes", str(WORKERS),
         "--gevent", str(connections // WORKERS + 1),
         "--gevent-monkey-patch",
@@ -62,10 +68,10 @@ def uwsgi(connections: int) -> Server:
         "--listen", str(min(connections, 4096)),
         "--buffer-size", "65535",
     ]  # fmt: skip
-    return Server("uwsgi", argv, port, label="uWSGI+gevent", api_key=harness.API_KEY)
+    return Server(f"{app}-uwsgi", argv, port, label=f"{app}, uWSGI+gevent", api_key=harness.API_KEY)
 
 
-def granian(connections: int) -> Server:
+def granian(app: str, connections: int) -> Server:
     port = free_port()
     argv = [
         str(BIN / "granian"),
@@ -75,12 +81,14 @@ def granian(connections: int) -> Server:
         "--blocking-threads", str(connections // WORKERS + 1),
         "--backlog", str(min(connections, 4096)),
         "--log-level", "warning", "--no-ws",
-        APP,
+        APPS[app],
     ]  # fmt: skip
-    return Server("granian", argv, port, label="granian", api_key=harness.API_KEY)
+    return Server(f"{app}-granian", argv, port, label=f"{app}, granian", api_key=harness.API_KEY)
 
 
+APPS = {"bare": "bench.servers.bare_app:app", "mock": "bench.servers.mock_wsgi:app"}
 STACKS = {"gunicorn": gunicorn, "uwsgi": uwsgi, "granian": granian}
+DEFAULT = "bare-gunicorn,bare-uwsgi,bare-granian,mock-gunicorn,mock-uwsgi"
 
 
 async def _paced(server: Server, n: int) -> dict[str, Any]:
@@ -125,14 +133,16 @@ def _x(value: float | None, fmt: str = "{:.2f}") -> str:
 
 def markdown(servers: list[Server], rps: dict, streams: dict, counts: list[int], cmd: str) -> str:
     lines = [
-        "# The serving stack: the bare Flask app under three servers",
+        "# The serving stack: the bare Flask app and the mock under three servers",
         "",
         f"- Date: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}",
         f"- Command: `{cmd}`",
         f"- Machine: {os.cpu_count()} cores; the load clients share them with the servers",
-        f"- Each stack: {WORKERS} worker processes; the app: bench/servers/bare_app.py (fixed "
-        "bodies, a paced stream sleeps X-Mock-Tpot-Ms between chunks: gevent's sleep under "
-        "gunicorn and uWSGI, a real thread's under granian)",
+        f"- Each stack: {WORKERS} worker processes. `bare`: bench/servers/bare_app.py (fixed "
+        "bodies; a paced stream sleeps X-Mock-Tpot-Ms between chunks: gevent's sleep under "
+        "gunicorn and uWSGI, a real thread's under granian); `mock`: the mock, under gunicorn "
+        "as `python -m mock_server` serves it, under uWSGI its Flask app alone "
+        "(bench/servers/mock_wsgi.py)",
         "",
         "## A 16-token completion (wrk, the median of the servers' interleaved cells)",
         "",
@@ -177,7 +187,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--streams", default="2000,10000", help="paced stream counts (default 2000,10000)"
     )
-    p.add_argument("--stacks", default=",".join(STACKS), help="which stacks (default all)")
+    p.add_argument(
+        "--servers", default=DEFAULT, help=f"APP-STACK, APP of {sorted(APPS)} (default {DEFAULT})"
+    )
     p.add_argument("--duration", type=int, default=5, help="seconds per wrk cell (default 5)")
     p.add_argument("--out", type=Path, default=harness.ROOT / "bench" / "results" / "stacks.md")
     args = p.parse_args(argv)
@@ -189,7 +201,10 @@ def main(argv: list[str] | None = None) -> int:
         print("wrk is not installed (apt-get install wrk)", file=sys.stderr)
         return 2
     connections = max(counts) + 64
-    servers = [STACKS[name](connections) for name in args.stacks.split(",")]
+    servers = [
+        STACKS[stack](app, connections)
+        for app, stack in (name.split("-", 1) for name in args.servers.split(","))
+    ]
     case = next(c for c in CASES if c.key == "b")
     rps: dict[tuple[str, int], dict[str, Any]] = {}
     streams: dict[tuple[str, int], dict[str, Any]] = {}
@@ -216,3 +231,7 @@ def main(argv: list[str] | None = None) -> int:
     write_report(args.out, markdown(servers, rps, streams, counts, cmd.strip()))
     print(f"wrote {args.out}", file=sys.stderr)
     return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
