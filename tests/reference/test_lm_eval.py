@@ -12,6 +12,7 @@ import pytest
 from contract import spec
 from tests.support import lm_eval
 from tests.support.reference import Reference
+from tests.support.upstream import Proxy
 
 pytestmark = [
     pytest.mark.vllm,
@@ -24,11 +25,11 @@ def test_lm_eval_scores_the_reference_as_the_gate_does(
 ) -> None:
     effects = spec().batch_effects
     with (
-        lm_eval.Recorder(reference.url) as proxy,
+        Proxy(reference.url) as proxy,
         httpx.Client(base_url=reference.url, headers=reference.auth, timeout=120) as client,
     ):
         docs = lm_eval.docs_with_a_greedy_choice(client, reference.served)
         scored = lm_eval.run(proxy.url, reference.key, reference.served, docs, tmp_path)
-        held = lm_eval.hold(client, reference.served, scored, proxy.bodies)
+        held = lm_eval.hold(client, reference.served, scored, proxy.requests)
     assert len(held) == sum(len(d["choices"]) for d in docs)
     lm_eval.assert_held(held, effects["logprob_nats"], effects["near_tie_nats"])

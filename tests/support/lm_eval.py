@@ -1,9 +1,9 @@
 """lm-eval, a real evaluation harness (.venv-lmeval: bash scripts/setup_lmeval.sh), run as its users
 run it: `lm_eval --model local-completions` on a small local task (a JSON lines file, no hub
 download), with the tokenizer of models/tiny-llama (the Llama 3 vocabulary, the served model's).
-A proxy in front keeps every request it sends, so that each of its scores is held to the gate's
-own arithmetic (conformance.checks.model.lm_eval_score) on the same request, and to the model
-asked another way: the greedy generation from the context alone.
+A proxy in front (tests/support/upstream.py's) keeps every request it sends, so that each of its
+scores is held to the gate's own arithmetic (conformance.checks.model.lm_eval_score) on the same
+request, and to the model asked another way: the greedy generation from the context alone.
 """
 
 from __future__ import annotations
@@ -20,7 +20,6 @@ import httpx
 from conformance.checks.model import lm_eval_score
 from contract import spec
 from contract.tokens import decode, encode
-from tests.support.upstream import UpstreamServer
 
 ROOT = Path(__file__).resolve().parents[2]
 LM_EVAL = ROOT / ".venv-lmeval" / "bin" / "lm_eval"
@@ -37,38 +36,6 @@ def missing() -> str | None:
     if not (TOKENIZER / "tokenizer.json").exists():
         return f"no tokenizer at {TOKENIZER} (run: bash scripts/setup_vllm.sh)"
     return None
-
-
-class Recorder(UpstreamServer):
-    """A loopback proxy to `target` that keeps the body of every POST it forwards."""
-
-    def __init__(self, target: str) -> None:
-        self.bodies: list[dict[str, Any]] = []
-        self._target = httpx.Client(base_url=target, timeout=120)
-        super().__init__(self._forward)
-
-    def _forward(self, request: httpx.Request) -> httpx.Response:
-        if request.method == "POST":
-            self.bodies.append(json.loads(request.content))
-        answer = self._target.request(
-            request.method,
-            request.url.raw_path.decode(),
-            content=request.content,
-            headers={
-                k: v
-                for k, v in request.headers.items()
-                if k.lower() not in ("host", "content-length")
-            },
-        )
-        return httpx.Response(
-            answer.status_code,
-            headers={"content-type": answer.headers.get("content-type", "application/json")},
-            content=answer.content,
-        )
-
-    def close(self) -> None:
-        super().close()
-        self._target.close()
 
 
 @dataclass(frozen=True)
@@ -155,13 +122,14 @@ def _ctxlen(model: str, prompt: list[int], context: str) -> int:
 
 
 def hold(
-    client: httpx.Client, model: str, scored: list[Scored], bodies: list[dict[str, Any]]
+    client: httpx.Client, model: str, scored: list[Scored], sent: list[httpx.Request]
 ) -> list[Held]:
     """Each score of lm-eval's with the request it sent (the one whose prompt reads as its context
     and continuation), that request sent again and scored by the gate, and the greedy generation
     of as many tokens from the context alone."""
     info = spec().models[model]
     by_text: dict[str, tuple[dict[str, Any], int]] = {}
+    bodies = [json.loads(r.content) for r in sent if r.method == "POST"]
     for body in bodies:  # a batch of prompts, each a list of token ids
         for i, prompt in enumerate(body["prompt"]):
             assert isinstance(prompt, list) and all(isinstance(t, int) for t in prompt), body

@@ -32,7 +32,7 @@ from reference_impl.__main__ import api_config
 from reference_impl.deployment import deployment_models, read_model_config, upstream_models
 from reference_impl.engine import VllmEngine
 from reference_impl.launcher import READY_TIMEOUT_S, VllmProcess, default_python
-from tests.support.upstream import UpstreamServer
+from tests.support.upstream import Proxy
 
 ROOT = Path(__file__).resolve().parents[2]
 MODEL_DIR = ROOT / "models" / "tiny-llama"
@@ -198,35 +198,8 @@ def model(models: dict[str, ModelInfo]) -> ModelInfo:
     return models[SERVED]
 
 
-class CountingProxy(UpstreamServer):
+class CountingProxy(Proxy):
     """vLLM behind a loopback proxy that remembers every request the engine sends it."""
-
-    def __init__(self, vllm_url: str) -> None:
-        self.requests: list[httpx.Request] = []
-        self._vllm = httpx.Client(base_url=vllm_url, timeout=120)
-        super().__init__(self._forward)
-
-    def _forward(self, request: httpx.Request) -> httpx.Response:
-        self.requests.append(request)
-        answer = self._vllm.request(
-            request.method,
-            request.url.raw_path.decode(),
-            content=request.content,
-            headers={
-                k: v
-                for k, v in request.headers.items()
-                if k.lower() not in ("host", "content-length")
-            },
-        )
-        return httpx.Response(
-            answer.status_code,
-            headers={"content-type": answer.headers["content-type"]},
-            content=answer.content,
-        )
-
-    def close(self) -> None:
-        super().close()
-        self._vllm.close()
 
 
 @pytest.fixture

@@ -123,6 +123,37 @@ class UpstreamServer(socketserver.ThreadingTCPServer):
         self.close()
 
 
+class Proxy(UpstreamServer):
+    """A loopback proxy to `target` that keeps every request it forwards (`requests`)."""
+
+    def __init__(self, target: str) -> None:
+        self.requests: list[httpx.Request] = []
+        self._target = httpx.Client(base_url=target, timeout=120)
+        super().__init__(self._forward)
+
+    def _forward(self, request: httpx.Request) -> httpx.Response:
+        self.requests.append(request)
+        answer = self._target.request(
+            request.method,
+            request.url.raw_path.decode(),
+            content=request.content,
+            headers={
+                k: v
+                for k, v in request.headers.items()
+                if k.lower() not in ("host", "content-length")
+            },
+        )
+        return httpx.Response(
+            answer.status_code,
+            headers={"content-type": answer.headers.get("content-type", "application/json")},
+            content=answer.content,
+        )
+
+    def close(self) -> None:
+        super().close()
+        self._target.close()
+
+
 def closed_port() -> int:
     """A port of 127.0.0.1 that was free a moment ago, nothing listening on it now."""
     with socket.socket() as sock:
