@@ -109,6 +109,29 @@ def _steering_shows(ctx: Context, steered: dict[str, Any], plain: dict[str, Any]
         )
 
 
+def _answered_alone(
+    ctx: Context,
+    prompt: list[int],
+    answers: tuple[dict[str, Any], dict[str, Any], Any],
+    what: str,
+    why: str = "",
+) -> None:
+    """`answers`: the steered choice, the plain one (sent `what`) and its reply. The prompt
+    alone's answer repeats, the steering shows against it, and the plain answer is it."""
+    steered, plain, reply = answers
+    alone = _uncached_twice(ctx, prompt)
+    _steering_shows(ctx, _steps(steered, TOKENS), _steps(alone, TOKENS), len(prompt))
+    found = difference(ctx.api, alone, plain)
+    ctx.expect(
+        found is None,
+        f"a plain request of a {len(prompt)}-token prompt {what} is not answered as the "
+        f"prompt alone (with prompt_logprobs){why}: {found}",
+        expected=alone.get("logprobs"),
+        received=plain.get("logprobs"),
+        reply=reply,
+    )
+
+
 @register(
     "isolation:steering.prefix_cache",
     tags=("steering", "isolation"),
@@ -121,16 +144,12 @@ def prefix_cache(ctx: Context) -> None:
     prompt = fresh_prompt(ctx)
     _, steered = post(ctx, greedy(prompt, apply_steering_vectors=strong(ctx)))
     reply, plain = post(ctx, greedy(prompt))
-    alone = _uncached_twice(ctx, prompt)
-    _steering_shows(ctx, steered, alone, len(prompt))
-    found = difference(ctx.api, alone, plain)
-    ctx.expect(
-        found is None,
-        f"a plain request of a {len(prompt)}-token prompt just sent steered is not answered "
-        f"as the prompt alone (with prompt_logprobs), as if it read the steered request's KV blocks: {found}",
-        expected=alone.get("logprobs"),
-        received=plain.get("logprobs"),
-        reply=reply,
+    _answered_alone(
+        ctx,
+        prompt,
+        (steered, plain, reply),
+        "just sent steered",
+        ", as if it read the steered request's KV blocks",
     )
 
 
@@ -171,17 +190,7 @@ def same_batch(ctx: Context) -> None:
         steered_reply = streaming.result()
     ctx.expect_status(steered_reply, 200, fatal=True)
     steered = choices(steered_reply).get(0, {})
-    alone = _uncached_twice(ctx, prompt)
-    _steering_shows(ctx, _steps(steered, TOKENS), _steps(alone, TOKENS), len(prompt))
-    found = difference(ctx.api, alone, plain)
-    ctx.expect(
-        found is None,
-        f"a plain request of a {len(prompt)}-token prompt sent while a steered one was open is "
-        f"not answered as the prompt alone (with prompt_logprobs): {found}",
-        expected=alone.get("logprobs"),
-        received=plain.get("logprobs"),
-        reply=reply,
-    )
+    _answered_alone(ctx, prompt, (steered, plain, reply), "sent while a steered one was open")
     if last[0] <= answered:
         ctx.note(
             f"the overlap was not certain: the steered stream of {HELD} tokens ended "
