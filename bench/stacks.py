@@ -8,7 +8,9 @@ thread per request in flight), side by side in one run:
   request (all its processes, from /proc);
 - N paced streams opened at once (20 tokens at 100 ms, ideal 2 s): how many end with [DONE], the
   wall time against the ideal, time to first token (p50, p99) and inter-token gap (p99) as the
-  client saw them, the server's CPU per stream and the load client's own CPU.
+  client saw them, the server's CPU per stream and the load client's own CPU; for the mock
+  under gunicorn, beside the profile's TTFT and ITL, what its own /metrics observed and what the
+  client saw (means).
 
     .venv/bin/python -m bench stacks [--streams 2000,10000] [--servers bare-gunicorn,mock-uwsgi,...]
 
@@ -36,6 +38,7 @@ from bench import harness
 from bench.harness import Server, cpu_seconds, free_port, gather_streams, percentile, request_bytes
 from bench.http_measure import measure_cell
 from bench.http_servers import CASES
+from bench.mock_vs_vllm import SERIES, means, totals
 from bench.report import write_report
 
 BIN = Path(sys.executable).parent
@@ -94,9 +97,13 @@ DEFAULT = "bare-gunicorn,bare-uwsgi,bare-granian,mock-gunicorn,mock-uwsgi"
 async def _paced(server: Server, n: int) -> dict[str, Any]:
     body = {"model": "llama-8b", "prompt": "The sky is", "max_tokens": TOKENS, "stream": True}
     request = request_bytes(server, body, {"X-Mock-Tpot-Ms": str(TPOT_MS)})
+    # the mock as `python -m mock_server` serves it keeps vLLM's histograms over all its workers
+    scraped = server.key == "mock-gunicorn"
+    own_before = totals(server.url) if scraped else {}
     cpu_before, client_before = cpu_seconds(server.pids()), time.process_time()
     results, wall = await gather_streams(server.port, request, n)
     client_cpu = time.process_time() - client_before
+    own = means(own_before, totals(server.url)) if scraped else {}
     ttfts = [r.ttft_s for r in results if r.ttft_s is not None]
     # a stream's mean gap between its events after the first (the client reads no per-event time)
     gaps = [
@@ -111,6 +118,10 @@ async def _paced(server: Server, n: int) -> dict[str, Any]:
         "ttft_p50_s": percentile(ttfts, 50) if ttfts else None,
         "ttft_p99_s": percentile(ttfts, 99) if ttfts else None,
         "gap_p99_s": percentile(gaps, 99) if gaps else None,
+        "ttft_mean_ms": 1000 * sum(ttfts) / len(ttfts) if ttfts else None,
+        "gap_mean_ms": 1000 * sum(gaps) / len(gaps) if gaps else None,
+        "own_ttft_ms": own.get(SERIES[0]),
+        "own_itl_ms": own.get(SERIES[1]),
         "cpu_ms_per_stream": 1000 * (cpu_seconds(server.pids()) - cpu_before) / n,
         "client_cpu_s": client_cpu,
         "errors": sorted({str(r.error) for r in results if not r.done})[:2],
@@ -178,6 +189,26 @@ def markdown(servers: list[Server], rps: dict, streams: dict, counts: list[int],
                 f"({c['wall_s'] / ideal:.2f}x) | {_x(c['ttft_p50_s'])} / {_x(c['ttft_p99_s'])} | "
                 f"{_x(c['gap_p99_s'])} | {c['cpu_ms_per_stream']:.2f} | {c['client_cpu_s']:.1f} | "
                 f"{'; '.join(c['errors'])} |"
+            )
+    lines += [
+        "",
+        "## What the mock's own /metrics saw, beside the client",
+        "",
+        f"The profile: TTFT 0 ms (the mock's default), ITL {TPOT_MS} ms (X-Mock-Tpot-Ms). Means in "
+        "ms: the client's (from its clock, reading the same streams) and the server's own "
+        "(vllm:time_to_first_token_seconds and vllm:inter_token_latency_seconds, the difference "
+        "of two scrapes of the mock under gunicorn, whose workers share one multiprocess "
+        "registry).",
+        "",
+        "| streams | TTFT: profile / mock's own / client | ITL: profile / mock's own / client |",
+        "| ---: | --- | --- |",
+    ]
+    for n in counts:
+        c = streams.get(("mock-gunicorn", n), {})
+        if c and "na" not in c:
+            lines.append(
+                f"| {n} | 0 / {_x(c['own_ttft_ms'], '{:.1f}')} / {_x(c['ttft_mean_ms'], '{:.1f}')} "
+                f"| {TPOT_MS} / {_x(c['own_itl_ms'], '{:.1f}')} / {_x(c['gap_mean_ms'], '{:.1f}')} |"
             )
     return "\n".join(lines) + "\n"
 
