@@ -17,6 +17,7 @@ BENCHES = {
         "conformance_bench",
         "http_bench",
         "stacks",
+        "stream_cost",
         "patches_bench",
         "memory_bench",
         "cassette_bench",

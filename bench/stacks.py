@@ -1,8 +1,11 @@
-"""Serving stacks side by side under thousands of open streams: gunicorn+gevent, uWSGI+gevent, granian.
+"""Serving stacks side by side under thousands of open streams: gunicorn+gevent, uWSGI, granian, uvicorn.
 
 Issue 46: the same bare Flask app (bench/servers/bare_app.py) under gunicorn + gevent (today's,
 api_server/serve.py), uWSGI's gevent loop (the pyuwsgi wheel) and granian (its WSGI interface, a
-thread per request in flight), side by side in one run:
+thread per request in flight); the ceiling of an ASGI face (bench/servers/bare_asgi.py: the same
+bodies, no framework, asyncio's waits) under granian's ASGI interface and uvicorn (uvloop,
+httptools); and the mock under gunicorn, uWSGI and, behind an ASGI face that keeps its Flask app
+(bench/servers/mock_asgi.py), uvicorn. Side by side in one run:
 
 - a 16-token completion with wrk at 1 and 64 connections: requests/s and the server's CPU per
   request (all its processes, from /proc);
@@ -15,8 +18,8 @@ thread per request in flight), side by side in one run:
     .venv/bin/python -m bench stacks [--streams 2000,10000] [--servers bare-gunicorn,mock-uwsgi,...]
 
 Each stack serves the bare app (the ceiling: fixed bodies) and, where it can import one, the mock
-(bench/servers/mock_wsgi.py: its answers and pacing, none of its gunicorn worker). The servers
-interleave cell by cell; results go to bench/results/stacks.md.
+(bench/servers/mock_wsgi.py and mock_asgi.py: its answers and pacing, none of its gunicorn
+worker). The servers interleave cell by cell; results go to bench/results/stacks.md.
 """
 
 from __future__ import annotations
@@ -89,9 +92,50 @@ def granian(app: str, connections: int) -> Server:
     return Server(f"{app}-granian", argv, port, label=f"{app}, granian", api_key=harness.API_KEY)
 
 
+def granian_asgi(app: str, connections: int) -> Server:
+    port = free_port()
+    argv = [
+        str(BIN / "granian"),
+        "--interface", "asgi", "--loop", "uvloop",
+        "--host", "127.0.0.1", "--port", str(port),
+        "--workers", str(WORKERS),
+        "--backlog", str(min(connections, 4096)),
+        "--log-level", "warning", "--no-ws",
+        ASGI_APPS[app],
+    ]  # fmt: skip
+    return Server(
+        f"{app}-granian_asgi", argv, port, label=f"{app}, granian ASGI", api_key=harness.API_KEY
+    )
+
+
+def uvicorn(app: str, connections: int) -> Server:
+    port = free_port()
+    argv = [
+        str(BIN / "uvicorn"),
+        "--host", "127.0.0.1", "--port", str(port),
+        "--workers", str(WORKERS),
+        "--loop", "uvloop", "--http", "httptools",
+        "--backlog", str(min(connections, 4096)),
+        "--log-level", "warning", "--no-access-log",
+        ASGI_APPS[app],
+    ]  # fmt: skip
+    return Server(f"{app}-uvicorn", argv, port, label=f"{app}, uvicorn", api_key=harness.API_KEY)
+
+
 APPS = {"bare": "bench.servers.bare_app:app", "mock": "bench.servers.mock_wsgi:app"}
-STACKS = {"gunicorn": gunicorn, "uwsgi": uwsgi, "granian": granian}
-DEFAULT = "bare-gunicorn,bare-uwsgi,bare-granian,mock-gunicorn,mock-uwsgi"
+# The ASGI face's ceiling (issue 46): the same bodies, asyncio's waits; the mock has no ASGI face.
+ASGI_APPS = {"bare": "bench.servers.bare_asgi:app", "mock": "bench.servers.mock_asgi:app"}
+STACKS = {
+    "gunicorn": gunicorn,
+    "uwsgi": uwsgi,
+    "granian": granian,
+    "granian_asgi": granian_asgi,
+    "uvicorn": uvicorn,
+}
+DEFAULT = (
+    "bare-gunicorn,bare-uwsgi,bare-granian,bare-granian_asgi,bare-uvicorn,"
+    "mock-gunicorn,mock-uwsgi,mock-uvicorn"
+)
 
 
 async def _paced(server: Server, n: int) -> dict[str, Any]:
@@ -144,16 +188,19 @@ def _x(value: float | None, fmt: str = "{:.2f}") -> str:
 
 def markdown(servers: list[Server], rps: dict, streams: dict, counts: list[int], cmd: str) -> str:
     lines = [
-        "# The serving stack: the bare Flask app and the mock under three servers",
+        "# The serving stack: the bare app and the mock under each server",
         "",
         f"- Date: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}",
         f"- Command: `{cmd}`",
         f"- Machine: {os.cpu_count()} cores; the load clients share them with the servers",
         f"- Each stack: {WORKERS} worker processes. `bare`: bench/servers/bare_app.py (fixed "
         "bodies; a paced stream sleeps X-Mock-Tpot-Ms between chunks: gevent's sleep under "
-        "gunicorn and uWSGI, a real thread's under granian); `mock`: the mock, under gunicorn "
-        "as `python -m mock_server` serves it, under uWSGI its Flask app alone "
-        "(bench/servers/mock_wsgi.py)",
+        "gunicorn and uWSGI, a real thread's under granian's WSGI); `bare` under granian ASGI "
+        "and uvicorn: bench/servers/bare_asgi.py (the same bodies without a framework, "
+        "asyncio.sleep); `mock`: the mock, under gunicorn as `python -m mock_server` serves it, "
+        "under uWSGI its Flask app alone (bench/servers/mock_wsgi.py), under uvicorn its Flask "
+        "app behind an ASGI face (bench/servers/mock_asgi.py: a greenlet per request, the "
+        "pacing's waits awaited)",
         "",
         "## A 16-token completion (wrk, the median of the servers' interleaved cells)",
         "",

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import bisect
 import math
-from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
@@ -32,10 +31,15 @@ class Cut:
     """What sampling keeps of a position's ranks, as vLLM's top_k, min_p and top_p do, and the
     temperature it samples at."""
 
-    top_k: int = 0  # 0: off
+    top_k: int = 0  # 0 or below (vLLM's default is -1): off
     min_p: float = 0.0
     top_p: float = 1.0
     temperature: float = 1.0
+
+    @property
+    def keeps_all(self) -> bool:
+        """Nothing cut and no temperature: the profile itself."""
+        return self.top_k <= 0 and self.min_p <= 0 and self.top_p >= 1 and self.temperature == 1
 
 
 @lru_cache(maxsize=32)
@@ -117,13 +121,13 @@ class _Step:
         self.cdf = None if s.greedy else rank_cdf(s.cut, model.size)
         # the profile itself (temperature 1, nothing cut): P(rank <= r) = 1 - 1/(r + 2), read
         # back exactly; a cut CDF of few ranks is bisected as a list, a long one by numpy
-        self.whole = s.cut == Cut()
+        self.whole = s.cut.keeps_all
         self.short = self.cdf.tolist() if self.cdf is not None and len(self.cdf) <= 4096 else None
         self.penalized = (
             s.presence_penalty > 0 or s.frequency_penalty > 0 or s.repetition_penalty > 1
         )
         self.in_prompt = frozenset(prompt) if s.repetition_penalty > 1 else frozenset()
-        self.counts: Counter[int] = Counter()
+        self.counts: dict[int, int] = {}  # each generated token's count (penalized only)
 
     def rank(self, u: float) -> int:
         """The rank a uniform draws."""
@@ -138,7 +142,7 @@ class _Step:
     def penalty(self, token: int, rank: int) -> float:
         """How much the penalties lower `token`'s log probability (vLLM's arithmetic on a
         logit, here the model's log probability; only penalties that lower one apply)."""
-        s, n = self.s, self.counts[token]
+        s, n = self.s, self.counts.get(token, 0)
         logit = self.model.logprob(rank)
         lowered = 0.0
         if s.repetition_penalty > 1 and (n or token in self.in_prompt):
@@ -240,7 +244,7 @@ def sample_choice(
         keys.append(here)
         classes.append(cls)
         if step.penalized:
-            step.counts[token] += 1
+            step.counts[token] = step.counts.get(token, 0) + 1
         if ends and may_end and token in ends:
             # An end token's text stays out of the text, as in vLLM, unless asked for.
             text = "".join(texts if s.include_stop_str_in_output else texts[:-1])

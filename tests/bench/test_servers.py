@@ -5,16 +5,22 @@ in front of it."""
 
 from __future__ import annotations
 
+import asyncio
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from itertools import pairwise
 from pathlib import Path
 
 import httpx
 import pytest
 
 from api_server.children import free_port, wait_ready
+from bench import harness
+from contract import spec
+from mock_server import create_app
 
 ROOT = Path(__file__).resolve().parents[2]
 BODY = {"model": "llama-8b", "prompt": [1, 2, 3], "max_tokens": 4}
@@ -60,3 +66,99 @@ def test_the_fake_vllm_and_the_relay_in_front_of_it_answer() -> None:
     for r in (direct, relayed):
         assert r.status_code == 200, r.text
         assert r.json()["usage"]["completion_tokens"] == BODY["max_tokens"]
+
+
+@contextmanager
+def asgi_server(module: str) -> Iterator[str]:
+    """bench.servers.MODULE's ASGI app under uvicorn, as bench.stacks serves it (one worker)."""
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "uvicorn", f"bench.servers.{module}:app", "--port", str(port)]
+        + ["--loop", "uvloop", "--http", "httptools", "--log-level", "warning"],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_ready(url, proc, 60, name=f"uvicorn {module}", any_status=True, interval=0.1)
+        yield url
+    finally:
+        proc.terminate()
+        _, err = proc.communicate(timeout=30)
+        assert b"Traceback" not in err, err.decode(errors="replace")[-3000:]
+
+
+def _too_big() -> bytes:
+    """A JSON body one byte past x-caps.max_body_bytes."""
+    cap = spec().caps["max_body_bytes"]
+    head = b'{"model": "llama-8b", "max_tokens": 4, "prompt": "'
+    return head + b"a" * (cap + 1 - len(head) - 2) + b'"}'
+
+
+def test_the_bare_asgi_ceiling_answers_as_the_bare_app() -> None:
+    with asgi_server("bare_asgi") as url:
+        done = httpx.post(url + "/v1/completions", json=BODY, timeout=30)
+        refused = httpx.post(url + "/v1/completions", json={**BODY, "max_tokens": "x"}, timeout=30)
+        streamed = httpx.post(url + "/v1/completions", json={**BODY, "stream": True}, timeout=30)
+        big = httpx.post(url + "/v1/completions", content=_too_big(), timeout=30)
+    assert done.status_code == 200 and done.json()["object"] == "text_completion"
+    assert refused.status_code == 400 and refused.json()["error"]["code"] == "invalid_request"
+    assert streamed.headers["content-type"] == "text/event-stream"
+    assert streamed.text.endswith("data: [DONE]\n\n")
+    assert streamed.text.count("data: {") == BODY["max_tokens"]
+    assert big.status_code == 413
+
+
+def test_the_mock_behind_its_asgi_face_answers_as_in_process() -> None:
+    """The face keeps Flask's API: the mock's own answers, errors and caps, byte for byte."""
+    seeded = {**BODY, "prompt": "The sky is", "seed": 7, "logprobs": 2}
+    key = {"Authorization": f"Bearer {harness.API_KEY}"}
+    client = create_app().test_client()
+    with asgi_server("mock_asgi") as url:
+        served = httpx.post(url + "/v1/completions", json=seeded, headers=key, timeout=30)
+        unknown = httpx.post(
+            url + "/v1/completions", json={**seeded, "bogus": 1}, headers=key, timeout=30
+        )
+        big = httpx.post(url + "/v1/completions", content=_too_big(), headers=key, timeout=30)
+    local = client.post("/v1/completions", json=seeded, headers=key)
+    assert served.status_code == 200, served.text
+    assert _content(served.json()) == _content(local.get_json())
+    local_unknown = client.post("/v1/completions", json={**seeded, "bogus": 1}, headers=key)
+    assert unknown.status_code == local_unknown.status_code == 400
+    assert unknown.json()["error"] == local_unknown.get_json()["error"]
+    assert big.status_code == 413
+    assert big.json()["error"]["code"] == "request_too_large", big.text
+
+
+def _content(completion: dict) -> dict:
+    """A completion less what differs between two answers to one request (id, created)."""
+    return {k: v for k, v in completion.items() if k not in ("id", "created")}
+
+
+def test_the_asgi_face_paces_streams_without_holding_the_loop() -> None:
+    """The mock's pacing waits in the task (asyncio.sleep through the greenlet bridge), not in
+    the event loop: two paced streams of one worker interleave, each token its wait apart."""
+    tpot_ms, tokens = 150, 4
+    body = {**BODY, "max_tokens": tokens, "stream": True, "ignore_eos": True}
+    headers = {"Authorization": f"Bearer {harness.API_KEY}", "X-Mock-Tpot-Ms": str(tpot_ms)}
+
+    async def arrivals(client: httpx.AsyncClient, url: str) -> list[float]:
+        times = []
+        async with client.stream("POST", url, json=body, headers=headers) as r:
+            assert r.status_code == 200
+            async for line in r.aiter_lines():
+                if line.startswith("data: {"):
+                    times.append(time.monotonic())
+        return times
+
+    async def both(url: str) -> list[list[float]]:
+        async with httpx.AsyncClient(timeout=30) as client:
+            return list(await asyncio.gather(*(arrivals(client, url) for _ in range(2))))
+
+    with asgi_server("mock_asgi") as url:
+        a, b = asyncio.run(both(url + "/v1/completions"))
+    assert len(a) == len(b) == tokens
+    for times in (a, b):  # each later token after its wait (the pacing's lower bound)
+        assert all(later - before >= 0.9 * tpot_ms / 1000 for before, later in pairwise(times))
+    assert a[0] < b[-1] and b[0] < a[-1]  # the two streams overlapped
