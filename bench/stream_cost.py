@@ -7,10 +7,11 @@ gunicorn + gevent. This splits that CPU, side by side in one run on the same cor
   gevent (monkey-patched, in a child process), at 2 and at 40 tokens paced X-Mock-Tpot-Ms apart:
   the CPU per stream; per token is the difference over the 38 tokens between, per request what is
   left at 2 tokens after its 2 tokens;
-- served (api_server/serve.py, gunicorn + gevent, 2 workers): N paced streams of 20 tokens at
-  100 ms opened at once against the bare app, the mock and the mock with --disable-log-stats (no
-  vLLM metrics): the server's CPU per stream (all its processes, from /proc), the wall time and
-  the client's time to first token (p99).
+- served (api_server/serve.py, gunicorn + gevent, 2 workers): N paced streams at 100 ms a token
+  opened at once against the bare app, the mock and the mock with --disable-log-stats (no vLLM
+  metrics): the server's CPU per stream (all its processes, from /proc) at 2 and 40 tokens, split
+  the same way; and at 20 tokens (issue 46's goals) with the wall time and the client's time to
+  first token (p99).
 
     .venv/bin/python -m bench stream_cost [--streams 2000] [--rounds 2]
 
@@ -37,10 +38,17 @@ from bench import harness
 from bench.harness import cpu_seconds, gather_streams, percentile, request_bytes
 from bench.report import write_report
 
-SHORT, LONG = 2, 40  # tokens of the in-process streams
-TOKENS, TPOT_MS = 20, 100  # the served streams', as bench.stacks's
+SHORT, LONG = 2, 40  # tokens of the streams that split a cost per request and per token
+TOKENS, TPOT_MS = 20, 100  # the goals' streams, as bench.stacks's
 WORKERS = 2
 BODY: dict[str, Any] = {"model": "llama-8b", "prompt": "The sky is", "stream": True}
+
+
+def split(short_ms: float, long_ms: float) -> tuple[float, float]:
+    """CPU per token and per request (less its SHORT tokens), in us, from the CPU per stream
+    at SHORT and at LONG tokens."""
+    per_token = 1000 * (long_ms - short_ms) / (LONG - SHORT)
+    return per_token, 1000 * short_ms - SHORT * per_token
 
 
 def _inner(app_name: str, tokens: int, count: int) -> dict[str, float]:
@@ -58,7 +66,7 @@ def _inner(app_name: str, tokens: int, count: int) -> dict[str, float]:
         from mock_server import create_app
 
         app = create_app()
-    raw = json.dumps({**BODY, "max_tokens": tokens}).encode()
+    raw = json.dumps({**BODY, "max_tokens": tokens, "ignore_eos": True}).encode()
     environ = {
         "REQUEST_METHOD": "POST",
         "PATH_INFO": "/v1/completions",
@@ -108,9 +116,11 @@ def in_process(app_name: str, tokens: int, count: int) -> dict[str, float]:
     return json.loads(done.stdout.splitlines()[-1])
 
 
-def served(server: harness.Server, count: int) -> dict[str, float]:
+def served(server: harness.Server, count: int, tokens: int) -> dict[str, float]:
     request = request_bytes(
-        server, {**BODY, "max_tokens": TOKENS}, {"X-Mock-Tpot-Ms": str(TPOT_MS)}
+        server,
+        {**BODY, "max_tokens": tokens, "ignore_eos": True},
+        {"X-Mock-Tpot-Ms": str(TPOT_MS)},
     )
     before = cpu_seconds(server.pids())
     results, wall = uvloop.run(gather_streams(server.port, request, count))
@@ -130,7 +140,21 @@ def _median(cells: list[dict[str, float]], key: str) -> float:
     return values[len(values) // 2]
 
 
+def _split_rows(cells: dict, names: dict[str, str]) -> list[str]:
+    rows = []
+    for key, label in names.items():
+        short = _median(cells[(key, SHORT)], "cpu_ms_per_stream")
+        long = _median(cells[(key, LONG)], "cpu_ms_per_stream")
+        per_token, per_request = split(short, long)
+        rows.append(f"| {label} | {short:.3f} | {long:.3f} | {per_token:.1f} | {per_request:.0f} |")
+    return rows
+
+
 def markdown(inner: dict, outer: dict, labels: dict[str, str], args: Any, cmd: str) -> str:
+    head = (
+        f"| app | CPU ms/stream at {SHORT} tokens | at {LONG} tokens | us per token "
+        f"| us per request (less its {SHORT} tokens) |"
+    )
     lines = [
         "# Where a paced stream's CPU goes",
         "",
@@ -141,29 +165,27 @@ def markdown(inner: dict, outer: dict, labels: dict[str, str], args: Any, cmd: s
         "",
         f"## In process: {args.streams} streams at once through the WSGI app (gevent, no sockets)",
         "",
-        f"| app | CPU ms/stream at {SHORT} tokens | at {LONG} tokens | us per token "
-        f"| us per request (less its {SHORT} tokens) |",
+        head,
         "| --- | ---: | ---: | ---: | ---: |",
+        *_split_rows(inner, {"bare": "bare Flask", "mock": "mock"}),
+        "",
+        f"## Served: {args.streams} paced streams opened at once ({TPOT_MS} ms a token), "
+        f"gunicorn + gevent, {WORKERS} workers",
+        "",
+        head,
+        "| --- | ---: | ---: | ---: | ---: |",
+        *_split_rows(outer, labels),
     ]
-    for app_name in ("bare", "mock"):
-        short = _median(inner[(app_name, SHORT)], "cpu_ms_per_stream")
-        long = _median(inner[(app_name, LONG)], "cpu_ms_per_stream")
-        per_token = 1000 * (long - short) / (LONG - SHORT)
-        lines.append(
-            f"| {app_name} | {short:.3f} | {long:.3f} | {per_token:.1f} "
-            f"| {1000 * short - SHORT * per_token:.0f} |"
-        )
     ideal = TOKENS * TPOT_MS / 1000
     lines += [
         "",
-        f"## Served: {args.streams} paced streams opened at once ({TOKENS} tokens at {TPOT_MS} ms, "
-        f"ideal {ideal:.0f} s), gunicorn + gevent, {WORKERS} workers",
+        f"At {TOKENS} tokens (ideal {ideal:.0f} s):",
         "",
         "| server | server CPU ms/stream | wall s (x ideal) | TTFT p99 s | done |",
         "| --- | ---: | --- | ---: | --- |",
     ]
     for key, label in labels.items():
-        cells = outer[key]
+        cells = outer[(key, TOKENS)]
         wall = _median(cells, "wall_s")
         lines.append(
             f"| {label} | {_median(cells, 'cpu_ms_per_stream'):.2f} | {wall:.2f} "
@@ -207,7 +229,7 @@ def main(argv: list[str] | None = None) -> int:
         "mock-nostats": "mock --disable-log-stats",
     }
     inner: dict[tuple[str, int], list[dict[str, float]]] = {}
-    outer: dict[str, list[dict[str, float]]] = {key: [] for key in servers}
+    outer: dict[tuple[str, int], list[dict[str, float]]] = {}
     for _ in range(args.rounds):
         for app_name in ("bare", "mock"):
             for tokens in (SHORT, LONG):
@@ -219,10 +241,11 @@ def main(argv: list[str] | None = None) -> int:
             for s in servers.values():
                 s.run(Path(tmp))
             for _ in range(args.rounds):
-                for key, s in servers.items():
-                    cell = served(s, args.streams)
-                    outer[key].append(cell)
-                    print(f"  served {key}: {cell}", file=sys.stderr)
+                for tokens in (SHORT, TOKENS, LONG):
+                    for key, s in servers.items():
+                        cell = served(s, args.streams, tokens)
+                        outer.setdefault((key, tokens), []).append(cell)
+                        print(f"  served {key} {tokens} tokens: {cell}", file=sys.stderr)
         finally:
             for s in servers.values():
                 s.stop()

@@ -126,3 +126,12 @@ def test_every_bench_runs_as_a_module(name: str) -> None:
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("usage: ")
+
+
+def test_stream_cost_splits_a_streams_cpu_into_its_request_and_its_tokens() -> None:
+    from bench.stream_cost import LONG, SHORT, split
+
+    per_token_us, per_request_us = 10.0, 80.0
+    short_ms = (per_request_us + SHORT * per_token_us) / 1000
+    long_ms = (per_request_us + LONG * per_token_us) / 1000
+    assert split(short_ms, long_ms) == pytest.approx((per_token_us, per_request_us))
