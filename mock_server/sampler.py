@@ -118,10 +118,10 @@ class _Step:
         )
         allowed = [t for t in s.allowed_token_ids if t not in self.banned]
         self.allowed = allowed or list(s.allowed_token_ids)
-        self.cdf = None if s.greedy else rank_cdf(s.cut, model.size)
         # the profile itself (temperature 1, nothing cut): P(rank <= r) = 1 - 1/(r + 2), read
         # back exactly; a cut CDF of few ranks is bisected as a list, a long one by numpy
         self.whole = s.cut.keeps_all
+        self.cdf = None if s.greedy or self.whole else rank_cdf(s.cut, model.size)
         self.short = self.cdf.tolist() if self.cdf is not None and len(self.cdf) <= 4096 else None
         self.penalized = (
             s.presence_penalty > 0 or s.frequency_penalty > 0 or s.repetition_penalty > 1
