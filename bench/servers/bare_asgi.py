@@ -54,13 +54,19 @@ async def _send_whole(send: Any, status: int, body: bytes, content_type: bytes) 
     await send({"type": "http.response.body", "body": body})
 
 
-async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+async def not_http(scope: dict[str, Any], receive: Any, send: Any) -> bool:
+    """Answers a scope that is not an HTTP request (lifespan: nothing to start or stop)."""
+    if scope["type"] == "http":
+        return False
     if scope["type"] == "lifespan":
         while (await receive())["type"] != "lifespan.shutdown":
             await send({"type": "lifespan.startup.complete"})
         await send({"type": "lifespan.shutdown.complete"})
-        return
-    if scope["type"] != "http":
+    return True
+
+
+async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+    if await not_http(scope, receive, send):
         return
     if scope["path"] == "/health":
         await _send_whole(send, 200, b'{"status": "ok"}', b"application/json")

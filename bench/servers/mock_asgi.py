@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any, cast
 from greenlet import getcurrent, greenlet
 
 import mock_server.latency
+from bench.servers.bare_asgi import not_http
 from contract import spec
 from mock_server import create_app
 
@@ -139,12 +140,7 @@ def _respond(environ: dict[str, Any], send: Send) -> None:
 
 
 async def app(scope: dict[str, Any], receive: Callable[[], Awaitable[dict]], send: Send) -> None:
-    if scope["type"] == "lifespan":
-        while (await receive())["type"] != "lifespan.shutdown":
-            await send({"type": "lifespan.startup.complete"})
-        await send({"type": "lifespan.shutdown.complete"})
-        return
-    if scope["type"] != "http":
+    if await not_http(scope, receive, send):
         return
     parts: list[bytes] = []
     size = 0

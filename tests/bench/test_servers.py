@@ -10,7 +10,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from itertools import pairwise
 from pathlib import Path
 
@@ -27,23 +27,27 @@ BODY = {"model": "llama-8b", "prompt": [1, 2, 3], "max_tokens": 4}
 
 
 @contextmanager
-def bench_server(module: str, *args: str) -> Iterator[str]:
+def serving(argv: list[str], name: str, failed: tuple[bytes, ...]) -> Iterator[str]:
+    """`argv` plus `--port P`, run until the block ends; its log must hold none of `failed`."""
     port = free_port()
     proc = subprocess.Popen(
-        [sys.executable, "-m", f"bench.servers.{module}", "--port", str(port), *args],
-        cwd=ROOT,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
+        [*argv, "--port", str(port)], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
     )
     url = f"http://127.0.0.1:{port}"
     try:
-        wait_ready(url, proc, 60, name=f"bench.servers.{module}", any_status=True, interval=0.1)
+        wait_ready(url, proc, 60, name=name, any_status=True, interval=0.1)
         yield url
     finally:
         proc.terminate()
         _, err = proc.communicate(timeout=30)
-        # no request failed in the server (gevent's noise at interpreter exit aside: issue 32)
-        assert b"Error handling request" not in err, err.decode(errors="replace")[-3000:]
+        for line in failed:
+            assert line not in err, err.decode(errors="replace")[-3000:]
+
+
+def bench_server(module: str, *args: str) -> AbstractContextManager[str]:
+    # no request failed in the server (gevent's noise at interpreter exit aside: issue 32)
+    argv = [sys.executable, "-m", f"bench.servers.{module}", *args]
+    return serving(argv, module, (b"Error handling request",))
 
 
 @pytest.mark.parametrize("worker", ["gevent", "gthread"])
@@ -68,25 +72,11 @@ def test_the_fake_vllm_and_the_relay_in_front_of_it_answer() -> None:
         assert r.json()["usage"]["completion_tokens"] == BODY["max_tokens"]
 
 
-@contextmanager
-def asgi_server(module: str) -> Iterator[str]:
+def asgi_server(module: str) -> AbstractContextManager[str]:
     """bench.servers.MODULE's ASGI app under uvicorn, as bench.stacks serves it (one worker)."""
-    port = free_port()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "uvicorn", f"bench.servers.{module}:app", "--port", str(port)]
-        + ["--loop", "uvloop", "--http", "httptools", "--log-level", "warning"],
-        cwd=ROOT,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        wait_ready(url, proc, 60, name=f"uvicorn {module}", any_status=True, interval=0.1)
-        yield url
-    finally:
-        proc.terminate()
-        _, err = proc.communicate(timeout=30)
-        assert b"Traceback" not in err, err.decode(errors="replace")[-3000:]
+    uvicorn = [sys.executable, "-m", "uvicorn", f"bench.servers.{module}:app"]
+    argv = [*uvicorn, "--loop", "uvloop", "--http", "httptools", "--log-level", "warning"]
+    return serving(argv, module, (b"Traceback",))
 
 
 def _too_big() -> bytes:
