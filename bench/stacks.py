@@ -123,7 +123,7 @@ def uvicorn(app: str, connections: int) -> Server:
 
 
 APPS = {"bare": "bench.servers.bare_app:app", "mock": "bench.servers.mock_wsgi:app"}
-# The ASGI face's ceiling (issue 46): the same bodies, asyncio's waits; the mock has no ASGI face.
+# The ASGI servers' apps (issue 46): the bare bodies with asyncio's waits, and the mock behind a face.
 ASGI_APPS = {"bare": "bench.servers.bare_asgi:app", "mock": "bench.servers.mock_asgi:app"}
 STACKS = {
     "gunicorn": gunicorn,

@@ -72,7 +72,7 @@ async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
         await _send_whole(send, 200, b'{"status": "ok"}', b"application/json")
         return
     raw = await _body(receive)
-    if raw is None:
+    if raw is None:  # past the cap (or the client left): a fixed error body, as every other
         await _send_whole(send, 413, ERROR_BODY.encode(), b"application/json")
         return
     body = json.loads(raw)
