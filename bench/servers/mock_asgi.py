@@ -3,10 +3,9 @@ measured (uvicorn on uvloop and httptools) carry the mock's paced streams for le
 
 The face keeps Flask's API: each request's WSGI environ is built from the ASGI scope and a body
 read to at most x-caps.max_body_bytes + 1 bytes (the app's own read answers 413 past the cap),
-and the app runs in a greenlet of the request's task, its response's chunks sent as they come.
-The mock's only waits are its pacing's (mock_server/latency.py): in that greenlet they await
-asyncio.sleep through the greenlet bridge SQLAlchemy uses for its asyncio drivers (the sync code
-switches to the task with an awaitable; the task awaits it and switches back).
+and the app runs in the request's task, its response's chunks sent as they come. The mock's only
+waits are its pacing's (mock_server/latency.py): there they await asyncio.sleep through greenback's
+portal (the sync code hands the task an awaitable on a greenlet switch and gets its result back).
 
 Like mock_wsgi.py it is a measurement, not a deployment: none of api_server/serve.py's gunicorn
 worker comes with it (the body-read timeout, early errors in the API's words, prometheus's
@@ -23,7 +22,7 @@ import types
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, cast
 
-from greenlet import getcurrent, greenlet
+import greenback
 
 import mock_server.latency
 from bench.servers.bare_asgi import not_http
@@ -36,35 +35,9 @@ if TYPE_CHECKING:
 Send = Callable[[dict[str, Any]], Awaitable[None]]
 
 
-class _Sync(greenlet):
-    """A request's sync code; it sees its task's context variables (Flask's request)."""
-
-    def __init__(self, run: Callable[..., Any], parent: greenlet) -> None:
-        super().__init__(run, parent)
-        self.gr_context = parent.gr_context
-
-
-def await_(awaitable: Awaitable[Any]) -> Any:
-    """From the sync code: the task awaits `awaitable` and hands back its result."""
-    return getcurrent().parent.switch(awaitable)
-
-
-async def run_sync(run: Callable[..., Any], *args: Any) -> Any:
-    sync = _Sync(run, getcurrent())
-    asked = sync.switch(*args)
-    while not sync.dead:
-        try:
-            value = await asked
-        except BaseException as exc:  # raised where the sync code awaited
-            asked = sync.throw(exc)
-        else:
-            asked = sync.switch(value)
-    return asked
-
-
 def _sleep(seconds: float) -> None:
-    if isinstance(getcurrent(), _Sync):
-        await_(asyncio.sleep(seconds))
+    if greenback.has_portal():  # in a request's task: the loop waits, not the thread
+        greenback.await_(asyncio.sleep(seconds))
     else:
         time.sleep(seconds)
 
@@ -120,19 +93,21 @@ def _respond(environ: dict[str, Any], send: Send) -> None:
     body = flask_app(environ, cast("StartResponse", start_response))
     try:
         if isinstance(body, list):  # a whole body: one message
-            await_(send(start))
-            await_(send({"type": "http.response.body", "body": b"".join(body)}))
+            greenback.await_(send(start))
+            greenback.await_(send({"type": "http.response.body", "body": b"".join(body)}))
             return
         started = False
         for chunk in body:
             if not started:
-                await_(send(start))
+                greenback.await_(send(start))
                 started = True
             if chunk:
-                await_(send({"type": "http.response.body", "body": chunk, "more_body": True}))
+                greenback.await_(
+                    send({"type": "http.response.body", "body": chunk, "more_body": True})
+                )
         if not started:
-            await_(send(start))
-        await_(send({"type": "http.response.body", "body": b""}))
+            greenback.await_(send(start))
+        greenback.await_(send({"type": "http.response.body", "body": b""}))
     finally:
         close = getattr(body, "close", None)
         if close is not None:
@@ -152,4 +127,4 @@ async def app(scope: dict[str, Any], receive: Callable[[], Awaitable[dict]], sen
         size += len(parts[-1])
         if not message.get("more_body"):
             break
-    await run_sync(_respond, _environ(scope, b"".join(parts)[:_LIMIT]), send)
+    await greenback.with_portal_run_sync(_respond, _environ(scope, b"".join(parts)[:_LIMIT]), send)
