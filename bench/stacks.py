@@ -32,6 +32,8 @@ import shutil
 import sys
 import tempfile
 import time
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -77,35 +79,25 @@ def uwsgi(app: str, connections: int) -> Server:
     return Server(f"{app}-uwsgi", argv, port, label=f"{app}, uWSGI+gevent", api_key=harness.API_KEY)
 
 
-def granian(app: str, connections: int) -> Server:
+def granian(app: str, connections: int, interface: str = "wsgi") -> Server:
+    """granian's WSGI interface (a blocking thread per request in flight) or its ASGI one."""
     port = free_port()
+    if interface == "wsgi":
+        own = ["--blocking-threads", str(connections // WORKERS + 1), APPS[app]]
+        key, label = f"{app}-granian", f"{app}, granian"
+    else:
+        own = ["--loop", "uvloop", ASGI_APPS[app]]
+        key, label = f"{app}-granian_asgi", f"{app}, granian ASGI"
     argv = [
         str(BIN / "granian"),
-        "--interface", "wsgi",
-        "--host", "127.0.0.1", "--port", str(port),
-        "--workers", str(WORKERS),
-        "--blocking-threads", str(connections // WORKERS + 1),
-        "--backlog", str(min(connections, 4096)),
-        "--log-level", "warning", "--no-ws",
-        APPS[app],
-    ]  # fmt: skip
-    return Server(f"{app}-granian", argv, port, label=f"{app}, granian", api_key=harness.API_KEY)
-
-
-def granian_asgi(app: str, connections: int) -> Server:
-    port = free_port()
-    argv = [
-        str(BIN / "granian"),
-        "--interface", "asgi", "--loop", "uvloop",
+        "--interface", interface,
         "--host", "127.0.0.1", "--port", str(port),
         "--workers", str(WORKERS),
         "--backlog", str(min(connections, 4096)),
         "--log-level", "warning", "--no-ws",
-        ASGI_APPS[app],
+        *own,
     ]  # fmt: skip
-    return Server(
-        f"{app}-granian_asgi", argv, port, label=f"{app}, granian ASGI", api_key=harness.API_KEY
-    )
+    return Server(key, argv, port, label=label, api_key=harness.API_KEY)
 
 
 def uvicorn(app: str, connections: int) -> Server:
@@ -125,11 +117,11 @@ def uvicorn(app: str, connections: int) -> Server:
 APPS = {"bare": "bench.servers.bare_app:app", "mock": "bench.servers.mock_wsgi:app"}
 # The ASGI servers' apps (issue 46): the bare bodies with asyncio's waits, and the mock behind a face.
 ASGI_APPS = {"bare": "bench.servers.bare_asgi:app", "mock": "bench.servers.mock_asgi:app"}
-STACKS = {
+STACKS: dict[str, Callable[[str, int], Server]] = {
     "gunicorn": gunicorn,
     "uwsgi": uwsgi,
     "granian": granian,
-    "granian_asgi": granian_asgi,
+    "granian_asgi": partial(granian, interface="asgi"),
     "uvicorn": uvicorn,
 }
 DEFAULT = (
