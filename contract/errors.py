@@ -33,6 +33,7 @@ the error into the API's error shape (`Errors.body`, the one place).
 
 from __future__ import annotations
 
+import math
 import random
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -230,6 +231,18 @@ def rule_error(rule: dict[str, Any], param: str | None = None, /, **fields: Any)
     )
 
 
+def _int_text(value: int, limit: int) -> str:
+    """An int's decimal form, or its sign and leading digits when it has far more than `limit`
+    of them: a number from the body (or a product of them, a budget's total) can be past
+    Python's 4,300-digit limit on int to str, which raises rather than prints."""
+    # `value` has at least `floor` digits; under limit + a margin, str is cheap and allowed
+    floor = int((value.bit_length() - 1) * math.log10(2)) + 1 if value else 1
+    if floor <= limit + 2:
+        return str(value)
+    lead = abs(value) // 10 ** (floor - limit - 1)  # more than `limit` digits: it is cut
+    return ("-" if value < 0 else "") + str(lead)
+
+
 class Errors:
     """One spec's side of the errors: the words of each message, the status, type and
     headers of each code, the request ids. An error becomes a body here (`body`), the
@@ -267,6 +280,8 @@ class Errors:
     def _field(self, value: Any) -> Any:
         if isinstance(value, Message):
             return SpecText(self.fill(value))
+        if type(value) is int:
+            return self.cut(_int_text(value, self._limit))
         return self.cut(value) if type(value) is str else value
 
     def message(self, error: ApiError) -> str:

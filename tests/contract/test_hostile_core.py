@@ -242,6 +242,52 @@ def test_fill_cuts_input_strings_but_not_numbers() -> None:
     )
 
 
+def _digits(k: int, digit: int) -> int:
+    """The int written as `k` times `digit` (no int-from-str: past 4,300 digits it raises)."""
+    return digit * (10**k - 1) // 9
+
+
+@pytest.mark.parametrize("sign", [1, -1])
+@pytest.mark.parametrize("extra", [-1, 0, 1, 2, 3, 4, 5, 4300, 20_000])
+def test_fill_cuts_an_integer_longer_than_quoted_chars_to_its_leading_digits(
+    extra: int, sign: int
+) -> None:
+    """A 4,000-digit max_tokens came back whole, twice, in the budget's message; a product of
+    such numbers past Python's 4,300-digit str limit raised (a 500)."""
+    from contract import Message
+
+    limit = spec().caps["quoted_chars"]
+    k = limit + extra
+    sevens, power = _digits(k, 7) * sign, 10**k * sign
+    minus = "-" if sign < 0 else ""
+    texts = [minus + "7" * k, minus + "1" + "0" * k]
+    expected = [t if len(t) <= limit else cut(t) for t in texts]
+    filled = CONTRACT.errors.fill(Message(text="{a} {b}", fields={"a": sevens, "b": power}))
+    assert filled == " ".join(expected)
+
+
+def test_a_budget_total_past_the_str_limit_is_refused_with_its_numbers_cut() -> None:
+    rule = spec().token_rules["generated_tokens_cap"]
+    n = spec().schema("CompletionRequest")["properties"]["n"]["maximum"]
+    prompts, k = 12, 4299  # max_tokens of 4,299 nines: the JSON parser's last length
+    max_tokens = _digits(k, 9)
+    limit = spec().caps["quoted_chars"]
+    # n x prompts x (10^k - 1) = (n x prompts - 1), then nines, then the rest: its head
+    head = str(n * prompts - 1)
+    assert error_of(body(prompt=["a"] * prompts, n=n, max_tokens=max_tokens)) == {
+        "message": rule["message"].format(
+            cap=spec().caps["max_generated_tokens"],
+            n=n,
+            max_tokens=cut("9" * k),
+            prompts=prompts,
+            total=cut(head + "9" * limit),
+        ),
+        "type": "invalid_request_error",
+        "param": rule["param"],
+        "code": rule["code"],
+    }
+
+
 # -- the generated-token cap comes before the tokenizer ------------------------------------
 def test_many_prompts_past_the_generated_cap_are_refused_before_tokenizing(
     monkeypatch: pytest.MonkeyPatch,
