@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 import random
+import re
 import time
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, NamedTuple
@@ -42,6 +43,8 @@ RETRY_AFTER = "X-Mock-Retry-After"
 STALL_AFTER = "X-Mock-Stream-Stall-After"
 STALL_MS = "X-Mock-Stall-Ms"
 DROP_AFTER = "X-Mock-Stream-Drop-After"
+_WHOLE = re.compile(r"[0-9]+")
+_DECIMAL = re.compile(r"[0-9]+(?:\.[0-9]+)?")
 HEADERS = (
     STATUS,
     STREAM_ERROR_AFTER,
@@ -112,10 +115,14 @@ def _number(
     raw = headers.get(name)
     if raw is None:
         return default
-    try:
-        value = int(raw) if integer else float(raw)
-    except ValueError:
-        value = -1
+    # ASCII digits only: int() and float() also take "1_0", "+5", "1e3", "nan" and other
+    # scripts' digits; past 4,300 digits int() raises, and float() gives inf (refused below)
+    value: float = -1
+    if (_WHOLE if integer else _DECIMAL).fullmatch(raw.strip()):
+        try:
+            value = int(raw) if integer else float(raw)
+        except ValueError:
+            pass
     if not math.isfinite(value) or not 0 <= value <= most:
         raise _invalid(faults, name, expected or ("count" if integer else "milliseconds"))
     return value
@@ -335,10 +342,10 @@ def read(
     forced = None
     raw = headers.get(STATUS)
     if raw is not None:
-        raw = raw.strip()
-        if not raw.isdigit() or int(raw) not in statuses:
+        # compared as text: a hostile value is never made a number
+        forced = {str(s): s for s in statuses}.get(raw.strip())
+        if forced is None:
             raise _invalid(faults, STATUS, "status")
-        forced = int(raw)
     elif config.fault_rate and rng.random() < config.fault_rate:
         forced = rng.choice(chosen or statuses)
     fail_first = (

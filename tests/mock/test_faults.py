@@ -23,6 +23,8 @@ from mock_server.faults import (
     STATUS,
     STREAM_ERROR_AFTER,
     STREAM_ERROR_CODE,
+    TPOT_MS,
+    TTFT_MS,
     stream_error_codes,
 )
 from mock_server.testing import URL, transport
@@ -190,10 +192,21 @@ def invalid(header: str, expected: str) -> str:
         (STREAM_ERROR_CODE, "invalid_request", "code"),
         (STALL_MS, str(FAULTS["max_stall_ms"] + 1), "stall"),
         (DROP_AFTER, "1.5", "count"),
+        # hostile values: each was a 500 (int of 5,000 digits, of "\xb2") or taken ("1_0")
+        (STATUS, "9" * 5000, "status"),
+        (STATUS, "\xb2".encode("latin-1"), "status"),  # isdigit(), yet not int()
+        (STATUS, "+" + str(FAULTS["statuses"][0]), "status"),
+        (FAIL_FIRST, "9" * 5000, "count"),
+        (FAIL_FIRST, "1_0", "count"),
+        (FAIL_FIRST, "+1", "count"),
+        (TTFT_MS, "1e3", "milliseconds"),
+        (TTFT_MS, "nan", "milliseconds"),
+        (TTFT_MS, "9" * 5000, "milliseconds"),
+        (TPOT_MS, "1_000", "milliseconds"),
     ],
 )
 def test_a_bad_value_is_400_saying_what_is_expected(
-    mock_http: httpx.Client, header: str, value: str, expected: str
+    mock_http: httpx.Client, header: str, value: str | bytes, expected: str
 ) -> None:
     headers = (
         {header: value, STALL_AFTER: "1"}
