@@ -63,9 +63,9 @@ def _check_activations(ctx: Context, acts: Any, generated: int, reply: Any) -> N
         [tensor["dtype"], tensor["original_dtype"]],
         reply,
     )
-    want = tensors.declared_bytes(tensor)
     try:
-        size, raw = tensors.content(tensor)
+        want = tensors.declared_bytes(tensor, ctx.api.caps["capture_elements"])
+        size, raw = tensors.content(tensor, ctx.api.caps["capture_elements"])
     except tensors.TensorError as exc:
         ctx.fail(
             "the residual stream's data does not decode (base64 of one zstd frame)",

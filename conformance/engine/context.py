@@ -85,7 +85,8 @@ class Context:
         if not self.given(number):
             self.unproven(
                 f"{what} is sized by the deployment's {number}, which GET /v1/models does not give "
-                f"(the spec's is {getattr(self.spec_model, number)}; routes:models reports the omission)"
+                f"within the Model schema's bounds (the spec's is {getattr(self.spec_model, number)}; "
+                "routes:models reports it)"
             )
 
     # -- outcomes ----------------------------------------------------------

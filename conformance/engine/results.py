@@ -292,6 +292,7 @@ class RunReport:
             lines.append(
                 "GET /v1/models does not give "
                 + ", ".join(self.assumed)
+                + " (within the Model schema's bounds)"
                 + ": the run took the spec's ("
                 + ", ".join(f"{k} {v}" for k, v in self.assumed.items())
                 + ") and skipped the checks sized by them"

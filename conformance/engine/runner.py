@@ -52,6 +52,9 @@ def discover(client: Client, model: str, api: Spec) -> ServerInfo:
             f"the server refused the API key (GET {MODELS_PATH} answered {reply.status})"
         )
     models, given = dict(api.models), {}
+    # each number within the Model schema's bounds, or the spec's: the suite sizes requests and
+    # buffers by them, and a server's number is a claim (routes:models reports one past them)
+    bounds = api.schema("Model")["properties"]
     data = reply.data.get("data") if isinstance(reply.data, dict) else None
     for entry in data if isinstance(data, list) else []:
         if not isinstance(entry, dict) or entry.get("id") not in models:
@@ -59,7 +62,8 @@ def discover(client: Client, model: str, api: Spec) -> ServerInfo:
         numbers = {
             name: entry[name]
             for name in DEPLOYMENT_NUMBERS
-            if type(entry.get(name)) is int and entry[name] >= 1
+            if type(entry.get(name)) is int
+            and bounds[name]["minimum"] <= entry[name] <= bounds[name]["maximum"]
         }
         models[entry["id"]] = dataclasses.replace(models[entry["id"]], **numbers)
         given[entry["id"]] = frozenset(numbers)

@@ -44,23 +44,34 @@ def encode_float32(values: list[float], shape: list[int]) -> dict[str, Any]:
     return wire(frame(struct.pack(f"<{len(values)}f", *values)), shape)
 
 
+_DTYPE = re.compile(r"(?:b?float|u?int)(8|16|32|64)")
+
+
 def itemsize(dtype: str) -> int:
-    bits = re.search(r"\d+", dtype)
+    bits = _DTYPE.fullmatch(dtype) if isinstance(dtype, str) else None
     if bits is None:
-        raise TensorError(f"no bit width in dtype {dtype!r}")
-    return int(bits.group()) // 8
+        raise TensorError("the dtype is not a number type with its bit width (float32, int16, ...)")
+    return int(bits.group(1)) // 8
 
 
-def declared_bytes(tensor: dict[str, Any]) -> int:
-    """The bytes the tensor's shape and dtype declare."""
-    return math.prod(int(n) for n in tensor["shape"]) * itemsize(tensor["dtype"])
+def declared_bytes(tensor: dict[str, Any], most_values: int) -> int:
+    """The bytes the tensor's shape and dtype declare, once the shape is counts that declare at
+    most `most_values` values (the caller's bound: the server's shape is a claim, and the
+    frame is decompressed up to what it declares)."""
+    shape = tensor["shape"]
+    if not isinstance(shape, list) or not all(type(n) is int and n >= 0 for n in shape):
+        raise TensorError("the shape is not a list of whole numbers, each at least 0")
+    if math.prod(shape) > most_values:
+        raise TensorError(f"the shape declares more than {most_values} values")
+    return math.prod(shape) * itemsize(tensor["dtype"])
 
 
-def content(tensor: dict[str, Any]) -> tuple[int | None, bytes]:
+def content(tensor: dict[str, Any], most_values: int) -> tuple[int | None, bytes]:
     """(the frame's declared content size, its bytes); nothing is decompressed past what the
-    shape declares (a frame that declares more is refused before it is)."""
+    shape declares (a frame that declares more is refused before it is), and no shape is
+    believed past `most_values` values."""
     try:
-        want = declared_bytes(tensor)
+        want = declared_bytes(tensor, most_values)
         data = base64.b64decode(tensor["data"], validate=True)
         size = zstandard.frame_content_size(data)
         if size > want:
@@ -73,12 +84,12 @@ def content(tensor: dict[str, Any]) -> tuple[int | None, bytes]:
     return (size if size >= 0 else None), raw
 
 
-def values(tensor: dict[str, Any]) -> tuple[list[int], list[float]]:
+def values(tensor: dict[str, Any], most_values: int) -> tuple[list[int], list[float]]:
     """The tensor's shape and its values, in order (as many as decode: the caller holds
-    them to the shape)."""
+    them to the shape); a shape past `most_values` values is refused undecoded."""
     try:
-        shape = [int(n) for n in tensor["shape"]]
-        return shape, floats(content(tensor)[1], tensor["dtype"])
+        raw = content(tensor, most_values)[1]
+        return list(tensor["shape"]), floats(raw, tensor["dtype"])
     except (TypeError, KeyError, ValueError) as exc:
         raise TensorError(str(exc)) from None
 

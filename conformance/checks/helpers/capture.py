@@ -16,7 +16,7 @@ SLACK = 0.03  # a batch may move a stream by this share of its norm (and bf16 ro
 def tensor_values(ctx: Context, tensor: Any, reply: Reply) -> tuple[list[int], list[float]]:
     """A tensor in the wire encoding (activations, a vector): its shape and its values, or the check stops."""
     try:
-        shape, values = tensors.values(tensor)
+        shape, values = tensors.values(tensor, ctx.api.caps["capture_elements"])
     except tensors.TensorError as exc:
         ctx.stop("no residual stream that decodes", received=str(exc), reply=reply)
     if len(values) != math.prod(shape):

@@ -1,0 +1,133 @@
+"""Sizes a server claims, which the gate sizes its requests and buffers by: the model's numbers in
+GET /v1/models and a capture's shape. A liar's number past what the API can carry was believed
+(bytes(4 * hidden) of a 4,000-digit hidden_size: four checks ended in the suite's own error; a
+capture declaring 32 GiB was decompressed up to its claim)."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable
+from typing import Any
+
+import pytest
+import zstandard
+
+from conformance.checks import REGISTRY
+from conformance.engine.config import RunConfig
+from conformance.engine.registry import select
+from conformance.engine.results import Outcome
+from conformance.engine.runner import DEPLOYMENT_NUMBERS, run
+from conformance.wire import tensors
+from contract import spec
+from mock_server import create_app
+from mock_server.config import MockConfig
+from tests.support.mock import KEY
+from tests.support.wsgi import Environ, StartResponse, serve, whole_response
+
+MODEL = spec().default_model
+BOUNDS = spec().schema("Model")["properties"]
+MOST = spec().caps["capture_elements"]
+
+
+class ClaimsPast:
+    """The mock with each of its model's numbers in GET /v1/models `past` its schema bound."""
+
+    def __init__(self, past: int) -> None:
+        self.app, self.past = create_app(MockConfig()), past
+
+    def __call__(self, environ: Environ, start_response: StartResponse) -> Iterable[bytes]:
+        status, headers, body = whole_response(self.app, environ)
+        if environ.get("PATH_INFO") == "/v1/models" and status.startswith("200"):
+            listed = json.loads(body)
+            for entry in listed["data"]:
+                entry.update({n: BOUNDS[n]["maximum"] + self.past for n in DEPLOYMENT_NUMBERS})
+            body = json.dumps(listed).encode()
+        headers = [(k, v) for k, v in headers if k.lower() != "content-length"]
+        start_response(status, [*headers, ("Content-Length", str(len(body)))])
+        return [body]
+
+
+@pytest.mark.parametrize("past", [1, 10**4000], ids=["one past", "4,000 digits past"])
+def test_model_numbers_past_their_bounds_are_a_finding_and_not_used(past: int) -> None:
+    with serve(ClaimsPast(past)) as url:  # served: the robust: checks write raw HTTP
+        config = RunConfig(
+            base_url=url,
+            api_key=KEY,
+            model=MODEL,
+            profile="full",
+            select=("routes:models", "robust:steering.*", "robust:lists.*", "caps:capture*"),
+        ).validate()
+        report = run(config, select(REGISTRY, config))
+    outcomes = {r.id: r for r in report.results}
+    assert outcomes["routes:models"].outcome is Outcome.FAILED
+    assert [f.message for f in outcomes["routes:models"].findings] == [
+        "the models list does not match ModelList"
+    ]
+    # the steering and list checks ran on the spec's hidden_size, as against the mock itself (they
+    # were the suite's own errors); a check sized by max_model_len is unproven, saying why
+    others = {i: (r.outcome, r.reason) for i, r in outcomes.items() if i != "routes:models"}
+    unproven = {i for i, (o, _) in others.items() if o is Outcome.UNPROVEN}
+    assert {i for i, (o, _) in others.items() if o is Outcome.PASSED} == set(others) - unproven
+    assert {i for i in others if i.startswith("robust:")} - unproven == {
+        i for i in others if i.startswith("robust:")
+    }
+    len_ = spec().models[MODEL].max_model_len
+    assert unproven and all(
+        others[i][1].endswith(
+            f"max_model_len, which GET /v1/models does not give within the Model schema's bounds "
+            f"(the spec's is {len_}; routes:models reports it)"
+        )
+        for i in unproven
+    ), {i: others[i] for i in unproven}
+    assert report.assumed == {n: getattr(spec().models[MODEL], n) for n in DEPLOYMENT_NUMBERS}
+
+
+def _capture(shape: list[Any], frame: bytes, dtype: str = "float32") -> dict[str, Any]:
+    return tensors.wire(frame, shape, dtype)
+
+
+def test_a_shape_past_the_capture_cap_is_refused_before_its_frame_is_decompressed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    hidden = spec().models[MODEL].hidden_size
+    positions = MOST // hidden + 1  # one position of one layer past the cap
+    frame = zstandard.ZstdCompressor(write_content_size=True).compress(bytes(4 * hidden))
+    decompressed: list[int] = []
+    real = zstandard.ZstdDecompressor.decompress
+
+    def counting(self: Any, data: bytes, *args: Any, **kw: Any) -> bytes:
+        decompressed.append(kw.get("max_output_size", 0))
+        return real(self, data, *args, **kw)
+
+    monkeypatch.setattr(zstandard.ZstdDecompressor, "decompress", counting)
+    with pytest.raises(tensors.TensorError, match=f"^the shape declares more than {MOST} values$"):
+        tensors.values(_capture([1, positions, hidden], frame), MOST)
+    assert decompressed == []
+    # at the cap it decodes (the frame holds fewer bytes than the shape: the caller's to hold)
+    shape, values = tensors.values(_capture([1, MOST // hidden, hidden], frame), MOST)
+    assert (shape, len(values), decompressed) == (
+        [1, MOST // hidden, hidden],
+        hidden,
+        [4 * math.prod(shape)],
+    )
+
+
+@pytest.mark.parametrize(
+    "shape",
+    [["2", 3, 4], [2.0, 3, 4], [2, -3, -4], [True, 3, 4], "2,3,4", None, [10**4000, 10**4000, 0]],
+)
+def test_a_shape_that_is_not_counts_is_refused(shape: Any) -> None:
+    frame = zstandard.ZstdCompressor(write_content_size=True).compress(bytes(4))
+    with pytest.raises(tensors.TensorError):
+        tensors.values(_capture(shape, frame), MOST)
+
+
+@pytest.mark.parametrize("dtype", ["float99999999", "float32x", "x" * 100_000, "bfloat", 32])
+def test_a_dtype_that_is_not_a_number_type_is_refused_without_quoting_it(dtype: Any) -> None:
+    frame = zstandard.ZstdCompressor(write_content_size=True).compress(bytes(4))
+    with pytest.raises(tensors.TensorError) as info:
+        tensors.values(_capture([1], frame, dtype), MOST)
+    assert (
+        str(info.value) == "the dtype is not a number type with its bit width (float32, int16, ...)"
+    )
