@@ -45,6 +45,57 @@ MAX_RETRIES = 5  # a request's 429s with Retry-After waited out, at most
 MAX_WAIT_S = 60.0  # the longest Retry-After waited out; a longer one is answered as it came
 
 
+class AnswerPastBounds(httpx.ReadError):
+    """An answer read past the most bytes, or the longest time, the suite gives one: a server
+    that never stops sending (or trickles forever) gets no more of the run's memory or time.
+    A ReadError, so it is what any failed read is: no answer, a finding of the check."""
+
+
+class _Bounded(httpx.SyncByteStream):
+    def __init__(self, stream: httpx.SyncByteStream, most_bytes: int, deadline: float) -> None:
+        self.stream, self.most_bytes, self.deadline = stream, most_bytes, deadline
+
+    def __iter__(self) -> Iterator[bytes]:
+        read = 0
+        for chunk in self.stream:
+            read += len(chunk)
+            if read > self.most_bytes:
+                raise AnswerPastBounds(
+                    f"the answer went past {self.most_bytes} bytes; the suite stopped reading"
+                )
+            if time.monotonic() > self.deadline:
+                raise AnswerPastBounds(
+                    "the answer went on past the suite's wait; the suite stopped reading"
+                )
+            yield chunk
+
+    def close(self) -> None:
+        self.stream.close()
+
+
+class BoundedTransport(httpx.BaseTransport):
+    """A transport whose answers are read up to `most_bytes` raw bytes and for at most
+    `most_seconds` from the request (httpx's custom transport: it wraps the real one)."""
+
+    def __init__(self, inner: httpx.BaseTransport, most_bytes: int, most_seconds: float) -> None:
+        self.inner, self.most_bytes, self.most_seconds = inner, most_bytes, most_seconds
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        deadline = time.monotonic() + self.most_seconds
+        response = self.inner.handle_request(request)
+        assert isinstance(response.stream, httpx.SyncByteStream)
+        return httpx.Response(
+            response.status_code,
+            headers=response.headers,
+            stream=_Bounded(response.stream, self.most_bytes, deadline),
+            extensions=response.extensions,
+            request=request,
+        )
+
+    def close(self) -> None:
+        self.inner.close()
+
+
 class Pace:
     """At most `per_second` requests a second, and the 429s waited out (the report's note)."""
 
@@ -165,15 +216,19 @@ class Client:
         timeout: float = 120.0,
         transport: httpx.BaseTransport | None = None,
         rate_limit: float | None = None,
+        bounds: tuple[int, float] | None = None,
     ) -> None:
+        """`bounds`: the most bytes and seconds one answer is read for (BoundedTransport)."""
         self.base_url = base_url.rstrip("/")
         self.pace = Pace(rate_limit) if rate_limit else None
         self.api_key = api_key
+        inner = transport or httpx.HTTPTransport(
+            limits=httpx.Limits(keepalive_expiry=KEEPALIVE_EXPIRY_S)
+        )
         self._http = httpx.Client(
             base_url=self.base_url,
             timeout=timeout,
-            transport=transport,
-            limits=httpx.Limits(keepalive_expiry=KEEPALIVE_EXPIRY_S),
+            transport=inner if bounds is None else BoundedTransport(inner, *bounds),
         )
         self.in_process = (
             transport is not None

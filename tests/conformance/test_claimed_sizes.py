@@ -5,9 +5,11 @@ capture declaring 32 GiB was decompressed up to its claim)."""
 
 from __future__ import annotations
 
+import io
 import json
 import math
-from collections.abc import Iterable
+import time
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import pytest
@@ -17,8 +19,9 @@ from conformance.checks import REGISTRY
 from conformance.engine.config import RunConfig
 from conformance.engine.registry import select
 from conformance.engine.results import Outcome
-from conformance.engine.runner import DEPLOYMENT_NUMBERS, run
+from conformance.engine.runner import DEPLOYMENT_NUMBERS, answer_bounds, run
 from conformance.wire import tensors
+from conformance.wire.client import Client
 from contract import spec
 from mock_server import create_app
 from mock_server.config import MockConfig
@@ -131,3 +134,77 @@ def test_a_dtype_that_is_not_a_number_type_is_refused_without_quoting_it(dtype: 
     assert (
         str(info.value) == "the dtype is not a number type with its bit width (float32, int16, ...)"
     )
+
+
+# -- answers that never end ------------------------------------------------------------------
+class Endless:
+    """The mock, but a completion's answer never ends (a whole one; every one with `streams`):
+    `chunk` bytes at a time, `pause` seconds apart."""
+
+    def __init__(self, chunk: bytes, pause: float = 0.0, streams: bool = False) -> None:
+        self.app, self.chunk, self.pause, self.streams = (
+            create_app(MockConfig()),
+            chunk,
+            pause,
+            streams,
+        )
+
+    def __call__(self, environ: Environ, start_response: StartResponse) -> Iterable[bytes]:
+        if environ.get("PATH_INFO") != spec().completions_path:
+            return self.app(environ, start_response)
+        raw = environ["wsgi.input"].read(int(environ.get("CONTENT_LENGTH") or 0))
+        stream = bool(json.loads(raw).get("stream"))
+        if stream and not self.streams:
+            environ["wsgi.input"] = io.BytesIO(raw)
+            return self.app(environ, start_response)
+        media = "text/event-stream" if stream else "application/json"
+        start_response("200 OK", [("Content-Type", media)])
+        return self._forever()
+
+    def _forever(self) -> Iterator[bytes]:
+        yield b'{"id": "'
+        while True:
+            time.sleep(self.pause)
+            yield self.chunk
+
+
+def test_an_endless_answer_is_a_finding_of_its_check_read_to_the_bound() -> None:
+    most_bytes, _ = answer_bounds(spec(), RunConfig("http://x", "k").timeout)
+    with serve(Endless(b"a" * (1 << 20))) as url:
+        config = RunConfig(
+            base_url=url, api_key=KEY, model=MODEL, profile="full", select=("usage:arithmetic",)
+        ).validate()
+        report = run(config, select(REGISTRY, config))
+    (result,) = [r for r in report.results if r.id == "usage:arithmetic"]
+    assert result.outcome is Outcome.FAILED, (result.outcome, result.reason)
+    assert any(
+        f"the answer went past {most_bytes} bytes; the suite stopped reading" in f.message
+        for f in result.findings
+    ), [f.message for f in result.findings]
+
+
+def test_the_bounds_are_the_largest_capture_asked_and_the_apis_wait() -> None:
+    caps = spec().caps
+    most_bytes, most_seconds = answer_bounds(spec(), 7.0)
+    assert most_bytes == math.ceil(4 * caps["capture_elements"] / 3) * 4 + caps["max_body_bytes"]
+    assert most_seconds == caps["wait_seconds"] + 7.0
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_trickling_answer_is_cut_at_the_deadline_and_a_flood_at_the_byte_bound(
+    stream: bool,
+) -> None:
+    body = {"model": MODEL, "prompt": "a", "max_tokens": 1, "stream": stream}
+    for app, bounds, words in [
+        (Endless(b"a", pause=0.05, streams=True), (1 << 30, 0.5), "past the suite's wait"),
+        (Endless(b"data: {}\n\n" * 1000, streams=True), (1 << 20, 60.0), f"past {1 << 20} bytes"),
+    ]:
+        with serve(app) as url, Client(url, KEY, timeout=5, bounds=bounds) as client:
+            started = time.monotonic()
+            reply = (
+                client.stream(spec().completions_path, body)
+                if stream
+                else client.post(spec().completions_path, body)
+            )
+            assert reply.error is not None and words in reply.error, reply.error
+            assert time.monotonic() - started < bounds[1] + 5  # cut, not read to the timeout
