@@ -45,6 +45,9 @@ MAX_RETRIES = 5  # a request's 429s with Retry-After waited out, at most
 MAX_WAIT_S = 60.0  # the longest Retry-After waited out; a longer one is answered as it came
 
 
+IDENTITY = "identity"  # the suite's Accept-Encoding: answers as sent, their size their cost
+
+
 class AnswerPastBounds(httpx.ReadError):
     """An answer read past the most bytes, or the longest time, the suite gives one: a server
     that never stops sending (or trickles forever) gets no more of the run's memory or time.
@@ -75,7 +78,9 @@ class _Bounded(httpx.SyncByteStream):
 
 class BoundedTransport(httpx.BaseTransport):
     """A transport whose answers are read up to `most_bytes` raw bytes and for at most
-    `most_seconds` from the request (httpx's custom transport: it wraps the real one)."""
+    `most_seconds` from the request (httpx's custom transport: it wraps the real one). The
+    bytes bound what is kept because the suite asks for answers uncompressed (IDENTITY): one
+    compressed against that ask (a gzip bomb decodes a thousandfold) is no answer either."""
 
     def __init__(self, inner: httpx.BaseTransport, most_bytes: int, most_seconds: float) -> None:
         self.inner, self.most_bytes, self.most_seconds = inner, most_bytes, most_seconds
@@ -84,6 +89,13 @@ class BoundedTransport(httpx.BaseTransport):
         deadline = time.monotonic() + self.most_seconds
         response = self.inner.handle_request(request)
         assert isinstance(response.stream, httpx.SyncByteStream)
+        coding = response.headers.get("content-encoding", IDENTITY).strip().lower()
+        if request.headers.get("accept-encoding") == IDENTITY and coding != IDENTITY:
+            response.close()
+            raise AnswerPastBounds(
+                f"the answer is compressed ({coding[:40]}) though the suite asked for "
+                f"Accept-Encoding: {IDENTITY}; the suite did not read it"
+            )
         return httpx.Response(
             response.status_code,
             headers=response.headers,
@@ -229,6 +241,7 @@ class Client:
             base_url=self.base_url,
             timeout=timeout,
             transport=inner if bounds is None else BoundedTransport(inner, *bounds),
+            headers={"Accept-Encoding": IDENTITY},
         )
         self.in_process = (
             transport is not None

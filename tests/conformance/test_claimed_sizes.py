@@ -5,6 +5,7 @@ capture declaring 32 GiB was decompressed up to its claim)."""
 
 from __future__ import annotations
 
+import gzip
 import io
 import json
 import math
@@ -208,3 +209,40 @@ def test_a_trickling_answer_is_cut_at_the_deadline_and_a_flood_at_the_byte_bound
             )
             assert reply.error is not None and words in reply.error, reply.error
             assert time.monotonic() - started < bounds[1] + 5  # cut, not read to the timeout
+
+
+class Gzips:
+    """The mock, its answers gzip-compressed whatever the request accepts (Content-Encoding)."""
+
+    def __init__(self) -> None:
+        self.app = create_app(MockConfig())
+
+    def __call__(self, environ: Environ, start_response: StartResponse) -> Iterable[bytes]:
+        status, headers, body = whole_response(self.app, environ)
+        packed = gzip.compress(body)
+        headers = [(k, v) for k, v in headers if k.lower() != "content-length"]
+        start_response(
+            status,
+            [*headers, ("Content-Encoding", "gzip"), ("Content-Length", str(len(packed)))],
+        )
+        return [packed]
+
+
+def test_the_suite_asks_for_identity_and_a_compressed_answer_is_not_read() -> None:
+    """A gzip bomb under the byte bound decodes a thousandfold: the bound holds because the suite
+    asks for answers as sent, and one compressed against that ask is no answer."""
+    body = {"model": MODEL, "prompt": "a", "max_tokens": 1}
+    seen: list[str | None] = []
+
+    def noting(environ: Environ, start_response: StartResponse) -> Iterable[bytes]:
+        seen.append(environ.get("HTTP_ACCEPT_ENCODING"))
+        return Gzips()(environ, start_response)
+
+    with serve(noting) as url, Client(url, KEY, bounds=answer_bounds(spec(), 5.0)) as client:
+        reply = client.post(spec().completions_path, body)
+    assert seen == ["identity"]
+    assert (reply.status, reply.error) == (
+        None,
+        "AnswerPastBounds: the answer is compressed (gzip) though the suite asked for "
+        "Accept-Encoding: identity; the suite did not read it",
+    )
