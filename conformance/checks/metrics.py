@@ -21,6 +21,7 @@ import httpx
 from conformance.engine.context import Context
 from conformance.engine.registry import register
 from conformance.spec.metrics import GATEWAY, counter_totals, families, load
+from conformance.wire.client import IDENTITY, BoundedTransport, answer_bounds
 
 TAGS = ("metrics",)
 T = TypeVar("T")
@@ -33,8 +34,15 @@ def scrape(ctx: Context, read: Callable[[str], T]) -> T:
     finding (the server's), never the suite's error."""
     if not ctx.config.metrics_url:
         ctx.skip("no --metrics-url: the deployment's /metrics is not checked")
+    # bounded as the API's answers are (its own client: the API key is not sent to it)
+    bounded = BoundedTransport(
+        httpx.HTTPTransport(), *answer_bounds(ctx.api.caps, ctx.config.timeout)
+    )
     try:
-        resp = httpx.get(ctx.config.metrics_url, timeout=ctx.config.timeout)
+        with httpx.Client(
+            transport=bounded, timeout=ctx.config.timeout, headers={"Accept-Encoding": IDENTITY}
+        ) as http:
+            resp = http.get(ctx.config.metrics_url)
     except httpx.HTTPError as exc:
         ctx.stop(f"GET {ctx.config.metrics_url}: no HTTP response: {type(exc).__name__}: {exc}")
     if resp.status_code != 200:

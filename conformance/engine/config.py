@@ -94,9 +94,13 @@ class RunConfig:
 
     @property
     def secrets(self) -> tuple[str, ...]:
-        """What no report may show: the keys, and a password or query value in the base URL."""
+        """What no report may show: the keys, and a password or query value in the base URL
+        or the metrics URL (a protected /metrics has its own credentials)."""
+        urls = (self.base_url, self.metrics_url or "")
         return tuple(
-            s for s in (self.api_key, self.exhausted_key, *url_secrets(self.base_url)) if s
+            s
+            for s in (self.api_key, self.exhausted_key, *(s for u in urls for s in url_secrets(u)))
+            if s
         )
 
     @property

@@ -17,7 +17,7 @@ from conformance.engine.coverage import Coverage
 from conformance.engine.registry import Check, token_bound
 from conformance.engine.results import CheckResult, Finding, Outcome, RunReport
 from conformance.engine.token_cost import CostModel
-from conformance.wire.client import AUTH_DEFAULT, AUTH_NONE, Client, Reply
+from conformance.wire.client import AUTH_DEFAULT, AUTH_NONE, Client, Reply, answer_bounds
 from conformance.wire.ledger import OVER_CEILING, Halted, OverCeiling
 from contract import Spec
 from contract.version import versions
@@ -251,16 +251,6 @@ def _still_needed(skipped: Sequence[Check], results: dict[str, CheckResult], ctx
     return total + sum(shared.values())
 
 
-def answer_bounds(api: Spec, timeout: float) -> tuple[int, float]:
-    """The most bytes and seconds the suite reads one answer for: the largest answer it asks
-    for is a capture at x-caps.capture_elements (4-byte values, base64) beside a body's worth
-    of the rest; and the API answers within x-caps.wait_seconds (then 504), plus a read's
-    timeout. A server past either is not answering (the answer's check reports it)."""
-    caps = api.caps
-    capture = -(-4 * caps["capture_elements"] // 3) * 4
-    return capture + caps["max_body_bytes"], caps["wait_seconds"] + timeout
-
-
 def connect(config: RunConfig, transport: httpx.BaseTransport | None = None) -> Context:
     """A Context for `config` (checked against its spec, `config.api`), after GET /v1/models;
     the caller closes ctx.client."""
@@ -271,7 +261,7 @@ def connect(config: RunConfig, transport: httpx.BaseTransport | None = None) -> 
         timeout=config.timeout,
         transport=transport,
         rate_limit=config.rate_limit,
-        bounds=answer_bounds(config.api, config.timeout),
+        bounds=answer_bounds(config.api.caps, config.timeout),
     )
     try:
         ctx = Context(config, client, discover(client, config.model, config.api))

@@ -99,7 +99,8 @@ def scrubbed(args: Any, *consoles: Console) -> list[Console]:
     """The consoles of a command, writing through one scrubber of its arguments' secrets (its
     keys, a password or query value in its URLs)."""
     keys = [getattr(args, name, None) for name in ("api_key", "exhausted_key", "other_key")]
-    urls = [u for u in (getattr(args, "base_url", None), getattr(args, "other_url", None)) if u]
+    names = ("base_url", "other_url", "metrics_url")
+    urls = [u for u in (getattr(args, name, None) for name in names) if u]
     scrub = Scrubber(keys + [s for u in urls for s in url_secrets(u)])
     return [scrub.console(c) for c in consoles]
 

@@ -76,6 +76,15 @@ class _Bounded(httpx.SyncByteStream):
         self.stream.close()
 
 
+def answer_bounds(caps: Mapping[str, int], timeout: float) -> tuple[int, float]:
+    """The most bytes and seconds the suite reads one answer for (x-caps): the largest answer
+    it asks for is a capture at capture_elements (4-byte values, base64) beside a body's worth
+    of the rest; and the API answers within wait_seconds (then 504), plus a read's timeout. A
+    server past either is not answering (the answer's check reports it)."""
+    capture = -(-4 * caps["capture_elements"] // 3) * 4
+    return capture + caps["max_body_bytes"], caps["wait_seconds"] + timeout
+
+
 class BoundedTransport(httpx.BaseTransport):
     """A transport whose answers are read up to `most_bytes` raw bytes and for at most
     `most_seconds` from the request (httpx's custom transport: it wraps the real one). The

@@ -20,9 +20,9 @@ from conformance.checks import REGISTRY
 from conformance.engine.config import RunConfig
 from conformance.engine.registry import select
 from conformance.engine.results import Outcome
-from conformance.engine.runner import DEPLOYMENT_NUMBERS, answer_bounds, run
+from conformance.engine.runner import DEPLOYMENT_NUMBERS, run
 from conformance.wire import tensors
-from conformance.wire.client import Client
+from conformance.wire.client import Client, answer_bounds
 from contract import spec
 from mock_server import create_app
 from mock_server.config import MockConfig
@@ -170,7 +170,7 @@ class Endless:
 
 
 def test_an_endless_answer_is_a_finding_of_its_check_read_to_the_bound() -> None:
-    most_bytes, _ = answer_bounds(spec(), RunConfig("http://x", "k").timeout)
+    most_bytes, _ = answer_bounds(spec().caps, RunConfig("http://x", "k").timeout)
     with serve(Endless(b"a" * (1 << 20))) as url:
         config = RunConfig(
             base_url=url, api_key=KEY, model=MODEL, profile="full", select=("usage:arithmetic",)
@@ -186,7 +186,7 @@ def test_an_endless_answer_is_a_finding_of_its_check_read_to_the_bound() -> None
 
 def test_the_bounds_are_the_largest_capture_asked_and_the_apis_wait() -> None:
     caps = spec().caps
-    most_bytes, most_seconds = answer_bounds(spec(), 7.0)
+    most_bytes, most_seconds = answer_bounds(spec().caps, 7.0)
     assert most_bytes == math.ceil(4 * caps["capture_elements"] / 3) * 4 + caps["max_body_bytes"]
     assert most_seconds == caps["wait_seconds"] + 7.0
 
@@ -238,7 +238,7 @@ def test_the_suite_asks_for_identity_and_a_compressed_answer_is_not_read() -> No
         seen.append(environ.get("HTTP_ACCEPT_ENCODING"))
         return Gzips()(environ, start_response)
 
-    with serve(noting) as url, Client(url, KEY, bounds=answer_bounds(spec(), 5.0)) as client:
+    with serve(noting) as url, Client(url, KEY, bounds=answer_bounds(spec().caps, 5.0)) as client:
         reply = client.post(spec().completions_path, body)
     assert seen == ["identity"]
     assert (reply.status, reply.error) == (

@@ -7,7 +7,7 @@ from __future__ import annotations
 import base64
 import io
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -226,3 +226,31 @@ def test_a_baseline_of_a_server_with_sampled_text_in_its_errors_does_not_flap(
     )
     compared = json.loads((tmp_path / "r.json").read_text())["baseline"]
     assert compared["fixed"] == [] and compared["new"] == []
+
+
+def test_a_password_or_token_in_the_metrics_url_reaches_no_report(tmp_path: Path) -> None:
+    """--metrics-url's secrets are the run's too: its findings quote the URL."""
+    password, token = "metrics-PASS-0123456789abcdef", "metrics-TOKEN-fedcba9876543210"
+
+    def refusing(environ: dict[str, object], start_response: Callable[..., object]) -> list[bytes]:
+        start_response("401 Unauthorized", [("Content-Type", "text/plain")])
+        return [
+            f"denied: {environ.get('QUERY_STRING')} {environ.get('HTTP_AUTHORIZATION')}".encode()
+        ]
+
+    with serve(refusing) as metrics, serve(create_app(MockConfig())) as url:
+        host = metrics.removeprefix("http://")
+        code, terminal = gate(
+            url,
+            tmp_path,
+            "-k",
+            "metrics:*",
+            "--metrics-url",
+            f"http://prom:{password}@{host}/metrics?token={token}",
+        )
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert code == ExitCode.FAILED and report["summary"]["failed"] >= 1
+    places = {str(p): p.read_text() for p in tmp_path.rglob("*") if p.is_file()}
+    places["terminal"] = terminal
+    assert "/metrics?token=*** answered 401" in places[str(tmp_path / "r.json")]  # masked
+    assert [w for w, text in places.items() for s in (password, token) if s in text] == []
