@@ -95,15 +95,19 @@ def conformance_context(
 def test_conformance(conformance_check: Check, conformance_context: Context) -> None:
     from conformance.engine.runner import execute
     from conformance.reports.junit import finding_text
+    from conformance.reports.scrub import Scrubber
 
     result = conformance_context.memo.get((PROVEN, conformance_check.id)) or execute(
         conformance_check, conformance_context
     )
+    # pytest writes these to its terminal and its --junitxml: the run's secrets masked, as the
+    # CLI's reports have them (a server may quote the key back)
+    scrub = Scrubber(conformance_context.config.secrets)
     if result.outcome is Outcome.SKIPPED:
-        pytest.skip(result.reason)
+        pytest.skip(scrub(result.reason))
     if result.outcome is Outcome.UNPROVEN:  # the server's doing: never a pass
-        pytest.fail(f"{result.id} not proven: {result.reason}", pytrace=False)
+        pytest.fail(scrub(f"{result.id} not proven: {result.reason}"), pytrace=False)
     if result.outcome is Outcome.ERROR:
-        raise RuntimeError(f"the suite failed to run {result.id}: {result.reason}")
+        raise RuntimeError(scrub(f"the suite failed to run {result.id}: {result.reason}"))
     if result.outcome is Outcome.FAILED:
-        pytest.fail(f"{result.id}\n{finding_text(result)}", pytrace=False)
+        pytest.fail(scrub(f"{result.id}\n{finding_text(result)}"), pytrace=False)

@@ -7,6 +7,8 @@ from __future__ import annotations
 import base64
 import io
 import json
+import subprocess
+import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -254,3 +256,35 @@ def test_a_password_or_token_in_the_metrics_url_reaches_no_report(tmp_path: Path
     places["terminal"] = terminal
     assert "/metrics?token=*** answered 401" in places[str(tmp_path / "r.json")]  # masked
     assert [w for w, text in places.items() for s in (password, token) if s in text] == []
+
+
+def test_the_key_quoted_back_reaches_no_line_of_the_pytest_embedding(tmp_path: Path) -> None:
+    """pytest writes a check's findings to its terminal and its --junitxml: masked there too."""
+    with liar("quotes the Authorization header") as (_, url):
+        run = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "pytest",
+                "-p",
+                "conformance.pytest_plugin",
+                "--pyargs",
+                "conformance.pytest_suite",
+                "-p",
+                "no:cacheprovider",
+                "-q",
+                "--conformance-base-url",
+                url,
+                "--conformance-api-key",
+                KEY,
+                "--conformance-select",
+                "auth:*,golden:http*",
+                f"--junitxml={tmp_path / 'j.xml'}",
+            ],
+            cwd=Path(__file__).parents[2],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+    assert run.returncode == 1 and "Bearer ***" in run.stdout, run.stdout[-2000:]
+    assert leaked(tmp_path, run.stdout + run.stderr) == []
