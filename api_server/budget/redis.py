@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import parse_qsl, quote, urlsplit, urlunsplit
 
 import redis
 from redis.backoff import NoBackoff
@@ -60,14 +60,18 @@ return false
 
 
 def redacted(url: str) -> str:
-    """The URL without its password, for log lines."""
+    """The URL without its password, for log lines: the userinfo's, and every query value
+    (redis-py's from_url also reads `?password=`)."""
     parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    netloc = f"{parts.username or ''}:***@{parts.hostname}" + (
-        f":{parts.port}" if parts.port else ""
-    )
-    return urlunsplit(parts._replace(netloc=netloc))
+    if parts.password is not None:
+        netloc = f"{parts.username or ''}:***@{parts.hostname}" + (
+            f":{parts.port}" if parts.port else ""
+        )
+        parts = parts._replace(netloc=netloc)
+    if parts.query:
+        keys = [quote(k) for k, _ in parse_qsl(parts.query, keep_blank_values=True)]
+        parts = parts._replace(query="&".join(f"{k}=***" for k in keys))
+    return urlunsplit(parts)
 
 
 class RedisBudget:

@@ -144,7 +144,10 @@ def test_stores_keep_a_hash_of_the_key_never_the_key(
 
 
 def test_unreachable_redis_is_503_with_one_log_line(caplog: pytest.LogCaptureFixture) -> None:
-    store: Budget = RedisBudget(f"redis://127.0.0.1:{free_port()}/0", 1000)  # nothing listens there
+    # nothing listens there; its passwords (userinfo, and the query redis-py also reads) never logged
+    secrets = ("userinfo-PASS-0123456789", "query-PASS-9876543210")
+    url = f"redis://u:{secrets[0]}@127.0.0.1:{free_port()}/0?password={secrets[1]}&db=0"
+    store: Budget = RedisBudget(url, 1000)
     caplog.set_level(logging.WARNING, logger="api_server")
     for _ in range(3):
         with pytest.raises(ApiError) as refused:
@@ -156,6 +159,9 @@ def test_unreachable_redis_is_503_with_one_log_line(caplog: pytest.LogCaptureFix
     errors = [r.getMessage() for r in caplog.records if "is unreachable" in r.getMessage()]
     assert len(errors) == 1 and "completions get 503 inference_unavailable" in errors[0]
     assert any("a settlement was lost" in r.getMessage() for r in caplog.records)
+    logged = "\n".join(r.getMessage() for r in caplog.records)
+    assert "redis://u:***@127.0.0.1:" in logged and "/0?password=***&db=***" in logged
+    assert not [s for s in secrets if s in logged]
 
 
 # -- two replicas, one Redis ---------------------------------------------------------------
