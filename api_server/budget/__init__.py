@@ -16,7 +16,7 @@ from __future__ import annotations
 import tempfile
 from typing import TYPE_CHECKING
 
-from api_server.budget.protocol import Budget, key_id
+from api_server.budget.protocol import Budget, key_id, redacted
 from api_server.budget.sqlite import BudgetStore, Unlimited
 
 if TYPE_CHECKING:
@@ -35,7 +35,7 @@ def open_budget(config: ServerConfig) -> Budget:
     if url:
         if not url.startswith(REDIS_SCHEMES):
             raise ValueError(
-                f"budget_url: expected {', '.join(s + '...' for s in REDIS_SCHEMES)}, not {url!r}"
+                f"budget_url: expected {', '.join(s + '...' for s in REDIS_SCHEMES)}, not {redacted(url)!r}"
             )
         from api_server.budget.redis import RedisBudget  # redis is loaded only when used
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 from typing import Protocol
+from urllib.parse import parse_qsl, quote, urlsplit, urlunsplit
 
 from contract import CompletionRequest, Hold
 
@@ -27,3 +28,18 @@ class Budget(Protocol):
 def key_id(api_key: str) -> str:
     """What a store keeps for an API key: its SHA-256, so a leaked store leaks no key."""
     return hashlib.sha256(api_key.encode("utf-8")).hexdigest()
+
+
+def redacted(url: str) -> str:
+    """The URL without its password, for log lines: the userinfo's, and every query value
+    (redis-py's from_url also reads `?password=`)."""
+    parts = urlsplit(url)
+    if parts.password is not None:
+        netloc = f"{parts.username or ''}:***@{parts.hostname}" + (
+            f":{parts.port}" if parts.port else ""
+        )
+        parts = parts._replace(netloc=netloc)
+    if parts.query:
+        keys = [quote(k) for k, _ in parse_qsl(parts.query, keep_blank_values=True)]
+        parts = parts._replace(query="&".join(f"{k}=***" for k in keys))
+    return urlunsplit(parts)

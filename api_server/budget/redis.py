@@ -19,13 +19,12 @@ from __future__ import annotations
 
 import logging
 import threading
-from urllib.parse import parse_qsl, quote, urlsplit, urlunsplit
 
 import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from api_server.budget.protocol import key_id
+from api_server.budget.protocol import key_id, redacted
 from contract import CompletionRequest, Hold, InferenceUnavailable, InsufficientQuota, hold
 
 log = logging.getLogger("api_server")
@@ -57,21 +56,6 @@ SETTLE = """
 if redis.call('EXISTS', KEYS[1]) == 1 then return redis.call('INCRBY', KEYS[1], ARGV[1]) end
 return false
 """
-
-
-def redacted(url: str) -> str:
-    """The URL without its password, for log lines: the userinfo's, and every query value
-    (redis-py's from_url also reads `?password=`)."""
-    parts = urlsplit(url)
-    if parts.password is not None:
-        netloc = f"{parts.username or ''}:***@{parts.hostname}" + (
-            f":{parts.port}" if parts.port else ""
-        )
-        parts = parts._replace(netloc=netloc)
-    if parts.query:
-        keys = [quote(k) for k, _ in parse_qsl(parts.query, keep_blank_values=True)]
-        parts = parts._replace(query="&".join(f"{k}=***" for k in keys))
-    return urlunsplit(parts)
 
 
 class RedisBudget:

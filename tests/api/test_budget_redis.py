@@ -23,7 +23,7 @@ import pytest
 import redis
 from rich.console import Console
 
-from api_server.budget import Budget, key_id, open_budget
+from api_server.budget import REDIS_SCHEMES, Budget, key_id, open_budget
 from api_server.budget.redis import PREFIX, RedisBudget
 from api_server.budget.sqlite import FILE_NAME, BudgetStore
 from api_server.config import ServerConfig
@@ -70,8 +70,14 @@ def test_open_budget_picks_the_backend_by_url(redis_server: RedisServer, tmp_pat
     assert isinstance(
         open_budget(ServerConfig(budget_tokens=1, budget_url=redis_server.url)), RedisBudget
     )
-    with pytest.raises(ValueError, match="budget_url: expected redis://"):
-        open_budget(ServerConfig(budget_tokens=1, budget_url="http://127.0.0.1:6379"))
+    with pytest.raises(ValueError) as refused:
+        open_budget(
+            ServerConfig(budget_tokens=1, budget_url="http://u:pw-0123456789@127.0.0.1:6379")
+        )
+    schemes = ", ".join(s + "..." for s in REDIS_SCHEMES)
+    assert (
+        str(refused.value) == f"budget_url: expected {schemes}, not 'http://u:***@127.0.0.1:6379'"
+    )
 
 
 def test_reserve_clamps_settle_refunds(make_store: Any) -> None:
