@@ -11,9 +11,10 @@ import math
 import re
 from typing import Any
 
-from conformance.checks.helpers.common import open_stream, schema_errors
+from conformance.checks.helpers.common import open_stream
 from conformance.engine.context import Context
 from conformance.engine.registry import register
+from conformance.engine.shapes import schema_errors
 from conformance.spec.bodies import steering_body
 from conformance.wire import tensors
 from contract import Spec

@@ -90,7 +90,7 @@ def consistent(ctx: Context) -> None:
     for extra, what in (({}, "sampled"), ({"temperature": 0}, "greedy")):
         reply = ctx.client.post(ctx.api.completions_path, _body(ctx, **extra))
         ctx.expect_status(reply, 200, fatal=True)
-        for choice in reply.data.get("choices", []):
+        for choice in ctx.expect_object(reply).get("choices", []):
             check_logprobs(
                 ctx,
                 choice.get("text", ""),
@@ -123,7 +123,7 @@ def prompt_logprobs(ctx: Context) -> None:
     """prompt_logprobs: one entry per prompt token, the first null."""
     reply = ctx.client.post(ctx.api.completions_path, _body(ctx, prompt_logprobs=1))
     ctx.expect_status(reply, 200, fatal=True)
-    for choice in reply.data.get("choices", []):
+    for choice in ctx.expect_object(reply).get("choices", []):
         entries = choice.get("prompt_logprobs")
         if not ctx.expect(isinstance(entries, list), "no prompt_logprobs", reply=reply):
             continue

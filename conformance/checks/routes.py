@@ -67,7 +67,7 @@ def unknown_method(ctx: Context) -> None:
 @register("routes:models", tags=("routes",))
 def models(ctx: Context) -> None:
     """GET /v1/models lists the model with its max_model_len, num_layers and hidden_size, in the ModelList schema."""
-    from conformance.checks.helpers.common import schema_errors
+    from conformance.engine.shapes import schema_errors
 
     reply = ctx.client.request("GET", MODELS)
     ctx.expect_status(reply, 200, fatal=True)

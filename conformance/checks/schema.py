@@ -59,6 +59,7 @@ from conformance.engine.config import RunConfig
 from conformance.engine.context import LEDGER_NOTES, Context
 from conformance.engine.registry import register
 from conformance.engine.results import Exchange, Finding, quote
+from conformance.wire import jsontext
 from conformance.wire.client import Client, Reply, StreamReply
 from conformance.wire.ledger import OverCeiling
 from conformance.wire.sse import parse_lines
@@ -78,7 +79,7 @@ COVERAGE_ALLOWANCE = 150
 @schemathesis.check
 def stream_event_conformance(ctx: Any, response: Any, case: Any) -> bool | None:
     """A 200 to stream: true is a text/event-stream whose events match x-event-schemas."""
-    from conformance.checks.helpers.common import schema_errors
+    from conformance.engine.shapes import schema_errors
 
     if response.status_code != 200:
         return None
@@ -471,7 +472,7 @@ def _observe(ctx: Context, interaction: Any) -> None:
     else:
         reply = Reply(exchange, resp.status_code, headers, resp.content)
         try:
-            reply.data, reply.is_json = json.loads(text), True
+            reply.data, reply.is_json = jsontext.loads(text), True
         except ValueError:
             pass
     ctx.client.observe(

@@ -179,7 +179,8 @@ def token_ids(ctx: Context) -> None:
         _body(ctx, prompt=prompt, echo=False, n=2, temperature=1, return_token_ids=True),
     )
     choices = _choices(ctx, reply)
-    usage = reply.data.get("usage") or {}
+    usage = ctx.expect_object(reply).get("usage")
+    usage = usage if isinstance(usage, dict) else {}
     ids = [c.get("token_ids") for c in choices]
     lists = [x for x in ids if isinstance(x, list)]
     if not ctx.expect(

@@ -11,9 +11,10 @@ import re
 from typing import Any
 
 from conformance.checks.helpers.agree import LOGPROBS, difference
-from conformance.checks.helpers.common import n_applied, open_stream, schema_errors
+from conformance.checks.helpers.common import n_applied, open_stream
 from conformance.engine.context import Context
 from conformance.engine.registry import register
+from conformance.engine.shapes import schema_errors
 from conformance.wire.client import Reply, StreamReply
 
 PROMPTS = [[0, 1, 2], [3, 4]]  # two token-id prompts of known lengths

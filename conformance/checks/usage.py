@@ -3,10 +3,10 @@
 
 from __future__ import annotations
 
-from conformance.checks.helpers.common import schema_errors
 from conformance.checks.stream import PROMPTS, N, expected_usage, many_choices_body, usage_numbers
 from conformance.engine.context import Context
 from conformance.engine.registry import register
+from conformance.engine.shapes import schema_errors
 
 
 @register("usage:arithmetic", tags=("usage",), tokens=12)

@@ -135,6 +135,13 @@ class Context:
         self.fail(message, **kw)
         raise Stop(message)
 
+    def expect_object(self, reply: Reply) -> dict[str, Any]:
+        """The answer's JSON object; where it has none (not JSON, or JSON of another type) the
+        check stops on that finding, never on the suite's own error reading it."""
+        if not isinstance(reply.data, dict):
+            self.stop("the answer is not a JSON object", received=_summary(reply), reply=reply)
+        return reply.data
+
     def expect(self, ok: bool, message: str, **kw: Any) -> bool:
         if not ok:
             self.fail(message, **kw)

@@ -16,6 +16,7 @@ from conformance.engine.context import LEDGER_NOTES, Context, ServerInfo, Skippe
 from conformance.engine.coverage import Coverage
 from conformance.engine.registry import Check, token_bound
 from conformance.engine.results import CheckResult, Finding, Outcome, RunReport
+from conformance.engine.shapes import off_schema
 from conformance.engine.token_cost import CostModel
 from conformance.wire.client import AUTH_DEFAULT, AUTH_NONE, Client, Reply, answer_bounds
 from conformance.wire.ledger import OVER_CEILING, Halted, OverCeiling
@@ -128,6 +129,12 @@ def run_check(check: Check, ctx: Context) -> CheckResult:
     tokens_before, marks = ctx.client.ledger.tokens, _marks(ctx.client)
     start = time.perf_counter()
     outcome, reason, withheld = Outcome.PASSED, "", 0
+    answers: list[tuple[str, Reply]] = []
+
+    def keep(method: str, path: str, content: bytes | None, reply: Reply) -> None:
+        answers.append((path, reply))
+
+    ctx.client.observers.append(keep)
     try:
         check.func(ctx)
     except Unproven as exc:
@@ -144,10 +151,22 @@ def run_check(check: Check, ctx: Context) -> CheckResult:
         )
     except Stop:
         pass
-    except Exception as exc:  # the suite's own bug: kept apart from findings
-        outcome = Outcome.ERROR
-        reason = "".join(traceback.format_exception_only(exc)).strip()
-        reason += "\n" + "".join(traceback.format_tb(exc.__traceback__)[-3:])
+    except Exception as exc:
+        off = off_schema(ctx.api, answers)
+        if off is not None:  # an answer off the API's shape broke the check: the server's doing
+            ctx.fail(
+                "an answer is not the API's shape, and the check could not read it "
+                f"({type(exc).__name__}: {str(exc)[:200]})",
+                expected="the spec's schema",
+                received=off[1],
+                reply=off[0],
+            )
+        else:  # the suite's own bug: kept apart from findings
+            outcome = Outcome.ERROR
+            reason = "".join(traceback.format_exception_only(exc)).strip()
+            reason += "\n" + "".join(traceback.format_tb(exc.__traceback__)[-3:])
+    finally:
+        ctx.client.observers.remove(keep)
     ctx.findings += _client_findings(ctx.client, marks)
     if ctx.findings and outcome is not Outcome.ERROR:
         only_warnings = all(f.warning for f in ctx.findings) and not ctx.config.strict

@@ -32,6 +32,7 @@ from typing import Any, TypeVar
 import httpx
 
 from conformance.engine.results import MASKED, MIN_SECRET, Exchange, quote
+from conformance.wire import jsontext
 from conformance.wire.ledger import Ledger
 from conformance.wire.sse import Parsed, parse_lines
 
@@ -347,7 +348,7 @@ class Client:
         _no_reuse_after_5xx(resp)
         reply = Reply(exchange, resp.status_code, resp.headers, resp.content)
         try:
-            reply.data, reply.is_json = resp.json(), True
+            reply.data, reply.is_json = jsontext.loads(resp.content), True
         except (ValueError, RecursionError):  # not JSON, or nested past the decoder
             pass
         exchange.status = resp.status_code
@@ -396,7 +397,7 @@ class Client:
                     resp.read()
                     reply.content = resp.content
                     try:
-                        reply.data, reply.is_json = resp.json(), True
+                        reply.data, reply.is_json = jsontext.loads(resp.content), True
                     except (ValueError, RecursionError):
                         pass
                     exchange.response_body = _shown(resp.content)

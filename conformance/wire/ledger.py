@@ -20,7 +20,7 @@ from typing import Any
 from conformance.engine.config import CHEAP_TOKENS
 from conformance.engine.results import Exchange
 from conformance.engine.token_cost import CostModel
-from conformance.wire import meter
+from conformance.wire import jsontext, meter
 from conformance.wire.sse import Parsed, parse_lines
 
 # The start of the reason of every check skipped for the token ceiling (reports find them by it).
@@ -194,7 +194,7 @@ class Ledger:
             self.add(worst)
         elif status == 200:
             try:
-                data: Any = json.loads(answer)
+                data: Any = jsontext.loads(answer)
             except (ValueError, RecursionError):
                 text = answer.decode("utf-8", "replace").splitlines()
                 self.count_stream(

@@ -10,7 +10,6 @@ is bounded in time.
 
 from __future__ import annotations
 
-import json
 import socket
 import ssl
 import time
@@ -20,6 +19,8 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import h11
+
+from conformance.wire import jsontext
 
 MAX_READ = 1 << 22  # bytes kept of one connection's answers (4 MiB)
 
@@ -32,7 +33,7 @@ class RawResponse:
 
     def json(self) -> Any:
         try:
-            return json.loads(self.body)
+            return jsontext.loads(self.body)
         except ValueError:
             return None
 

@@ -8,9 +8,10 @@ the time each arrived.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from typing import Any
+
+from conformance.wire import jsontext
 
 DONE = "[DONE]"
 DATA_PREFIX = "data: "
@@ -95,7 +96,7 @@ def _event(data: str, at: float) -> Event:
     if data == DONE:
         return Event(data, at, DONE, "done")
     try:
-        payload = json.loads(data)
+        payload = jsontext.loads(data)
     except ValueError:
         return Event(data, at, None, "invalid")
     return Event(data, at, payload, classify(payload))

@@ -411,7 +411,8 @@ def allowed_tokens_honoured(ctx: Context) -> None:
             "allowed_token_ids": list(ctx.model.eos_token_ids),
         },
     )
-    usage = reply.data.get("usage") if isinstance(reply.data.get("usage"), dict) else {}
+    usage = ctx.expect_object(reply).get("usage")
+    usage = usage if isinstance(usage, dict) else {}
     if usage.get("completion_tokens") != 1 or choice.get("finish_reason") != "stop":
         ctx.unproven(
             f"with only the end tokens allowed, a choice wrote {usage.get('completion_tokens')} tokens and "
@@ -434,7 +435,8 @@ def ignore_eos(ctx: Context) -> None:
             "allowed_token_ids": list(ctx.model.eos_token_ids),
         },
     )
-    usage = reply.data.get("usage") if isinstance(reply.data.get("usage"), dict) else {}
+    usage = ctx.expect_object(reply).get("usage")
+    usage = usage if isinstance(usage, dict) else {}
     ctx.equal(
         f"the tokens written (usage) with ignore_eos and only end tokens allowed, max_tokens = {END_TOKENS}",
         END_TOKENS,
@@ -524,7 +526,8 @@ def truncate_prompt_tokens(ctx: Context) -> None:
             "return_token_ids": True,
         },
     )
-    usage = reply.data.get("usage") if isinstance(reply.data.get("usage"), dict) else {}
+    usage = ctx.expect_object(reply).get("usage")
+    usage = usage if isinstance(usage, dict) else {}
     ctx.equal(
         f"(prompt_token_ids, usage.prompt_tokens) of {TRUNCATED} with truncate_prompt_tokens = {KEEP}",
         [TRUNCATED[-KEEP:], KEEP],

@@ -2,35 +2,10 @@
 
 from __future__ import annotations
 
-import json
-from functools import cache
 from typing import Any
-
-import jsonschema
 
 from conformance.engine.context import Context
 from conformance.wire.client import AUTH_DEFAULT, StreamReply
-
-SCHEMA_ERRORS_SHOWN = 5
-
-
-@cache
-def _validator(schema_json: str) -> jsonschema.protocols.Validator:
-    schema = json.loads(schema_json)
-    cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
-    return cls(schema)
-
-
-def schema_errors(instance: Any, schema: dict[str, Any]) -> list[str]:
-    """Up to a few readable schema errors ('path: message'); empty when valid."""
-    validator = _validator(json.dumps(schema, sort_keys=True))
-    out = []
-    for err in validator.iter_errors(instance):
-        where = "/".join(str(p) for p in err.absolute_path) or "(root)"
-        out.append(f"{where}: {err.message[:200]}")
-        if len(out) >= SCHEMA_ERRORS_SHOWN:
-            break
-    return out
 
 
 def open_stream(ctx: Context, body: dict[str, Any], **kw: Any) -> StreamReply:

@@ -19,9 +19,9 @@ import secrets
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from conformance.checks.helpers.common import schema_errors
 from conformance.engine.context import Context
 from conformance.engine.registry import register
+from conformance.engine.shapes import schema_errors
 from conformance.spec.bodies import REQUEST_ID_MASK, error_body, message, request_id_re
 from conformance.wire import meter
 from conformance.wire.rawhttp import RawExchange, RawResponse, Target, exchange
