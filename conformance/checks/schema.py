@@ -277,8 +277,10 @@ def schemathesis_spec(api: Spec) -> dict[str, Any]:
     return copy.deepcopy(api.raw)
 
 
-def narrowed_spec(api: Spec, model: str) -> dict[str, Any]:
-    """openapi.yaml with CompletionRequest limited to cheap requests every rule accepts.
+def narrowed_spec(api: Spec, model: str, num_layers: int) -> dict[str, Any]:
+    """openapi.yaml with CompletionRequest limited to cheap requests every rule accepts, on the
+    deployment's layers (`num_layers`, from GET /v1/models: the schema's allOf holds the
+    spec's model's, and a 4-layer deployment rightly refuses layer 18).
 
     The cross-field rules are in the schema itself (its allOf), and so are the
     model's and the caps' ranges; what is left to narrow is what JSON Schema
@@ -316,6 +318,12 @@ def narrowed_spec(api: Spec, model: str) -> dict[str, Any]:
     props["max_tokens"] = {"type": "integer", "minimum": 1, "maximum": POSITIVE_MAX_TOKENS}
     props["n"] = {"type": ["integer", "null"], "minimum": 1, "maximum": 1}
     props["min_tokens"] = {"type": ["integer", "null"], "minimum": 0, "maximum": 1}
+    layers = props["output_residual_stream"]
+    props["output_residual_stream"] = {
+        **layers,
+        "maxItems": min(layers["maxItems"], num_layers),
+        "items": {**layers["items"], "exclusiveMaximum": num_layers},
+    }
     req["required"] = sorted({*req["required"], "max_tokens"})
     return raw
 
@@ -507,7 +515,9 @@ def _run_both(ctx: Context) -> dict[str, list[Finding]]:
         ("negative", schemathesis_spec(ctx.api), ("coverage", "fuzzing"))
     ]
     if ctx.config.full:
-        runs.append(("positive", narrowed_spec(ctx.api, ctx.config.model), PHASES))
+        runs.append(
+            ("positive", narrowed_spec(ctx.api, ctx.config.model, ctx.model.num_layers), PHASES)
+        )
     ctx.memo["schemathesis"] = findings
     refused = never_accepted(schemathesis_spec(ctx.api))
     for mode, raw, phases in runs:

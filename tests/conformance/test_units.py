@@ -211,9 +211,12 @@ def test_expectations_come_from_the_spec() -> None:
 def test_the_narrowed_spec_is_valid_openapi_and_only_narrows() -> None:
     from openapi_spec_validator import validate
 
-    raw = narrowed_spec(spec(), spec().default_model)
+    raw = narrowed_spec(spec(), spec().default_model, 4)
     validate(raw)
     narrowed = raw["components"]["schemas"]["CompletionRequest"]
+    # the deployment's layers (4 here), not the spec's model's
+    assert narrowed["properties"]["output_residual_stream"]["items"]["exclusiveMaximum"] == 4
+    assert narrowed["properties"]["output_residual_stream"]["maxItems"] == 4
     original = spec().schema("CompletionRequest")
     assert set(narrowed["properties"]) <= set(original["properties"])
     assert "max_tokens" in narrowed["required"]
