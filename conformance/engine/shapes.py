@@ -54,8 +54,8 @@ def off_schema(api: Spec, replies: Iterable[tuple[str, Reply]]) -> tuple[Reply, 
                     return reply, errors
             continue
         if not reply.is_json and reply.status is not None and reply.content:
-            name = "Completion" if reply.status == 200 else "ErrorBody"
-            return reply, [f"the body is not JSON, where a {name} is"]
+            name = "a Completion" if reply.status == 200 else "an ErrorBody"
+            return reply, [f"the body is not JSON, where {name} is"]
         if reply.status == 200:
             errors = schema_errors(reply.data, api.schema("Completion"))
         elif reply.status is not None and reply.status >= 400:
