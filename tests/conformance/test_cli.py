@@ -21,6 +21,7 @@ from contract.version import describe, versions
 from mock_server import create_app
 from mock_server.config import MockConfig
 from tests.broken.breaker import Breaker
+from tests.support.suite import run_embedded
 from tests.support.wsgi import serve
 
 KEY = "cli-test-key"
@@ -220,29 +221,7 @@ def test_help_exits_0() -> None:
 
 
 def _pytest(url: str, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pytest",
-            "-p",
-            "conformance.pytest_plugin",
-            "--pyargs",
-            "conformance.pytest_suite",
-            "-p",
-            "no:cacheprovider",
-            "-q",
-            "--conformance-base-url",
-            url,
-            "--conformance-api-key",
-            KEY,
-            *args,
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    return run_embedded(url, KEY, *args)
 
 
 def test_pytest_embedding_passes_and_fails_like_the_cli(
@@ -371,7 +350,6 @@ def test_the_command_leaves_no_cache_in_the_working_directory(
     a gate run from a deployment's repository must leave nothing there (issue 32)."""
     import os
     import subprocess
-    import sys
 
     _, url = mock
     cache = tmp_path / "cache"

@@ -7,8 +7,6 @@ from __future__ import annotations
 import base64
 import io
 import json
-import subprocess
-import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -25,6 +23,7 @@ from conformance.wire.ledger import OVER_CEILING
 from mock_server import create_app
 from mock_server.config import MockConfig
 from tests.broken.liars import WAYS, Liar
+from tests.support.suite import run_embedded
 from tests.support.wsgi import serve
 
 KEY = "sk-gallery-SECRET-0123456789abcdef"
@@ -261,30 +260,12 @@ def test_a_password_or_token_in_the_metrics_url_reaches_no_report(tmp_path: Path
 def test_the_key_quoted_back_reaches_no_line_of_the_pytest_embedding(tmp_path: Path) -> None:
     """pytest writes a check's findings to its terminal and its --junitxml: masked there too."""
     with liar("quotes the Authorization header") as (_, url):
-        run = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "pytest",
-                "-p",
-                "conformance.pytest_plugin",
-                "--pyargs",
-                "conformance.pytest_suite",
-                "-p",
-                "no:cacheprovider",
-                "-q",
-                "--conformance-base-url",
-                url,
-                "--conformance-api-key",
-                KEY,
-                "--conformance-select",
-                "auth:*,golden:http*",
-                f"--junitxml={tmp_path / 'j.xml'}",
-            ],
-            cwd=Path(__file__).parents[2],
-            capture_output=True,
-            text=True,
-            timeout=300,
+        run = run_embedded(
+            url,
+            KEY,
+            "--conformance-select",
+            "auth:*,golden:http*",
+            f"--junitxml={tmp_path / 'j.xml'}",
         )
     assert run.returncode == 1 and "Bearer ***" in run.stdout, run.stdout[-2000:]
     assert leaked(tmp_path, run.stdout + run.stderr) == []

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
 from conformance.checks import REGISTRY
@@ -31,3 +34,30 @@ def failed(report: RunReport) -> dict[str, list[str]]:
     """Each failed check's finding messages; no tool error."""
     assert not report.errors, [(r.id, r.reason) for r in report.errors]
     return {r.id: [f.message for f in r.findings] for r in report.failed}
+
+
+def run_embedded(url: str, key: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """The suite inside pytest, as a deployment embeds it (conformance/pytest_plugin.py)."""
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-p",
+            "conformance.pytest_plugin",
+            "--pyargs",
+            "conformance.pytest_suite",
+            "-p",
+            "no:cacheprovider",
+            "-q",
+            "--conformance-base-url",
+            url,
+            "--conformance-api-key",
+            key,
+            *args,
+        ],
+        cwd=Path(__file__).resolve().parents[2],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
