@@ -422,7 +422,7 @@ def _sent_through_schemathesis(body: dict[str, Any]) -> tuple[dict[str, Any], Cl
 
 
 def _errors(body: dict[str, Any]) -> list[str]:
-    from conformance.checks.helpers.common import schema_errors
+    from conformance.engine.shapes import schema_errors
 
     return schema_errors(body, {**REQUEST, "components": spec().raw["components"]})
 

@@ -19,7 +19,7 @@ from api_server import Engine, ServerConfig
 from api_server.config import ConfigError
 from api_server.responses import KEEPALIVE
 from api_server.state import state_of
-from conformance.checks.helpers.common import schema_errors
+from conformance.engine.shapes import schema_errors
 from contract import ApiError, CompletionRequest, InferenceUnavailable, InternalError, hold, spec
 from mock_server import MockConfig, create_app
 from mock_server.fake_engine import FakeEngine
