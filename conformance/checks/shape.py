@@ -17,7 +17,7 @@ import math
 from itertools import accumulate
 from typing import Any
 
-from conformance.checks.helpers.common import n_applied, open_stream
+from conformance.checks.helpers.common import n_applied, open_stream, usage_of
 from conformance.engine.context import Context
 from conformance.engine.registry import register
 from conformance.wire.client import Reply
@@ -179,8 +179,7 @@ def token_ids(ctx: Context) -> None:
         _body(ctx, prompt=prompt, echo=False, n=2, temperature=1, return_token_ids=True),
     )
     choices = _choices(ctx, reply)
-    usage = ctx.expect_object(reply).get("usage")
-    usage = usage if isinstance(usage, dict) else {}
+    usage = usage_of(ctx, reply)
     ids = [c.get("token_ids") for c in choices]
     lists = [x for x in ids if isinstance(x, list)]
     if not ctx.expect(

@@ -27,7 +27,7 @@ from __future__ import annotations
 from typing import Any
 
 from conformance.checks.helpers.agree import LOGPROBS, difference
-from conformance.checks.helpers.common import prompt_ids_returned
+from conformance.checks.helpers.common import prompt_ids_returned, usage_of
 from conformance.checks.helpers.tempered import (
     CRITICAL,
     Step,
@@ -411,8 +411,7 @@ def allowed_tokens_honoured(ctx: Context) -> None:
             "allowed_token_ids": list(ctx.model.eos_token_ids),
         },
     )
-    usage = ctx.expect_object(reply).get("usage")
-    usage = usage if isinstance(usage, dict) else {}
+    usage = usage_of(ctx, reply)
     if usage.get("completion_tokens") != 1 or choice.get("finish_reason") != "stop":
         ctx.unproven(
             f"with only the end tokens allowed, a choice wrote {usage.get('completion_tokens')} tokens and "
@@ -435,8 +434,7 @@ def ignore_eos(ctx: Context) -> None:
             "allowed_token_ids": list(ctx.model.eos_token_ids),
         },
     )
-    usage = ctx.expect_object(reply).get("usage")
-    usage = usage if isinstance(usage, dict) else {}
+    usage = usage_of(ctx, reply)
     ctx.equal(
         f"the tokens written (usage) with ignore_eos and only end tokens allowed, max_tokens = {END_TOKENS}",
         END_TOKENS,
@@ -526,8 +524,7 @@ def truncate_prompt_tokens(ctx: Context) -> None:
             "return_token_ids": True,
         },
     )
-    usage = ctx.expect_object(reply).get("usage")
-    usage = usage if isinstance(usage, dict) else {}
+    usage = usage_of(ctx, reply)
     ctx.equal(
         f"(prompt_token_ids, usage.prompt_tokens) of {TRUNCATED} with truncate_prompt_tokens = {KEEP}",
         [TRUNCATED[-KEEP:], KEEP],

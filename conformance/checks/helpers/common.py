@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from conformance.engine.context import Context
-from conformance.wire.client import AUTH_DEFAULT, StreamReply
+from conformance.wire.client import AUTH_DEFAULT, Reply, StreamReply
 
 
 def open_stream(ctx: Context, body: dict[str, Any], **kw: Any) -> StreamReply:
@@ -68,3 +68,10 @@ def prompt_ids_returned(ctx: Context, text: str, ids: Any) -> list[int]:
             "shape:token_ids's finding), and this check needs the id of its token"
         )
     return ids
+
+
+def usage_of(ctx: Context, reply: Reply) -> dict[str, Any]:
+    """The answer's usage object, {} where it has none; the check stops where the answer is no
+    JSON object (Context.expect_object)."""
+    usage = ctx.expect_object(reply).get("usage")
+    return usage if isinstance(usage, dict) else {}
