@@ -22,6 +22,7 @@ from conformance.engine.context import Context
 from conformance.engine.registry import register
 from conformance.spec.metrics import GATEWAY, counter_totals, families, load
 from conformance.wire.client import IDENTITY, BoundedTransport, answer_bounds
+from conformance.wire.secrets import SECRETS
 
 TAGS = ("metrics",)
 T = TypeVar("T")
@@ -49,14 +50,14 @@ def scrape(ctx: Context, read: Callable[[str], T]) -> T:
         ctx.stop(
             f"GET {ctx.config.metrics_url} answered {resp.status_code}",
             expected=200,
-            received=resp.text[:300],
+            received=SECRETS.cut(resp.text, 300),
         )
     try:
         return read(resp.text)
     except ValueError as exc:
         ctx.stop(
             f"GET {ctx.config.metrics_url}: not Prometheus' text format: {exc}",
-            received=resp.text[:300],
+            received=SECRETS.cut(resp.text, 300),
         )
         raise  # unreachable: stop raises
 

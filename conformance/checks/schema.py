@@ -62,6 +62,7 @@ from conformance.engine.results import Exchange, Finding, quote
 from conformance.wire import jsontext
 from conformance.wire.client import Client, Reply, StreamReply
 from conformance.wire.ledger import OverCeiling
+from conformance.wire.secrets import SECRETS
 from conformance.wire.sse import parse_lines
 from conformance.wire.who_answered import names_front, who_answered
 from contract import Spec
@@ -200,13 +201,14 @@ class Ledger:
             raise
 
     def resend_429s(self, kwargs: dict[str, Any]) -> None:
-        """--rate-limit: the transport's arguments get the response hook `sent_again`."""
-        if self.client.pace is not None:
-            hooks = kwargs.get("hooks") or {}
-            kwargs["hooks"] = {
-                **hooks,
-                "response": [*_as_list(hooks.get("response")), self.sent_again],
-            }
+        """The transport's arguments get the response hooks: with --rate-limit `sent_again`, then
+        `masked` (a server's words masked before schemathesis or a finding cuts them)."""
+        hooks = kwargs.get("hooks") or {}
+        ours = [self.sent_again] if self.client.pace is not None else []
+        kwargs["hooks"] = {
+            **hooks,
+            "response": [*_as_list(hooks.get("response")), *ours, _masked],
+        }
 
     def sent_again(self, resp: requests.Response, **send_kw: Any) -> requests.Response:
         """requests' response hook: a 429 with Retry-After waited out and sent again (Client.paced)."""
@@ -259,6 +261,14 @@ def before_call(ctx: Any, case: Any, kwargs: dict[str, Any]) -> None:
     if ledger is not None:
         ledger.before(case)
         ledger.resend_429s(kwargs)
+
+
+def _masked(resp: requests.Response, **_: Any) -> requests.Response:
+    """requests' response hook: the answer's body and headers, the run's secrets masked."""
+    resp._content = SECRETS.mask_bytes(resp.content)
+    for name, value in list(resp.headers.items()):
+        resp.headers[name] = SECRETS(value)
+    return resp
 
 
 def check_names() -> list[str]:
@@ -408,13 +418,13 @@ def _no_answer(mode: str, unanswered: list[Any], answered: int, base_url: str) -
     if unanswered and not answered:
         raise RuntimeError(
             f"schemathesis reached no server at {base_url} ({len(unanswered)} requests unanswered): "
-            f"{type(unanswered[0].value).__name__}: {str(unanswered[0].value)[:300]}"
+            f"{type(unanswered[0].value).__name__}: {SECRETS.cut(str(unanswered[0].value), 300)}"
         )
     return [
         Finding(
             f"{mode} data, {e.label}: no HTTP response",
             expected="an HTTP answer",
-            received=f"{type(e.value).__name__}: {str(e.value)[:300]}",
+            received=f"{type(e.value).__name__}: {SECRETS.cut(str(e.value), 300)}",
         )
         for e in unanswered
     ]
@@ -441,7 +451,7 @@ def _exchange(interaction: Any) -> Exchange | None:
     ex = Exchange(req.method, req.uri, headers, body, sent=sent)
     if resp is not None:
         ex.status = resp.status_code
-        ex.response_headers = _headers(resp)
+        ex.response_headers = {k: SECRETS(v) for k, v in _headers(resp).items()}
         ex.response_body = quote(resp.content)
     return ex
 
@@ -564,7 +574,7 @@ def _run_both(ctx: Context) -> dict[str, list[Finding]]:
                         Finding(
                             text + (f" ({other})" if other else ""),
                             expected=f"no {node.name} failure",
-                            received=detail[:1500] or failure.title,
+                            received=SECRETS.cut(detail, 1500) or failure.title,
                             exchange=_exchange(interaction),
                             warning=other is not None,
                         )

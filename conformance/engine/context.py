@@ -10,6 +10,7 @@ from conformance.engine.config import RunConfig
 from conformance.engine.results import Finding
 from conformance.spec.bodies import REQUEST_ID_MASK, mask, request_id_re
 from conformance.wire.client import Client, Reply
+from conformance.wire.secrets import SECRETS
 from contract import ModelInfo, Spec
 
 # ctx.memo key: lines a check leaves for the report about requests the token ledger withheld.
@@ -273,13 +274,13 @@ def said(reply: Reply) -> str | None:
     elif reply.is_json or not reply.content:
         return None
     else:
-        text = reply.content[: 4 * SAID_CHARS].decode("utf-8", "replace")
+        text = SECRETS.cut(reply.content.decode("utf-8", "replace"), 4 * SAID_CHARS)
         if not all(c.isprintable() or c.isspace() for c in text):
             return None  # binary: nothing a reader could read
     if text is None:
         return None
-    text = " ".join(text.split())
-    return text if len(text) <= SAID_CHARS else text[:SAID_CHARS] + "…"
+    text = SECRETS(" ".join(text.split()))  # masked before the cut: a key never left in part
+    return text if len(text) <= SAID_CHARS else SECRETS.cut(text, SAID_CHARS) + "…"
 
 
 def _summary(reply: Reply) -> Any:

@@ -22,6 +22,7 @@ from enum import IntEnum, StrEnum
 from typing import Any
 
 from conformance.engine.config import ENV_API_KEY
+from conformance.wire.secrets import MASKED, SECRETS
 
 # The most of any body (request or response) or value a report quotes, in bytes of
 # UTF-8: a server that writes 27 KB of text for one probe must not fill the reports.
@@ -29,11 +30,13 @@ QUOTE_LIMIT_BYTES = 4096
 
 
 def quote(data: bytes | str, limit: int = QUOTE_LIMIT_BYTES) -> str:
-    """`data` as text, cut at `limit` bytes with its full length stated."""
-    raw = data if isinstance(data, bytes) else data.encode("utf-8", "replace")
+    """`data` as text, the run's secrets masked, then cut at `limit` bytes with its full length
+    stated (a piece of a secret left at the cut masked too)."""
+    raw = SECRETS.mask_bytes(data if isinstance(data, bytes) else data.encode("utf-8", "replace"))
     if len(raw) <= limit:
         return raw.decode("utf-8", "replace")
-    return f"{raw[:limit].decode('utf-8', 'ignore')}... (cut: {len(raw)} bytes in all)"
+    head = SECRETS.tail(raw[:limit].decode("utf-8", "ignore"))
+    return f"{head}... (cut: {len(raw)} bytes in all)"
 
 
 def bounded(value: Any, limit: int = QUOTE_LIMIT_BYTES) -> Any:
@@ -142,8 +145,6 @@ class Exchange:
         }
 
 
-MASKED = "***"  # the run's key where an exchange recorded it (Client._exchange)
-MIN_SECRET = 6  # a shorter key cannot be told from the words around it: not masked
 BODIES = "acs-bodies"  # the folder, beside a JSON report, of the bodies its curl lines send
 CURL_INLINE_BYTES = 2048  # a longer body goes by file
 

@@ -20,6 +20,7 @@ from conformance.engine.shapes import off_schema
 from conformance.engine.token_cost import CostModel
 from conformance.wire.client import AUTH_DEFAULT, AUTH_NONE, Client, Reply, answer_bounds
 from conformance.wire.ledger import OVER_CEILING, Halted, OverCeiling
+from conformance.wire.secrets import SECRETS
 from contract import Spec
 from contract.version import versions
 
@@ -274,6 +275,7 @@ def connect(config: RunConfig, transport: httpx.BaseTransport | None = None) -> 
     """A Context for `config` (checked against its spec, `config.api`), after GET /v1/models;
     the caller closes ctx.client."""
     config.validate()
+    SECRETS.add(*config.secrets)  # masked in every answer as it enters, before any cut
     client = Client(
         config.base_url,
         config.api_key,

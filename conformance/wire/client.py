@@ -31,9 +31,10 @@ from typing import Any, TypeVar
 
 import httpx
 
-from conformance.engine.results import MASKED, MIN_SECRET, Exchange, quote
+from conformance.engine.results import Exchange, quote
 from conformance.wire import jsontext
 from conformance.wire.ledger import Ledger
+from conformance.wire.secrets import MASKED, MIN_SECRET, SECRETS
 from conformance.wire.sse import Parsed, parse_lines
 
 AUTH_DEFAULT = "default"
@@ -203,6 +204,11 @@ def _no_reuse_after_5xx(resp: httpx.Response) -> None:
             stream.close()
 
 
+def masked_headers(headers: httpx.Headers) -> httpx.Headers:
+    """An answer's headers, the run's secrets masked (conformance.wire.secrets)."""
+    return httpx.Headers([(k, SECRETS(v)) for k, v in headers.multi_items()])
+
+
 def _shown(data: bytes | str | None) -> str | None:
     return None if data is None else quote(data)
 
@@ -346,14 +352,15 @@ class Client:
             self.ledger.add(worst)  # no answer: it may have generated all it could
             return Reply(exchange, None, httpx.Headers(), error=exchange.error)
         _no_reuse_after_5xx(resp)
-        reply = Reply(exchange, resp.status_code, resp.headers, resp.content)
+        headers, answer = masked_headers(resp.headers), SECRETS.mask_bytes(resp.content)
+        reply = Reply(exchange, resp.status_code, headers, answer)
         try:
-            reply.data, reply.is_json = jsontext.loads(resp.content), True
+            reply.data, reply.is_json = jsontext.loads(answer), True
         except (ValueError, RecursionError):  # not JSON, or nested past the decoder
             pass
         exchange.status = resp.status_code
-        exchange.response_headers = dict(resp.headers)
-        exchange.response_body = _shown(resp.content)
+        exchange.response_headers = dict(headers)
+        exchange.response_body = _shown(answer)
         if resp.status_code == 200:
             self.ledger.count(reply.data if reply.is_json else None, content, worst, exchange)
         self._observe(method, path, content, reply)
@@ -388,19 +395,18 @@ class Client:
         lines: list[tuple[float, str]] = []
         try:
             with self._paced_stream(path, content, hdrs, exchange, stop_after_events) as resp:
-                reply = StreamReply(exchange, resp.status_code, resp.headers)
+                reply = StreamReply(exchange, resp.status_code, masked_headers(resp.headers))
                 exchange.status = resp.status_code
-                exchange.response_headers = dict(resp.headers)
+                exchange.response_headers = dict(reply.headers)
                 if resp.status_code != 200 or "text/event-stream" not in resp.headers.get(
                     "content-type", ""
                 ):
-                    resp.read()
-                    reply.content = resp.content
+                    reply.content = SECRETS.mask_bytes(resp.read())
                     try:
-                        reply.data, reply.is_json = jsontext.loads(resp.content), True
+                        reply.data, reply.is_json = jsontext.loads(reply.content), True
                     except (ValueError, RecursionError):
                         pass
-                    exchange.response_body = _shown(resp.content)
+                    exchange.response_body = _shown(reply.content)
                     if resp.status_code == 200:
                         self.ledger.count(
                             reply.data if reply.is_json else None, content, worst, exchange
@@ -409,6 +415,7 @@ class Client:
                     return reply
                 events = 0
                 for line in resp.iter_lines():
+                    line = SECRETS(line)
                     lines.append((time.monotonic() - start, line))
                     if line.startswith("data:"):
                         events += 1

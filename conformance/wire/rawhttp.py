@@ -21,6 +21,7 @@ from urllib.parse import urlsplit
 import h11
 
 from conformance.wire import jsontext
+from conformance.wire.secrets import SECRETS
 
 MAX_READ = 1 << 22  # bytes kept of one connection's answers (4 MiB)
 
@@ -131,6 +132,7 @@ def exchange(
         out.closed = True
     finally:
         sock.close()
+    out.data = SECRETS.mask_bytes(out.data)  # a server's words masked before any check cuts them
     return out
 
 
@@ -162,7 +164,8 @@ def _read(sock: socket.socket, out: RawExchange, expect: int, deadline: float) -
         elif isinstance(event, h11.Data):
             body += event.data
         elif isinstance(event, h11.EndOfMessage):
-            out.responses.append(RawResponse(status, headers, bytes(body)))
+            masked = {k: SECRETS(v) for k, v in headers.items()}
+            out.responses.append(RawResponse(status, masked, SECRETS.mask_bytes(bytes(body))))
             if conn.their_state is not h11.DONE:  # the server closes after it
                 continue
             conn.start_next_cycle()

@@ -12,7 +12,9 @@ the server's own count that the gate's token promise is held to.
   message quoting the request's Authorization header, as such and base64-encoded;
 - "drops the seed": a seeded coin drops `seed` from a quarter of the requests that carry one;
 - "accepts unknown fields": fields the spec does not know dropped before the mock sees them (as
-  plain vLLM accepts them), and every refusal's message holding sampled text of its own.
+  plain vLLM accepts them), and every refusal's message holding sampled text of its own;
+- "quotes the key across the cuts": every refusal quotes the request's key where the gate cuts
+  what it quotes, across the cut of a server's message (SAID_CHARS) and of a body (4 KiB).
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ WAYS = (
     "quotes the Authorization header",
     "drops the seed",
     "accepts unknown fields",
+    "quotes the key across the cuts",
 )
 COMPLETIONS = spec().completions_path
 SAMPLED = ("the", "sky", "was", "green", "over", "a", "quiet", "harbour", "and", "then")
@@ -196,6 +199,8 @@ class Liar:
                 )
             elif self.way == "accepts unknown fields":
                 error["message"] = f"{error.get('message')} [{_sampled_text(self.rng)}]"
+            elif self.way == "quotes the key across the cuts":
+                return _across_cuts(data, auth.split(" ", 1)[-1]), code
         return json.dumps(data).encode(), code
 
     def _reset(self, environ: Environ) -> list[bytes]:
@@ -214,6 +219,19 @@ class Liar:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
         sock.shutdown(socket.SHUT_RDWR)
         raise ConnectionResetError("reset on purpose")
+
+
+def _across_cuts(data: dict[str, Any], key: str) -> bytes:
+    """`data` with `key` across the gate's cuts: its message's 160th character, its body's
+    4,096th byte."""
+    from conformance.engine.context import SAID_CHARS
+    from conformance.engine.results import QUOTE_LIMIT_BYTES
+
+    data["error"]["message"] = "m" * (SAID_CHARS - len(key) // 2) + key + " (as sent)"
+    data["note"] = ""
+    at = json.dumps(data).index('"note": ""') + len('"note": "')
+    data["note"] = "n" * (QUOTE_LIMIT_BYTES - len(key) // 2 - at) + key
+    return json.dumps(data).encode()
 
 
 class _Body:

@@ -20,6 +20,7 @@ from conformance.cli.main import main
 from conformance.engine.config import DEFAULT_TOKEN_CEILING
 from conformance.engine.results import ExitCode
 from conformance.wire.ledger import OVER_CEILING
+from conformance.wire.secrets import PIECE
 from mock_server import create_app
 from mock_server.config import MockConfig
 from tests.broken.liars import WAYS, Liar
@@ -68,8 +69,10 @@ def gate(
 
 
 def leaked(out: Path, terminal: str) -> list[str]:
-    """Where the key (or its base64, in any alignment's core) shows: report files, bodies, terminal."""
-    forms = [KEY, base64.b64encode(KEY.encode()).decode()[:20]]
+    """Where the key, a piece of it of PIECE characters (a key cut before it was masked) or its
+    base64 (in any alignment's core) shows: report files, bodies, terminal."""
+    forms = [KEY[i : i + PIECE] for i in range(len(KEY) - PIECE + 1)]
+    forms.append(base64.b64encode(KEY.encode()).decode()[:20])
     places = {
         str(p): p.read_bytes().decode("utf-8", "replace") for p in out.rglob("*") if p.is_file()
     }
@@ -257,9 +260,24 @@ def test_a_password_or_token_in_the_metrics_url_reaches_no_report(tmp_path: Path
     assert [w for w, text in places.items() for s in (password, token) if s in text] == []
 
 
-def test_the_key_quoted_back_reaches_no_line_of_the_pytest_embedding(tmp_path: Path) -> None:
+def test_a_key_quoted_across_every_cut_leaves_no_piece_in_any_report(tmp_path: Path) -> None:
+    """Masked before anything is cut: across a message's cut and a body's, no piece of it is left
+    (issue 53)."""
+    with liar("quotes the key across the cuts") as (_, url):
+        code, terminal = gate(url, tmp_path, "-k", "auth:*", "-k", "golden:*")
+    report = (tmp_path / "r.json").read_text()
+    assert code == ExitCode.FAILED and "*** (as sent)" in report
+    assert leaked(tmp_path, terminal) == []
+
+
+@pytest.mark.parametrize(
+    "way", ["quotes the Authorization header", "quotes the key across the cuts"]
+)
+def test_the_key_quoted_back_reaches_no_line_of_the_pytest_embedding(
+    way: str, tmp_path: Path
+) -> None:
     """pytest writes a check's findings to its terminal and its --junitxml: masked there too."""
-    with liar("quotes the Authorization header") as (_, url):
+    with liar(way) as (_, url):
         run = run_embedded(
             url,
             KEY,
@@ -267,5 +285,5 @@ def test_the_key_quoted_back_reaches_no_line_of_the_pytest_embedding(tmp_path: P
             "auth:*,golden:http*",
             f"--junitxml={tmp_path / 'j.xml'}",
         )
-    assert run.returncode == 1 and "Bearer ***" in run.stdout, run.stdout[-2000:]
+    assert run.returncode == 1 and "***" in run.stdout, run.stdout[-2000:]
     assert leaked(tmp_path, run.stdout + run.stderr) == []

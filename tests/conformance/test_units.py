@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import json
 import xml.etree.ElementTree as ET
 from typing import Any
@@ -19,6 +20,7 @@ from conformance.checks.schema import (
 from conformance.engine.config import DEFAULT_TOKEN_CEILING, RunConfig
 from conformance.engine.registry import Registry, select, token_bound
 from conformance.engine.results import (
+    QUOTE_LIMIT_BYTES,
     CheckResult,
     Exchange,
     ExitCode,
@@ -26,6 +28,7 @@ from conformance.engine.results import (
     Outcome,
     RunReport,
     exit_code,
+    quote,
 )
 from conformance.golden import load_cases
 from conformance.reports.html import render
@@ -336,11 +339,11 @@ def test_a_schemathesis_failure_answered_by_another_party_names_it() -> None:
 
 
 def test_the_scrubber_masks_a_key_in_every_form_a_server_may_echo_it(tmp_path: Any) -> None:
-    import base64
     import html
     import urllib.parse
 
-    from conformance.reports.scrub import MASK, Scrubber
+    from conformance.reports.scrub import Scrubber
+    from conformance.wire.secrets import MASKED as MASK
 
     key = "sk-live-0123456789abcdef"
     scrub = Scrubber([key, None, "short"])  # a key under MIN_SECRET is left alone
@@ -360,6 +363,22 @@ def test_the_scrubber_masks_a_key_in_every_form_a_server_may_echo_it(tmp_path: A
     assert scrub("a short word") == "a short word"
     scrub.write(tmp_path / "r.txt", f"x {key} y".encode())
     assert (tmp_path / "r.txt").read_text() == f"x {MASK} y"
+
+
+def test_a_secret_is_masked_before_a_cut_and_a_piece_left_at_a_cut_is_masked_too() -> None:
+    from conformance.wire.secrets import MASKED, PIECE, SECRETS, Secrets
+
+    key = "sk-cut-0123456789abcdef"
+    secrets = Secrets([key])
+    assert secrets.cut("x" * 150 + key + " " + "t" * 20, 160) == "x" * 150 + MASKED + " " + "t" * 6
+    assert secrets.tail("said " + key[:PIECE]) == "said " + MASKED
+    assert secrets.tail("said " + key[: PIECE - 1]) == "said " + key[: PIECE - 1]
+    b64 = base64.b64encode(key.encode()).decode()
+    assert secrets.tail("as sent: " + b64[:12]) == "as sent: " + MASKED
+    # the run's secrets (engine.runner.connect adds them) in every quote, before its cut
+    SECRETS.add(key)
+    quoted = quote("y" * (QUOTE_LIMIT_BYTES - 5) + key)
+    assert key[:5] not in quoted and quoted.startswith("y" * (QUOTE_LIMIT_BYTES - 5) + MASKED)
 
 
 def test_a_curl_line_never_reads_a_file_it_did_not_write_and_reads_the_key_from_the_environment() -> (
