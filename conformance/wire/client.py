@@ -352,14 +352,14 @@ class Client:
             self.ledger.add(worst)  # no answer: it may have generated all it could
             return Reply(exchange, None, httpx.Headers(), error=exchange.error)
         _no_reuse_after_5xx(resp)
-        headers, answer = masked_headers(resp.headers), SECRETS.mask_bytes(resp.content)
-        reply = Reply(exchange, resp.status_code, headers, answer)
+        heard, answer = masked_headers(resp.headers), SECRETS.mask_bytes(resp.content)
+        reply = Reply(exchange, resp.status_code, heard, answer)
         try:
             reply.data, reply.is_json = jsontext.loads(answer), True
         except (ValueError, RecursionError):  # not JSON, or nested past the decoder
             pass
         exchange.status = resp.status_code
-        exchange.response_headers = dict(headers)
+        exchange.response_headers = dict(heard)
         exchange.response_body = _shown(answer)
         if resp.status_code == 200:
             self.ledger.count(reply.data if reply.is_json else None, content, worst, exchange)
