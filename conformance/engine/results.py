@@ -313,6 +313,11 @@ class RunReport:
                 f"with Retry-After waited out ({r['waited_s']:.1f} s) and sent again, at most {r['max_retries']} "
                 f"times a request and {r['max_wait_s']:g} s a wait; {len(r['given_up'])} given up on"
             )
+            if r.get("past_bound"):
+                lines.append(
+                    f"not proven: the server forced {r['retried']} retries of {r['sent']} requests, "
+                    f"the run's bound; {r['past_bound']} more 429s stood as answers"
+                )
         return lines
 
     def count(self, outcome: Outcome) -> int:
@@ -375,7 +380,8 @@ def exit_code(report: RunReport | None) -> ExitCode:
     --strict makes them FAILED.
     No failure but a tool error (in a check, or writing a report) -> 2: the
     verdict is incomplete, so not 0.
-    Neither, but a check the server kept from running (UNPROVEN) -> 3: not proven.
+    Neither, but a check the server kept from running (UNPROVEN), or more 429 retries than the
+    run's bound (wire.client.Pace) -> 3: not proven.
     Only then 0: every selected check ran and passed, or was skipped by the profile's
     or the options' choice.
     """
@@ -385,6 +391,6 @@ def exit_code(report: RunReport | None) -> ExitCode:
         return ExitCode.FAILED
     if report.errors or report.run_errors:
         return ExitCode.USAGE
-    if report.unproven:
+    if report.unproven or (report.rate_limit or {}).get("past_bound"):
         return ExitCode.NOT_PROVEN
     return ExitCode.CONFORMANT

@@ -81,12 +81,14 @@ def discover(client: Client, model: str, api: Spec) -> ServerInfo:
 OVERSPEND = "the server generated"  # the start of a finding of a request past its price
 RESENT = "the connection was closed before an answer"  # the start of a resend's finding
 UNDERSTATED = "the usage says"  # the start of an understated usage's
+OVERCLAIMED = "the usage claims"  # the start of a usage past what its request allows
 
 
-def _client_findings(client: Client, since: tuple[int, int, int]) -> list[Finding]:
+def _client_findings(client: Client, since: tuple[int, int, int, int]) -> list[Finding]:
     """What the client saw while a check ran that is the server's doing: requests past their
-    price, usage below what an answer shows, connections dropped before an answer."""
-    over, under, resent = since
+    price, usage below what an answer shows or past what the request allows, connections
+    dropped before an answer."""
+    over, under, resent, claimed = since
     found = [
         Finding(
             f"{OVERSPEND} {o.spent} tokens for a request priced at {o.priced} (its prompts x n x "
@@ -110,6 +112,16 @@ def _client_findings(client: Client, since: tuple[int, int, int]) -> list[Findin
     ]
     found += [
         Finding(
+            f"{OVERCLAIMED} {c.spent} completion tokens for a request that allows {c.priced} (its "
+            "prompts x n x max_tokens within max_model_len): past max_tokens, or a false usage",
+            expected=f"at most {c.priced}",
+            received=c.spent,
+            exchange=c.exchange,
+        )
+        for c in client.ledger.overclaimed[claimed:]
+    ]
+    found += [
+        Finding(
             f"{RESENT} ({r.error}); the suite sent the request again on a new connection, the lost attempt "
             f"charged at its price ({r.charged} tokens)",
             expected="an answer",
@@ -121,8 +133,14 @@ def _client_findings(client: Client, since: tuple[int, int, int]) -> list[Findin
     return found
 
 
-def _marks(client: Client) -> tuple[int, int, int]:
-    return len(client.ledger.overspends), len(client.ledger.understated), len(client.resends)
+def _marks(client: Client) -> tuple[int, int, int, int]:
+    ledger = client.ledger
+    return (
+        len(ledger.overspends),
+        len(ledger.understated),
+        len(client.resends),
+        len(ledger.overclaimed),
+    )
 
 
 def run_check(check: Check, ctx: Context) -> CheckResult:

@@ -14,9 +14,10 @@ otherwise have its drop found on whichever check sent that request.
 
 A deployment's rate limit is met here, once (`Pace`, `Client.paced`): with --rate-limit
 every request (the raw sockets' and schemathesis's too) waits its turn, and a 429 with
-Retry-After is waited out and sent again, not reported, at most MAX_RETRIES times a
-request and MAX_WAIT_S a wait. The API's own 429 (insufficient_quota) never carries Retry-After,
-so no check's expected answer is retried.
+Retry-After is waited out and sent again, at most MAX_RETRIES times a request, MAX_WAIT_S a
+wait and a bound for the run (RETRY_FLOOR, RETRY_EVERY): every report counts the retries, and a
+run whose server forced more is not proven (engine.results.exit_code). The API's own 429
+(insufficient_quota) never carries Retry-After, so no check's expected answer is retried.
 """
 
 from __future__ import annotations
@@ -45,6 +46,10 @@ AUTH_NONE = "none"
 DROPPED = ("disconnected without sending a response", "Connection reset by peer")
 MAX_RETRIES = 5  # a request's 429s with Retry-After waited out, at most
 MAX_WAIT_S = 60.0  # the longest Retry-After waited out; a longer one is answered as it came
+# The run's retries, at most RETRY_FLOOR plus one for every RETRY_EVERY requests sent: a server
+# that answers 429 to far more than a deployment's limit would (every first attempt) has its 429s
+# stand as answers (findings of their checks) past it, and the run is not proven.
+RETRY_FLOOR, RETRY_EVERY = 10, 10
 
 
 IDENTITY = "identity"  # the suite's Accept-Encoding: answers as sent, their size their cost
@@ -127,11 +132,18 @@ class Pace:
         self._lock = threading.Lock()
         self._next = 0.0
         self.retried = 0
+        self.turns = 0  # requests sent, retries included
         self.waited = 0.0
         self.given_up: list[str] = []
+        self.past_bound = 0  # 429s not retried because the run's retries reached their bound
+
+    @property
+    def bound(self) -> int:
+        return RETRY_FLOOR + self.turns // RETRY_EVERY
 
     def wait(self) -> None:
         with self._lock:
+            self.turns += 1
             now = time.monotonic()
             at = max(now, self._next)
             self._next = at + 1.0 / self.per_second
@@ -149,10 +161,17 @@ class Pace:
             seconds = max(0.0, float(value))
         except ValueError:
             seconds = MAX_WAIT_S + 1
-        if tries >= MAX_RETRIES or seconds > MAX_WAIT_S:
-            self.given_up.append(f"{what}: 429 with Retry-After {value} after {tries} retries")
-            return None
         with self._lock:
+            if self.retried >= self.bound:
+                self.past_bound += 1
+                self.given_up.append(
+                    f"{what}: 429 with Retry-After {value}: the run's {self.retried} retries "
+                    "reached their bound"
+                )
+                return None
+            if tries >= MAX_RETRIES or seconds > MAX_WAIT_S:
+                self.given_up.append(f"{what}: 429 with Retry-After {value} after {tries} retries")
+                return None
             self.retried += 1
             self.waited += seconds
         return seconds
@@ -161,6 +180,9 @@ class Pace:
         return {
             "per_second": self.per_second,
             "retried": self.retried,
+            "sent": self.turns,
+            "bound": self.bound,
+            "past_bound": self.past_bound,
             "waited_s": round(self.waited, 3),
             "max_retries": MAX_RETRIES,
             "max_wait_s": MAX_WAIT_S,

@@ -61,6 +61,7 @@ class Ledger:
         self.cost: CostModel | None = None
         self.overspends: list[Overspend] = []
         self.understated: list[Overspend] = []  # usage below what the answer shows
+        self.overclaimed: list[Overspend] = []  # usage past what the request allows
         # Why nothing that could generate is sent any more (a premise failed, a request went past
         # its price): no request whose price relies on what the server has shown false.
         self.halted: str | None = None
@@ -132,7 +133,9 @@ class Ledger:
         """A 200 without stream, by the gate's meter (conformance.wire.meter.answer)."""
         body = self._body(content)
         price = self.cost.sequence(body) if self.cost is not None else worst
-        self._spend(meter.answer(data, body, price, worst), worst, exchange)
+        metered = meter.answer(data, body, price, worst)
+        self._claimed(metered.claim, body, exchange)
+        self._spend(metered, worst, exchange)
 
     def count_stream(
         self,
@@ -148,6 +151,7 @@ class Ledger:
         token."""
         body = self._body(content)
         metered = meter.stream(parsed, body)
+        self._claimed(metered.claim, body, exchange)
         self.add(max(metered.tokens, worst if unfinished else 0))
         # past its price by evidence: the chunks, and the usage's claim too where there is one (a
         # proxy may cut one token's text in two chunks; a usage may claim what never came)
@@ -156,6 +160,23 @@ class Ledger:
         if self.cost is not None and said > worst:
             with self._lock:
                 self._overspent(Overspend(exchange, worst, said))
+
+    def _claimed(self, claim: int | None, body: Any, exchange: Exchange | None) -> None:
+        """A usage past all the request allows (its prompts x n x max_tokens within max_model_len):
+        the server went past max_tokens, or its usage is false; a finding of the check that sent
+        it either way, and the ledger halts (a count it claims is charged: a claim the server
+        chose must not decide the run's verdict by the ceiling alone)."""
+        if self.cost is None or claim is None:
+            return
+        allowed = self.cost.body(body)
+        if claim > allowed:
+            with self._lock:
+                self.overclaimed.append(Overspend(exchange, allowed, claim))
+                self.halted = self.halted or (
+                    f"the server's usage claims {claim} tokens for a request that allows "
+                    f"{allowed}: a request's price cannot be bounded, so none that could "
+                    "generate is sent"
+                )
 
     def _overspent(self, overspend: Overspend) -> None:
         """A request past its price: the bound every price relies on is broken (held: the lock)."""

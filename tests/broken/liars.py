@@ -14,7 +14,10 @@ the server's own count that the gate's token promise is held to.
 - "accepts unknown fields": fields the spec does not know dropped before the mock sees them (as
   plain vLLM accepts them), and every refusal's message holding sampled text of its own;
 - "quotes the key across the cuts": every refusal quotes the request's key where the gate cuts
-  what it quotes, across the cut of a server's message (SAID_CHARS) and of a body (4 KiB).
+  what it quotes, across the cut of a server's message (SAID_CHARS) and of a body (4 KiB);
+- "claims a million once": the first answer with a usage says 1,000,000 completion tokens, and
+  `seed` is dropped from every request (real failures behind a claim that would blow the ceiling);
+- "429 on first attempts": each distinct request first answered 429 with Retry-After 0.
 """
 
 from __future__ import annotations
@@ -41,6 +44,8 @@ WAYS = (
     "drops the seed",
     "accepts unknown fields",
     "quotes the key across the cuts",
+    "claims a million once",
+    "429 on first attempts",
 )
 COMPLETIONS = spec().completions_path
 SAMPLED = ("the", "sky", "was", "green", "over", "a", "quiet", "harbour", "and", "then")
@@ -80,6 +85,8 @@ class Liar:
         limit = body.get("max_tokens")
         if self.way.startswith("ignores max_tokens") and type(limit) is int and limit > 0:
             body = {**body, "max_tokens": 4 * limit + 50}
+        if self.way == "claims a million once":
+            body = {k: v for k, v in body.items() if k != "seed"}
         if self.way == "drops the seed" and "seed" in body and self.rng.random() < 0.25:
             body = {k: v for k, v in body.items() if k != "seed"}
         if self.way == "accepts unknown fields":
@@ -109,11 +116,14 @@ class Liar:
             if isinstance(asked, dict):
                 raw = json.dumps(self._rewrite(asked)).encode()
         environ["wsgi.input"], environ["CONTENT_LENGTH"] = _Body(raw), str(len(raw))
-        if self.way == "resets first attempts" and method == "POST":
+        if self.way in ("resets first attempts", "429 on first attempts") and method == "POST":
             key = path.encode() + b" " + raw
             with self._lock:
                 first = key not in self._seen
                 self._seen.add(key)
+            if first and self.way == "429 on first attempts":
+                start_response("429 Too Many Requests", [("Retry-After", "0")])
+                return [b'{"error": {"message": "slow down", "type": "rate_limit"}}']
             if first:
                 return self._reset(environ)
         status, headers, chunks = self._inner(environ)
@@ -189,6 +199,14 @@ class Liar:
             if type(limit) is int and isinstance(usage, dict):
                 said = min(usage["completion_tokens"], limit * len(data.get("choices") or []))
                 usage.update(completion_tokens=said, total_tokens=usage["prompt_tokens"] + said)
+        if code == 200 and self.way == "claims a million once" and isinstance(data, dict):
+            usage = data.get("usage")
+            with self._lock:
+                claim = isinstance(usage, dict) and not self._seen
+                if claim:
+                    self._seen.add(b"claimed")
+            if claim:
+                usage.update(completion_tokens=1_000_000)
         if isinstance(error, dict) and 400 <= code < 500:
             if self.way == "500 under a version header":
                 code = 500

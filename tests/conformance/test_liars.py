@@ -19,6 +19,7 @@ from conformance.checks.premise import MAX_TOKENS as PREMISE_MAX_TOKENS
 from conformance.cli.main import main
 from conformance.engine.config import DEFAULT_TOKEN_CEILING
 from conformance.engine.results import ExitCode
+from conformance.engine.runner import OVERCLAIMED
 from conformance.wire.ledger import OVER_CEILING
 from conformance.wire.secrets import PIECE
 from mock_server import create_app
@@ -125,6 +126,27 @@ def test_every_reset_is_a_finding_of_the_check_that_sent_it(tmp_path: Path) -> N
         if r["outcome"] != "failed":
             assert r["outcome"] == "unproven" and r["reason"].startswith(OVER_CEILING), r
     assert report["summary"]["tokens"] >= server.generated
+
+
+def test_a_usage_past_what_the_request_allows_is_a_finding_not_a_verdict(tmp_path: Path) -> None:
+    """One claim of a million tokens does not turn real failures into "not proven" (issue 53)."""
+    with liar("claims a million once") as (_, url):
+        code, terminal = gate(url, tmp_path, "--profile", "full", "-k", "premise:*")
+    results = json.loads((tmp_path / "r.json").read_text())["results"]
+    assert code == ExitCode.FAILED, terminal
+    claimed = [f for r in results for f in r["findings"] if f["message"].startswith(OVERCLAIMED)]
+    assert [f["received"] for f in claimed] == [1_000_000], results
+
+
+def test_429s_forced_on_every_first_attempt_are_bounded_and_counted(tmp_path: Path) -> None:
+    with liar("429 on first attempts") as (_, url):
+        code, terminal = gate(
+            url, tmp_path, "--rate-limit", "100", "-k", "golden:type.*", "-k", "usage:*"
+        )
+    report = json.loads((tmp_path / "r.json").read_text())
+    rate = report["rate_limit"]
+    assert rate["retried"] == rate["bound"] < rate["sent"] and rate["past_bound"] > 0, rate
+    assert code == ExitCode.FAILED, terminal  # the 429s past the bound stood as answers
 
 
 def test_a_500_is_never_another_partys_whatever_the_headers(tmp_path: Path) -> None:
