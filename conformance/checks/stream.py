@@ -228,12 +228,23 @@ def keepalive(ctx: Context) -> None:
     """While nothing else is sent for keepalive_seconds, a `: keepalive` comment line is.
 
     The mock is slowed by its X-Mock-Ttft-Ms header; another server that
-    ignores it streams fast, and the check is skipped (no quiet gap to judge).
+    ignores it streams fast, and the check is skipped (no quiet gap to judge). A stream that
+    goes silent (the read times out) or ends before [DONE] is a finding, never that skip.
     """
     interval = ctx.api.caps["keepalive_seconds"]
     name, value = _slow_header(ctx)
     body = {"model": ctx.config.model, "prompt": [0], "max_tokens": 2, "ignore_eos": True}
     reply = open_stream(ctx, body, headers={name: value})
+    ended = any(e.kind == "done" for e in reply.parsed.events)
+    if reply.error is not None or not ended:
+        # a silence is never "the stream never went quiet": it is the quiet, unbroken
+        ctx.stop(
+            f"the stream went silent or broke off before [DONE] after {len(reply.lines)} lines "
+            f"({reply.error or 'closed'}): no keepalive comment kept it open",
+            expected=f"': keepalive' at least every {interval} s, then the stream's events and [DONE]",
+            received=[line for _, line in reply.lines[-3:]],
+            reply=reply,
+        )
     times = [0.0] + [t for t, line in reply.lines if line]
     comments = {t for t, _ in reply.parsed.comments}
     gaps = [(a, b) for a, b in zip(times, times[1:], strict=False) if b - a > interval]

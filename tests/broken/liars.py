@@ -17,7 +17,9 @@ the server's own count that the gate's token promise is held to.
   what it quotes, across the cut of a server's message (SAID_CHARS) and of a body (4 KiB);
 - "claims a million once": the first answer with a usage says 1,000,000 completion tokens, and
   `seed` is dropped from every request (real failures behind a claim that would blow the ceiling);
-- "429 on first attempts": each distinct request first answered 429 with Retry-After 0.
+- "429 on first attempts": each distinct request first answered 429 with Retry-After 0;
+- "silent when slowed": a stream asked to wait for its first token (the mock's X-Mock-Ttft-Ms)
+  sends its headers, then nothing at all.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ import random
 import socket
 import struct
 import threading
+import time
 from collections.abc import Iterable, Iterator
 from typing import Any
 
@@ -46,6 +49,7 @@ WAYS = (
     "quotes the key across the cuts",
     "claims a million once",
     "429 on first attempts",
+    "silent when slowed",
 )
 COMPLETIONS = spec().completions_path
 SAMPLED = ("the", "sky", "was", "green", "over", "a", "quiet", "harbour", "and", "then")
@@ -116,6 +120,14 @@ class Liar:
             if isinstance(asked, dict):
                 raw = json.dumps(self._rewrite(asked)).encode()
         environ["wsgi.input"], environ["CONTENT_LENGTH"] = _Body(raw), str(len(raw))
+        if (
+            self.way == "silent when slowed"
+            and environ.get("HTTP_X_MOCK_TTFT_MS")
+            and isinstance(asked, dict)
+            and asked.get("stream") is True
+        ):
+            start_response("200 OK", [("Content-Type", "text/event-stream")])
+            return _silence(SILENCE_S)
         if self.way in ("resets first attempts", "429 on first attempts") and method == "POST":
             key = path.encode() + b" " + raw
             with self._lock:
@@ -237,6 +249,14 @@ class Liar:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
         sock.shutdown(socket.SHUT_RDWR)
         raise ConnectionResetError("reset on purpose")
+
+
+SILENCE_S = 8.0  # past the gate's --timeout in these tests (5 s)
+
+
+def _silence(seconds: float) -> Iterator[bytes]:
+    yield b"\n"  # an empty line: werkzeug's server sends the headers with the first bytes
+    time.sleep(seconds)
 
 
 def _across_cuts(data: dict[str, Any], key: str) -> bytes:

@@ -149,6 +149,15 @@ def test_429s_forced_on_every_first_attempt_are_bounded_and_counted(tmp_path: Pa
     assert code == ExitCode.FAILED, terminal  # the 429s past the bound stood as answers
 
 
+def test_a_stream_that_goes_silent_is_a_finding_of_keepalive_not_a_skip(tmp_path: Path) -> None:
+    with liar("silent when slowed") as (_, url):
+        code, terminal = gate(url, tmp_path, "--profile", "full", "-k", "stream:keepalive")
+    results = json.loads((tmp_path / "r.json").read_text())["results"]
+    (result,) = [r for r in results if r["id"] == "stream:keepalive"]
+    assert code == ExitCode.FAILED and result["outcome"] == "failed", terminal
+    assert result["findings"][0]["message"].startswith("the stream went silent"), result
+
+
 def test_a_500_is_never_another_partys_whatever_the_headers(tmp_path: Path) -> None:
     with liar("500 under a version header") as (_, url):
         code, _ = gate(
