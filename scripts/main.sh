@@ -8,7 +8,9 @@ cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 PORT=${MOCK_PORT:-$(.venv/bin/python -c 'from reference_impl.launcher import free_port; print(free_port())')}
 mkdir -p reports
-.venv/bin/python -m mock_server --host 127.0.0.1 --port "$PORT" > reports/mock.log 2>&1 &
+# paced (--tpot-ms): a steered stream outlives a plain request sent beside it, so the run proves
+# isolation:steering.same_batch's overlap rather than leaving it unproven
+.venv/bin/python -m mock_server --host 127.0.0.1 --port "$PORT" --tpot-ms 5 > reports/mock.log 2>&1 &
 MOCK=$!
 trap 'kill "$MOCK" 2>/dev/null; wait "$MOCK" 2>/dev/null || true' EXIT
 for _ in $(seq 1 100); do

@@ -11,21 +11,32 @@ from conformance.engine.registry import register
 SEED_REPEATS = 16  # answers of one seeded request held to the first; a server that drops the
 # seed on a quarter of its requests passes all with odds 0.75^16 = 1%
 SEED_TOKENS = 4
+# Other temperatures, each with OTHER_REPEATS answers held to their first: a server that honours
+# the seed at temperature 1 only (where a gate would look) fails at each (its answers there are
+# sampled anew; 4 tokens at 1.3 coincide three times over far below 1 run in 100).
+OTHER_TEMPERATURES, OTHER_REPEATS = (0.7, 1.3), 4
 
 
 @register(
-    "determinism:seed", tags=("determinism",), tokens=SEED_REPEATS * SEED_TOKENS, effects=("seed",)
+    "determinism:seed",
+    tags=("determinism",),
+    tokens=(SEED_REPEATS + len(OTHER_TEMPERATURES) * OTHER_REPEATS) * SEED_TOKENS,
+    effects=("seed",),
 )
 def seed_reproduces(ctx: Context) -> None:
-    """The same request with the same seed, sent again and again at temperature 1, gets the same
-    tokens each time, or a near tie a batch may turn (agree.py): every answer, no any-of-N."""
+    """The same request with the same seed, sent again and again at temperature 1 (and at other
+    temperatures), gets the same tokens each time, or a near tie a batch may turn (agree.py):
+    every answer, no any-of-N."""
     body = {**agreeing_body(ctx), "n": 1, "max_tokens": SEED_TOKENS}
-    replies = []
-    for _ in range(SEED_REPEATS):
-        reply = ctx.client.post(ctx.api.completions_path, body)
-        ctx.expect_status(reply, 200, fatal=True)
-        replies.append(reply)
-    agree_with(ctx, "the same seed", replies[0], replies[1:])
+    runs = [(body["temperature"], SEED_REPEATS)]
+    runs += [(t, OTHER_REPEATS) for t in OTHER_TEMPERATURES]
+    for temperature, repeats in runs:
+        replies = []
+        for _ in range(repeats):
+            reply = ctx.client.post(ctx.api.completions_path, {**body, "temperature": temperature})
+            ctx.expect_status(reply, 200, fatal=True)
+            replies.append(reply)
+        agree_with(ctx, f"the same seed at temperature {temperature}", replies[0], replies[1:])
 
 
 OTHER_SEEDS = (4321, 5678)  # beside seeded_body's

@@ -165,8 +165,8 @@ def same_batch(ctx: Context) -> None:
     steered one is isolation:steering.prefix_cache's). The steered one is a stream of HELD
     tokens, read on; the plain one goes once its first token has come. The overlap is certain
     when the steered stream ends after the plain answer came; where it ended before (a server
-    faster than the plain request's round trip), the check says so in its result (a note on
-    its pass), never a silent pass."""
+    faster than the plain request's round trip), nothing is proven: the check is unproven,
+    saying so, never a pass."""
     prompt = fresh_prompt(ctx)
     first, last = threading.Event(), [0.0]
 
@@ -192,7 +192,7 @@ def same_batch(ctx: Context) -> None:
     steered = choices(steered_reply).get(0, {})
     _answered_alone(ctx, prompt, (steered, plain, reply), "sent while a steered one was open")
     if last[0] <= answered:
-        ctx.note(
+        ctx.unproven(
             f"the overlap was not certain: the steered stream of {HELD} tokens ended "
             f"{(answered - last[0]) * 1000:.0f} ms before the plain answer came, so the plain "
             "request may have run alone"

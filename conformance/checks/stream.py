@@ -343,11 +343,22 @@ def agreeing_body(ctx: Context) -> dict[str, Any]:
     return {**seeded_body(ctx), "logprobs": LOGPROBS}
 
 
-@register("stream:text_equals_non_stream", tags=("streaming", "determinism"), tokens=32)
+# Streams of one seeded request, each held to the answer without stream: a server that loses the
+# seed in a quarter of its streams passes all with odds 0.75^16 = 1%.
+STREAM_TWINS, TWIN_TOKENS = 16, 4
+
+
+@register(
+    "stream:text_equals_non_stream",
+    tags=("streaming", "determinism"),
+    tokens=(STREAM_TWINS + 1) * 2 * TWIN_TOKENS,
+)
 def text_equals(ctx: Context) -> None:
     """Each choice of a seeded request streamed is the one without stream: the same tokens, or a
-    near tie a batch may turn (agree.py); one try, no any-of-N."""
-    plain = ctx.client.post(ctx.api.completions_path, agreeing_body(ctx))
+    near tie a batch may turn (agree.py); every stream of STREAM_TWINS, no any-of-N."""
+    body = {**agreeing_body(ctx), "max_tokens": TWIN_TOKENS}
+    plain = ctx.client.post(ctx.api.completions_path, body)
     ctx.expect_status(plain, 200, fatal=True)
     n_applied(ctx, seeded_body(ctx)["n"], len(texts(plain)))
-    agree_with(ctx, "streamed", plain, [open_stream(ctx, agreeing_body(ctx))])
+    streams = [open_stream(ctx, body) for _ in range(STREAM_TWINS)]
+    agree_with(ctx, "streamed", plain, streams)

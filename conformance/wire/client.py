@@ -46,10 +46,11 @@ AUTH_NONE = "none"
 DROPPED = ("disconnected without sending a response", "Connection reset by peer")
 MAX_RETRIES = 5  # a request's 429s with Retry-After waited out, at most
 MAX_WAIT_S = 60.0  # the longest Retry-After waited out; a longer one is answered as it came
-# The run's retries, at most RETRY_FLOOR plus one for every RETRY_EVERY requests sent: a server
-# that answers 429 to far more than a deployment's limit would (every first attempt) has its 429s
-# stand as answers (findings of their checks) past it, and the run is not proven.
-RETRY_FLOOR, RETRY_EVERY = 10, 10
+# The run's retries, at most RETRY_FLOOR plus one for every RETRY_EVERY requests sent (first
+# attempts): under --rate-limit the suite keeps to the deployment's rate, so a server that answers
+# 429 to more (every first attempt) has its 429s stand as answers (findings of their checks) past
+# the bound, and the run is not proven.
+RETRY_FLOOR, RETRY_EVERY = 10, 2
 
 
 IDENTITY = "identity"  # the suite's Accept-Encoding: answers as sent, their size their cost
@@ -139,7 +140,7 @@ class Pace:
 
     @property
     def bound(self) -> int:
-        return RETRY_FLOOR + self.turns // RETRY_EVERY
+        return RETRY_FLOOR + (self.turns - self.retried) // RETRY_EVERY
 
     def wait(self) -> None:
         with self._lock:

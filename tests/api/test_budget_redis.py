@@ -31,6 +31,7 @@ from conformance.cli.main import main
 from contract import ApiError, InferenceUnavailable, hold, spec
 from tests.support.contract import CONTRACT
 from tests.support.mock import MockProcess, completion_body, free_port, parse_sse
+from tests.support.paced import PACED
 from tests.support.redis_server import RedisServer
 
 KEY = "redis-test-key"
@@ -179,7 +180,9 @@ INITIAL = (PER_KEY // 2) * HOLD + sum(REQ.prompt_token_counts) + 3
 
 
 def replica(url: str, *args: str) -> MockProcess:
-    return MockProcess("--workers", "2", "--threads", "16", "--budget-url", url, *args).start()
+    return MockProcess(
+        "--workers", "2", "--threads", "16", "--budget-url", url, *PACED, *args
+    ).start()
 
 
 def send(

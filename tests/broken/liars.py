@@ -19,7 +19,12 @@ the server's own count that the gate's token promise is held to.
   `seed` is dropped from every request (real failures behind a claim that would blow the ceiling);
 - "429 on first attempts": each distinct request first answered 429 with Retry-After 0;
 - "silent when slowed": a stream asked to wait for its first token (the mock's X-Mock-Ttft-Ms)
-  sends its headers, then nothing at all.
+  sends its headers, then nothing at all;
+- "seed at temperature 1 only": `seed` dropped wherever the temperature is not 1;
+- "streams drop the seed": a seeded coin drops `seed` from a quarter of the streams.
+
+CHECKS names the checks a way is held to where its whole run would cost more than it shows (the
+gallery runs those only); the others run the full profile.
 """
 
 from __future__ import annotations
@@ -50,7 +55,15 @@ WAYS = (
     "claims a million once",
     "429 on first attempts",
     "silent when slowed",
+    "seed at temperature 1 only",
+    "streams drop the seed",
 )
+CHECKS = {
+    "quotes the key across the cuts": ("auth:*", "golden:*"),
+    "silent when slowed": ("stream:keepalive",),
+    "seed at temperature 1 only": ("determinism:*",),
+    "streams drop the seed": ("stream:text_equals_non_stream",),
+}
 COMPLETIONS = spec().completions_path
 SAMPLED = ("the", "sky", "was", "green", "over", "a", "quiet", "harbour", "and", "then")
 
@@ -90,6 +103,14 @@ class Liar:
         if self.way.startswith("ignores max_tokens") and type(limit) is int and limit > 0:
             body = {**body, "max_tokens": 4 * limit + 50}
         if self.way == "claims a million once":
+            body = {k: v for k, v in body.items() if k != "seed"}
+        if self.way == "seed at temperature 1 only" and body.get("temperature", 1) != 1:
+            body = {k: v for k, v in body.items() if k != "seed"}
+        if (
+            self.way == "streams drop the seed"
+            and body.get("stream") is True
+            and self.rng.random() < 0.25
+        ):
             body = {k: v for k, v in body.items() if k != "seed"}
         if self.way == "drops the seed" and "seed" in body and self.rng.random() < 0.25:
             body = {k: v for k, v in body.items() if k != "seed"}

@@ -34,13 +34,14 @@ from tests.support.mock import (
     read_http_response,
 )
 from tests.support.nginx import SHIPPED, NginxFront
+from tests.support.paced import PACED
 
 KEEPALIVE_S = 0.2
 
 
 @pytest.fixture(scope="module")
 def front() -> Iterator[tuple[MockProcess, NginxFront]]:
-    mock = MockProcess("--workers", "2", "--keepalive-seconds", str(KEEPALIVE_S)).start()
+    mock = MockProcess("--workers", "2", "--keepalive-seconds", str(KEEPALIVE_S), *PACED).start()
     nginx = NginxFront(f"127.0.0.1:{mock.port}")
     try:
         yield mock, nginx.start()
