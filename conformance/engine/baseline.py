@@ -5,9 +5,11 @@ A finding is known when the baseline has a finding of the same check that assert
 its message and what it expected, masked of what an unchanged server says differently each
 time (`assertion`): the server's own words quoted after "the server says", any quoted text
 (sampled text, a token), numbers but HTTP statuses, and the volatile parts (ids, times) of
-conformance.wire.volatile. What was received is left out: a sampled body differs on every run. So
-a check that failed for one reason and now fails for another (another status, another
-assertion) has a new finding; the same assertion failing again is still failing. "Fixed"
+conformance.wire.volatile; and where its answer departs (`departures`: each field that differs
+from what was expected, with what was expected there). What was received is never matched: a
+sampled body differs on every run. So a check that failed for one reason and now fails for
+another (another status, another assertion, another field departing, as `param` lost in a body
+whose message already differed) has a new finding; the same departure again is still failing. "Fixed"
 counts only findings of checks that ran this time (passed, failed or warned).
 A report whose findings lack `expected` and `received` (none that this suite writes) is
 refused as a baseline. Every finding of the baseline counts, warnings too (a run under
@@ -44,9 +46,46 @@ def assertion(api: Spec, text: str) -> str:
     return _NUMBER.sub(lambda m: m.group() if _STATUS.fullmatch(m.group()) else MASK, head)
 
 
+def departures(api: Spec, expected: Any, received: Any, at: str = "") -> list[str]:
+    """Where `received` departs from `expected`: each field's path, with what was expected there
+    (masked as `assertion` masks), never what was received (the server's words, a sampled body)."""
+    if isinstance(expected, dict) and isinstance(received, dict):
+        out = []
+        for name in sorted(expected.keys() | received.keys(), key=str):
+            path = f"{at}.{name}"
+            if name not in received:
+                out.append(f"{path}: missing")
+            elif name not in expected:
+                out.append(f"{path}: not expected")
+            else:
+                out += departures(api, expected[name], received[name], path)
+        return out
+    if isinstance(expected, list) and isinstance(received, list):
+        if len(expected) != len(received):
+            return [f"{at}: {len(expected)} items expected"]
+        return [
+            d
+            for i, (e, r) in enumerate(zip(expected, received, strict=True))
+            for d in departures(api, e, r, f"{at}[{i}]")
+        ]
+    if expected == received:
+        return []
+    text = json.dumps(expected, sort_keys=True, ensure_ascii=False, default=str)
+    return [f"{at or '.'}: {assertion(api, text)}"]
+
+
 def _key(api: Spec, check: str, finding: dict[str, Any]) -> tuple[str, ...]:
+    """What a finding asserts (its message and expectation, masked) and where its answer
+    departs: the same assertion departing at another field, or with another expected value
+    there, is another finding."""
     expected = json.dumps(finding.get("expected"), sort_keys=True, ensure_ascii=False, default=str)
-    return check, assertion(api, str(finding["message"])), assertion(api, expected)
+    where = departures(api, finding.get("expected"), finding.get("received"))
+    return (
+        check,
+        assertion(api, str(finding["message"])),
+        assertion(api, expected),
+        *sorted(set(where)),
+    )
 
 
 def load(path: str, spec_version: str) -> list[dict[str, Any]]:

@@ -96,8 +96,11 @@ def _error_rewrite(status: int, body: dict[str, Any], mode: str) -> tuple[int, d
         return status, {**body, "error": {**err, "code": "invalid_request"}}
     if mode == "missing_param" and status == 400:
         return status, {**body, "error": {**err, "param": None}}
-    if mode == "changed_message" and err.get("message", "").startswith("Invalid type"):
-        return status, {**body, "error": {**err, "message": err["message"].rstrip(".")}}
+    if mode.startswith("changed_message") and err.get("message", "").startswith("Invalid type"):
+        err = {**err, "message": err["message"].rstrip(".")}
+        if mode == "changed_message_and_param":  # a new breakage where the message already broke
+            err["param"] = None
+        return status, {**body, "error": err}
     if mode == "no_request_id":
         return status, {k: v for k, v in body.items() if k != "request_id"}
     return status, body
