@@ -360,5 +360,5 @@ def text_equals(ctx: Context) -> None:
     plain = ctx.client.post(ctx.api.completions_path, body)
     ctx.expect_status(plain, 200, fatal=True)
     n_applied(ctx, seeded_body(ctx)["n"], len(texts(plain)))
-    streams = [open_stream(ctx, body) for _ in range(STREAM_TWINS)]
+    streams: list[Reply] = [open_stream(ctx, body) for _ in range(STREAM_TWINS)]
     agree_with(ctx, "streamed", plain, streams)

@@ -12,7 +12,7 @@ is never another party's, and an undeclared front's words are findings like any 
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 
 FRONT_GUIDE = 'reference_impl/DEPLOY.md, "Fronts"'
 
@@ -54,11 +54,17 @@ def writer(headers: Mapping[str, str]) -> tuple[str, ...]:
 
 
 def names_front(
-    headers: Mapping[str, str], body: bytes | str | None, status: int | None, front: str | None
+    headers: Mapping[str, str],
+    body: bytes | str | None,
+    status: int | None,
+    front: str | None,
+    refusals: Collection[int] = (),
 ) -> bool:
-    """Whether this answer is the declared `front`'s own: a status below 500, and the front's
-    name in its Server or Via header or in its page (nginx's pages end `<center>nginx</center>`)."""
-    if not front or status is None or status >= 500:
+    """Whether this answer is the declared `front`'s own: a status below 500 (or one of
+    `refusals`, a protocol refusal such as 501 or 505: the spec's x-protocol-refusals), and the
+    front's name in its Server or Via header or in its page (nginx's pages end
+    `<center>nginx</center>`)."""
+    if not front or status is None or (status >= 500 and status not in refusals):
         return False
     name = front.lower()
     said = " ".join(v for v in (_header(headers, "server"), _header(headers, "via")) if v).lower()
@@ -70,6 +76,7 @@ def who_answered(
     body: bytes | str | None,
     status: int | None = None,
     front: str | None = None,
+    refusals: Collection[int] = (),
 ) -> str:
     """'answered by Server: nginx/1.22.1, HTML title "400 Bad Request"; ...', or that nothing in
     the answer names its writer; then whether it is the declared front's (`--front`), or how to
@@ -83,7 +90,7 @@ def who_answered(
         if named
         else "the answer names no writer (no Server, Via or HTML title)"
     )
-    if names_front(headers, body, status, front):
+    if names_front(headers, body, status, front, refusals):
         return f"{who}: the declared front {front} in its own words (see {FRONT_GUIDE})"
     return (
         f"{who}; a front answering in its own words? see {FRONT_GUIDE} (--front NAME declares it)"

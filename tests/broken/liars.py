@@ -238,7 +238,7 @@ class Liar:
                 claim = isinstance(usage, dict) and not self._seen
                 if claim:
                     self._seen.add(b"claimed")
-            if claim:
+            if claim and isinstance(usage, dict):
                 usage.update(completion_tokens=1_000_000)
         if isinstance(error, dict) and 400 <= code < 500:
             if self.way == "500 under a version header":

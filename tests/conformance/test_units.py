@@ -417,3 +417,19 @@ def test_the_meter_counts_what_the_answer_shows_and_takes_usage_only_where_large
         answer({"choices": [rows]}, {"echo": True}, 16, 32).tokens == 16
     )  # echoed rows hold the prompt
     assert answer("not the API's", {}, 16, 32).tokens == 32  # no choices: the request's price
+
+
+def test_a_declared_fronts_protocol_refusal_is_its_words_and_a_500_never() -> None:
+    """501 and 505 are refusals (x-protocol-refusals), a front's own page with one its words;
+    500, 502, 503 and 504 stay failures whoever wrote them (issue 57)."""
+    from conformance.wire.who_answered import names_front
+
+    refusals = spec().raw["x-protocol-refusals"]
+    page = b"<html><center>nginx</center></html>"
+    headers = {"Server": "nginx/1.22.1"}
+    assert names_front(headers, page, 501, "nginx", refusals["transfer_coding"])
+    assert names_front(headers, page, 505, "nginx", refusals["http_version"])
+    assert not names_front(headers, page, 505, "nginx", refusals["transfer_coding"])
+    assert not names_front(headers, page, 505, None, refusals["http_version"])
+    for status in (500, 502, 503, 504):
+        assert not names_front(headers, page, status, "nginx", [*refusals.values()][0]), status

@@ -23,6 +23,8 @@ from conformance.engine.context import Context
 from conformance.spec.bodies import error_body, message
 from conformance.wire.rawhttp import RawExchange
 
+HTTP2_ON_HTTP1 = "HTTP/2.0 on an HTTP/1.1 connection"
+
 
 def malformed(ctx: Context) -> dict[str, Any]:
     return error_body(ctx.api, "invalid_request", message(ctx.api, "malformed_http"))
@@ -143,10 +145,7 @@ def _framings(ctx: Context, body: bytes) -> dict[str, bytes]:
         + body,
         "a NUL in a header value": head("X-Conformance: a\0b", f"Content-Length: {n}") + body,
         "a header name with a space": head("X Conformance: a", f"Content-Length: {n}") + body,
-        "HTTP/2.0 on an HTTP/1.1 connection": head(f"Content-Length: {n}").replace(
-            b"HTTP/1.1", b"HTTP/2.0", 1
-        )
-        + body,
+        HTTP2_ON_HTTP1: head(f"Content-Length: {n}").replace(b"HTTP/1.1", b"HTTP/2.0", 1) + body,
         "a chunk extension of 100,000 bytes": head("Transfer-Encoding: chunked")
         + f"{n:x};".encode()
         + b"x" * 100_000
@@ -182,7 +181,7 @@ def transfer_coding(ctx: Context) -> None:
             ],
         )
         ex = deliver(ctx, [head + chunked], bound=ctx.config.timeout)
-        refused(ctx, ex, f"Transfer-Encoding {coding}", want, front=True)
+        refused(ctx, ex, f"Transfer-Encoding {coding}", want, front=True, refusal="transfer_coding")
 
 
 @robust("robust:http.chunk_size")
@@ -204,6 +203,11 @@ def chunk_size(ctx: Context) -> None:
     refused(ctx, ex, "a chunk size of 2**64 - 1", front=True, within=within)
 
 
+# the framings a protocol refusal answers (x-protocol-refusals): RFC 9110 lets a server refuse
+# an HTTP version it does not support with 505
+REFUSALS = {HTTP2_ON_HTTP1: "http_version"}
+
+
 @robust("robust:http.framing")
 def framing(ctx: Context) -> None:
     """Malformed or ambiguous framing (bad Content-Lengths, bare LFs, folded headers, NULs, HTTP/2.0 on
@@ -213,7 +217,7 @@ def framing(ctx: Context) -> None:
     ).encode()
     for name, data in _framings(ctx, body).items():
         ex = deliver(ctx, [data], bound=ctx.config.timeout)
-        refused(ctx, ex, name, front=True)
+        refused(ctx, ex, name, front=True, refusal=REFUSALS.get(name))
 
 
 @robust("robust:http.pipelining")

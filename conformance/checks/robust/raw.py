@@ -16,7 +16,7 @@ from __future__ import annotations
 import functools
 import json
 import secrets
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
 from conformance.engine.context import Context
@@ -163,6 +163,13 @@ def answered(
     return ex.first
 
 
+def protocol_refusals(ctx: Context, kind: str | None) -> frozenset[int]:
+    """The statuses the spec takes as a protocol refusal of this kind (x-protocol-refusals)."""
+    return (
+        frozenset(ctx.api.raw.get("x-protocol-refusals", {}).get(kind, ())) if kind else frozenset()
+    )
+
+
 def in_own_words(response: RawResponse) -> bool:
     """Not JSON at all: not the API's answer (it answers every refusal in JSON), a front's page."""
     return response.json() is None
@@ -175,14 +182,15 @@ def error_shaped(
     *,
     front: bool = False,
     status: int | None = None,
+    refusals: Collection[int] = (),
 ) -> bool:
     """A status below 500 and at least 400 (or `status`, the one the spec gives the expected
-    error: 501 for a transfer coding), the ErrorBody shape, X-Request-Id equal to its request_id.
-    A 4xx not in JSON names who answered; with `front`, the declared front's is a warning (and the
-    rest unjudged). Any other 5xx is a server error whoever wrote it (a front's 501 or 505 too: the
-    shipped front answers those in the API's words)."""
+    error: 501 for a transfer coding, or one of `refusals`, the spec's x-protocol-refusals), the
+    ErrorBody shape, X-Request-Id equal to its request_id. A 4xx or a protocol refusal not in JSON
+    names who answered; with `front`, the declared front's is a warning (and the rest unjudged).
+    Any other 5xx is a server error whoever wrote it."""
     ok = ctx.expect(
-        response.status < 500 or response.status == status,
+        response.status < 500 or response.status == status or response.status in refusals,
         f"{what}: a server error",
         expected="a 4xx" if status is None or status < 500 else status,
         received=shown(response),
@@ -195,13 +203,9 @@ def error_shaped(
         schema_errors(data, ctx.api.schema("ErrorBody")) if data is not None else ["not JSON"]
     )
     if problems:
-        who = who_answered(response.headers, response.body, response.status, ctx.config.front)
-        warns = (
-            front
-            and ok
-            and in_own_words(response)
-            and names_front(response.headers, response.body, response.status, ctx.config.front)
-        )
+        named = (response.headers, response.body, response.status, ctx.config.front, refusals)
+        who = who_answered(*named)
+        warns = front and ok and in_own_words(response) and names_front(*named)
         (ctx.warn if warns else ctx.fail)(
             f"{what}: the error body is not the API's shape ({who})",
             expected="ErrorBody",
@@ -232,16 +236,19 @@ def refused(
     front: bool = False,
     may_close: bool = False,
     within: float | None = None,
+    refusal: str | None = None,
 ) -> RawResponse | None:
     """Answered, in the error shape; the whole body when the spec fixes it (a 5xx then too, where
     the spec's code has one); `echo` not quoted back. `front`: as `error_shaped` takes it;
     `may_close`, `within`: as `answered` takes them (a front's page is not compared with the
-    API's body)."""
+    API's body); `refusal`: the kind of protocol refusal the request may meet (a key of the
+    spec's x-protocol-refusals)."""
     response = answered(ctx, ex, what, may_close=may_close, within=within)
     if response is None:
         return None
     status = None if body is None else ctx.api.error_codes[body["error"]["code"]]["status"]
-    error_shaped(ctx, response, what, front=front, status=status)
+    refusals = protocol_refusals(ctx, refusal)
+    error_shaped(ctx, response, what, front=front, status=status, refusals=refusals)
     if body is not None and not (front and in_own_words(response) and response.status >= 400):
         data = response.json()
         if isinstance(data, dict) and "request_id" in data:
