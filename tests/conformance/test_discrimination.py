@@ -77,10 +77,9 @@ CAUGHT_BY: dict[str, tuple[tuple[str, ...], set[str]]] = {
         ("stream:finish_reason_last_chunk",),
         {"stream:finish_reason_last_chunk"},
     ),
-    "wrong_usage": (
-        ("usage:*", "stream:usage_arithmetic"),
-        {"usage:arithmetic", "stream:usage_arithmetic"},
-    ),
+    # one at a time: a usage past what its request allows halts the run (the first check to see
+    # one fails, the next is unproven: test_a_usage_one_past_max_tokens_fails_each_usage_check)
+    "wrong_usage": (("usage:*",), {"usage:arithmetic"}),
     "seed_not_reproducing": (
         ("determinism:*", "stream:text_equals_non_stream"),
         {"determinism:seed", "stream:text_equals_non_stream"},
@@ -162,6 +161,16 @@ def test_a_broken_deployment_is_caught_by_the_named_checks(
     assert must_fail <= failed_ids(broken), {
         r.id: [f.message for f in r.findings] for r in broken.results
     }
+
+
+def test_a_usage_one_past_max_tokens_fails_each_usage_check(breaker: tuple[Breaker, str]) -> None:
+    app, url = breaker
+    app.mode = "wrong_usage"
+    try:
+        for check in ("usage:arithmetic", "stream:usage_arithmetic"):
+            assert check in failed_ids(run_suite(url, check)), check
+    finally:
+        app.mode = None
 
 
 @pytest.mark.parametrize("mode", list(EXACTLY))
