@@ -345,7 +345,7 @@ def agreeing_body(ctx: Context) -> dict[str, Any]:
 
 # Streams of one seeded request, each held to the answer without stream: a server that loses the
 # seed in a quarter of its streams passes all with odds 0.75^16 = 1%.
-STREAM_TWINS, TWIN_TOKENS = 16, 4
+STREAM_TWINS, TWIN_TOKENS = 16, 2
 
 
 @register(
