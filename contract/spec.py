@@ -234,6 +234,12 @@ class Spec:
         return self.raw.get("x-mock-cassette", {})
 
     @cached_property
+    def protocol_refusals(self) -> dict[str, frozenset[int]]:
+        """x-protocol-refusals: kind of request -> the statuses that refuse it at the protocol level
+        (RFC 9112 6.1, RFC 9110 15.6.6), whoever writes them ({} without)."""
+        return {k: frozenset(v) for k, v in self.raw.get("x-protocol-refusals", {}).items()}
+
+    @cached_property
     def batch_effects(self) -> dict[str, float]:
         """x-batch-effects: how far two answers of one request may differ (logprob_nats,
         near_tie_nats), the documentation's one exception to repeatability."""

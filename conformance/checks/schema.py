@@ -201,9 +201,13 @@ class Ledger:
             self.withheld_worst += exc.worst
             raise
 
-    def resend_429s(self, kwargs: dict[str, Any]) -> None:
+    def response_hooks(self, case: Any, kwargs: dict[str, Any]) -> None:
         """The transport's arguments get the response hooks: with --rate-limit `sent_again`, then
-        `masked` (a server's words masked before schemathesis or a finding cuts them)."""
+        `masked` (a server's words masked before schemathesis or a finding cuts them). Only
+        requests' transport takes hooks; an in-process app's (WSGI, ASGI: the tests' own apps)
+        findings are masked where they are quoted (quote, SECRETS.cut)."""
+        if case.operation.app is not None or "app" in kwargs:
+            return
         hooks = kwargs.get("hooks") or {}
         ours = [self.sent_again] if self.client.pace is not None else []
         kwargs["hooks"] = {
@@ -261,7 +265,7 @@ def before_call(ctx: Any, case: Any, kwargs: dict[str, Any]) -> None:
     ledger = _LEDGERS.get(id(case.operation.schema))
     if ledger is not None:
         ledger.before(case)
-        ledger.resend_429s(kwargs)
+        ledger.response_hooks(case, kwargs)
 
 
 def _masked(resp: requests.Response, **_: Any) -> requests.Response:

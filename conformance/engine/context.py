@@ -274,12 +274,13 @@ def said(reply: Reply) -> str | None:
     elif reply.is_json or not reply.content:
         return None
     else:
-        text = SECRETS.cut(reply.content.decode("utf-8", "replace"), 4 * SAID_CHARS)
+        # the content is masked as it entered (Client); its head's cut may leave a piece
+        text = SECRETS.tail(reply.content[: 4 * SAID_CHARS].decode("utf-8", "replace"))
         if not all(c.isprintable() or c.isspace() for c in text):
             return None  # binary: nothing a reader could read
     if text is None:
         return None
-    text = SECRETS(" ".join(text.split()))  # masked before the cut: a key never left in part
+    text = " ".join(text.split())
     return text if len(text) <= SAID_CHARS else SECRETS.cut(text, SAID_CHARS) + "…"
 
 

@@ -32,11 +32,14 @@ QUOTE_LIMIT_BYTES = 4096
 def quote(data: bytes | str, limit: int = QUOTE_LIMIT_BYTES) -> str:
     """`data` as text, the run's secrets masked, then cut at `limit` bytes with its full length
     stated (a piece of a secret left at the cut masked too)."""
-    raw = SECRETS.mask_bytes(data if isinstance(data, bytes) else data.encode("utf-8", "replace"))
-    if len(raw) <= limit:
-        return raw.decode("utf-8", "replace")
-    head = SECRETS.tail(raw[:limit].decode("utf-8", "ignore"))
-    return f"{head}... (cut: {len(raw)} bytes in all)"
+    raw = data if isinstance(data, bytes) else data.encode("utf-8", "replace")
+    # only what can be shown is masked: every secret that starts before the cut ends within
+    # `longest` bytes of it (a body of megabytes is not scanned whole for a 4 KiB quote)
+    head = SECRETS.mask_bytes(raw[: limit + SECRETS.longest])
+    if len(raw) <= limit + SECRETS.longest and len(head) <= limit:
+        return head.decode("utf-8", "replace")
+    shown = SECRETS.tail(head[:limit].decode("utf-8", "ignore"))
+    return f"{shown}... (cut: {len(raw)} bytes in all)"
 
 
 def bounded(value: Any, limit: int = QUOTE_LIMIT_BYTES) -> Any:

@@ -172,11 +172,10 @@ class Ledger:
         if claim > allowed:
             with self._lock:
                 self.overclaimed.append(Overspend(exchange, allowed, claim))
-                self.halted = self.halted or (
-                    f"the server's usage claims {claim} tokens for a request that allows "
-                    f"{allowed}: a request's price cannot be bounded, so none that could "
-                    "generate is sent"
-                )
+            self.halt(
+                f"the server's usage claims {claim} tokens for a request that allows {allowed}: "
+                "a request's price cannot be bounded, so none that could generate is sent"
+            )
 
     def _overspent(self, overspend: Overspend) -> None:
         """A request past its price: the bound every price relies on is broken (held: the lock)."""
@@ -189,7 +188,8 @@ class Ledger:
     def _spend(self, metered: meter.Metered, priced: int, exchange: Exchange | None) -> None:
         """Count what the meter says; past `priced` by the answer's exact count an Overspend, usage
         below it an understatement (each a finding of the check that sent it). A claim alone
-        proves no overspend: the meter charges it, usage:arithmetic judges it."""
+        proves no overspend: the meter charges it, and one past all the request allows is
+        `_claimed`'s."""
         self.add(metered.tokens)
         shown = metered.exact or 0
         with self._lock:

@@ -80,6 +80,11 @@ class Secrets:
             self._text = re.compile("|".join(map(re.escape, found)))
             self._bytes = re.compile(b"|".join(re.escape(f.encode()) for f in found))
 
+    @property
+    def longest(self) -> int:
+        """The longest form masked: what masking a text's head needs beyond where it is cut."""
+        return len(self._forms[0]) if self._forms else 0
+
     def __call__(self, text: str) -> str:
         pattern = self._text
         return pattern.sub(MASKED, text) if pattern is not None else text

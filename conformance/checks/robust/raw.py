@@ -163,13 +163,6 @@ def answered(
     return ex.first
 
 
-def protocol_refusals(ctx: Context, kind: str | None) -> frozenset[int]:
-    """The statuses the spec takes as a protocol refusal of this kind (x-protocol-refusals)."""
-    return (
-        frozenset(ctx.api.raw.get("x-protocol-refusals", {}).get(kind, ())) if kind else frozenset()
-    )
-
-
 def in_own_words(response: RawResponse) -> bool:
     """Not JSON at all: not the API's answer (it answers every refusal in JSON), a front's page."""
     return response.json() is None
@@ -247,7 +240,7 @@ def refused(
     if response is None:
         return None
     status = None if body is None else ctx.api.error_codes[body["error"]["code"]]["status"]
-    refusals = protocol_refusals(ctx, refusal)
+    refusals = ctx.api.protocol_refusals.get(refusal, frozenset()) if refusal else frozenset()
     error_shaped(ctx, response, what, front=front, status=status, refusals=refusals)
     if body is not None and not (front and in_own_words(response) and response.status >= 400):
         data = response.json()
