@@ -136,6 +136,13 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
         help="the deployment's /metrics (its vLLM's, or the mock's): run the metrics:* checks "
         "(vLLM's names, types, labels and buckets; counters that move with the run's requests)",
     )
+    p.add_argument(
+        "--seed",
+        type=int,
+        metavar="N",
+        help="the run's seed (every report prints it): which plain answers are held to a counted "
+        "twin; the same seed repeats a run's draws (default: drawn at random)",
+    )
     p.add_argument("--no-progress", action="store_true", help="no progress display")
 
 
@@ -196,6 +203,7 @@ def _config(args: argparse.Namespace, api: Spec) -> RunConfig:
         strict=args.strict,
         front=args.front,
         rate_limit=args.rate_limit,
+        seed=args.seed,
         api=api,
         metrics_url=args.metrics_url,
     ).validate()

@@ -98,6 +98,7 @@ def replay_main(
             profile=data.get("profile") or "quick",
             token_ceiling=args.token_ceiling,
             timeout=args.timeout,
+            seed=data.get("seed") if type(data.get("seed")) is int else None,  # its draws again
             api=api,
         ).validate()
         report = run(config, [c for c in REGISTRY if c.id in chosen], transport=transport)

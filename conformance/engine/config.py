@@ -8,6 +8,7 @@ servers never read it, and a deployment may lower or raise it with
 
 from __future__ import annotations
 
+import secrets
 import urllib.parse
 from dataclasses import dataclass, field
 
@@ -65,6 +66,9 @@ class RunConfig:
         None  # the most requests per second; 429s with Retry-After waited out
     )
     metrics_url: str | None = None  # the deployment's Prometheus /metrics: the metrics:* checks
+    # the run's seed: which plain answers get a counted twin (wire.twins); every report prints it,
+    # and --seed repeats a run's draws (None: drawn at random)
+    seed: int | None = None
     api: Spec = field(
         default_factory=spec, repr=False, compare=False
     )  # the spec it is checked against
@@ -72,6 +76,8 @@ class RunConfig:
     def __post_init__(self) -> None:
         if not self.model:
             object.__setattr__(self, "model", self.api.default_model)
+        if self.seed is None:
+            object.__setattr__(self, "seed", secrets.randbelow(2**32))
 
     def validate(self) -> RunConfig:
         if self.profile not in PROFILES:

@@ -248,6 +248,8 @@ class RunReport:
     # (conformance.engine.baseline.compare); with one, only new findings fail the run.
     baseline: dict[str, Any] | None = None
     rate_limit: dict[str, Any] | None = None  # --rate-limit: the pace, and the 429s waited out
+    seed: int | None = None  # the run's seed (--seed repeats its draws)
+    twins: dict[str, Any] | None = None  # plain answers held to counted twins (wire.twins)
     # the run's keys: every writer masks them (reports.scrub); never serialised
     secrets: tuple[str, ...] = field(default=(), repr=False)
 
@@ -309,6 +311,12 @@ class RunReport:
             )
             lines += [f"  NEW {f['check']}: {f['message']}" for f in b["new"]]
             lines += [f"  FIXED {f['check']}: {f['message']}" for f in b["fixed"]]
+        if self.seed is not None:
+            t = self.twins or {}
+            lines.append(
+                f"seed {self.seed} (--seed {self.seed} repeats the run's draws); plain answers held "
+                f"to a counted twin: {t.get('sent', 0)} of {t.get('eligible', 0)} eligible"
+            )
         if self.rate_limit is not None:
             r = self.rate_limit
             lines.append(
@@ -366,6 +374,8 @@ class RunReport:
             },
             "baseline": self.baseline,
             "rate_limit": self.rate_limit,
+            "seed": self.seed,
+            "twins": self.twins,
             "results": [r.to_dict() for r in self.results if r.outcome is not Outcome.ERROR],
             "tool_errors": [r.to_dict() for r in self.errors],
             "run_errors": self.run_errors,

@@ -21,6 +21,7 @@ from conformance.engine.token_cost import CostModel
 from conformance.wire.client import AUTH_DEFAULT, AUTH_NONE, Client, Reply, answer_bounds
 from conformance.wire.ledger import OVER_CEILING, Halted, OverCeiling
 from conformance.wire.secrets import SECRETS
+from conformance.wire.twins import Twins
 from contract import Spec
 from contract.version import versions
 
@@ -82,13 +83,14 @@ OVERSPEND = "the server generated"  # the start of a finding of a request past i
 RESENT = "the connection was closed before an answer"  # the start of a resend's finding
 UNDERSTATED = "the usage says"  # the start of an understated usage's
 OVERCLAIMED = "the usage claims"  # the start of a usage past what its request allows
+OUTRUN = "a plain answer runs past max_tokens"  # the start of a counted twin's finding
 
 
-def _client_findings(client: Client, since: tuple[int, int, int, int]) -> list[Finding]:
+def _client_findings(client: Client, since: tuple[int, int, int, int, int]) -> list[Finding]:
     """What the client saw while a check ran that is the server's doing: requests past their
     price, usage below what an answer shows or past what the request allows, connections
     dropped before an answer."""
-    over, under, resent, claimed = since
+    over, under, resent, claimed, outrun = since
     found = [
         Finding(
             f"{OVERSPEND} {o.spent} tokens for a request priced at {o.priced} (its prompts x n x "
@@ -122,6 +124,17 @@ def _client_findings(client: Client, since: tuple[int, int, int, int]) -> list[F
     ]
     found += [
         Finding(
+            f"{OUTRUN} {o.max_tokens} tokens: its choice {o.index} has {o.plain_chars} characters of "
+            f"text where the same request with its token ids stopped at max_tokens after "
+            f"{o.twin_chars} (their start), so it generated past max_tokens",
+            expected=f"at most max_tokens ({o.max_tokens}) tokens of text",
+            received={"plain_chars": o.plain_chars, "twin_chars": o.twin_chars},
+            exchange=o.exchange,
+        )
+        for o in (client.twins.outrun[outrun:] if client.twins else [])
+    ]
+    found += [
+        Finding(
             f"{RESENT} ({r.error}); the suite sent the request again on a new connection, the lost attempt "
             f"charged at its price ({r.charged} tokens)",
             expected="an answer",
@@ -133,13 +146,14 @@ def _client_findings(client: Client, since: tuple[int, int, int, int]) -> list[F
     return found
 
 
-def _marks(client: Client) -> tuple[int, int, int, int]:
+def _marks(client: Client) -> tuple[int, int, int, int, int]:
     ledger = client.ledger
     return (
         len(ledger.overspends),
         len(ledger.understated),
         len(client.resends),
         len(ledger.overclaimed),
+        len(client.twins.outrun) if client.twins else 0,
     )
 
 
@@ -308,6 +322,8 @@ def connect(config: RunConfig, transport: httpx.BaseTransport | None = None) -> 
             config.token_ceiling,
             CostModel.of(config.api, ctx.max_model_len),
         )
+        assert config.seed is not None  # RunConfig draws one
+        client.twins = Twins(config.seed, config.api.greedy_below)
         return ctx
     except BaseException:
         client.close()
@@ -337,6 +353,7 @@ def run(
         versions=versions(config.api),
         strict=config.strict,
         secrets=config.secrets,
+        seed=config.seed,
     )
     start = time.perf_counter()
     ctx = connect(config, transport)
@@ -387,6 +404,7 @@ def run(
         )
         report.coverage = coverage.summary()
         report.rate_limit = ctx.client.pace.summary() if ctx.client.pace else None
+        report.twins = ctx.client.twins.summary() if ctx.client.twins else None
     report.results = [results[c.id] for c in checks]
     skipped = [c for c in checks if results[c.id].reason.startswith(OVER_CEILING)]
     report.ceiling_skipped = [c.id for c in skipped]

@@ -34,9 +34,10 @@ import httpx
 
 from conformance.engine.results import Exchange, quote
 from conformance.wire import jsontext
-from conformance.wire.ledger import Ledger
+from conformance.wire.ledger import Ledger, OverCeiling
 from conformance.wire.secrets import MASKED, MIN_SECRET, SECRETS
 from conformance.wire.sse import Parsed, parse_lines
+from conformance.wire.twins import Twins
 
 AUTH_DEFAULT = "default"
 AUTH_NONE = "none"
@@ -227,6 +228,13 @@ def _no_reuse_after_5xx(resp: httpx.Response) -> None:
             stream.close()
 
 
+def _json(content: bytes | None) -> Any:
+    try:
+        return json.loads(content) if content else None
+    except (ValueError, RecursionError):
+        return None
+
+
 def masked_headers(headers: httpx.Headers) -> httpx.Headers:
     """An answer's headers, the run's secrets masked (conformance.wire.secrets)."""
     return httpx.Headers([(k, SECRETS(v)) for k, v in headers.multi_items()])
@@ -288,6 +296,7 @@ class Client:
         self._lock = threading.Lock()
         self.ledger = Ledger()  # every request priced before it goes, every answer counted
         self.resends: list[Resend] = []
+        self.twins: Twins | None = None  # plain answers held to counted twins (the runner's)
         # Called with (method, path, request body, reply) after every answer (spec coverage).
         self.observers: list[Callable[[str, str, bytes | None, Reply], None]] = []
         # ... and after an answer to bytes sent on a raw socket: (method, path, body, status,
@@ -354,8 +363,10 @@ class Client:
         content: bytes | None = None,
         headers: dict[str, str] | None = None,
         auth: str | None = AUTH_DEFAULT,
+        observe: bool = True,
     ) -> Reply:
-        """Send one request; `body` is JSON-encoded, `content` is sent as is."""
+        """Send one request; `body` is JSON-encoded, `content` is sent as is. `observe`: told to
+        the observers (a counted twin, the gate's own, is not)."""
         if body is not None:
             content = self.encode(body)
         worst = self.ledger.reserve(method, path, content)
@@ -386,8 +397,23 @@ class Client:
         exchange.response_body = _shown(answer)
         if resp.status_code == 200:
             self.ledger.count(reply.data if reply.is_json else None, content, worst, exchange)
-        self._observe(method, path, content, reply)
+        if observe:
+            self._observe(method, path, content, reply)
+        if resp.status_code == 200 and self.twins is not None and self._generating(method, path):
+            self.twins.hold(self, path, body if body is not None else _json(content), reply)
         return reply
+
+    def _generating(self, method: str, path: str) -> bool:
+        cost = self.ledger.cost
+        return method == "POST" and cost is not None and path.split("?", 1)[0] in cost.generating
+
+    def twin(self, path: str, body: dict[str, Any]) -> Reply | None:
+        """A counted twin of a plain answer (conformance.wire.twins), or None where the ledger
+        does not let it go (the ceiling, a halt): counted like any request, observed by none."""
+        try:
+            return self.request("POST", path, body=body, observe=False)
+        except OverCeiling:
+            return None
 
     def post(self, path: str, body: Any, **kw: Any) -> Reply:
         return self.request("POST", path, body=body, **kw)

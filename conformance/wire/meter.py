@@ -34,7 +34,7 @@ class Metered:
         return self.exact is not None and self.claim is not None and self.claim < self.exact
 
 
-def _shown(item: dict[str, Any], echo: bool) -> int | None:
+def shown(item: dict[str, Any], echo: bool) -> int | None:
     """The tokens a choice (or a chunk's choice) shows exactly, or None."""
     ids = item.get("token_ids")
     if isinstance(ids, list):
@@ -60,13 +60,13 @@ def answer(data: Any, body: Any, sequence_price: int, worst: int) -> Metered:
     counted, exact = 0, 0
     all_exact = True
     for choice in choices:
-        shown = _shown(choice, echo) if isinstance(choice, dict) else None
-        if shown is None:
+        count = shown(choice, echo) if isinstance(choice, dict) else None
+        if count is None:
             all_exact = False
             counted += sequence_price
         else:
-            exact += shown
-            counted += shown
+            exact += count
+            counted += count
     return Metered(max(counted, claim or 0), exact if all_exact else None, claim)
 
 
@@ -79,9 +79,7 @@ def stream_count(parsed: Parsed, body: Any) -> int:
         for choice in event.payload.get("choices") or () if event.kind == "content" else ():
             if isinstance(choice, dict):
                 text = choice.get("text")
-                counted += max(
-                    _shown(choice, echo) or 0, 1 if isinstance(text, str) and text else 0
-                )
+                counted += max(shown(choice, echo) or 0, 1 if isinstance(text, str) and text else 0)
     return counted
 
 

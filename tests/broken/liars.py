@@ -21,7 +21,10 @@ the server's own count that the gate's token promise is held to.
 - "silent when slowed": a stream asked to wait for its first token (the mock's X-Mock-Ttft-Ms)
   sends its headers, then nothing at all;
 - "seed at temperature 1 only": `seed` dropped wherever the temperature is not 1;
-- "streams drop the seed": a seeded coin drops `seed` from a quarter of the streams.
+- "streams drop the seed": a seeded coin drops `seed` from a quarter of the streams;
+- "ignores max_tokens in plain answers": max_tokens read as 4x+50 only where the answer shows
+  no count (no stream, logprobs, prompt_logprobs, token ids or echo), its usage saying what
+  max_tokens allowed.
 
 CHECKS names the checks a way is held to where its whole run would cost more than it shows (the
 gallery runs those only); the others run the full profile.
@@ -57,7 +60,10 @@ WAYS = (
     "silent when slowed",
     "seed at temperature 1 only",
     "streams drop the seed",
+    "ignores max_tokens in plain answers",
 )
+# what makes an answer show its count: the fields a plain answer has none of
+COUNTED = ("stream", "logprobs", "prompt_logprobs", "return_token_ids", "echo")
 CHECKS = {
     "quotes the key across the cuts": ("auth:*", "golden:*"),
     "silent when slowed": ("stream:keepalive",),
@@ -100,7 +106,13 @@ class Liar:
 
     def _rewrite(self, body: dict[str, Any]) -> dict[str, Any]:
         limit = body.get("max_tokens")
-        if self.way.startswith("ignores max_tokens") and type(limit) is int and limit > 0:
+        plain = all(body.get(field) is None or body.get(field) is False for field in COUNTED)
+        if (
+            self.way.startswith("ignores max_tokens")
+            and (plain or self.way != "ignores max_tokens in plain answers")
+            and type(limit) is int
+            and limit > 0
+        ):
             body = {**body, "max_tokens": 4 * limit + 50}
         if self.way == "claims a million once":
             body = {k: v for k, v in body.items() if k != "seed"}
@@ -224,7 +236,8 @@ class Liar:
         error = data.get("error") if isinstance(data, dict) else None
         if (
             code == 200
-            and self.way == "ignores max_tokens, lies in usage"
+            and self.way
+            in ("ignores max_tokens, lies in usage", "ignores max_tokens in plain answers")
             and isinstance(asked, dict)
         ):
             limit = asked.get("max_tokens")

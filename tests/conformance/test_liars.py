@@ -19,7 +19,7 @@ from conformance.checks.premise import MAX_TOKENS as PREMISE_MAX_TOKENS
 from conformance.cli.main import main
 from conformance.engine.config import DEFAULT_TOKEN_CEILING
 from conformance.engine.results import ExitCode
-from conformance.engine.runner import OVERCLAIMED
+from conformance.engine.runner import OUTRUN, OVERCLAIMED
 from conformance.wire.ledger import OVER_CEILING
 from conformance.wire.secrets import PIECE
 from mock_server import create_app
@@ -57,6 +57,8 @@ def gate(
             "--no-progress",
             "--timeout",
             "5",
+            "--seed",  # the counted twins' draws, the same every run (a test that repeats)
+            "1",
             "--json",
             str(out / "r.json"),
             "--junit",
@@ -321,3 +323,23 @@ def test_the_key_quoted_back_reaches_no_line_of_the_pytest_embedding(
         )
     assert run.returncode == 1 and "***" in run.stdout, run.stdout[-2000:]
     assert leaked(tmp_path, run.stdout + run.stderr) == []
+
+
+def test_a_server_past_max_tokens_only_in_plain_answers_is_caught_by_a_counted_twin(
+    tmp_path: Path,
+) -> None:
+    """Its answers show no count and its usage says what max_tokens allowed: a plain answer's text
+    runs past its counted twin's, on the check that sent it (issue 53, item 1)."""
+    with liar("ignores max_tokens in plain answers") as (server, url):
+        code, terminal = gate(url, tmp_path, "--profile", "full")
+    report = json.loads((tmp_path / "r.json").read_text())
+    outrun = [
+        (r["id"], f)
+        for r in report["results"]
+        for f in r["findings"]
+        if f["message"].startswith(OUTRUN)
+    ]
+    assert code == ExitCode.FAILED and outrun, terminal
+    assert report["seed"] == 1 and report["twins"]["sent"] >= 1, report["twins"]
+    check, finding = outrun[0]
+    assert finding["exchange"]["request"]["body"] is not None and check != "premise:max_tokens"
