@@ -62,6 +62,7 @@ from conformance.engine.results import Exchange, Finding, quote
 from conformance.wire import jsontext
 from conformance.wire.client import Client, Reply, StreamReply
 from conformance.wire.ledger import OverCeiling
+from conformance.wire.sdk import client_headers
 from conformance.wire.secrets import SECRETS
 from conformance.wire.sse import parse_lines
 from conformance.wire.who_answered import names_front, who_answered
@@ -361,7 +362,8 @@ def _st_config(config: RunConfig, mode: str, phases: tuple[str, ...]) -> Schemat
     return SchemathesisConfig.from_dict(
         {
             "base-url": config.base_url,
-            "headers": {"Authorization": f"Bearer {config.api_key}"},
+            # the openai SDK's headers (its User-Agent over schemathesis's own), and the key
+            "headers": {**client_headers(), "Authorization": f"Bearer {config.api_key}"},
             "workers": 1,
             "seed": 20261130,
             "request-timeout": config.timeout,

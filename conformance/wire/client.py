@@ -35,6 +35,7 @@ import httpx
 from conformance.engine.results import Exchange, quote
 from conformance.wire import jsontext
 from conformance.wire.ledger import Ledger, OverCeiling
+from conformance.wire.sdk import client_headers
 from conformance.wire.secrets import MASKED, MIN_SECRET, SECRETS
 from conformance.wire.sse import Parsed, parse_lines
 from conformance.wire.twins import Twins
@@ -288,7 +289,8 @@ class Client:
             base_url=self.base_url,
             timeout=timeout,
             transport=inner if bounds is None else BoundedTransport(inner, *bounds),
-            headers={"Accept-Encoding": IDENTITY},
+            # a client's headers (the openai SDK's), answers asked for uncompressed
+            headers={**client_headers(), "Accept-Encoding": IDENTITY},
         )
         self.in_process = (
             transport is not None

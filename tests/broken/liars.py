@@ -24,7 +24,9 @@ the server's own count that the gate's token promise is held to.
 - "streams drop the seed": a seeded coin drops `seed` from a quarter of the streams;
 - "ignores max_tokens in plain answers": max_tokens read as 4x+50 only where the answer shows
   no count (no stream, logprobs, prompt_logprobs, token ids or echo), its usage saying what
-  max_tokens allowed.
+  max_tokens allowed;
+- "drops the seed for the SDK": `seed` dropped from every request that carries the openai SDK's
+  headers (X-Stainless-Lang), honoured for any other client (a gate that is not one).
 
 CHECKS names the checks a way is held to where its whole run would cost more than it shows (the
 gallery runs those only); the others run the full profile.
@@ -61,6 +63,7 @@ WAYS = (
     "seed at temperature 1 only",
     "streams drop the seed",
     "ignores max_tokens in plain answers",
+    "drops the seed for the SDK",
 )
 # what makes an answer show its count: the fields a plain answer has none of
 COUNTED = ("stream", "logprobs", "prompt_logprobs", "return_token_ids", "echo")
@@ -69,6 +72,7 @@ CHECKS = {
     "silent when slowed": ("stream:keepalive",),
     "seed at temperature 1 only": ("determinism:*",),
     "streams drop the seed": ("stream:text_equals_non_stream",),
+    "drops the seed for the SDK": ("determinism:*",),
 }
 COMPLETIONS = spec().completions_path
 SAMPLED = ("the", "sky", "was", "green", "over", "a", "quiet", "harbour", "and", "then")
@@ -151,6 +155,10 @@ class Liar:
             except (ValueError, RecursionError):
                 asked = None
             if isinstance(asked, dict):
+                if self.way == "drops the seed for the SDK" and environ.get(
+                    "HTTP_X_STAINLESS_LANG"
+                ):
+                    asked = {k: v for k, v in asked.items() if k != "seed"}
                 raw = json.dumps(self._rewrite(asked)).encode()
         environ["wsgi.input"], environ["CONTENT_LENGTH"] = _Body(raw), str(len(raw))
         if (

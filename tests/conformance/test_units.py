@@ -434,3 +434,24 @@ def test_a_declared_fronts_protocol_refusal_is_its_words_and_a_500_never() -> No
     every = frozenset().union(*refusals.values())
     for status in (500, 502, 503, 504):
         assert not names_front(headers, page, status, "nginx", every), status
+
+
+def test_the_gates_requests_carry_the_openai_sdks_headers() -> None:
+    """A server cannot tell the gate from the SDK's clients by their headers (issue 53, item 2):
+    the SDK's own, read from the pinned SDK, on every request but the key and Accept-Encoding."""
+    import openai
+
+    seen: list[httpx.Request] = []
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        return httpx.Response(404, json={})
+
+    with Client(
+        "http://gate.test", "sk-gate-0123456789", transport=httpx.MockTransport(answer)
+    ) as c:
+        c.request("GET", "/v1/models")
+    (request,) = seen
+    assert request.headers["user-agent"] == f"OpenAI/Python {openai.__version__}"
+    assert request.headers["x-stainless-lang"] == "python"
+    assert request.headers["accept-encoding"] == "identity"  # what still tells it apart, and why

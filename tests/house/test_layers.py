@@ -70,6 +70,10 @@ EXTRA: dict[str, set[str]] = {
     "reference_impl/front.py": {"yaml"},  # ingress-nginx's manifests (pyyaml: contract's own)
     "conformance/golden/generate.py": {"numpy"},  # writes steering vectors' wire form
     "conformance/checks/schema.py": {"requests"},  # schemathesis's transport: its 429s sent again
+    "conformance/wire/sdk.py": {
+        "openai",
+        "httpx2",
+    },  # the SDK whose headers the gate's requests carry
     "mock_server/testing.py": {
         "httpx",
         "anyio",
