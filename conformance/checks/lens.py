@@ -11,7 +11,7 @@ import math
 import re
 from typing import Any
 
-from conformance.checks.helpers.common import open_stream
+from conformance.checks.helpers.common import end_layers, open_stream
 from conformance.engine.context import Context
 from conformance.engine.registry import register
 from conformance.engine.shapes import schema_errors
@@ -38,10 +38,6 @@ def zero_vector(hidden: int, layers: list[int]) -> dict[str, Any]:
     }
 
 
-def _layers(ctx: Context) -> list[int]:
-    return [0, ctx.model.num_layers - 1]
-
-
 def _check_activations(ctx: Context, acts: Any, generated: int, reply: Any) -> None:
     """layers as asked; shape [layers, prompt + generated - 1, hidden]; data decodes to that many bytes."""
     if not ctx.expect(isinstance(acts, dict), "no activations in the response", reply=reply):
@@ -52,10 +48,13 @@ def _check_activations(ctx: Context, acts: Any, generated: int, reply: Any) -> N
     ):
         return
     ctx.equal(
-        "activations.layers (the requested layers, ascending)", _layers(ctx), acts["layers"], reply
+        "activations.layers (the requested layers, ascending)",
+        end_layers(ctx),
+        acts["layers"],
+        reply,
     )
     tensor = acts["residual_stream"]
-    shape = [len(_layers(ctx)), len(PROMPT) + generated - 1, ctx.model.hidden_size]
+    shape = [len(end_layers(ctx)), len(PROMPT) + generated - 1, ctx.model.hidden_size]
     ctx.equal("the residual stream's shape", shape, tensor["shape"], reply)
     wire, original = storage_dtype(ctx.api, ctx.model.dtype)
     ctx.equal(
@@ -96,7 +95,7 @@ def activations_shape(ctx: Context) -> None:
         "prompt": PROMPT,
         "max_tokens": MAX_TOKENS,
         "ignore_eos": True,
-        "output_residual_stream": _layers(ctx)[::-1],
+        "output_residual_stream": end_layers(ctx)[::-1],
     }
     reply = ctx.client.post(ctx.api.completions_path, body)
     ctx.expect_status(reply, 200, fatal=True)
@@ -112,7 +111,7 @@ def activations_stream(ctx: Context) -> None:
         "prompt": PROMPT,
         "max_tokens": MAX_TOKENS,
         "ignore_eos": True,
-        "output_residual_stream": _layers(ctx),
+        "output_residual_stream": end_layers(ctx),
         "stream_options": {"include_usage": True},
     }
     reply = open_stream(ctx, body)
@@ -137,7 +136,7 @@ def steering_accepted(ctx: Context) -> None:
         "model": ctx.config.model,
         "prompt": PROMPT,
         "max_tokens": MAX_TOKENS,
-        "apply_steering_vectors": [zero_vector(ctx.model.hidden_size, _layers(ctx))],
+        "apply_steering_vectors": [zero_vector(ctx.model.hidden_size, end_layers(ctx))],
     }
     reply = ctx.client.post(ctx.api.completions_path, body)
     ctx.expect_status(reply, 200)

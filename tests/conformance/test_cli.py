@@ -381,3 +381,37 @@ def test_the_command_leaves_no_cache_in_the_working_directory(
     assert done.returncode == 0, done.stdout + done.stderr
     assert list(work.iterdir()) == []
     assert (cache / "acs-conformance" / "hypothesis").is_dir()
+
+
+def test_a_one_layer_model_is_asked_only_what_the_spec_accepts() -> None:
+    """An honest 1-layer deployment fails no check: the gate never asks a layer twice ([0, 0],
+    which the spec refuses); a check whose subject the claim takes away is unproven (issue 53)."""
+    import dataclasses
+
+    from conformance.checks import REGISTRY
+    from conformance.engine.config import RunConfig
+    from conformance.engine.registry import select
+    from conformance.engine.results import Outcome
+    from conformance.engine.runner import run
+    from contract import spec
+
+    name = spec().default_model
+    one = dataclasses.replace(spec().models[name], num_layers=1, hidden_size=512)
+    app = create_app(MockConfig(), None, {name: one})
+    config = RunConfig(
+        base_url="http://one.test",
+        api_key=KEY,
+        model=name,
+        profile="full",
+        select=("lens:*", "model:*", "effects:steering.*", "caps:capture*"),
+    ).validate()
+    report = run(config, select(REGISTRY, config), transport=httpx.WSGITransport(app=app))
+    bad = {
+        r.id: (r.reason, [f.message for f in r.findings])
+        for r in report.results
+        if r.outcome in (Outcome.FAILED, Outcome.ERROR)
+    }
+    assert not bad, bad
+    outcome = {r.id: r.outcome for r in report.results}
+    assert outcome["model:capture.layers"] is Outcome.UNPROVEN
+    assert outcome["lens:activations_shape"] is Outcome.PASSED

@@ -8,6 +8,12 @@ from conformance.engine.context import Context
 from conformance.wire.client import AUTH_DEFAULT, Reply, StreamReply
 
 
+def end_layers(ctx: Context) -> list[int]:
+    """The model's first and last layers, ascending: one layer once (a 1-layer model's [0]; the
+    spec refuses a layer asked twice, uniqueItems)."""
+    return sorted({0, ctx.model.num_layers - 1})
+
+
 def open_stream(ctx: Context, body: dict[str, Any], **kw: Any) -> StreamReply:
     reply = ctx.client.stream(ctx.api.completions_path, {**body, "stream": True}, **kw)
     ctx.expect_status(reply, 200, fatal=True)
