@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from conformance.checks.helpers.claims import shrink
 from conformance.checks.helpers.common import first_chunk_accepted
 from conformance.engine.config import CHEAP_TOKENS, RunConfig
 from conformance.engine.context import Context
@@ -46,9 +47,13 @@ def _no_stream_limit_worst(config: RunConfig, cost: CostModel) -> int:
 
 def _fits_body(ctx: Context, prompt_tokens: int) -> None:
     ctx.need_given("max_model_len", f"a prompt of {prompt_tokens} token ids")
-    # two bytes per id ("0,"): skip rather than send a body the 413 rule would refuse first
+    # two bytes per id ("0,"): skip rather than send a body the 413 rule would refuse first; a
+    # prompt the server's max_model_len sizes is its claim's (shown first: claims.shrink)
     if 2 * prompt_tokens + 256 > ctx.api.caps["max_body_bytes"]:
-        ctx.skip(f"a prompt of {prompt_tokens} token ids does not fit the body cap")
+        reason = f"a prompt of {prompt_tokens} token ids does not fit the body cap"
+        if prompt_tokens >= ctx.max_model_len:
+            shrink(ctx, "max_model_len", reason)
+        ctx.skip(reason)
 
 
 def _accepted(ctx: Context, body: dict[str, Any], *, stream: bool = False) -> None:
@@ -69,7 +74,11 @@ def without_stream_limit(ctx: Context) -> None:
     """max_tokens at the no-stream cap is accepted (it stops at once: allowed_token_ids = end tokens)."""
     cap = ctx.api.caps["max_tokens_without_stream"]
     if 1 + cap > ctx.max_model_len:
-        ctx.skip(f"max_model_len {ctx.max_model_len} cannot hold a 1-token prompt and {cap} tokens")
+        shrink(
+            ctx,
+            "max_model_len",
+            f"max_model_len {ctx.max_model_len} cannot hold a 1-token prompt and {cap} tokens",
+        )
     _accepted(ctx, _body(ctx, 1, max_tokens=cap, allowed_token_ids=list(ctx.model.eos_token_ids)))
 
 
@@ -107,7 +116,11 @@ def _split(ctx: Context) -> tuple[int, int]:
     for n in range(1, n_max + 1):
         if cap % n == 0 and 1 + cap // n <= ctx.max_model_len:
             return n, cap // n
-    ctx.skip(f"no n up to {n_max} splits {cap} tokens into sequences that fit max_model_len")
+    shrink(
+        ctx,
+        "max_model_len",
+        f"no n up to {n_max} splits {cap} tokens into sequences that fit max_model_len",
+    )
     raise AssertionError("unreachable")
 
 
@@ -199,7 +212,9 @@ def capture_limit(ctx: Context) -> None:
     """One Layer x capture-cap positions is accepted (stream, closed after the first chunk)."""
     cap = ctx.model.capture_cap
     if cap + 1 > ctx.max_model_len:
-        ctx.skip(f"max_model_len {ctx.max_model_len} cannot hold {cap} positions")
+        shrink(
+            ctx, "max_model_len", f"max_model_len {ctx.max_model_len} cannot hold {cap} positions"
+        )
     _fits_body(ctx, cap)
     _accepted(ctx, _body(ctx, cap, max_tokens=1, output_residual_stream=[0]), stream=True)
 

@@ -34,6 +34,7 @@ from conformance.checks.effects.sampling import post
 from conformance.checks.effects.steering import norm, strong
 from conformance.checks.helpers.agree import LOGPROBS, difference
 from conformance.checks.helpers.capture import SLACK, tensor_values
+from conformance.checks.helpers.claims import shrink
 from conformance.checks.stream import choices
 from conformance.engine.context import Context
 from conformance.engine.registry import register
@@ -56,9 +57,11 @@ def fresh_prompt(ctx: Context) -> list[int]:
     """PROMPT_TOKENS random ids of ordinary tokens, new each run (no server has cached them)."""
     ordinary = min([ctx.model.vocab_size, *ctx.api.special_tokens(ctx.config.model)])
     if ctx.max_model_len < PROMPT_TOKENS + TOKENS:
-        ctx.skip(
+        shrink(
+            ctx,
+            "max_model_len",
             f"max_model_len {ctx.max_model_len} holds no prompt of {PROMPT_TOKENS} tokens "
-            f"(two KV blocks of {max(BLOCK_SIZES)}) and {TOKENS} more"
+            f"(two KV blocks of {max(BLOCK_SIZES)}) and {TOKENS} more",
         )
     pick = random.SystemRandom()
     return [pick.randrange(ordinary) for _ in range(PROMPT_TOKENS)]

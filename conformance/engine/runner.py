@@ -219,12 +219,21 @@ def run_check(check: Check, ctx: Context) -> CheckResult:
     )
 
 
-def _for_ceiling(cost: int, ctx: Context) -> Outcome:
+def _for_ceiling(cost: int, ctx: Context, check: Check | None = None) -> Outcome:
     """A check the ceiling kept from running: the server's doing (UNPROVEN) where what it was
-    made to generate took the room the check would fit in; the options' choice (SKIPPED) where
-    the check does not fit the ceiling at all (the quick profile, which proves no premise, or
-    a --token-ceiling below it): the note says which ceiling would run it."""
-    return Outcome.SKIPPED if cost > ctx.config.token_ceiling else Outcome.UNPROVEN
+    made to generate took the room the check would fit in, or where the max_model_len it claims
+    prices the check past a ceiling the spec's would fit; the options' choice (SKIPPED) where the
+    check does not fit the ceiling at all (the quick profile, which proves no premise, or a
+    --token-ceiling below it): the note says which ceiling would run it."""
+    if cost <= ctx.config.token_ceiling:
+        return Outcome.UNPROVEN
+    if check is not None and ctx.max_model_len > ctx.spec_model.max_model_len:
+        spec_cost = check.worst_case(
+            ctx.config, CostModel.of(ctx.api, ctx.spec_model.max_model_len)
+        )
+        if spec_cost <= ctx.config.token_ceiling:
+            return Outcome.UNPROVEN  # the claim's price, not the check's
+    return Outcome.SKIPPED
 
 
 def execute(check: Check, ctx: Context, cost: int | None = None) -> CheckResult:
@@ -245,7 +254,7 @@ def execute(check: Check, ctx: Context, cost: int | None = None) -> CheckResult:
             check.id,
             check.all_tags,
             check.doc,
-            _for_ceiling(cost, ctx),
+            _for_ceiling(cost, ctx, check),
             reason=f"{OVER_CEILING}: it may generate {cost} tokens if the server does "
             f"not conform; {spent} of the ceiling of {ctx.config.token_ceiling} "
             f"are spent (--token-ceiling {spent + cost} would run it)",

@@ -26,7 +26,11 @@ the server's own count that the gate's token promise is held to.
   no count (no stream, logprobs, prompt_logprobs, token ids or echo), its usage saying what
   max_tokens allowed;
 - "drops the seed for the SDK": `seed` dropped from every request that carries the openai SDK's
-  headers (X-Stainless-Lang), honoured for any other client (a gate that is not one).
+  headers (X-Stainless-Lang), honoured for any other client (a gate that is not one);
+- "claims one layer": GET /v1/models says the model has 1 layer (it has its 32), and steering
+  vectors are dropped (a claim that would skip every steering check);
+- "claims a long context": GET /v1/models says max_model_len is the Model schema's most (the
+  checks it sizes could not be sent), the model's own context behind it.
 
 CHECKS names the checks a way is held to where its whole run would cost more than it shows (the
 gallery runs those only); the others run the full profile.
@@ -64,6 +68,8 @@ WAYS = (
     "streams drop the seed",
     "ignores max_tokens in plain answers",
     "drops the seed for the SDK",
+    "claims one layer",
+    "claims a long context",
 )
 # what makes an answer show its count: the fields a plain answer has none of
 COUNTED = ("stream", "logprobs", "prompt_logprobs", "return_token_ids", "echo")
@@ -73,6 +79,8 @@ CHECKS = {
     "seed at temperature 1 only": ("determinism:*",),
     "streams drop the seed": ("stream:text_equals_non_stream",),
     "drops the seed for the SDK": ("determinism:*",),
+    "claims one layer": ("effects:steering.*", "isolation:*", "golden:steering.*", "lens:*"),
+    "claims a long context": ("caps:*", "golden:caps.*", "isolation:*"),
 }
 COMPLETIONS = spec().completions_path
 SAMPLED = ("the", "sky", "was", "green", "over", "a", "quiet", "harbour", "and", "then")
@@ -132,6 +140,8 @@ class Liar:
             body = {k: v for k, v in body.items() if k != "seed"}
         if self.way == "accepts unknown fields":
             body = {k: v for k, v in body.items() if k in _known_fields()}
+        if self.way == "claims one layer":
+            body = {k: v for k, v in body.items() if k != "apply_steering_vectors"}
         return body
 
     def __call__(self, environ: Environ, start_response: StartResponse) -> Iterable[bytes]:
@@ -188,6 +198,8 @@ class Liar:
             return self._counted(chunks)
         body = b"".join(chunks)
         self._count_json(body, code)
+        if path == "/v1/models" and code == 200:
+            body = self._claim(body)
         body, code = self._lie(body, code, asked, auth)
         headers = [(k, v) for k, v in headers if k.lower() != "content-length"]
         start_response(
@@ -233,6 +245,21 @@ class Liar:
         if isinstance(usage, dict):
             with self._lock:
                 self.generated += int(usage.get("completion_tokens") or 0)
+
+    def _claim(self, body: bytes) -> bytes:
+        """GET /v1/models' numbers, as the way claims them."""
+        claims = {
+            "claims one layer": {"num_layers": 1},
+            "claims a long context": {
+                "max_model_len": spec().schema("Model")["properties"]["max_model_len"]["maximum"]
+            },
+        }.get(self.way)
+        if claims is None:
+            return body
+        data = json.loads(body)
+        for entry in data.get("data") or []:
+            entry.update(claims)
+        return json.dumps(data).encode()
 
     def _lie(
         self, body: bytes, code: int, asked: dict[str, Any] | None, auth: str

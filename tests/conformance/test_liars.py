@@ -343,3 +343,20 @@ def test_a_server_past_max_tokens_only_in_plain_answers_is_caught_by_a_counted_t
     assert report["seed"] == 1 and report["twins"]["sent"] >= 1, report["twins"]
     check, finding = outrun[0]
     assert finding["exchange"]["request"]["body"] is not None and check != "premise:max_tokens"
+
+
+@pytest.mark.parametrize("way", ["claims one layer", "claims a long context"])
+def test_a_claim_of_get_v1_models_shrinks_no_check_before_behaviour_shows_it(
+    way: str, tmp_path: Path
+) -> None:
+    """A number that would skip checks is shown first (the last layer captured and the next
+    refused; a prompt at max_model_len accepted and one past refused); until then the checks it
+    would remove are unproven, never skipped (issue 53, item 4)."""
+    selected = [arg for check in CHECKS[way] for arg in ("-k", check)]
+    with liar(way) as (_, url):
+        code, terminal = gate(url, tmp_path, "--profile", "full", *selected)
+    results = json.loads((tmp_path / "r.json").read_text())["results"]
+    shrunk = [r for r in results if "not shown by behaviour" in r["reason"]]
+    assert code in (ExitCode.FAILED, ExitCode.NOT_PROVEN) and shrunk, terminal
+    assert all(r["outcome"] == "unproven" for r in shrunk)
+    assert not [r["id"] for r in results if r["outcome"] == "skipped"], terminal

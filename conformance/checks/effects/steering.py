@@ -39,6 +39,7 @@ from conformance.checks.effects.sampling import (
 )
 from conformance.checks.helpers.agree import LOGPROBS, difference
 from conformance.checks.helpers.capture import SLACK, decode_capture
+from conformance.checks.helpers.claims import shrink
 from conformance.engine.context import Context
 from conformance.engine.registry import register
 from conformance.wire import tensors
@@ -59,7 +60,11 @@ def layer(ctx: Context) -> int:
     """The middle layer, which has one below it."""
     middle = ctx.model.num_layers // 2
     if middle < 1:
-        ctx.skip(f"the model has {ctx.model.num_layers} layer: no layer below the steered one")
+        shrink(
+            ctx,
+            "num_layers",
+            f"the model has {ctx.model.num_layers} layer: no layer below the steered one",
+        )
     return middle
 
 
@@ -377,7 +382,11 @@ def _replayed_layers(ctx: Context) -> int:
     """L of effects:steering.layers_above: the middle layer, or lower where L+2 would be past the top."""
     below_top = ctx.model.num_layers - 3
     if below_top < 0:
-        ctx.skip(f"the model has {ctx.model.num_layers} layers: no two layers above a steered one")
+        shrink(
+            ctx,
+            "num_layers",
+            f"the model has {ctx.model.num_layers} layers: no two layers above a steered one",
+        )
     return min(ctx.model.num_layers // 2, below_top)
 
 
