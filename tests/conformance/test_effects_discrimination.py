@@ -16,6 +16,7 @@ from conformance.engine.results import Outcome
 from mock_server import create_app
 from mock_server.config import MockConfig
 from tests.broken.effects import Batched, Ignoring
+from tests.support.paced import PACED_TPOT_MS
 from tests.support.suite import failed, run_suite
 from tests.support.wsgi import serve
 
@@ -113,8 +114,9 @@ def test_a_deployment_that_samples_at_temperature_0_fails_the_sampling_check(
 
 
 def test_every_effect_check_passes_under_batch_effects() -> None:
-    """Log probabilities and captures moved by a little, and every third greedy text flipped."""
-    with serve(Batched(create_app(MockConfig()))) as url:
+    """Log probabilities and captures moved by a little, and every third greedy text flipped;
+    paced as the main job's mock is, so same_batch's overlap is proven."""
+    with serve(Batched(create_app(MockConfig(tpot_ms=PACED_TPOT_MS)))) as url:
         report = run_suite(url, "effects:*", "isolation:*")
     assert failed(report) == {}
     isolation = {c.id for c in REGISTRY if c.group == "isolation"}
