@@ -74,6 +74,7 @@ def start_reference_bench(logs_prefix: str) -> tuple[float, Path]:
 
 
 API_KEY = "bench-key"
+KILL_WAIT = 10.0  # s a killed session may take to be gone on a loaded machine
 
 
 def command_line(module: str, argv: Sequence[str]) -> str:
@@ -210,6 +211,10 @@ class Server(Endpoint):
         with contextlib.suppress(ProcessLookupError):  # a child the server left behind, too
             os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
+        # A signal is delivered, not done: an orphan may live on a moment, holding its port.
+        deadline = time.monotonic() + KILL_WAIT
+        while session_pids(proc.pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
 
 
 def wait_port(port: int, proc: subprocess.Popen[bytes], timeout: float, name: str) -> None:

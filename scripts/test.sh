@@ -9,18 +9,16 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
+# The habits first, in seconds, whatever the arguments: the code formatted and linted (ruff), and
+# typed (mypy); their settings are pyproject.toml's.
+.venv/bin/ruff format --check --quiet .
+.venv/bin/ruff check --quiet .
+.venv/bin/mypy
 bash scripts/setup_redis.sh
 bash scripts/setup_nginx.sh
 if [[ "${ACS_SKIP_VLLM:-0}" != 1 ]]; then
   bash scripts/setup_vllm.sh
   bash scripts/setup_lmeval.sh
-fi
-# The habits first, in seconds: the code formatted and linted (ruff), and typed (mypy); their
-# settings are pyproject.toml's.
-if [[ $# -eq 0 ]]; then
-  .venv/bin/ruff format --check --quiet .
-  .venv/bin/ruff check --quiet .
-  .venv/bin/mypy
 fi
 .venv/bin/python -m pytest -q --durations=25 "$@"
 # The whole suite (no arguments): then once more with the patches of gunicorn and Flask

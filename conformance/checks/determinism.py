@@ -11,16 +11,17 @@ from conformance.engine.registry import register
 SEED_REPEATS = 16  # answers of one seeded request held to the first; a server that drops the
 # seed on a quarter of its requests passes all with odds 0.75^16 = 1%
 SEED_TOKENS = 4
-# Other temperatures, each with OTHER_REPEATS answers held to their first: a server that honours
-# the seed at temperature 1 only (where a gate would look) fails at each (its answers there are
-# sampled anew; 4 tokens at 1.3 coincide three times over far below 1 run in 100).
-OTHER_TEMPERATURES, OTHER_REPEATS = (0.7, 1.3), 4
+# Two other temperatures (the run's, engine.draws), each with OTHER_REPEATS answers held to their
+# first: a server that honours the seed at temperature 1 only (where a gate would look) fails at
+# each (its answers there are sampled anew; 4 tokens at 0.7 coincide three times over far below
+# 1 run in 100).
+OTHER_TEMPERATURES, OTHER_REPEATS = 2, 4
 
 
 @register(
     "determinism:seed",
     tags=("determinism",),
-    tokens=(SEED_REPEATS + len(OTHER_TEMPERATURES) * OTHER_REPEATS) * SEED_TOKENS,
+    tokens=(SEED_REPEATS + OTHER_TEMPERATURES * OTHER_REPEATS) * SEED_TOKENS,
     effects=("seed",),
 )
 def seed_reproduces(ctx: Context) -> None:
@@ -29,7 +30,7 @@ def seed_reproduces(ctx: Context) -> None:
     every answer, no any-of-N."""
     body = {**agreeing_body(ctx), "n": 1, "max_tokens": SEED_TOKENS}
     runs = [(body["temperature"], SEED_REPEATS)]
-    runs += [(t, OTHER_REPEATS) for t in OTHER_TEMPERATURES]
+    runs += [(t, OTHER_REPEATS) for t in ctx.draws.temperatures]
     for temperature, repeats in runs:
         replies = []
         for _ in range(repeats):
@@ -39,15 +40,13 @@ def seed_reproduces(ctx: Context) -> None:
         agree_with(ctx, f"the same seed at temperature {temperature}", replies[0], replies[1:])
 
 
-OTHER_SEEDS = (4321, 5678)  # beside seeded_body's
-
-
 @register("determinism:seed.differs", tags=("determinism",), tokens=5 * 8, effects=("seed",))
 def seed_differs(ctx: Context) -> None:
     """Other seeds, other texts: of three seeds at temperature 1, not all give the same texts
     (a server that samples every request with one seed, whatever it asks, gives them)."""
     seen = []
-    for seed in OTHER_SEEDS:
+    others = ctx.draws.other_seeds
+    for seed in others:
         reply = ctx.client.post(
             ctx.api.completions_path, {**seeded_body(ctx), "n": 1, "seed": seed}
         )
@@ -71,7 +70,7 @@ def seed_differs(ctx: Context) -> None:
         )
     ctx.expect(
         False,
-        f"seeds {OTHER_SEEDS[0]}, {OTHER_SEEDS[1]} and {seeded_body(ctx)['seed']} at temperature 1 gave the "
+        f"seeds {others[0]}, {others[1]} and {seeded_body(ctx)['seed']} at temperature 1 gave the "
         "same texts: the seed asked for is not the one sampled with",
         expected="other texts for other seeds",
         received=seen[0],

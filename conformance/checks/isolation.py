@@ -34,7 +34,7 @@ from conformance.checks.effects.sampling import post
 from conformance.checks.effects.steering import norm, strong
 from conformance.checks.helpers.agree import LOGPROBS, difference
 from conformance.checks.helpers.capture import SLACK, tensor_values
-from conformance.checks.helpers.claims import shrink
+from conformance.checks.helpers.claims import confirm, shrink
 from conformance.checks.stream import choices
 from conformance.engine.context import Context
 from conformance.engine.registry import register
@@ -54,17 +54,29 @@ HELD = 2 * TOKENS  # of the steered stream held open beside a plain request: it 
 
 
 def fresh_prompt(ctx: Context) -> list[int]:
-    """PROMPT_TOKENS random ids of ordinary tokens, new each run (no server has cached them)."""
+    """Random ids of ordinary tokens, new each run (no server has cached them): PROMPT_TOKENS, or
+    as many as a smaller context holds beside the most a check generates after them (HELD),
+    once behaviour shows that context; a pass then says which KV block sizes it covers."""
     ordinary = min([ctx.model.vocab_size, *ctx.api.special_tokens(ctx.config.model)])
-    if ctx.max_model_len < PROMPT_TOKENS + TOKENS:
+    length = min(PROMPT_TOKENS, ctx.max_model_len - HELD)
+    if length < 2 * min(BLOCK_SIZES):
         shrink(
             ctx,
             "max_model_len",
-            f"max_model_len {ctx.max_model_len} holds no prompt of {PROMPT_TOKENS} tokens "
-            f"(two KV blocks of {max(BLOCK_SIZES)}) and {TOKENS} more",
+            f"max_model_len {ctx.max_model_len} holds no prompt of two KV blocks of "
+            f"{min(BLOCK_SIZES)} and {HELD} tokens more",
         )
+    if length < PROMPT_TOKENS:
+        most = max(size for size in BLOCK_SIZES if 2 * size <= length)
+        sized = (
+            f"max_model_len {ctx.max_model_len} holds a prompt of {length} tokens and {HELD} "
+            f"more: two KV blocks of at most {most} (a server with larger ones caches less than "
+            "two of it)"
+        )
+        confirm(ctx, "max_model_len", sized)
+        ctx.note(sized)
     pick = random.SystemRandom()
-    return [pick.randrange(ordinary) for _ in range(PROMPT_TOKENS)]
+    return [pick.randrange(ordinary) for _ in range(length)]
 
 
 def greedy(prompt: list[int], **fields: Any) -> dict[str, Any]:

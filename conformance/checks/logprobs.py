@@ -19,7 +19,7 @@ def _body(ctx: Context, **extra: Any) -> dict[str, Any]:
         "max_tokens": MAX_TOKENS,
         "ignore_eos": True,
         "logprobs": LOGPROBS,
-        "seed": 11,
+        "seed": ctx.draws.seed,
         **extra,
     }
 

@@ -369,7 +369,7 @@ def capture_layers(ctx: Context) -> None:
                 break
 
 
-N, SEED, STEPS = 2, 1234, 2
+N, STEPS = 2, 2
 
 
 @register("model:n.children", tags=TAGS, tokens=N * STEPS + STEPS, effects=("n", "seed"))
@@ -383,18 +383,19 @@ def n_children(ctx: Context) -> None:
         "logprobs": LOGPROBS,
         "ignore_eos": True,
     }
-    together = _post(ctx, {**body, "n": N, "seed": SEED})
+    seed = ctx.draws.seed
+    together = _post(ctx, {**body, "n": N, "seed": seed})
     for j in range(1, N):  # (choice 0 is seed's own: a copy of it shows in the others)
-        alone = _post(ctx, {**body, "n": 1, "seed": SEED + j})
+        alone = _post(ctx, {**body, "n": 1, "seed": seed + j})
         why = difference(ctx.api, _choice(ctx, alone), _choice(ctx, together, j))
         ctx.expect(
             why is None,
-            f"choice {j} of n={N} with seed {SEED} is not the sample of seed {SEED + j}: {why}",
+            f"choice {j} of n={N} with seed {seed} is not the sample of seed {seed + j}: {why}",
             reply=together,
         )
 
 
-STEPS_SCORED, SCORED_SEED = 2, 77
+STEPS_SCORED = 2
 
 
 @register(
@@ -415,7 +416,7 @@ def lm_eval_loglikelihood(ctx: Context) -> None:
             "prompt": ids,
             "max_tokens": STEPS_SCORED,
             "temperature": 1.0,
-            "seed": SCORED_SEED,
+            "seed": ctx.draws.seed,
             "logprobs": 1,
             "ignore_eos": True,
             "return_token_ids": True,

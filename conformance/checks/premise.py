@@ -23,7 +23,6 @@ from conformance.wire.sse import Parsed
 
 MAX_TOKENS = 2  # the max_tokens premise:max_tokens asks for
 END_MAX_TOKENS = 2  # premise:end_tokens: 1 token if the end tokens are honoured, 2 if not
-PROMPT = "The"
 
 
 @register(
@@ -36,7 +35,7 @@ def max_tokens(ctx: Context) -> None:
         "model": ctx.config.model,
         # text, the prompt every completions server takes (llama.cpp's takes no token ids): a
         # premise asked in a form the server refuses would prove nothing of max_tokens
-        "prompt": PROMPT,
+        "prompt": ctx.draws.premise_prompt,
         "max_tokens": MAX_TOKENS,
         "ignore_eos": True,
         "stream": True,

@@ -57,6 +57,7 @@ from schemathesis.engine import events, from_schema
 
 from conformance.engine.config import RunConfig
 from conformance.engine.context import LEDGER_NOTES, Context
+from conformance.engine.draws import Draws
 from conformance.engine.registry import register
 from conformance.engine.results import Exchange, Finding, quote
 from conformance.wire import jsontext
@@ -365,7 +366,7 @@ def _st_config(config: RunConfig, mode: str, phases: tuple[str, ...]) -> Schemat
             # the openai SDK's headers (its User-Agent over schemathesis's own), and the key
             "headers": {**client_headers(), "Authorization": f"Bearer {config.api_key}"},
             "workers": 1,
-            "seed": 20261130,
+            "seed": Draws.of(config.seed).schemathesis_seed if config.seed is not None else None,
             "request-timeout": config.timeout,
             "continue-on-failure": True,  # every finding, not the first per operation
             "generation": {

@@ -41,7 +41,7 @@ def _body(ctx: Context, **extra: Any) -> dict[str, Any]:
         "max_tokens": MAX_TOKENS,
         "echo": True,
         "logprobs": LOGPROBS,
-        "seed": 5,
+        "seed": ctx.draws.seed,
         "allowed_token_ids": allowed,
         **extra,
     }

@@ -30,7 +30,7 @@ def many_choices_body(ctx: Context, **extra: Any) -> dict[str, Any]:
         "n": N,
         "max_tokens": MAX_TOKENS,
         "ignore_eos": True,
-        "seed": 7,
+        "seed": ctx.draws.seed,
         **extra,
     }
 
@@ -290,7 +290,7 @@ def seeded_body(ctx: Context) -> dict[str, Any]:
         "prompt": "The sky is",
         "max_tokens": 8,
         "temperature": 1.0,
-        "seed": 1234,
+        "seed": ctx.draws.seed,
         "n": 2,
     }
 

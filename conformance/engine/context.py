@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import functools
 import json
 from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
 from conformance.engine.config import RunConfig
+from conformance.engine.draws import Draws
 from conformance.engine.results import Finding
 from conformance.spec.bodies import REQUEST_ID_MASK, mask, request_id_re
 from conformance.wire.client import Client, Reply
@@ -74,6 +76,12 @@ class Context:
         """The deployment's, from GET /v1/models (it is the deployment's to set); the spec's
         where the server gave none (`given`)."""
         return self.model.max_model_len
+
+    @functools.cached_property
+    def draws(self) -> Draws:
+        """The values of this run a server could key on, drawn from the run's seed."""
+        assert self.config.seed is not None  # RunConfig draws one
+        return Draws.of(self.config.seed)
 
     def given(self, number: str) -> bool:
         """Whether GET /v1/models gave this number of the model (else it is the spec's)."""

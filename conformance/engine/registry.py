@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import fnmatch
 import functools
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from importlib import import_module
 from typing import TYPE_CHECKING
@@ -120,7 +120,7 @@ class Registry:
                     f"{package}.{group} registered checks of another group: {strays}"
                 )
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[Check]:
         return iter(self._checks.values())
 
     def __len__(self) -> int:

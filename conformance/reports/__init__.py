@@ -1,5 +1,6 @@
 """Reports of a run: JUnit XML for CI systems, JSON, and one self-contained HTML page;
 and of a diff (`diff.py`): JSON and HTML."""
+
 from conformance.reports.differences import write_diff_html, write_diff_json
 from conformance.reports.html import write_html
 from conformance.reports.json_report import write_json

@@ -1,5 +1,6 @@
 """What a person sees: a progress display while it runs, a summary table at the end, and the
 table of answers a diff found different (rich)."""
+
 from __future__ import annotations
 
 import json
@@ -12,17 +13,22 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from conformance.cli.diff import DiffReport, where_differs
 from conformance.engine.config import RunConfig
 from conformance.engine.context import SAYS
-from conformance.cli.diff import DiffReport, where_differs
 from conformance.engine.registry import Check, token_bound
 from conformance.engine.results import CheckResult, Outcome, RunReport, exit_code
 from conformance.engine.token_cost import CostModel
 from contract.version import describe, version_line
 
-STYLE = {Outcome.PASSED: "green", Outcome.FAILED: "red", Outcome.WARNED: "dark_orange", Outcome.SKIPPED: "yellow",
-         Outcome.UNPROVEN: "orange3",
-         Outcome.ERROR: "magenta"}
+STYLE = {
+    Outcome.PASSED: "green",
+    Outcome.FAILED: "red",
+    Outcome.WARNED: "dark_orange",
+    Outcome.SKIPPED: "yellow",
+    Outcome.UNPROVEN: "orange3",
+    Outcome.ERROR: "magenta",
+}
 
 
 class ProgressDisplay:
@@ -31,17 +37,25 @@ class ProgressDisplay:
     def __init__(self, total: int, console: Console, enabled: bool = True) -> None:
         self.enabled = enabled
         self.failed = 0
-        self._progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                                  TextColumn("[red]{task.fields[failed]} failed"), TimeElapsedColumn(),
-                                  console=console, transient=True, disable=not enabled)
+        self._progress = Progress(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("[red]{task.fields[failed]} failed"),
+            TimeElapsedColumn(),
+            console=console,
+            transient=True,
+            disable=not enabled,
+        )
         self._task = self._progress.add_task("conformance", total=total, failed=0)
 
-    def __enter__(self) -> "ProgressDisplay":
+    def __enter__(self) -> ProgressDisplay:
         self._progress.__enter__()
         return self
 
-    def __exit__(self, t: type[BaseException] | None, e: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(
+        self, t: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
+    ) -> None:
         self._progress.__exit__(t, e, tb)
 
     def __call__(self, check: Check, result: CheckResult | None) -> None:
@@ -53,10 +67,10 @@ class ProgressDisplay:
         self._progress.update(self._task, advance=1, failed=self.failed)
 
 
-GROUP_SHOWN = 4     # checks named in a line of findings of one cause
+GROUP_SHOWN = 4  # checks named in a line of findings of one cause
 
 
-CAUSE_CHARS = 80       # of the server's words that tell one cause from another
+CAUSE_CHARS = 80  # of the server's words that tell one cause from another
 
 
 def cause(message: str) -> str:
@@ -79,7 +93,9 @@ def by_cause(failed: Sequence[CheckResult]) -> list[tuple[str, list[CheckResult]
 
 
 def print_summary(report: RunReport, console: Console) -> None:
-    table = Table(title=f"Conformance of {report.base_url} ({report.model}, {report.context_said()}, {report.profile})")
+    table = Table(
+        title=f"Conformance of {report.base_url} ({report.model}, {report.context_said()}, {report.profile})"
+    )
     table.add_column("group")
     for outcome in Outcome:
         table.add_column(outcome.value, justify="right", style=STYLE[outcome])
@@ -88,8 +104,11 @@ def print_summary(report: RunReport, console: Console) -> None:
     for r in report.results:
         groups.setdefault(r.group, []).append(r)
     for group, results in groups.items():
-        table.add_row(group, *(str(sum(r.outcome is o for r in results)) for o in Outcome),
-                      str(sum(r.tokens for r in results)))
+        table.add_row(
+            group,
+            *(str(sum(r.outcome is o for r in results)) for o in Outcome),
+            str(sum(r.tokens for r in results)),
+        )
     table.add_row("[b]all", *(f"[b]{report.count(o)}" for o in Outcome), f"[b]{report.tokens}")
     console.print(table)
     for message, results in by_cause(report.failed):
@@ -98,14 +117,23 @@ def print_summary(report: RunReport, console: Console) -> None:
             more = f" (+{len(r.findings) - 1} more)" if len(r.findings) > 1 else ""
             console.print(f"[red]FAILED[/] {r.id}: {message}{more}", markup=True, highlight=False)
             continue
-        names = ", ".join(r.id for r in results[:GROUP_SHOWN]) + (", …" if len(results) > GROUP_SHOWN else "")
-        console.print(f"[red]FAILED[/] x{len(results)}: {message} ({names})", markup=True, highlight=False)
+        names = ", ".join(r.id for r in results[:GROUP_SHOWN]) + (
+            ", …" if len(results) > GROUP_SHOWN else ""
+        )
+        console.print(
+            f"[red]FAILED[/] x{len(results)}: {message} ({names})", markup=True, highlight=False
+        )
     for r in report.warned:
-        console.print(f"[dark_orange]WARNING[/] {r.id}: {r.findings[0].message if r.findings else ''} "
-                      "(a front's own words: not counted; --strict counts it)", highlight=False)
+        console.print(
+            f"[dark_orange]WARNING[/] {r.id}: {r.findings[0].message if r.findings else ''} "
+            "(a front's own words: not counted; --strict counts it)",
+            highlight=False,
+        )
     for r in report.errors:
-        console.print(f"[magenta]TOOL ERROR[/] {r.id}: {r.reason.splitlines()[0] if r.reason else ''}",
-                      highlight=False)
+        console.print(
+            f"[magenta]TOOL ERROR[/] {r.id}: {r.reason.splitlines()[0] if r.reason else ''}",
+            highlight=False,
+        )
     for error in report.run_errors:
         console.print(f"[magenta]TOOL ERROR[/] {error}", highlight=False)
     if report.ceiling_note():
@@ -115,42 +143,53 @@ def print_summary(report: RunReport, console: Console) -> None:
     console.print(f"checked with {describe(report.versions)}", highlight=False)
     if report.coverage:
         from conformance.engine.coverage import summary_line
+
         console.print(summary_line(report.coverage), highlight=False)
     code = exit_code(report)
     colour = {0: "green", 1: "red", 2: "magenta", 3: "orange3"}[code]
     verdict = f"[{colour}]{code.verdict}"
-    console.print(f"{verdict}[/]: {len(report.results)} checks in {report.duration:.1f} s; "
-                  f"the server generated {report.tokens} tokens (ceiling {report.token_ceiling}); "
-                  f"exit code {int(code)}")
+    console.print(
+        f"{verdict}[/]: {len(report.results)} checks in {report.duration:.1f} s; "
+        f"the server generated {report.tokens} tokens (ceiling {report.token_ceiling}); "
+        f"exit code {int(code)}"
+    )
 
 
 def print_dry_run(checks: Sequence[Check], config: RunConfig, console: Console) -> None:
-    table = Table(title=f"{len(checks)} checks selected ({config.profile} profile); no request sent")
+    table = Table(
+        title=f"{len(checks)} checks selected ({config.profile} profile); no request sent"
+    )
     table.add_column("check")
     table.add_column("tags")
     table.add_column("tokens ≤", justify="right")
     table.add_column("if not conforming ≤", justify="right")
     cost = CostModel.of(config.api, config.api.models[config.model].max_model_len)
     for check in checks:
-        table.add_row(check.id, ", ".join(check.all_tags), str(check.token_bound(config)),
-                      str(check.worst_case(config, cost)))
+        table.add_row(
+            check.id,
+            ", ".join(check.all_tags),
+            str(check.token_bound(config)),
+            str(check.worst_case(config, cost)),
+        )
     console.print(table)
     console.print(f"suite: {version_line()}", highlight=False)
-    console.print(f"token bound of the selection: {token_bound(checks, config)}; if the server does not "
-                  f"conform: {token_bound(checks, config, cost)} with the spec's max_model_len "
-                  f"{cost.max_model_len} (ceiling {config.token_ceiling})")
+    console.print(
+        f"token bound of the selection: {token_bound(checks, config)}; if the server does not "
+        f"conform: {token_bound(checks, config, cost)} with the spec's max_model_len "
+        f"{cost.max_model_len} (ceiling {config.token_ceiling})"
+    )
 
 
 # -- diff ------------------------------------------------------------------------------
 
-DIFF_ROWS_SHOWN = 40   # rows of the console's diff table; the JSON and HTML reports have them all
+DIFF_ROWS_SHOWN = 40  # rows of the console's diff table; the JSON and HTML reports have them all
 
 
 def _short(value: Any, width: int = 60) -> str:
     """One printable line of at most `width` characters (binary bytes escaped, not shown raw)."""
     text = value if isinstance(value, str) else json.dumps(value, sort_keys=True)
-    text = "".join(c if c.isprintable() else repr(c)[1:-1] for c in text[:4 * width])
-    return text if len(text) <= width else text[:width - 3] + "..."
+    text = "".join(c if c.isprintable() else repr(c)[1:-1] for c in text[: 4 * width])
+    return text if len(text) <= width else text[: width - 3] + "..."
 
 
 def print_diff(report: DiffReport, console: Console) -> None:
@@ -158,30 +197,50 @@ def print_diff(report: DiffReport, console: Console) -> None:
     for column in ("check", "request", "field", "A", "B"):
         table.add_column(column, overflow="fold")
     if report.differing:
-        console.print("by status (A->B): " + ", ".join(f"{k} x{v}" for k, v in report.by_status().most_common())
-                      + "; by field: " + ", ".join(f"{k} x{v}" for k, v in report.by_field().most_common()),
-                      highlight=False, markup=False)
+        console.print(
+            "by status (A->B): "
+            + ", ".join(f"{k} x{v}" for k, v in report.by_status().most_common())
+            + "; by field: "
+            + ", ".join(f"{k} x{v}" for k, v in report.by_field().most_common()),
+            highlight=False,
+            markup=False,
+        )
     rows = [(d, f) for d in report.differing for f in d["fields"]]
     for d, f in rows[:DIFF_ROWS_SHOWN]:
         req = d["request"]
         a, b = d["a"][f], d["b"][f]
-        if f == "shape":        # the place they differ, not the whole shapes
+        if f == "shape":  # the place they differ, not the whole shapes
             where, a, b = where_differs(a, b)
             f = f"shape: {where}"
-        table.add_row(req["check"], f"{req['method']} {req['path']} {_short(req['body'], 40)}", f,
-                      _short(a), _short(b))
+        table.add_row(
+            req["check"],
+            f"{req['method']} {req['path']} {_short(req['body'], 40)}",
+            f,
+            _short(a),
+            _short(b),
+        )
     if report.differing:
         console.print(table)
     if len(rows) > DIFF_ROWS_SHOWN:
-        console.print(f"... and {len(rows) - DIFF_ROWS_SHOWN} more rows (--json or --html has every one)",
-                      highlight=False)
+        console.print(
+            f"... and {len(rows) - DIFF_ROWS_SHOWN} more rows (--json or --html has every one)",
+            highlight=False,
+        )
     for side, items in (("A", report.only_a), ("B", report.only_b)):
         for item in items[:DIFF_ROWS_SHOWN]:
             req = item["request"]
-            console.print(f"only in {side}: {req['check']} {req['method']} {req['path']} {_short(req['body'], 60)}",
-                          highlight=False, markup=False)
+            console.print(
+                f"only in {side}: {req['check']} {req['method']} {req['path']} {_short(req['body'], 60)}",
+                highlight=False,
+                markup=False,
+            )
         if len(items) > DIFF_ROWS_SHOWN:
-            console.print(f"... and {len(items) - DIFF_ROWS_SHOWN} more only in {side}", highlight=False)
-    console.print(f"{len(report.differing)} of {report.paired} paired requests differ; "
-                  f"{len(report.only_a)} only in A, {len(report.only_b)} only in B; "
-                  f"exit code {int(report.exit_code)}", highlight=False)
+            console.print(
+                f"... and {len(items) - DIFF_ROWS_SHOWN} more only in {side}", highlight=False
+            )
+    console.print(
+        f"{len(report.differing)} of {report.paired} paired requests differ; "
+        f"{len(report.only_a)} only in A, {len(report.only_b)} only in B; "
+        f"exit code {int(report.exit_code)}",
+        highlight=False,
+    )

@@ -1,5 +1,6 @@
 """The reports of `python -m conformance diff`: JSON (every difference) and one HTML page
 with the two answers side by side."""
+
 from __future__ import annotations
 
 import json
@@ -7,8 +8,8 @@ from html import escape
 from pathlib import Path
 from typing import Any
 
-from conformance.reports.scrub import Scrubber
 from conformance.cli.diff import DiffReport
+from conformance.reports.scrub import Scrubber
 
 
 def write_diff_json(report: DiffReport, path: str | Path) -> None:
@@ -28,10 +29,14 @@ def render_diff_html(report: DiffReport) -> str:
         f"<tr><td>{escape(d['request']['check'])}<br><code>{escape(d['request']['method'])} "
         f"{escape(d['request']['path'])}</code>{_pre(d['request']['body'])}</td>"
         f"<td>{escape(', '.join(d['fields']))}</td><td>{_pre(d['a'])}</td><td>{_pre(d['b'])}</td></tr>"
-        for d in report.differing)
-    only = "".join(f"<li>only in {side}: {escape(i['request']['check'])} <code>{escape(i['request']['method'])} "
-                   f"{escape(i['request']['path'])}</code></li>"
-                   for side, items in (("A", report.only_a), ("B", report.only_b)) for i in items)
+        for d in report.differing
+    )
+    only = "".join(
+        f"<li>only in {side}: {escape(i['request']['check'])} <code>{escape(i['request']['method'])} "
+        f"{escape(i['request']['path'])}</code></li>"
+        for side, items in (("A", report.only_a), ("B", report.only_b))
+        for i in items
+    )
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>Diff: {escape(report.a_url)} / {escape(report.b_url)}</title>
 <style>body{{font-family:sans-serif}} table{{border-collapse:collapse;width:100%}}

@@ -3,6 +3,7 @@
 A summary, then each check; for a failure, each finding with the request and
 the expected and received responses side by side.
 """
+
 from __future__ import annotations
 
 import json
@@ -10,8 +11,8 @@ from html import escape
 from pathlib import Path
 from typing import Any
 
-from conformance.reports.scrub import Scrubber
 from conformance.engine.results import CheckResult, Finding, Outcome, RunReport
+from conformance.reports.scrub import Scrubber
 from contract.version import describe
 
 CSS = """
@@ -48,16 +49,24 @@ def _finding(f: Finding, repeated: bool = False) -> str:
     out = [f'<div class="finding"><b>{escape(f.message)}</b>']
     ex = f.exchange
     if ex is not None and not repeated:
-        req = f"{ex.method} {ex.url}\n" + "\n".join(f"{k}: {v}" for k, v in ex.request_headers.items())
+        req = f"{ex.method} {ex.url}\n" + "\n".join(
+            f"{k}: {v}" for k, v in ex.request_headers.items()
+        )
         if ex.request_body:
             req += "\n\n" + _pretty(ex.request_body)
         out.append(_pre("request", req))
     received: Any = f.received
     if ex is not None and ex.status is not None:
-        received = {"status": ex.status, "body": _maybe_json(ex.response_body)} if received is None else received
+        received = (
+            {"status": ex.status, "body": _maybe_json(ex.response_body)}
+            if received is None
+            else received
+        )
     elif ex is not None and ex.error:
         received = {"no response": ex.error}
-    out.append('<div class="side">' + _pre("expected", f.expected) + _pre("received", received) + "</div>")
+    out.append(
+        '<div class="side">' + _pre("expected", f.expected) + _pre("received", received) + "</div>"
+    )
     if ex is not None and ex.status is not None and f.received is not None and not repeated:
         out.append(_pre(f"whole response ({ex.status})", _maybe_json(ex.response_body)))
     out.append("</div>")
@@ -74,13 +83,17 @@ def _maybe_json(text: str | None) -> Any:
 
 
 def _result(r: CheckResult) -> str:
-    head = (f'<summary><span class="{r.outcome.value}">{r.outcome.value.upper()}</span> '
-            f'{escape(r.id)}</summary>')
+    head = (
+        f'<summary><span class="{r.outcome.value}">{r.outcome.value.upper()}</span> '
+        f"{escape(r.id)}</summary>"
+    )
     body = [f'<p class="doc">{escape(r.doc)}</p>'] if r.doc else []
     if r.reason:
         body.append(_pre("tool error" if r.outcome is Outcome.ERROR else "reason", r.reason))
-    body += [_finding(f, any(g.exchange is f.exchange for g in r.findings[:i]))
-             for i, f in enumerate(r.findings)]
+    body += [
+        _finding(f, any(g.exchange is f.exchange for g in r.findings[:i]))
+        for i, f in enumerate(r.findings)
+    ]
     is_open = " open" if r.outcome in (Outcome.FAILED, Outcome.ERROR) else ""
     return f'<details class="{r.outcome.value}"{is_open}>{head}{"".join(body)}</details>'
 
@@ -91,23 +104,38 @@ def _coverage(coverage: dict[str, Any] | None) -> str:
         return ""
     rows = "".join(
         f"<tr><td>{escape(cat)}</td><td>{c['covered']}/{c['total']}</td><td>{c['percent']:g}%</td>"
-        f"<td>{escape(', '.join(c['not_covered'])) or '&mdash;'}</td></tr>" for cat, c in coverage.items())
-    return ("<h2>Spec coverage</h2><table><tr><th>category</th><th>covered</th><th>%</th>"
-            f"<th>not covered</th></tr>{rows}</table>")
+        f"<td>{escape(', '.join(c['not_covered'])) or '&mdash;'}</td></tr>"
+        for cat, c in coverage.items()
+    )
+    return (
+        "<h2>Spec coverage</h2><table><tr><th>category</th><th>covered</th><th>%</th>"
+        f"<th>not covered</th></tr>{rows}</table>"
+    )
 
 
 def render(report: RunReport) -> str:
     from conformance.engine.results import exit_code
-    counts = "".join(f'<tr><td class="{o.value}">{o.value}</td><td>{report.count(o)}</td></tr>'
-                     for o in Outcome)
+
+    counts = "".join(
+        f'<tr><td class="{o.value}">{o.value}</td><td>{report.count(o)}</td></tr>' for o in Outcome
+    )
     groups: dict[str, dict[str, int]] = {}
     for r in report.results:
         groups.setdefault(r.group, {o.value: 0 for o in Outcome})[r.outcome.value] += 1
     group_rows = "".join(
-        f"<tr><td>{escape(g)}</td>" + "".join(f'<td class="{o}">{n}</td>' for o, n in c.items()) + "</tr>"
-        for g, c in groups.items())
-    order = {Outcome.FAILED: 0, Outcome.ERROR: 1, Outcome.UNPROVEN: 2, Outcome.WARNED: 3, Outcome.SKIPPED: 4,
-             Outcome.PASSED: 5}
+        f"<tr><td>{escape(g)}</td>"
+        + "".join(f'<td class="{o}">{n}</td>' for o, n in c.items())
+        + "</tr>"
+        for g, c in groups.items()
+    )
+    order = {
+        Outcome.FAILED: 0,
+        Outcome.ERROR: 1,
+        Outcome.UNPROVEN: 2,
+        Outcome.WARNED: 3,
+        Outcome.SKIPPED: 4,
+        Outcome.PASSED: 5,
+    }
     results = sorted(report.results, key=lambda r: order[r.outcome])
     verdict = exit_code(report).verdict
     return f"""<!DOCTYPE html>
@@ -118,7 +146,7 @@ def render(report: RunReport) -> str:
 <b>{escape(report.profile)}</b>, {report.duration:.1f} s, {report.tokens} generated tokens
 (ceiling {report.token_ceiling}), exit code {int(exit_code(report))}.</p>
 {"".join(f'<p class="skipped">{escape(line)}</p>' for line in report.ceiling_note().splitlines())}
-{"".join(f'<p>{escape(line)}</p>' for line in report.notes())}
+{"".join(f"<p>{escape(line)}</p>" for line in report.notes())}
 <p>checked with {escape(describe(report.versions))}.</p>
 <table>{counts}</table>
 <h2>By group</h2>

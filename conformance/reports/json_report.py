@@ -2,13 +2,14 @@
 
 Each finding's exchange carries a curl line that resends its request; a body too large for a
 command line is written beside the report, in results.BODIES, where that line reads it."""
+
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
-from conformance.reports.scrub import Scrubber
 from conformance.engine.results import RunReport
+from conformance.reports.scrub import Scrubber
 
 
 def write_json(report: RunReport, path: str | Path) -> None:

@@ -4,14 +4,15 @@ A finding is a <failure>; a tool error is an <error> (CI systems show them apart
 warned check (a front's own words) passes, its warnings in <system-out> and a property
 `warning`; the baseline's and the rate limit's notes are properties of the suite.
 """
+
 from __future__ import annotations
 
 import json
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-from conformance.reports.scrub import Scrubber
 from conformance.engine.results import CheckResult, Outcome, RunReport
+from conformance.reports.scrub import Scrubber
 
 
 def finding_text(result: CheckResult) -> str:
@@ -28,40 +29,71 @@ def finding_text(result: CheckResult) -> str:
 
 
 def build(report: RunReport) -> ET.Element:
-    suite = ET.Element("testsuite", {
-        "name": f"conformance ({report.profile})", "tests": str(len(report.results)),
-        "failures": str(report.count(Outcome.FAILED) + report.count(Outcome.UNPROVEN)), "warnings": str(report.count(Outcome.WARNED)), "errors": str(report.count(Outcome.ERROR)),
-        "skipped": str(report.count(Outcome.SKIPPED)), "time": f"{report.duration:.3f}"})
+    suite = ET.Element(
+        "testsuite",
+        {
+            "name": f"conformance ({report.profile})",
+            "tests": str(len(report.results)),
+            "failures": str(report.count(Outcome.FAILED) + report.count(Outcome.UNPROVEN)),
+            "warnings": str(report.count(Outcome.WARNED)),
+            "errors": str(report.count(Outcome.ERROR)),
+            "skipped": str(report.count(Outcome.SKIPPED)),
+            "time": f"{report.duration:.3f}",
+        },
+    )
     props = ET.SubElement(suite, "properties")
-    for name, value in (("base_url", report.base_url), ("model", report.model),
-                        ("tokens", report.tokens), ("token_ceiling", report.token_ceiling),
-                        ("token_plan", report.token_plan),
-                        *((f"version:{n}", v) for n, v in report.versions.items())):
+    for name, value in (
+        ("base_url", report.base_url),
+        ("model", report.model),
+        ("tokens", report.tokens),
+        ("token_ceiling", report.token_ceiling),
+        ("token_plan", report.token_plan),
+        *((f"version:{n}", v) for n, v in report.versions.items()),
+    ):
         ET.SubElement(props, "property", {"name": name, "value": str(value)})
     for i, note in enumerate(report.ceiling_notes):
         ET.SubElement(props, "property", {"name": f"ceiling_note_{i}", "value": note})
     for i, note in enumerate(report.notes()):
         ET.SubElement(props, "property", {"name": f"note_{i}", "value": note})
     if report.ceiling_skipped:
-        ET.SubElement(props, "property", {"name": "skipped_for_ceiling", "value": ",".join(report.ceiling_skipped)})
-        ET.SubElement(props, "property", {"name": "token_ceiling_needed", "value": str(report.ceiling_needed)})
+        ET.SubElement(
+            props,
+            "property",
+            {"name": "skipped_for_ceiling", "value": ",".join(report.ceiling_skipped)},
+        )
+        ET.SubElement(
+            props, "property", {"name": "token_ceiling_needed", "value": str(report.ceiling_needed)}
+        )
     for r in report.results:
-        case = ET.SubElement(suite, "testcase", {"classname": f"conformance.{r.group}", "name": r.id,
-                                                 "time": f"{r.duration:.3f}"})
+        case = ET.SubElement(
+            suite,
+            "testcase",
+            {"classname": f"conformance.{r.group}", "name": r.id, "time": f"{r.duration:.3f}"},
+        )
         if r.outcome is Outcome.FAILED:
-            el = ET.SubElement(case, "failure", {"message": r.findings[0].message[:500] if r.findings else ""})
+            el = ET.SubElement(
+                case, "failure", {"message": r.findings[0].message[:500] if r.findings else ""}
+            )
             el.text = finding_text(r)
         elif r.outcome is Outcome.WARNED:
             case_props = ET.SubElement(case, "properties")
-            ET.SubElement(case_props, "property", {"name": "warning", "value": r.findings[0].message[:500]})
-            ET.SubElement(case, "system-out").text = "WARNING (not counted; --strict counts it)\n" + finding_text(r)
+            ET.SubElement(
+                case_props, "property", {"name": "warning", "value": r.findings[0].message[:500]}
+            )
+            ET.SubElement(case, "system-out").text = (
+                "WARNING (not counted; --strict counts it)\n" + finding_text(r)
+            )
         elif r.outcome is Outcome.ERROR:
-            el = ET.SubElement(case, "error", {"message": r.reason.splitlines()[0][:500] if r.reason else ""})
+            el = ET.SubElement(
+                case, "error", {"message": r.reason.splitlines()[0][:500] if r.reason else ""}
+            )
             el.text = r.reason
         elif r.outcome is Outcome.SKIPPED:
             ET.SubElement(case, "skipped", {"message": r.reason})
-        elif r.outcome is Outcome.UNPROVEN:     # the server's doing: it fails the gate (exit code 3)
-            ET.SubElement(case, "failure", {"message": f"not proven: {r.reason}"[:500], "type": "unproven"})
+        elif r.outcome is Outcome.UNPROVEN:  # the server's doing: it fails the gate (exit code 3)
+            ET.SubElement(
+                case, "failure", {"message": f"not proven: {r.reason}"[:500], "type": "unproven"}
+            )
     return suite
 
 

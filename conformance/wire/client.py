@@ -26,6 +26,7 @@ import contextlib
 import json
 import threading
 import time
+import zlib
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -55,7 +56,12 @@ MAX_WAIT_S = 60.0  # the longest Retry-After waited out; a longer one is answere
 RETRY_FLOOR, RETRY_EVERY = 10, 2
 
 
-IDENTITY = "identity"  # the suite's Accept-Encoding: answers as sent, their size their cost
+IDENTITY = "identity"  # an answer as sent: its size its cost
+# The codings an answer may come in and how zlib reads each (its wbits): the SDK accepts gzip and
+# deflate, and so does the gate, decoding within the byte bound (never a codec's own whole-chunk
+# decode, which a gzip bomb turns into a thousandfold of the bytes read). deflate: zlib's
+# wrapping, or raw deflate as some servers send it.
+CODINGS = {"gzip": (16 + zlib.MAX_WBITS,), "deflate": (zlib.MAX_WBITS, -zlib.MAX_WBITS)}
 
 
 class AnswerPastBounds(httpx.ReadError):
@@ -64,15 +70,42 @@ class AnswerPastBounds(httpx.ReadError):
     A ReadError, so it is what any failed read is: no answer, a finding of the check."""
 
 
+class _Decoder:
+    """One coded answer decoded as it comes, never more than `room` bytes out at a time."""
+
+    def __init__(self, coding: str) -> None:
+        self.wbits = list(CODINGS[coding])
+        self.zlib = zlib.decompressobj(self.wbits.pop(0))
+        self.started = False
+
+    def decode(self, chunk: bytes, room: int) -> bytes:
+        try:
+            # at most room + 1 out: past the bound either way, and zlib keeps the rest unread
+            out = self.zlib.decompress(chunk, room + 1)
+        except zlib.error as exc:
+            if self.started or not self.wbits:
+                raise httpx.DecodingError(f"the answer's coding does not decode: {exc}") from exc
+            self.zlib = zlib.decompressobj(self.wbits.pop(0))
+            return self.decode(chunk, room)
+        self.started = self.started or bool(out)
+        return out
+
+
 class _Bounded(httpx.SyncByteStream):
-    def __init__(self, stream: httpx.SyncByteStream, most_bytes: int, deadline: float) -> None:
+    def __init__(
+        self, stream: httpx.SyncByteStream, most_bytes: int, deadline: float, coding: str
+    ) -> None:
         self.stream, self.most_bytes, self.deadline = stream, most_bytes, deadline
+        self.decoder = None if coding == IDENTITY else _Decoder(coding)
 
     def __iter__(self) -> Iterator[bytes]:
-        read = 0
+        read = kept = 0
         for chunk in self.stream:
             read += len(chunk)
-            if read > self.most_bytes:
+            if self.decoder is not None:
+                chunk = self.decoder.decode(chunk, self.most_bytes - kept)
+            kept += len(chunk)
+            if max(read, kept) > self.most_bytes:
                 raise AnswerPastBounds(
                     f"the answer went past {self.most_bytes} bytes; the suite stopped reading"
                 )
@@ -80,7 +113,8 @@ class _Bounded(httpx.SyncByteStream):
                 raise AnswerPastBounds(
                     "the answer went on past the suite's wait; the suite stopped reading"
                 )
-            yield chunk
+            if chunk:
+                yield chunk
 
     def close(self) -> None:
         self.stream.close()
@@ -96,10 +130,10 @@ def answer_bounds(caps: Mapping[str, int], timeout: float) -> tuple[int, float]:
 
 
 class BoundedTransport(httpx.BaseTransport):
-    """A transport whose answers are read up to `most_bytes` raw bytes and for at most
-    `most_seconds` from the request (httpx's custom transport: it wraps the real one). The
-    bytes bound what is kept because the suite asks for answers uncompressed (IDENTITY): one
-    compressed against that ask (a gzip bomb decodes a thousandfold) is no answer either."""
+    """A transport whose answers are read up to `most_bytes` bytes, raw and decoded, and for at
+    most `most_seconds` from the request (httpx's custom transport: it wraps the real one). A
+    coded answer is decoded here, within the bound, and handed on as the bytes it decodes to; one
+    in a coding the request did not accept is no answer."""
 
     def __init__(self, inner: httpx.BaseTransport, most_bytes: int, most_seconds: float) -> None:
         self.inner, self.most_bytes, self.most_seconds = inner, most_bytes, most_seconds
@@ -109,16 +143,23 @@ class BoundedTransport(httpx.BaseTransport):
         response = self.inner.handle_request(request)
         assert isinstance(response.stream, httpx.SyncByteStream)
         coding = response.headers.get("content-encoding", IDENTITY).strip().lower()
-        if request.headers.get("accept-encoding") == IDENTITY and coding != IDENTITY:
+        accepted = request.headers.get("accept-encoding", IDENTITY)
+        if coding != IDENTITY and (
+            coding not in CODINGS or coding not in {c.strip() for c in accepted.split(",")}
+        ):
             response.close()
             raise AnswerPastBounds(
                 f"the answer is compressed ({coding[:40]}) though the suite asked for "
-                f"Accept-Encoding: {IDENTITY}; the suite did not read it"
+                f"Accept-Encoding: {accepted}; the suite did not read it"
             )
+        headers = response.headers.copy()
+        if coding != IDENTITY:  # decoded here: httpx must not decode it again
+            del headers["content-encoding"]
+            headers.pop("content-length", None)
         return httpx.Response(
             response.status_code,
-            headers=response.headers,
-            stream=_Bounded(response.stream, self.most_bytes, deadline),
+            headers=headers,
+            stream=_Bounded(response.stream, self.most_bytes, deadline, coding),
             extensions=response.extensions,
             request=request,
         )
@@ -289,8 +330,7 @@ class Client:
             base_url=self.base_url,
             timeout=timeout,
             transport=inner if bounds is None else BoundedTransport(inner, *bounds),
-            # a client's headers (the openai SDK's), answers asked for uncompressed
-            headers={**client_headers(), "Accept-Encoding": IDENTITY},
+            headers=client_headers(),  # a client's (the openai SDK's), Accept-Encoding too
         )
         self.in_process = (
             transport is not None

@@ -21,6 +21,7 @@ from urllib.parse import urlsplit
 import h11
 
 from conformance.wire import jsontext
+from conformance.wire.sdk import client_headers
 from conformance.wire.secrets import SECRETS
 
 MAX_READ = 1 << 22  # bytes kept of one connection's answers (4 MiB)
@@ -87,9 +88,13 @@ class Target:
         return sock
 
     def head(self, method: str, path: str, headers: list[tuple[str, str]]) -> bytes:
-        """A request head, the Host header first, headers sent as given."""
+        """A request head, the Host header first, headers sent as given, then the openai SDK's
+        that they do not name (a client's, as the gate's other requests; but Accept-Encoding:
+        what comes back here is read as sent)."""
         lines = [f"{method} {self.prefix}{path} HTTP/1.1", f"Host: {self.host_header}"]
         lines += [f"{k}: {v}" for k, v in headers]
+        named = {k.lower() for k, _ in headers} | {"accept-encoding"}
+        lines += [f"{k}: {v}" for k, v in client_headers().items() if k.lower() not in named]
         return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
 
 

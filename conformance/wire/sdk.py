@@ -4,9 +4,8 @@ cannot tell the gate from a client by them (conformance/README.md, "A client's t
 
 They are read from the SDK itself, through its public API: one request sent over the MockTransport
 of the SDK's HTTP client (httpx2, openai 3's), which keeps its headers and answers nothing. What
-stays the gate's own: the key, the body's Content-Type and Length, and Accept-Encoding (IDENTITY:
-an answer is read within its byte bound only uncompressed; a compressed one could decode a
-thousandfold past it).
+stays the gate's own: the key and the body's Content-Type and Length. The SDK's Accept-Encoding
+(gzip, deflate) is kept: the gate decodes within its byte bound (wire.client.BoundedTransport).
 """
 
 from __future__ import annotations
@@ -18,7 +17,6 @@ THEIRS = (
     "content-length",
     "content-type",
     "authorization",
-    "accept-encoding",
     "connection",
 )
 

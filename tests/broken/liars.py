@@ -30,7 +30,10 @@ the server's own count that the gate's token promise is held to.
 - "claims one layer": GET /v1/models says the model has 1 layer (it has its 32), and steering
   vectors are dropped (a claim that would skip every steering check);
 - "claims a long context": GET /v1/models says max_model_len is the Model schema's most (the
-  checks it sizes could not be sent), the model's own context behind it.
+  checks it sizes could not be sent), the model's own context behind it;
+- "keys on last run's seeds": `seed` honoured only where it is one the gate drew in another run
+  (run seed LAST_RUN: its seeded requests' seed, the next one, the other seeds), dropped for any
+  other (a deployment tuned on the gate's last report).
 
 CHECKS names the checks a way is held to where its whole run would cost more than it shows (the
 gallery runs those only); the others run the full profile.
@@ -39,6 +42,7 @@ gallery runs those only); the others run the full profile.
 from __future__ import annotations
 
 import base64
+import functools
 import json
 import random
 import socket
@@ -48,6 +52,7 @@ import time
 from collections.abc import Iterable, Iterator
 from typing import Any
 
+from conformance.engine.draws import Draws
 from contract import spec
 from tests.broken.breaker import _known_fields
 from tests.support.wsgi import Environ, StartResponse
@@ -70,6 +75,7 @@ WAYS = (
     "drops the seed for the SDK",
     "claims one layer",
     "claims a long context",
+    "keys on last run's seeds",
 )
 # what makes an answer show its count: the fields a plain answer has none of
 COUNTED = ("stream", "logprobs", "prompt_logprobs", "return_token_ids", "echo")
@@ -79,6 +85,7 @@ CHECKS = {
     "seed at temperature 1 only": ("determinism:*",),
     "streams drop the seed": ("stream:text_equals_non_stream",),
     "drops the seed for the SDK": ("determinism:*",),
+    "keys on last run's seeds": ("determinism:*",),
     "claims one layer": ("effects:steering.*", "isolation:*", "golden:steering.*", "lens:*"),
     "claims a long context": ("caps:*", "golden:caps.*", "isolation:*"),
 }
@@ -101,6 +108,15 @@ def _tokens(chunk: bytes) -> int:
                 continue
             count += len(payload.get("choices") or [])
     return count
+
+
+LAST_RUN = 2  # the run seed "keys on last run's seeds" learnt its seeds from
+
+
+@functools.cache
+def _last_run_seeds() -> frozenset[int]:
+    drawn = Draws.of(LAST_RUN)
+    return frozenset({drawn.seed, drawn.seed + 1, *drawn.other_seeds})
 
 
 class Liar:
@@ -140,6 +156,8 @@ class Liar:
             body = {k: v for k, v in body.items() if k != "seed"}
         if self.way == "accepts unknown fields":
             body = {k: v for k, v in body.items() if k in _known_fields()}
+        if self.way == "keys on last run's seeds" and body.get("seed") not in _last_run_seeds():
+            body = {k: v for k, v in body.items() if k != "seed"}
         if self.way == "claims one layer":
             body = {k: v for k, v in body.items() if k != "apply_steering_vectors"}
         return body

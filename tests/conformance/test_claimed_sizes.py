@@ -10,6 +10,7 @@ import io
 import json
 import math
 import time
+import zlib
 from collections.abc import Iterable, Iterator
 from typing import Any
 
@@ -23,6 +24,7 @@ from conformance.engine.results import Outcome
 from conformance.engine.runner import DEPLOYMENT_NUMBERS, run
 from conformance.wire import tensors
 from conformance.wire.client import Client, answer_bounds
+from conformance.wire.sdk import client_headers
 from contract import spec
 from mock_server import create_app
 from mock_server.config import MockConfig
@@ -214,38 +216,65 @@ def test_a_trickling_answer_is_cut_at_the_deadline_and_a_flood_at_the_byte_bound
             assert time.monotonic() - started < bounds[1] + 5  # cut, not read to the timeout
 
 
-class Gzips:
-    """The mock, its answers gzip-compressed whatever the request accepts (Content-Encoding)."""
+class Coded:
+    """The mock, its answers coded (Content-Encoding) whatever the request accepts; `pad` bytes of
+    spaces after the JSON (a bomb: they compress a thousandfold)."""
 
-    def __init__(self) -> None:
-        self.app = create_app(MockConfig())
+    def __init__(self, coding: str, pad: int = 0) -> None:
+        self.app, self.coding, self.pad = create_app(MockConfig()), coding, pad
+        self.accepted: list[str | None] = []
 
     def __call__(self, environ: Environ, start_response: StartResponse) -> Iterable[bytes]:
+        self.accepted.append(environ.get("HTTP_ACCEPT_ENCODING"))
         status, headers, body = whole_response(self.app, environ)
-        packed = gzip.compress(body)
+        body += b" " * self.pad
+        packed = {
+            "gzip": gzip.compress,
+            "deflate": zlib.compress,
+            "zstd": zstandard.ZstdCompressor().compress,
+        }[self.coding](body)
         headers = [(k, v) for k, v in headers if k.lower() != "content-length"]
         start_response(
             status,
-            [*headers, ("Content-Encoding", "gzip"), ("Content-Length", str(len(packed)))],
+            [*headers, ("Content-Encoding", self.coding), ("Content-Length", str(len(packed)))],
         )
         return [packed]
 
 
-def test_the_suite_asks_for_identity_and_a_compressed_answer_is_not_read() -> None:
-    """A gzip bomb under the byte bound decodes a thousandfold: the bound holds because the suite
-    asks for answers as sent, and one compressed against that ask is no answer."""
+def _post_to(app: Coded) -> Any:
     body = {"model": MODEL, "prompt": "a", "max_tokens": 1}
-    seen: list[str | None] = []
+    with serve(app) as url, Client(url, KEY, bounds=answer_bounds(spec().caps, 5.0)) as client:
+        return client.post(spec().completions_path, body)
 
-    def noting(environ: Environ, start_response: StartResponse) -> Iterable[bytes]:
-        seen.append(environ.get("HTTP_ACCEPT_ENCODING"))
-        return Gzips()(environ, start_response)
 
-    with serve(noting) as url, Client(url, KEY, bounds=answer_bounds(spec().caps, 5.0)) as client:
-        reply = client.post(spec().completions_path, body)
-    assert seen == ["identity"]
+@pytest.mark.parametrize("coding", ["gzip", "deflate"])
+def test_the_suite_accepts_what_the_sdk_accepts_and_reads_it_decoded(coding: str) -> None:
+    """The SDK's Accept-Encoding (issue 53, item 2): a gzip or deflate answer is read as the SDK
+    reads it, decoded."""
+    app = Coded(coding)
+    reply = _post_to(app)
+    assert app.accepted == [client_headers()["accept-encoding"]] == ["gzip, deflate"]
+    assert (reply.status, reply.error) == (200, None)
+    assert reply.data["object"] == "text_completion"
+    assert "content-encoding" not in reply.headers
+
+
+def test_a_compression_bomb_is_read_no_further_than_the_bound() -> None:
+    """A gzip bomb under the byte bound decodes a thousandfold: the gate decodes it within the
+    bound and stops there, never holding what it decodes to."""
+    most = answer_bounds(spec().caps, 5.0)[0]
+    app = Coded("gzip", pad=4 * most)
+    reply = _post_to(app)
     assert (reply.status, reply.error) == (
         None,
-        "AnswerPastBounds: the answer is compressed (gzip) though the suite asked for "
-        "Accept-Encoding: identity; the suite did not read it",
+        f"AnswerPastBounds: the answer went past {most} bytes; the suite stopped reading",
+    )
+
+
+def test_an_answer_in_a_coding_not_accepted_is_not_read() -> None:
+    reply = _post_to(Coded("zstd"))
+    assert (reply.status, reply.error) == (
+        None,
+        "AnswerPastBounds: the answer is compressed (zstd) though the suite asked for "
+        "Accept-Encoding: gzip, deflate; the suite did not read it",
     )

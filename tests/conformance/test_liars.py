@@ -16,15 +16,17 @@ import pytest
 from rich.console import Console
 
 from conformance.checks.premise import MAX_TOKENS as PREMISE_MAX_TOKENS
+from conformance.checks.schema import _st_config
 from conformance.cli.main import main
-from conformance.engine.config import DEFAULT_TOKEN_CEILING
+from conformance.engine.config import DEFAULT_TOKEN_CEILING, RunConfig
+from conformance.engine.draws import Draws
 from conformance.engine.results import ExitCode
 from conformance.engine.runner import OUTRUN, OVERCLAIMED
 from conformance.wire.ledger import OVER_CEILING
 from conformance.wire.secrets import PIECE
 from mock_server import create_app
 from mock_server.config import MockConfig
-from tests.broken.liars import CHECKS, WAYS, Liar
+from tests.broken.liars import CHECKS, LAST_RUN, WAYS, Liar
 from tests.support.suite import run_embedded
 from tests.support.wsgi import serve
 
@@ -99,6 +101,27 @@ def test_no_server_of_the_gallery_is_called_conformant(way: str, tmp_path: Path)
         report["summary"]["tokens"],
     )
     assert leaked(tmp_path, terminal) == []
+
+
+def test_values_a_server_could_key_on_are_the_runs_own(tmp_path: Path) -> None:
+    """Issue 53, item 2: a server tuned on one run's seeds passes that run's determinism checks
+    again (`--seed` repeats its draws) and fails a run with another seed; schemathesis's seed is
+    the run's too."""
+    assert Draws.of(1) == Draws.of(1) != Draws.of(LAST_RUN)
+    way = "keys on last run's seeds"
+    codes = {}
+    for seed in (LAST_RUN, 1):
+        with liar(way) as (_, url):
+            codes[seed], _ = gate(
+                url, tmp_path, "--profile", "full", "-k", "determinism:seed", "--seed", str(seed)
+            )
+        results = {r["id"]: r for r in json.loads((tmp_path / "r.json").read_text())["results"]}
+        result = results["determinism:seed"]
+        assert result["outcome"] == ("passed" if seed == LAST_RUN else "failed"), (seed, result)
+    assert codes == {LAST_RUN: ExitCode.CONFORMANT, 1: ExitCode.FAILED}
+    assert _st_config(RunConfig("http://x", "k", seed=1), "positive", ()).seed == (
+        Draws.of(1).schemathesis_seed
+    )
 
 
 def test_a_server_that_ignores_max_tokens_is_stopped_by_the_premise(tmp_path: Path) -> None:

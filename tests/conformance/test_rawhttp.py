@@ -108,3 +108,24 @@ def test_silence_is_a_timeout() -> None:
     with answering(close=False) as target:
         ex = exchange(target, [REQUEST], bound=0.3)
     assert ex.responses == [] and ex.timed_out
+
+
+def test_a_raw_head_carries_the_sdks_headers_but_those_it_names_and_accept_encoding() -> None:
+    """Issue 53, item 2: the raw requests are a client's too, where their check allows."""
+    import openai
+
+    head = Target.from_base_url("http://gate.test:8000/api").head(
+        "GET", "/health", [("Connection", "close"), ("User-Agent", "theirs")]
+    )
+    lines = head.decode("latin-1").split("\r\n")
+    assert lines[:4] == [
+        "GET /api/health HTTP/1.1",
+        "Host: gate.test:8000",
+        "Connection: close",
+        "User-Agent: theirs",
+    ]
+    assert f"x-stainless-package-version: {openai.__version__}" in lines
+    assert not [
+        line for line in lines if line.lower().startswith(("accept-encoding", "user-agent: openai"))
+    ]
+    assert head.endswith(b"\r\n\r\n")

@@ -10,8 +10,9 @@ from collections.abc import Iterator
 import pytest
 
 from conformance.checks import REGISTRY
-from conformance.checks.isolation import HELD, PROMPT_TOKENS
+from conformance.checks.isolation import BLOCK_SIZES, HELD, PROMPT_TOKENS
 from conformance.engine.results import Outcome
+from contract import spec
 from mock_server import create_app
 from mock_server.config import MockConfig
 from tests.broken.wrong import WRONGS, Leaking, SteersInFlight, Wrong, dropping
@@ -210,3 +211,33 @@ def test_a_server_that_ignores_steering_passes_no_check_that_steering_leaves_a_t
         "apply_steering_vectors.scale",
         "apply_steering_vectors.norm_match",
     } <= unseen
+
+
+SMALL_CONTEXT = 391  # a deployment's max_model_len that holds no prompt of PROMPT_TOKENS
+MODEL = spec().default_model
+
+
+def test_the_isolation_checks_fit_a_small_context_and_still_fail_a_leak() -> None:
+    """A deployment whose context holds no prompt of PROMPT_TOKENS (issue 53, item 4): the
+    isolation checks send the longest prompt it holds, once behaviour shows its max_model_len,
+    and say which KV blocks that covers; a leaking cache there still fails."""
+    isolation = [c.id for c in REGISTRY if c.group == "isolation"]
+    small = {"max_model_len": {MODEL: SMALL_CONTEXT}, "tpot_ms": PACED_TPOT_MS}
+    assert SMALL_CONTEXT < PROMPT_TOKENS + HELD
+    with serve(create_app(MockConfig(**small))) as url:  # type: ignore[arg-type]
+        results = [r for r in run_suite(url, *isolation).results if r.id in isolation]
+    length = SMALL_CONTEXT - HELD
+    most = max(size for size in BLOCK_SIZES if 2 * size <= length)
+    assert [(r.outcome, r.reason) for r in results] == [
+        (
+            Outcome.PASSED,
+            f"max_model_len {SMALL_CONTEXT} holds a prompt of {length} tokens and {HELD} more: "
+            f"two KV blocks of at most {most} (a server with larger ones caches less than two "
+            "of it)",
+        )
+    ] * len(isolation)
+    app = Leaking(create_app(MockConfig(**small)))  # type: ignore[arg-type]
+    app.on = True
+    with serve(app) as url:
+        found = failed(run_suite(url, *isolation))
+    assert "isolation:steering.prefix_cache" in found, found

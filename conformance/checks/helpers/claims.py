@@ -1,6 +1,7 @@
 """A number GET /v1/models gives is a claim: before it removes a check or sizes one down, behaviour
 shows it (issue 53). `shrink` stands where such a check would skip: the skip holds once the claim
-is shown, and until then the check is unproven (exit code 3), never a neutral skip.
+is shown, and until then the check is unproven (exit code 3), never a neutral skip; `confirm`
+where a check goes on sized down by it.
 
 - num_layers L (and hidden_size H): a capture of layer L - 1 is accepted, its rows H wide, and a
   capture of layer L is refused.
@@ -21,19 +22,31 @@ PROMPT_ID = 0
 BYTES_PER_ID = 2  # "0," in a prompt of token ids
 
 
-def shrink(ctx: Context, number: str, reason: str) -> NoReturn:
-    """Skip for `reason` (a check `number` removes or cannot fit) where the deployment has shown
-    `number` by behaviour; else unproven, saying why."""
+def not_shown(ctx: Context, number: str) -> str | None:
+    """Why the deployment's `number` is not shown by behaviour; None where it is."""
     shown = ctx.memo.setdefault(SHOWN, {})
     if number not in shown:
         shown[number] = _show(ctx, number)
-    why = shown[number]
-    if why is None:
-        ctx.skip(reason)
-    ctx.unproven(
-        f"{reason}; but {number} {getattr(ctx.model, number)} is GET /v1/models' claim, not "
-        f"shown by behaviour: {why}"
-    )
+    why: str | None = shown[number]
+    return why
+
+
+def shrink(ctx: Context, number: str, reason: str) -> NoReturn:
+    """Skip for `reason` (a check `number` removes or cannot fit) where the deployment has shown
+    `number` by behaviour; else unproven, saying why."""
+    confirm(ctx, number, reason)
+    ctx.skip(reason)
+
+
+def confirm(ctx: Context, number: str, reason: str) -> None:
+    """Go on (a check sized down by `number`, for `reason`) where the deployment has shown
+    `number` by behaviour; else unproven, saying why."""
+    why = not_shown(ctx, number)
+    if why is not None:
+        ctx.unproven(
+            f"{reason}; but {number} {getattr(ctx.model, number)} is GET /v1/models' claim, not "
+            f"shown by behaviour: {why}"
+        )
 
 
 def _show(ctx: Context, number: str) -> str | None:
