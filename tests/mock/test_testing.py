@@ -39,7 +39,12 @@ def test_the_sdk_in_process_with_a_stream_that_arrives_as_it_is_made() -> None:
             if open_at_first is None:  # the stream is still being made when its first chunk is here
                 open_at_first = value(probe.get("/metrics").text, "acs_open_streams")
             texts.append(chunk.choices[0].text)
-        after = value(probe.get("/metrics").text, "acs_open_streams")
+        # the stream's worker thread ends its generator just after the last chunk is handed over
+        deadline = time.monotonic() + 10
+        while (after := value(probe.get("/metrics").text, "acs_open_streams")) and (
+            time.monotonic() < deadline
+        ):
+            time.sleep(0.01)
     assert "".join(texts) == whole.choices[0].text
     assert (open_at_first, after) == (1, 0)
 
