@@ -16,12 +16,13 @@ from typing import Any
 
 from conformance.checks.helpers.claims import shrink
 from conformance.checks.helpers.common import first_chunk_accepted
-from conformance.engine.config import CHEAP_TOKENS, RunConfig
+from conformance.engine.config import RunConfig
 from conformance.engine.context import Context
 from conformance.engine.registry import register
-from conformance.engine.token_cost import CostModel
 from conformance.golden import padded_body
 from conformance.spec.bodies import error_body, message, token_rule_body
+from conformance.wire.ledger import CHEAP_TOKENS
+from conformance.wire.token_cost import CostModel
 
 # Token id 0 is in every vocabulary and is short in JSON, so a max_model_len
 # prompt stays far below the body cap.

@@ -16,7 +16,7 @@ allowed_token_ids), as conformance/golden/cheap_requests.json says (written
 offline by conformance.golden.cheap, where the contract refuses each changed
 request exactly as the original one): a server that wrongly accepts it writes
 one token, or one event. Every case is counted at its worst case
-(conformance.engine.token_cost) by the ledger.
+(conformance.wire.token_cost) by the ledger.
 """
 
 from __future__ import annotations
@@ -28,12 +28,13 @@ from typing import Any
 
 from conformance.checks.helpers.claims import shrink
 from conformance.checks.helpers.common import first_chunk_accepted
-from conformance.engine.config import CHEAP_TOKENS, RunConfig
+from conformance.engine.config import RunConfig
 from conformance.engine.context import Context
 from conformance.engine.registry import register
-from conformance.engine.token_cost import CostModel
 from conformance.golden import HERE, Case, load_cases
 from conformance.wire.client import AUTH_DEFAULT, Reply
+from conformance.wire.ledger import CHEAP_TOKENS
+from conformance.wire.token_cost import CostModel
 
 # Golden tags that name a feature a user may include or skip (see README).
 LENS_FIELDS = {

@@ -59,9 +59,10 @@ from conformance.engine.config import RunConfig
 from conformance.engine.context import LEDGER_NOTES, Context
 from conformance.engine.draws import Draws
 from conformance.engine.registry import register
-from conformance.engine.results import Exchange, Finding, quote
+from conformance.engine.results import Finding
 from conformance.wire import jsontext
 from conformance.wire.client import Client, Reply, StreamReply
+from conformance.wire.exchange import Exchange, quote
 from conformance.wire.ledger import OverCeiling
 from conformance.wire.sdk import client_headers
 from conformance.wire.secrets import SECRETS

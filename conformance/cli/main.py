@@ -1,6 +1,6 @@
 """python -m conformance --base-url URL --api-key KEY [options]; see conformance/README.md.
 `python -m conformance diff --base-url URL --api-key KEY --other-url URL2 [--other-key KEY2]
-[options]`: the same checks against two deployments (conformance.cli.diff).
+[options]`: the same checks against two deployments (conformance.engine.diff).
 `python -m conformance replay REPORT.json [CHECK ...]`: a report's failing checks again, each
 finding fixed or still failing (conformance.cli.replay).
 
@@ -27,15 +27,10 @@ from typing import Any
 import httpx
 from rich.console import Console
 
-from conformance.engine.config import (
-    DEFAULT_TOKEN_CEILING,
-    ENV_API_KEY,
-    PROFILES,
-    ConfigError,
-    RunConfig,
-)
+from conformance.engine.config import DEFAULT_TOKEN_CEILING, PROFILES, ConfigError, RunConfig
 from conformance.engine.results import ExitCode, exit_code
 from conformance.reports.scrub import scrubbed
+from conformance.wire.exchange import ENV_API_KEY
 from contract import Spec, SpecError, spec
 from contract.version import VersionAction
 
@@ -310,7 +305,7 @@ def diff_main(
 ) -> int:
     """`python -m conformance diff`, in-process; returns the exit code. With --dry-run it lists
     the checks both deployments would get and sends nothing."""
-    from conformance.cli.diff import run_diff
+    from conformance.engine.diff import run_diff
     from conformance.reports import write_diff_html, write_diff_json
     from conformance.reports.console import print_diff, print_dry_run
 

@@ -22,8 +22,9 @@ import httpx
 from rich.console import Console
 
 from conformance.engine import baseline
-from conformance.engine.config import DEFAULT_TOKEN_CEILING, ENV_API_KEY, ConfigError, RunConfig
+from conformance.engine.config import DEFAULT_TOKEN_CEILING, ConfigError, RunConfig
 from conformance.engine.results import ExitCode, exit_code
+from conformance.wire.exchange import ENV_API_KEY
 from contract import Spec
 
 

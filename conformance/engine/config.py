@@ -19,12 +19,7 @@ PROFILES = ("quick", "full")
 # The most tokens a full run may make the deployment generate, counted from the
 # usage the server reports (streams the suite closes early count what arrived).
 # A check whose upper bound would pass the ceiling is skipped, with the reason.
-ENV_API_KEY = "CONFORMANCE_API_KEY"  # where the CLI, replay and a finding's curl line read the key
 DEFAULT_TOKEN_CEILING = 2700  # the full profile plans 2,599 for a server that does not conform
-
-# Above this many tokens, a check that only needs to see a request accepted makes
-# it cheap (closes a stream after its first chunk, or lets it stop at once).
-CHEAP_TOKENS = 16
 
 # How far a body's `created` may lie outside the suite's clock window of its request:
 # the deployment's clock and the suite's may differ (NTP keeps them far closer than this).

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from conformance.engine.config import RunConfig
     from conformance.engine.context import Context
-    from conformance.engine.token_cost import CostModel
+    from conformance.wire.token_cost import CostModel
 
 CheckFunction = Callable[["Context"], None]
 TokenBound = int | Callable[["RunConfig"], int]

@@ -14,13 +14,13 @@ import httpx
 from conformance.engine.config import ConfigError, RunConfig
 from conformance.engine.context import LEDGER_NOTES, Context, ServerInfo, Skipped, Stop, Unproven
 from conformance.engine.coverage import Coverage
-from conformance.engine.registry import Check, token_bound
+from conformance.engine.registry import REGISTRY, Check, token_bound
 from conformance.engine.results import CheckResult, Finding, Outcome, RunReport
 from conformance.engine.shapes import off_schema
-from conformance.engine.token_cost import CostModel
 from conformance.wire.client import AUTH_DEFAULT, AUTH_NONE, Client, Reply, answer_bounds
 from conformance.wire.ledger import OVER_CEILING, Halted, OverCeiling
 from conformance.wire.secrets import SECRETS
+from conformance.wire.token_cost import CostModel
 from conformance.wire.twins import Twins
 from contract import Spec
 from contract.version import versions
@@ -270,9 +270,8 @@ def premises_for(checks: Sequence[Check], ctx: Context) -> list[Check]:
     """The premise checks (premise:*) to run before the rest of a selection: those it holds, and
     in the full profile every one wherever a check may generate (the quick profile sends nothing
     a conforming server generates for; a request past its price there halts the client all the
-    same)."""
-    from conformance.checks import REGISTRY
-
+    same). They are the registry's whose checks `checks` are (the checks package registers
+    them all at once, so the engine needs no import of it)."""
     needed = ctx.config.full and any(
         c.worst_case(ctx.config, _cost(ctx)) for c in checks if not c.premise
     )

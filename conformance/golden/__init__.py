@@ -9,8 +9,9 @@ from typing import Any
 
 import yaml
 
+from conformance.spec.bodies import REQUEST_ID_MASK
+
 HERE = Path(__file__).resolve().parent
-REQUEST_ID_MASK = "<request_id>"
 
 
 @dataclass(frozen=True)

@@ -24,8 +24,8 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from conformance.engine.token_cost import CostModel, generating_paths
 from conformance.golden import HERE, Case, load_cases
+from conformance.wire.token_cost import CostModel, generating_paths
 from contract import ApiError, Contract, ModelInfo, Spec, spec
 
 OUT = HERE / "cheap_requests.json"

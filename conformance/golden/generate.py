@@ -16,7 +16,8 @@ import jsonschema
 import numpy as np
 import yaml
 
-from conformance.golden import HERE, REQUEST_ID_MASK
+from conformance.golden import HERE
+from conformance.spec.bodies import REQUEST_ID_MASK
 from contract.spec import Spec, spec
 from contract.tensors import encode_tensor
 

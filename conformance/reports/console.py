@@ -13,12 +13,12 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from conformance.cli.diff import DiffReport, where_differs
 from conformance.engine.config import RunConfig
 from conformance.engine.context import SAYS
+from conformance.engine.diff import DiffReport, where_differs
 from conformance.engine.registry import Check, token_bound
 from conformance.engine.results import CheckResult, Outcome, RunReport, exit_code
-from conformance.engine.token_cost import CostModel
+from conformance.wire.token_cost import CostModel
 from contract.version import describe, version_line
 
 STYLE = {

@@ -8,7 +8,7 @@ from html import escape
 from pathlib import Path
 from typing import Any
 
-from conformance.cli.diff import DiffReport
+from conformance.engine.diff import DiffReport
 from conformance.reports.scrub import Scrubber
 
 

@@ -33,8 +33,8 @@ from typing import Any, TypeVar
 
 import httpx
 
-from conformance.engine.results import Exchange, quote
 from conformance.wire import jsontext
+from conformance.wire.exchange import Exchange, quote
 from conformance.wire.ledger import Ledger, OverCeiling
 from conformance.wire.sdk import client_headers
 from conformance.wire.secrets import MASKED, MIN_SECRET, SECRETS

@@ -24,10 +24,10 @@ import threading
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from conformance.engine.results import Exchange
-from conformance.engine.token_cost import lax_int
 from conformance.wire import meter
+from conformance.wire.exchange import Exchange
 from conformance.wire.ledger import Ledger
+from conformance.wire.token_cost import lax_int
 
 
 class Answer(Protocol):

@@ -2,7 +2,7 @@
 deployments) compare: request and completion ids (their prefixes are the spec's
 x-request-id), UUIDs, hex tokens (the suite's distinctive inputs), times, timestamps and
 numbers of 7 digits or more (epoch seconds, a run's byte counts). `--baseline` matches
-findings with it (conformance.engine.baseline) and `diff` compares messages with it (conformance.cli.diff)."""
+findings with it (conformance.engine.baseline) and `diff` compares messages with it (conformance.engine.diff)."""
 
 from __future__ import annotations
 

@@ -11,10 +11,10 @@ import httpx
 from api_server.app import METRICS_PATH
 from contract import InsufficientQuota, spec
 from mock_server import MockConfig, create_app
-from tests.reference.test_engine import BODY, SKY, api, streamed
 from tests.support.contract import CONTRACT
 from tests.support.metrics import samples, value
 from tests.support.mock import AUTH, MockProcess, completion_body
+from tests.support.vllm_stream import BODY, SKY, api, streamed
 
 COMPLETIONS = spec().completions_path
 MODEL = spec().default_model

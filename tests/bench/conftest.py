@@ -7,7 +7,7 @@ from collections.abc import Iterator
 import pytest
 
 from bench import harness
-from tests.reference.test_engine import MODEL
+from tests.support.vllm_stream import MODEL
 
 
 @pytest.fixture(scope="package")

@@ -14,7 +14,7 @@ import pytest
 
 from bench import harness
 from bench.__main__ import BENCHES as COMMANDS
-from tests.reference.test_engine import MODEL
+from tests.support.vllm_stream import MODEL
 
 ROOT = Path(__file__).resolve().parents[2]
 # every benchmark (bench/__main__.py's list) and the stand-in servers

@@ -13,8 +13,8 @@ from api_server import ServerConfig, create_app
 from bench.servers.fake_vllm import TOKENS
 from contract import spec
 from reference_impl.engine import VllmEngine
-from tests.reference.test_engine import AUTH, KEY, MODEL, events
 from tests.support.mock import parse_sse
+from tests.support.vllm_stream import AUTH, KEY, MODEL, events
 
 PROMPT = [128000, 791, 13180, 374]
 

@@ -350,7 +350,7 @@ def _across_cuts(data: dict[str, Any], key: str) -> bytes:
     """`data` with `key` across the gate's cuts: its message's 160th character, its body's
     4,096th byte."""
     from conformance.engine.context import SAID_CHARS
-    from conformance.engine.results import QUOTE_LIMIT_BYTES
+    from conformance.wire.exchange import QUOTE_LIMIT_BYTES
 
     data["error"]["message"] = "m" * (SAID_CHARS - len(key) // 2) + key + " (as sent)"
     data["note"] = ""

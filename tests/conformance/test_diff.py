@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from conformance.cli.diff import shape, where_differs
 from conformance.cli.main import main
+from conformance.engine.diff import shape, where_differs
 from conformance.wire.volatile import masked
 from contract import spec
 from mock_server import create_app
@@ -231,8 +231,8 @@ def test_a_diff_against_a_server_of_huge_answers_is_bounded(
     """llama.cpp against the mock: 175 MB of JSON, a 17.5 MB message quoted whole, 22,581 lines.
     Each answer is bounded as a run's report bounds a body, the console shows a summary by
     status pair and by field and at most DIFF_ROWS_SHOWN rows."""
-    from conformance.engine.results import QUOTE_LIMIT_BYTES
     from conformance.reports.console import DIFF_ROWS_SHOWN
+    from conformance.wire.exchange import QUOTE_LIMIT_BYTES
 
     a, _, _ = servers
     huge = "x" * (

@@ -21,21 +21,11 @@ from conformance.checks.golden import worst_case as golden_worst
 from conformance.checks.premise import END_MAX_TOKENS
 from conformance.checks.premise import MAX_TOKENS as PREMISE_MAX_TOKENS
 from conformance.checks.schema import Ledger, kept_by, schemathesis_spec
-from conformance.engine.config import CHEAP_TOKENS, DEFAULT_TOKEN_CEILING, RunConfig
+from conformance.engine.config import DEFAULT_TOKEN_CEILING, RunConfig
 from conformance.engine.context import Context
 from conformance.engine.registry import Check, select, token_bound
-from conformance.engine.results import (
-    QUOTE_LIMIT_BYTES,
-    CheckResult,
-    Exchange,
-    ExitCode,
-    Finding,
-    Outcome,
-    exit_code,
-    quote,
-)
+from conformance.engine.results import CheckResult, ExitCode, Finding, Outcome, exit_code
 from conformance.engine.runner import OVER_CEILING, run
-from conformance.engine.token_cost import CostModel, generating_paths, worst_case
 from conformance.golden import load_cases
 from conformance.golden.cheap import OUT as CHEAP_FILE
 from conformance.golden.cheap import render as render_cheap
@@ -43,7 +33,9 @@ from conformance.reports.console import print_summary
 from conformance.reports.html import render
 from conformance.reports.junit import build
 from conformance.wire.client import Client
-from conformance.wire.ledger import OverCeiling
+from conformance.wire.exchange import QUOTE_LIMIT_BYTES, Exchange, quote
+from conformance.wire.ledger import CHEAP_TOKENS, OverCeiling
+from conformance.wire.token_cost import CostModel, generating_paths, worst_case
 from contract import spec
 
 MODEL = spec().default_model

@@ -15,11 +15,12 @@ import pytest
 from conformance.checks import REGISTRY
 from conformance.checks.premise import END_MAX_TOKENS
 from conformance.checks.premise import MAX_TOKENS as PREMISE_MAX_TOKENS
-from conformance.engine.config import CHEAP_TOKENS, RunConfig
+from conformance.engine.config import RunConfig
 from conformance.engine.registry import select
 from conformance.engine.results import ExitCode, Outcome, RunReport, exit_code
 from conformance.engine.runner import RESENT, run
-from conformance.engine.token_cost import CostModel
+from conformance.wire.ledger import CHEAP_TOKENS
+from conformance.wire.token_cost import CostModel
 from contract import spec
 from mock_server import create_app
 from mock_server.config import MockConfig

@@ -16,8 +16,7 @@ import pytest
 from rich.console import Console
 
 from conformance.cli.main import main
-from conformance.engine.config import ENV_API_KEY
-from conformance.engine.results import BODIES, CURL_INLINE_BYTES
+from conformance.wire.exchange import BODIES, CURL_INLINE_BYTES, ENV_API_KEY
 from mock_server import MockConfig, create_app
 from tests.broken.breaker import Breaker
 from tests.support.wsgi import serve

@@ -19,22 +19,13 @@ from conformance.checks.schema import (
 )
 from conformance.engine.config import DEFAULT_TOKEN_CEILING, RunConfig
 from conformance.engine.registry import Registry, select, token_bound
-from conformance.engine.results import (
-    QUOTE_LIMIT_BYTES,
-    CheckResult,
-    Exchange,
-    ExitCode,
-    Finding,
-    Outcome,
-    RunReport,
-    exit_code,
-    quote,
-)
+from conformance.engine.results import CheckResult, ExitCode, Finding, Outcome, RunReport, exit_code
 from conformance.golden import load_cases
 from conformance.reports.html import render
 from conformance.reports.junit import build
 from conformance.spec.bodies import error_body, request_id_re
 from conformance.wire.client import Client
+from conformance.wire.exchange import QUOTE_LIMIT_BYTES, Exchange, quote
 from conformance.wire.sse import parse_lines
 from contract import spec
 from tests.support.contract import CONTRACT

@@ -241,7 +241,7 @@ def test_the_core_imports_no_web_framework_http_client_or_vllm() -> None:
 
 def test_no_import_cycles_among_the_projects_modules() -> None:
     graph = import_graph()
-    assert {"conformance.cli.main", "conformance.cli.diff", "api_server.budget"} <= graph.keys()
+    assert {"conformance.cli.main", "conformance.engine.diff", "api_server.budget"} <= graph.keys()
     assert cycles(graph) == []
 
 
@@ -322,3 +322,63 @@ def test_no_servers_entry_imports_prometheus_client_before_it_prepares(entry: st
         [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120
     )
     assert (out.returncode, out.stdout.strip()) == (0, "False"), out.stderr[-2000:]
+
+
+# The gate's own layers, lowest first: a module imports its own layer's and the ones below,
+# never one above (ARCHITECTURE.md, "The gate's layers"). The package's top modules (its entry
+# points, the pytest plugin) stand above them all.
+GATE_LAYERS = (("spec",), ("wire",), ("golden", "engine"), ("checks",), ("reports",), ("cli",))
+
+
+def gate_rank(module: str) -> int:
+    parts = module.split(".")
+    if parts[0] != "conformance" or len(parts) < 2:
+        raise ValueError(module)
+    for rank, names in enumerate(GATE_LAYERS):
+        if parts[1] in names:
+            return rank
+    return len(GATE_LAYERS)  # conformance/__main__.py, pytest_plugin.py, pytest_suite.py
+
+
+def upward_imports(root: Path) -> list[str]:
+    wrong = []
+    for path in sorted((root / "conformance").rglob("*.py")):
+        name = ".".join(path.relative_to(root).with_suffix("").parts).removesuffix(".__init__")
+        for module, names in imports(path):
+            targets = [module] if module != "conformance" else [f"conformance.{n}" for n in names]
+            for target in targets:
+                if target.startswith("conformance.") and gate_rank(target) > gate_rank(name):
+                    wrong.append(f"{path.relative_to(root)}: {target}")
+    return wrong
+
+
+def test_the_gates_layers_import_downwards_only() -> None:
+    assert upward_imports(ROOT) == []
+
+
+def test_an_upward_import_of_the_gate_is_found(tmp_path: Path) -> None:
+    for rel, text in {
+        "conformance/wire/x.py": "from conformance.engine.results import Outcome\n",
+        "conformance/engine/y.py": "def f():\n    from conformance.checks import REGISTRY\n",
+        "conformance/reports/z.py": "from conformance import cli\n",
+        "conformance/checks/ok.py": "from conformance.wire import sse\nimport conformance.spec\n",
+    }.items():
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text(text)
+    assert upward_imports(tmp_path) == [
+        "conformance/engine/y.py: conformance.checks",
+        "conformance/reports/z.py: conformance.cli",
+        "conformance/wire/x.py: conformance.engine.results",
+    ]
+
+
+def test_no_test_module_imports_another() -> None:
+    """What tests share lives in tests/support/ (or tests/broken/, the broken servers): a test
+    module imported by another runs its module-level set-up twice and hides what it shares."""
+    wrong = [
+        f"{path.relative_to(ROOT)}: {module}"
+        for path in sorted((ROOT / "tests").rglob("*.py"))
+        for module, _ in imports(path)
+        if module.startswith("tests.") and module.rsplit(".", 1)[-1].startswith("test_")
+    ]
+    assert wrong == []

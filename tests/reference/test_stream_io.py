@@ -22,7 +22,7 @@ from contract import spec
 from reference_impl.engine import VllmEngine, vllm_json
 from reference_impl.errors import UpstreamError
 from reference_impl.events import SseData
-from tests.reference.test_engine import AUTH, BODY, KEY, MODEL, SKY, ApiClient, completion, events
+from tests.support.vllm_stream import AUTH, BODY, KEY, MODEL, SKY, ApiClient, completion, events
 
 # SKY's data lines, and SKY as vLLM sends it: one event per chunk of its body.
 SKY_DATA = [

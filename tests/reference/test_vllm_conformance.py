@@ -20,7 +20,8 @@ from typing import Any
 import pytest
 
 from conformance.engine.config import DEFAULT_TOKEN_CEILING
-from conformance.engine.results import QUOTE_LIMIT_BYTES, Outcome
+from conformance.engine.results import Outcome
+from conformance.wire.exchange import QUOTE_LIMIT_BYTES
 from reference_impl.launcher import VllmProcess
 
 pytestmark = pytest.mark.vllm

@@ -27,7 +27,9 @@ import pytest
 from api_server import ServerConfig, create_app
 from contract import spec
 from reference_impl.engine import VllmEngine
-from tests.reference.test_engine import (
+from tests.support.contract import CONTRACT
+from tests.support.upstream import UpstreamServer
+from tests.support.vllm_stream import (
     AUTH,
     BODY,
     KEY,
@@ -38,8 +40,6 @@ from tests.reference.test_engine import (
     events,
     sse,
 )
-from tests.support.contract import CONTRACT
-from tests.support.upstream import UpstreamServer
 
 SKY_EVENTS = [event + b"\n\n" for event in SKY.split(b"\n\n") if event]
 VLLM_400 = {

@@ -28,9 +28,10 @@ from typing import Any
 import httpx
 
 from conformance.engine.config import RunConfig
-from conformance.engine.results import ExitCode, bounded
+from conformance.engine.results import ExitCode
 from conformance.engine.runner import run
 from conformance.wire.client import Reply, StreamReply
+from conformance.wire.exchange import bounded
 from conformance.wire.volatile import masked
 from contract import Spec
 
