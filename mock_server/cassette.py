@@ -27,7 +27,9 @@ import io
 import json
 import threading
 import time
+import urllib.parse
 from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
 
@@ -44,7 +46,6 @@ from mock_server.tape import (
     differing,
     load,
     match_key,
-    without_password,
 )
 
 __all__ = ["Recorder", "Replayer", "match_key"]
@@ -64,6 +65,50 @@ HOP_BY_HOP = (
 
 class BodyTooLarge(Exception):
     pass
+
+
+@dataclass(frozen=True)
+class Upstream:
+    """An upstream URL split into what each request goes to and what is the upstream's own: its
+    userinfo and its query (a key an upstream takes in the URL), never the client's and never
+    written. `shown` is the URL with the userinfo left out and every query value masked."""
+
+    base: str  # scheme, host, port and path: each request's target is appended to it
+    params: tuple[tuple[str, str], ...]  # the query, added to each request's own
+    user: str | None
+    password: str | None
+    shown: str
+    secrets: tuple[str, ...]  # the password, its Basic credentials, the query's values
+
+    @classmethod
+    def of(cls, url: str, mask: str) -> Upstream:
+        parts = urllib.parse.urlsplit(url)
+        host = parts.hostname or ""
+        netloc = f"[{host}]" if ":" in host else host
+        netloc += f":{parts.port}" if parts.port is not None else ""
+        params = tuple(urllib.parse.parse_qsl(parts.query, keep_blank_values=True))
+        base = urllib.parse.urlunsplit((parts.scheme, netloc, parts.path.rstrip("/"), "", ""))
+        secrets = [value for _, value in params]
+        user = password = None
+        if parts.username is not None or parts.password is not None:
+            user = urllib.parse.unquote(parts.username or "")
+            password = urllib.parse.unquote(parts.password or "")
+            basic = base64.b64encode(f"{user}:{password}".encode()).decode()
+            secrets += [password, basic]
+        query = urllib.parse.urlencode([(name, mask) for name, _ in params], safe="*")
+        shown = base + (f"?{query}" if query else "")
+        return cls(base, params, user, password, shown, tuple(secrets))
+
+    def url(self, target: str) -> httpx.URL:
+        """Where a request for `target` (path and query, as the client sent it) goes."""
+        return httpx.URL(self.base + target).copy_merge_params(self.params)
+
+    def auth(self, headers: Iterable[tuple[str, str]]) -> httpx.Auth | None:
+        """The userinfo's Basic credentials, for a request that carries no Authorization of its
+        own: the client's key goes as it was sent."""
+        if self.user is None or any(k.lower() == "authorization" for k, _ in headers):
+            return None
+        return httpx.BasicAuth(self.user, self.password or "")
 
 
 def read_body(environ: dict[str, Any], limit: int) -> bytes:
@@ -165,21 +210,15 @@ class Recorder:
     def __init__(
         self, upstream: str, path: Path, api: Spec, local: WSGIApp, timeout: float = 600.0
     ) -> None:
-        self.upstream, self.path, self.answer, self.api = (
-            upstream.rstrip("/"),
-            path,
-            _Answer(api),
-            api,
-        )
-        # the upstream as written and told to clients: its password never (httpx sends it)
-        self.shown, self.secrets = without_password(self.upstream)
+        self.path, self.answer, self.api = path, _Answer(api), api
+        # the upstream's userinfo and query are its own: sent, never written or told to clients
+        self.upstream = Upstream.of(upstream, str(api.mock_cassette["mask"]))
+        self.shown, self.secrets = self.upstream.shown, self.upstream.secrets
         self.local, self.own = local, _own(api)
         # what the API's workers read of an app (its State): the mock's
         self.extensions = {STATE: state_of(local)}
         self.left_out = {h.lower() for h in api.mock_cassette["left_out_headers"]}
-        self.client = httpx.Client(
-            base_url=self.upstream, timeout=httpx.Timeout(timeout, connect=10.0)
-        )
+        self.client = httpx.Client(timeout=httpx.Timeout(timeout, connect=10.0))
         if not path.exists() or path.stat().st_size == 0:
             self._append(
                 {
@@ -204,7 +243,11 @@ class Recorder:
         began = time.monotonic()
         try:
             resp = self.client.send(
-                self.client.build_request(method, path, headers=headers, content=body), stream=True
+                self.client.build_request(
+                    method, self.upstream.url(path), headers=headers, content=body
+                ),
+                auth=self.upstream.auth(headers),
+                stream=True,
             )
         except httpx.HTTPError as exc:
             return self.answer.error(

@@ -125,21 +125,6 @@ class Secrets:
         return data
 
 
-def without_password(url: str) -> tuple[str, list[str]]:
-    """`url` with its userinfo left out, and the secrets it held: the password, and the Basic
-    credentials an HTTP client sends from it (which an upstream may quote back)."""
-    parts = urllib.parse.urlsplit(url)
-    if parts.username is None and parts.password is None:
-        return url, []
-    host = parts.hostname or ""
-    netloc = f"[{host}]" if ":" in host else host
-    netloc += f":{parts.port}" if parts.port is not None else ""
-    user = urllib.parse.unquote(parts.username or "")
-    password = urllib.parse.unquote(parts.password or "")
-    basic = base64.b64encode(f"{user}:{password}".encode()).decode()
-    return urllib.parse.urlunsplit(parts._replace(netloc=netloc)), [password, basic]
-
-
 # -- matching ------------------------------------------------------------------------------
 
 

@@ -110,7 +110,51 @@ def test_no_secret_is_written_and_a_replay_with_another_key_still_matches(
             json={"model": "llama-8b", "prompt": "x", "api_key": other, "extra": {"token": other}},
             headers={"Authorization": f"Bearer {other}"},
         )
-    assert reply.status_code == 401 and json.loads(reply.text)["auth"] == f"Basic {MASK}"
+    # (the client's key went to the upstream as sent, the userinfo's credentials not in its place)
+    assert reply.status_code == 401 and json.loads(reply.text)["auth"] == MASK
+
+
+UPSTREAM_KEY = "upstream-query-key-0123456789"
+
+
+def test_an_upstream_url_with_userinfo_and_a_query_is_the_upstreams_own(tmp_path: Path) -> None:
+    """Issue 55, items 1-3: `http://user:pw@host:port?api_key=K`: each request goes to the
+    upstream's path with the client's query and the upstream's, the client's key as sent; the
+    cassette and the answer while the upstream is down hold neither the password nor K."""
+    seen: list[tuple[str, str, str]] = []
+
+    def upstream_app(environ: Environ, start_response: StartResponse) -> Iterable[bytes]:
+        seen.append(
+            (environ["PATH_INFO"], environ.get("QUERY_STRING", ""), environ["HTTP_AUTHORIZATION"])
+        )
+        start_response("200 OK", [("Content-Type", "application/json")])
+        return [b'{"ok": true}']
+
+    cassette = tmp_path / "tape.jsonl"
+    with serve(upstream_app) as upstream:
+        url = upstream.replace("http://", f"http://user:{PASSWORD}@") + f"?api_key={UPSTREAM_KEY}"
+        proxy = Recorder(url, cassette, API, create_app(MockConfig()))
+        with serve(proxy) as base, httpx.Client(base_url=base, timeout=30) as client:
+            reply = client.post(
+                f"{COMPLETIONS}?n=1",
+                json={"model": "llama-8b"},
+                headers={"Authorization": "Bearer k"},
+            )
+    assert (reply.status_code, reply.json()) == (200, {"ok": True})
+    assert seen == [(COMPLETIONS, f"n=1&api_key={UPSTREAM_KEY}", "Bearer k")]
+    written = cassette.read_text()
+    assert UPSTREAM_KEY not in written and PASSWORD not in written
+    header, exchange = (json.loads(line) for line in written.splitlines())
+    assert header["upstream"] == f"{upstream}?api_key={MASK}"
+    assert (exchange["path"], exchange["response"]["status"]) == (f"{COMPLETIONS}?n=1", 200)
+
+    # the upstream gone: the 503 names it without its secrets
+    proxy = Recorder(url, tmp_path / "down.jsonl", API, create_app(MockConfig()))
+    with serve(proxy) as base:
+        down = httpx.post(base + COMPLETIONS, json={}, headers={"Authorization": "Bearer k"})
+    assert down.json()["error"]["message"] == CONF["upstream_down"].format(
+        upstream=f"{upstream}?api_key={MASK}", reason="ConnectError"
+    )
 
 
 def test_an_upstream_that_does_not_answer_never_shows_its_password(tmp_path: Path) -> None:
