@@ -26,7 +26,8 @@ conftest.py, or `pytest -p mock_server.testing`): a live mock on a free port
     def acs_mock_options() -> list[str]:
         return ["--load-profile", "llama-8b-h100", "--max-num-seqs", "8"]
 
-`--port N` among the options picks the port (a client whose configuration names one);
+`--port N` among the options picks the port (a client whose configuration names one; one
+another server holds raises RuntimeError);
 `live_mock(*options)` starts one with other options, for a block.
 This module needs httpx (the [mock] extra) and, for the fixture alone, pytest: without
 pytest it imports, with its transports and without `acs_mock`.
@@ -36,6 +37,7 @@ from __future__ import annotations
 
 import os
 import queue
+import socket
 import subprocess
 import sys
 import tempfile
@@ -293,11 +295,27 @@ def _port(options: tuple[str, ...]) -> tuple[int | None, list[str]]:
     return port, rest
 
 
+def _owned(port: int) -> None:
+    """RuntimeError where `port` is taken: the mock's server would keep trying to bind it while
+    whatever holds it answered the readiness probe (another mock), and the tests would run
+    against that one."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the server's own bind
+        try:
+            probe.bind(("127.0.0.1", port))
+        except OSError as exc:
+            raise RuntimeError(
+                f"the mock cannot have port {port}: {exc.strerror or exc} (another server holds it)"
+            ) from exc
+
+
 @contextmanager
 def live_mock(*options: str) -> Iterator[LiveMock]:
     """`python -m mock_server --workers 1 OPTIONS` until the block ends: on the port a
     `--port N` among the options asks for, else on a free one."""
     chosen, rest = _port(options)
+    if chosen is not None:
+        _owned(chosen)
     port = chosen if chosen is not None else free_port()
     options = tuple(rest)
     env = {k: v for k, v in os.environ.items() if not k.startswith("MOCK_")}
@@ -318,8 +336,8 @@ def live_mock(*options: str) -> Iterator[LiveMock]:
                     *options,
                 ],
                 env=env,
-                stdout=subprocess.DEVNULL,
-                stderr=sink,
+                stdout=sink,  # --access-log's lines, beside the rest of its log
+                stderr=subprocess.STDOUT,
             )
         mock = LiveMock(f"http://127.0.0.1:{port}", process, log)
         try:

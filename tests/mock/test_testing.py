@@ -246,6 +246,8 @@ def test_a_live_mock_that_logs_every_request_never_wedges() -> None:
                     == 200
                 )
         assert mock.log.stat().st_size > 64 * 1024  # past what a pipe holds
+        # --access-log's lines (gunicorn's, on stdout) are in the log too (issue 55, item 9)
+        assert mock.log.read_text().count('"GET /v1/models HTTP/1.1" 200') == 1500
     assert not mock.log.exists()  # removed with the block
 
 
@@ -261,3 +263,20 @@ def test_a_live_mock_takes_the_port_its_options_ask_for() -> None:
             assert mock.url == f"http://127.0.0.1:{port}"
             models = httpx.get(mock.base_url + "/models", headers={"Authorization": "Bearer k"})
             assert {m["max_model_len"] for m in models.json()["data"]} == {64}
+
+
+def test_a_live_mock_on_a_taken_port_raises_and_names_it() -> None:
+    """Issue 55, item 7: a port another server holds is never "ready" with that server behind it."""
+    import socket
+
+    from mock_server.testing import live_mock
+
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        port = holder.getsockname()[1]
+        with pytest.raises(RuntimeError) as raised, live_mock("--port", str(port)):
+            pass
+    assert str(raised.value) == (
+        f"the mock cannot have port {port}: Address already in use (another server holds it)"
+    )
