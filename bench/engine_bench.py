@@ -1,6 +1,8 @@
 """The fake engine's CPU per request and per generated token, before and after a change.
 
     .venv/bin/python -m bench engine [--before REV] [--rounds 7]   # writes bench/results/engine.md
+    .venv/bin/python -m bench engine --cases allowed --before REV --rounds 1 --reps 1
+        # requests with 1,000 to 100,000 allowed_token_ids: bench/results/engine-allowed.md
 
 Runs the same timing script in this tree and in REV's (a git worktree, the same interpreter),
 one after the other in one run: each case's FakeEngine.generate drained in-process (no HTTP),
@@ -23,28 +25,37 @@ from bench.harness import ROOT, command_line
 from bench.report import write_report
 
 OUT = ROOT / "bench" / "results" / "engine.md"
+ALLOWED_OUT = ROOT / "bench" / "results" / "engine-allowed.md"
 
 # Run in each tree: prints {case: median seconds per request}.
 SCRIPT = r"""
-import json, statistics, sys, time
+import json, random, statistics, sys, time
 from contract import Contract, spec
 from mock_server.fake_engine import FakeEngine
 api = spec()
 model = api.models[api.default_model]
 contract = Contract(api)
 engine = FakeEngine(api, [model])
-cases = {
+rounds, reps, which = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+ids = random.Random(1).sample(range(model.vocab_size), 100000)
+allowed = {
+    f"16 tokens, {n:,} allowed ids{how}": {"max_tokens": 16, "ignore_eos": True,
+                                          "allowed_token_ids": ids[:n], **fields}
+    for n in (1000, 20000, 100000)
+    for how, fields in ((", sampled", {"seed": 1}), (", greedy", {"temperature": 0}))
+}
+tokens = {
     "16 tokens": {"max_tokens": 16, "seed": 1, "ignore_eos": True},
     "512 tokens": {"max_tokens": 512, "seed": 1, "ignore_eos": True},
     "16 tokens, logprobs 5": {"max_tokens": 16, "seed": 1, "ignore_eos": True, "logprobs": 5},
     "512 tokens, logprobs 5": {"max_tokens": 512, "seed": 1, "ignore_eos": True, "logprobs": 5},
     "greedy 16, echo, logprobs 1": {"max_tokens": 16, "temperature": 0, "echo": True, "logprobs": 1},
 }
-rounds, reps = int(sys.argv[1]), int(sys.argv[2])
+cases = allowed if which == "allowed" else tokens
 out = {}
 for name, fields in cases.items():
     req = contract.validate_completion({"model": model.name, "prompt": "The capital of France is", **fields})
-    for _ in range(3):
+    for _ in range(min(3, reps)):
         list(engine.generate(req, "r"))
     times = []
     for _ in range(rounds):
@@ -57,9 +68,9 @@ print(json.dumps(out))
 """
 
 
-def measure(tree: Path, rounds: int, reps: int) -> dict[str, float]:
+def measure(tree: Path, rounds: int, reps: int, cases: str) -> dict[str, float]:
     run = subprocess.run(
-        [sys.executable, "-c", SCRIPT, str(rounds), str(reps)],
+        [sys.executable, "-c", SCRIPT, str(rounds), str(reps), cases],
         cwd=tree,
         capture_output=True,
         text=True,
@@ -74,6 +85,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--before", default="67e53b9~2", help="the revision to compare with")
     p.add_argument("--rounds", type=int, default=7)
     p.add_argument("--reps", type=int, default=20)
+    p.add_argument("--cases", choices=("tokens", "allowed"), default="tokens")
     args = p.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="engine-bench-") as tmp:
         before = Path(tmp) / "before"
@@ -83,8 +95,8 @@ def main(argv: list[str] | None = None) -> int:
             check=True,
         )
         try:
-            old = measure(before, args.rounds, args.reps)
-            new = measure(ROOT, args.rounds, args.reps)
+            old = measure(before, args.rounds, args.reps, args.cases)
+            new = measure(ROOT, args.rounds, args.reps, args.cases)
         finally:
             subprocess.run(
                 ["git", "worktree", "remove", "--force", str(before)], cwd=ROOT, check=False
@@ -105,11 +117,11 @@ def main(argv: list[str] | None = None) -> int:
         lines.append(
             f"| {name} | {old[name] * 1e6:.0f} | {new[name] * 1e6:.0f} | {new[name] / old[name]:.2f} |"
         )
-    for suffix in ("", ", logprobs 5"):
+    for suffix in ("", ", logprobs 5") if args.cases == "tokens" else ():
         a = (old[f"512 tokens{suffix}"] - old[f"16 tokens{suffix}"]) / 496
         b = (new[f"512 tokens{suffix}"] - new[f"16 tokens{suffix}"]) / 496
         lines.append(f"| per token{suffix} | {a * 1e6:.2f} | {b * 1e6:.2f} | {b / a:.2f} |")
-    write_report(OUT, "\n".join(lines) + "\n")
+    write_report(OUT if args.cases == "tokens" else ALLOWED_OUT, "\n".join(lines) + "\n")
     print("\n".join(lines))
     return 0
 

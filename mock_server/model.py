@@ -72,6 +72,10 @@ class _Class:
     free: tuple[int, ...]  # the pool's base ranks, ascending
     free_at: dict[int, int]  # base rank -> its place in `free`
     units: tuple[int, ...]  # the multipliers coprime with len(free): the affine maps' own
+    # the same as arrays, for many tokens at once (ranks_of): `free`, and each base rank's place
+    # in it (-1 where a base rank is not the pool's)
+    free_array: np.ndarray
+    place: np.ndarray
 
 
 def _class(size: int, pool: list[int], slots: dict[int, int]) -> _Class:
@@ -91,6 +95,8 @@ def _class(size: int, pool: list[int], slots: dict[int, int]) -> _Class:
     index[order] = np.arange(size, dtype=np.int64)
     n = len(free)
     units = tuple(a for a in range(1, max(n, 2)) if math.gcd(a, n) == 1) or (1,)
+    place = np.full(size, -1, dtype=np.int64)
+    place[free] = np.arange(n, dtype=np.int64)
     return _Class(
         order,
         index,
@@ -99,6 +105,8 @@ def _class(size: int, pool: list[int], slots: dict[int, int]) -> _Class:
         tuple(free),
         {r: i for i, r in enumerate(free)},
         units,
+        np.asarray(free, dtype=np.int64),
+        place,
     )
 
 
@@ -174,8 +182,27 @@ class CausalModel:
         a, b = units[key % len(units)], (key >> 32) % n
         return c.free[(pow(a, -1, n) * (c.free_at[base] - b)) % n]
 
+    def ranks_of(self, key: int, cls: int, tokens: np.ndarray) -> np.ndarray:
+        """rank_of for each of `tokens` (int64), in one pass over them."""
+        c = self.classes[cls]
+        ranks = c.index[tokens]
+        where = c.place[ranks]
+        pooled = where >= 0
+        n, units = len(c.free), c.units
+        a, b = units[key % len(units)], (key >> 32) % n
+        ranks[pooled] = c.free_array[(pow(a, -1, n) * (where[pooled] - b)) % n]
+        return ranks
+
     def logprob(self, rank: int) -> float:
         return logprob(rank, self.size)
+
+    def logprobs(self, ranks: np.ndarray) -> np.ndarray:
+        """logprob of each rank (float64 of the float32 values, as logprob gives them; computed
+        in float64, which rounds to the same float32 but within an ulp)."""
+        r = ranks.astype(np.float64)
+        values = -np.log((r + 1) * (r + 2))
+        values[ranks == self.size - 1] = -math.log(self.size)
+        return values.astype(np.float32).astype(np.float64)
 
 
 def row(

@@ -118,6 +118,7 @@ class _Step:
         )
         allowed = [t for t in s.allowed_token_ids if t not in self.banned]
         self.allowed = allowed or list(s.allowed_token_ids)
+        self.allowed_ids = np.asarray(self.allowed, dtype=np.int64)
         # the profile itself (temperature 1, nothing cut): P(rank <= r) = 1 - 1/(r + 2), read
         # back exactly; a cut CDF of few ranks is bisected as a list, a long one by numpy
         self.whole = s.cut.keeps_all
@@ -191,18 +192,29 @@ class _Step:
     def _among_allowed(
         self, key: int, cls: int, u: Callable[[], float], masked: frozenset[int]
     ) -> int:
-        """vLLM masks every other token: the allowed ones at their tempered weights."""
+        """vLLM masks every other token: the allowed ones at their tempered weights. In one
+        numpy pass over the list (a client may send the whole vocabulary), the penalties only
+        where they apply (the tokens generated or in the prompt)."""
         m, s = self.model, self.s
-        ranks = [(m.rank_of(key, cls, t), t) for t in self.allowed if t not in masked]
-        if not ranks:
-            ranks = [(m.rank_of(key, cls, t), t) for t in self.allowed]
-        ranks.sort()
-        values = [m.logprob(r) - (self.penalty(t, r) if self.penalized else 0) for r, t in ranks]
+        tokens = self.allowed_ids
+        if masked:
+            kept = tokens[~np.isin(tokens, np.fromiter(masked, dtype=np.int64))]
+            tokens = kept if len(kept) else tokens
+        ranks = m.ranks_of(key, cls, tokens)
+        order = np.argsort(ranks, kind="stable")
+        ranks, tokens = ranks[order], tokens[order]
+        if s.greedy and not self.penalized:
+            return int(tokens[0])  # the likeliest: the lowest rank
+        values = m.logprobs(ranks)
+        if self.penalized and (hit := set(self.counts) | self.in_prompt):
+            for i in np.flatnonzero(np.isin(tokens, np.fromiter(hit, dtype=np.int64))):
+                values[i] -= self.penalty(int(tokens[i]), int(ranks[i]))
         if s.greedy:
-            return ranks[int(np.argmax(values))][1]
-        weights = np.exp((np.asarray(values) - max(values)) / s.cut.temperature)
+            return int(tokens[int(np.argmax(values))])
+        weights = np.exp((values - values.max()) / s.cut.temperature)
         cdf = np.cumsum(weights)
-        return ranks[min(int(np.searchsorted(cdf, u() * cdf[-1], side="right")), len(ranks) - 1)][1]
+        pick = int(np.searchsorted(cdf, u() * cdf[-1], side="right"))
+        return int(tokens[min(pick, len(tokens) - 1)])
 
 
 def sample_choice(

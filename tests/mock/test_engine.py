@@ -294,6 +294,56 @@ def test_allowed_token_ids_keep_out_the_end_tokens_they_do_not_name() -> None:
     )
 
 
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"seed": 3},
+        {"temperature": 0},
+        {"temperature": 0.7, "seed": 4, "presence_penalty": 1.5, "repetition_penalty": 1.3},
+        {"temperature": 0, "frequency_penalty": 2.0, "min_tokens": 3},
+    ],
+)
+def test_a_vocabulary_of_allowed_ids_samples_as_one_token_at_a_time_would(
+    engine: FakeEngine, fields: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 55, item 10: allowed_token_ids are read in one numpy pass a token, and choose what
+    the rule token by token chooses (each id's rank and log probability, the penalties where
+    they apply, vLLM's masking of the end tokens before min_tokens); 100,000 of them answered."""
+    import random
+
+    from mock_server.sampler import _Step
+
+    fast = _Step._among_allowed
+    compared = []
+
+    def one_at_a_time(step: _Step, key: int, cls: int, u: float, masked: frozenset[int]) -> int:
+        m, s = step.model, step.s
+        ranks = [(m.rank_of(key, cls, t), t) for t in step.allowed if t not in masked] or [
+            (m.rank_of(key, cls, t), t) for t in step.allowed
+        ]
+        ranks.sort()
+        values = [m.logprob(r) - (step.penalty(t, r) if step.penalized else 0) for r, t in ranks]
+        if s.greedy:
+            return ranks[int(np.argmax(values))][1]
+        weights = np.exp((np.asarray(values) - max(values)) / s.cut.temperature)
+        cdf = np.cumsum(weights)
+        return ranks[min(int(np.searchsorted(cdf, u * cdf[-1], side="right")), len(ranks) - 1)][1]
+
+    def both(step: _Step, key: int, cls: int, u: Any, masked: frozenset[int]) -> int:
+        drawn = u()
+        chosen = fast(step, key, cls, lambda: drawn, masked)
+        compared.append((chosen, one_at_a_time(step, key, cls, drawn, masked)))
+        return chosen
+
+    allowed = random.Random(7).sample(range(MODEL.vocab_size), 100_000)
+    body = {"prompt": "The sky is", "max_tokens": 6, "ignore_eos": True, "return_token_ids": True}
+    ids = completion(engine, allowed_token_ids=allowed, **body, **fields)["choices"][0]
+    assert len(ids["token_ids"]) == 6 and set(ids["token_ids"]) <= set(allowed)
+    monkeypatch.setattr(_Step, "_among_allowed", both)
+    completion(engine, allowed_token_ids=allowed[:3000], **body, **fields)
+    assert len(compared) == 6 and all(a == b for a, b in compared), compared
+
+
 def test_a_stop_string_waits_until_more_than_min_tokens_tokens_are_out(engine: FakeEngine) -> None:
     """As vLLM's detokenizer: a stop string that every token matches fires on token min_tokens + 1."""
     (token,) = [
