@@ -35,6 +35,7 @@ pytest it imports, with its transports and without `acs_mock`.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import queue
 import socket
@@ -50,6 +51,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import anyio
 import anyio.to_thread
 import httpx
 
@@ -173,19 +175,36 @@ class MockTransport(httpx.WSGITransport):
     the response's own."""
 
     def handle_request(self, request: httpx.Request) -> httpx.Response:
-        timeout, worker = _read_timeout(request), _Worker()
+        timeout, worker, future = self.start(request)
         try:
-            response = _wait(
-                worker.submit(lambda: super(MockTransport, self).handle_request(request)),
-                timeout,
-                request,
-            )
-        except ConnectionResetError as exc:  # dropped before the first byte of the body
-            worker.finish(lambda: None)
-            raise httpx.RemoteProtocolError(NO_RESPONSE, request=request) from exc
-        except httpx.ReadTimeout:
-            worker.finish(lambda: None)  # the app's answer, when it comes, goes nowhere
-            raise
+            response = _wait(future, timeout, request)
+        except BaseException as exc:
+            if (raised := self.failed(exc, worker, request)) is exc:
+                raise
+            raise raised from exc
+        return self.answered(response, worker, timeout, request)
+
+    def start(self, request: httpx.Request) -> tuple[float | None, _Worker, Future[Any]]:
+        """The request handed to a worker of its own: the read timeout, the worker, the answer."""
+        timeout, worker = _read_timeout(request), _Worker()
+        return (
+            timeout,
+            worker,
+            worker.submit(lambda: super(MockTransport, self).handle_request(request)),
+        )
+
+    @staticmethod
+    def failed(exc: BaseException, worker: _Worker, request: httpx.Request) -> BaseException:
+        """What a wait for the answer that failed with `exc` raises; the worker ends after it."""
+        worker.finish(lambda: None)  # the app's answer, when it comes, goes nowhere
+        if isinstance(exc, ConnectionResetError):  # dropped before the first byte of the body
+            return httpx.RemoteProtocolError(NO_RESPONSE, request=request)
+        return exc
+
+    @staticmethod
+    def answered(
+        response: httpx.Response, worker: _Worker, timeout: float | None, request: httpx.Request
+    ) -> httpx.Response:
         assert isinstance(response.stream, httpx.SyncByteStream)  # WSGITransport's body
         return httpx.Response(
             response.status_code,
@@ -206,18 +225,37 @@ def transport(config: MockConfig | None = None, **settings: Any) -> MockTranspor
     return MockTransport(app=_app(config, settings))
 
 
-class _ThreadedStream(httpx.AsyncByteStream):
-    """A transport()'s body, each chunk awaited in a thread of anyio's so that the event loop
-    never blocks (its wait bounded by the request's read timeout, as the sync one's)."""
+async def _awaited(future: Future[Any], timeout: float | None, request: httpx.Request) -> Any:
+    """A worker's step awaited without a thread of the caller's: under asyncio the future itself
+    (a task cancelled cancels its wait, and nothing is left to hold the interpreter's exit: the
+    step finishes in its daemon worker); under another loop, in one of anyio's threads."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:  # trio's, say
+        return await anyio.to_thread.run_sync(
+            _wait, future, timeout, request, abandon_on_cancel=True
+        )
+    try:
+        with anyio.fail_after(timeout):
+            return await asyncio.wrap_future(future)
+    except TimeoutError:
+        raise httpx.ReadTimeout(TIMED_OUT, request=request) from None
+
+
+class _AsyncBody(httpx.AsyncByteStream):
+    """A transport()'s body for an AsyncClient: each chunk awaited on the event loop, the wait
+    bounded by the request's read timeout, as the sync one's."""
 
     def __init__(self, body: _Body) -> None:
         self._body = body
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
+        body = self._body
         while True:
-            future = self._body.next_step()
-            # (a cancelled task leaves the wait to its thread: the worker keeps the order)
-            chunk = await anyio.to_thread.run_sync(self._body.chunk, future, abandon_on_cancel=True)
+            try:
+                chunk = await _awaited(body.next_step(), body._timeout, body._request)
+            except ConnectionResetError as exc:
+                raise httpx.RemoteProtocolError(CUT_BODY, request=body._request) from exc
             if chunk is None:
                 return
             yield chunk
@@ -227,7 +265,7 @@ class _ThreadedStream(httpx.AsyncByteStream):
 
 
 class AsyncMockTransport(httpx.AsyncBaseTransport):
-    """The mock in this process for an httpx.AsyncClient: transport()'s, in threads."""
+    """The mock in this process for an httpx.AsyncClient: transport()'s workers, awaited."""
 
     def __init__(self, sync: MockTransport) -> None:
         self._sync = sync
@@ -241,15 +279,19 @@ class AsyncMockTransport(httpx.AsyncBaseTransport):
             content=body,
             extensions=request.extensions,
         )
-        response = await anyio.to_thread.run_sync(
-            self._sync.handle_request, plain, abandon_on_cancel=True
-        )
-        stream = response.stream
-        assert isinstance(stream, _Body)  # MockTransport's
+        timeout, worker, future = self._sync.start(plain)
+        try:
+            response = await _awaited(future, timeout, plain)
+        except BaseException as exc:
+            if (raised := self._sync.failed(exc, worker, plain)) is exc:
+                raise
+            raise raised from exc
+        stream = self._sync.answered(response, worker, timeout, plain).stream
+        assert isinstance(stream, _Body)
         return httpx.Response(
             response.status_code,
             headers=response.headers,
-            stream=_ThreadedStream(stream),
+            stream=_AsyncBody(stream),
             extensions=response.extensions,
         )
 

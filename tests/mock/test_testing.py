@@ -280,3 +280,32 @@ def test_a_live_mock_on_a_taken_port_raises_and_names_it() -> None:
     assert str(raised.value) == (
         f"the mock cannot have port {port}: Address already in use (another server holds it)"
     )
+
+
+@pytest.mark.parametrize("late", ["ttft_ms", "tpot_ms"])
+def test_a_cancelled_async_request_leaves_no_thread_that_holds_exit(late: str) -> None:
+    """Issue 55, item 8: cancelling an in-process async request (asyncio.wait_for), before its
+    answer or between two chunks of its stream, leaves nothing the interpreter's exit waits for
+    (no thread but daemon ones: the step finishes in its worker)."""
+    import threading
+
+    before = set(threading.enumerate())
+
+    async def cancelled() -> None:
+        http = httpx.AsyncClient(transport=async_transport(**{late: 15_000}))
+        client = AsyncOpenAI(base_url=BASE_URL, api_key="k", max_retries=0, http_client=http)
+
+        async def read() -> None:
+            stream = await client.completions.create(
+                model=MODEL, prompt="x", max_tokens=3, stream=True
+            )
+            async for _ in stream:
+                pass
+
+        with pytest.raises(TimeoutError):
+            await asyncio.wait_for(read(), 0.5)
+        await http.aclose()
+
+    asyncio.run(cancelled())
+    holding = [t for t in set(threading.enumerate()) - before if not t.daemon and t.is_alive()]
+    assert holding == []
