@@ -174,7 +174,8 @@ class Faults:
         API refuses a request; a full queue is refused when the engine starts."""
         config = self.settings()
         mine = mock_headers(self.api.mock_faults, headers, self.known_headers, self.known)
-        asked = read(self.api, mine, config, self.rng, req.max_tokens, self.fault_statuses)
+        deltas = req.max_tokens * req.n * len(req.prompts)  # a stream's most choice deltas
+        asked = read(self.api, mine, config, self.rng, req.max_tokens, self.fault_statuses, deltas)
         if asked.fail_first is not None:
             key = mine.get(FAIL_KEY) or headers.get("Authorization") or ""
             if self.seen.next(key) > asked.fail_first:  # its faults are spent: a plain request
@@ -276,6 +277,13 @@ def _faulted(batches: Batches, faults: tuple[Fault, ...]) -> Batches:
             if batch[start:] or not started:
                 yield batch[start:]
                 started = True
+        for fault in pending:  # at or past the last delta: after it, before [DONE]
+            if fault.error is not None:
+                yield [ErrorEvent(fault.error)]
+                return
+            if fault.drop:
+                raise Dropped()
+            time.sleep(fault.stall_s)
     finally:
         batches.close()
 
@@ -332,6 +340,7 @@ def read(
     rng: random.Random,
     max_tokens: int,
     chosen: tuple[int, ...] | None = None,
+    deltas: int | None = None,
 ) -> Asked:
     """Read the mock's headers (`mock_headers`; 400 for a bad value) and roll the configured
     fault rates."""
@@ -353,7 +362,7 @@ def read(
         if headers.get(FAIL_FIRST) is None
         else int(_number(faults, headers, FAIL_FIRST, 0, integer=True))
     )
-    stream = _stream_faults(api, headers, config, rng, max_tokens)
+    stream = _stream_faults(api, headers, config, rng, max_tokens, deltas)
     if fail_first is not None and forced is None and not _asks_more(headers, stream):
         forced = faults["fail_status"]  # X-Mock-Fail-First alone: its first requests fail
     retry_after = None
@@ -387,8 +396,16 @@ def _asks_more(headers: Headers, stream: tuple[Fault, ...]) -> bool:
 
 
 def _stream_faults(
-    api: Spec, headers: Headers, config: MockConfig, rng: random.Random, max_tokens: int
+    api: Spec,
+    headers: Headers,
+    config: MockConfig,
+    rng: random.Random,
+    max_tokens: int,
+    deltas: int | None = None,
 ) -> tuple[Fault, ...]:
+    """The stream faults asked for; a count past the most choice deltas the stream can have
+    (`deltas`) is refused (a fault that never happens), one at or past its last delta happens
+    after it, before [DONE]."""
     faults = api.mock_faults
     out = []
     after: int | None = None
@@ -419,7 +436,20 @@ def _stream_faults(
         )
     if headers.get(DROP_AFTER) is not None:
         out.append(Fault(int(_number(faults, headers, DROP_AFTER, 0, integer=True)), drop=True))
+    for header, fault in zip(_named(headers, after is not None), out):
+        if header is not None and deltas is not None and fault.after > deltas:
+            why = faults["idle"]["past_the_end"].format(after=fault.after, deltas=deltas)
+            raise _idle(faults, header, why)
     return tuple(out)
+
+
+def _named(headers: Headers, error: bool) -> list[str | None]:
+    """The header of each fault _stream_faults made, in its order (None: a rate's)."""
+    named: list[str | None] = []
+    if error:
+        named.append(STREAM_ERROR_AFTER if headers.get(STREAM_ERROR_AFTER) is not None else None)
+    named += [h for h in (STALL_AFTER, DROP_AFTER) if headers.get(h) is not None]
+    return named
 
 
 def coded_error(api: Spec, code: str, req: CompletionRequest) -> ApiError:

@@ -269,3 +269,37 @@ def test_retry_after_on_the_statuses_that_carry_it_is_taken() -> None:
                 "/v1/completions", json=BODY, headers={**AUTH, **headers, RETRY_AFTER: "7"}
             )
             assert (reply.status_code, reply.headers["Retry-After"]) == (503, "7")
+
+
+def test_a_fault_at_the_streams_end_happens_after_its_last_token_and_one_past_it_is_refused() -> (
+    None
+):
+    """Issue 55, item 6: a drop or error asked after as many deltas as the stream has happens
+    after the last one, before [DONE] (a drop: no [DONE]; an error: its event); a count past
+    the most deltas the stream can have (max_tokens x n x prompts) changes nothing and is refused."""
+    body = {**BODY, "stream": True, "n": 2}
+    most = BODY["max_tokens"] * 2
+    with httpx.Client(transport=transport(), base_url=URL, headers=AUTH) as http:
+        with (
+            pytest.raises(httpx.RemoteProtocolError),
+            http.stream(
+                "POST", "/v1/completions", json=body, headers={DROP_AFTER: str(most)}
+            ) as reply,
+        ):
+            got = []
+            for line in reply.iter_lines():
+                got.append(line)
+        events = parse_text("\n".join(got) + "\n").events
+        assert [e.kind for e in events].count("content") == most and "[DONE]" not in got
+        errored = http.post(
+            "/v1/completions", json=body, headers={STREAM_ERROR_AFTER: str(most)}
+        ).text
+        kinds = [e.kind for e in parse_text(errored).events]
+        assert kinds[-2:] == ["error", "done"] and kinds.count("content") == most
+        for header in (DROP_AFTER, STREAM_ERROR_AFTER, STALL_AFTER):
+            refused = http.post("/v1/completions", json=body, headers={header: str(most + 1)})
+            why = FAULTS["idle"]["past_the_end"].format(after=most + 1, deltas=most)
+            assert (refused.status_code, refused.json()["error"]["message"]) == (
+                400,
+                FAULTS["idle_header"].format(header=header, why=why),
+            )
