@@ -36,6 +36,7 @@ from typing import Any, cast
 import httpx
 from flask import Request
 
+from api_server.engine import Dropped
 from api_server.responses import REQUEST_ID, dumps
 from api_server.state import STATE, state_of
 from contract import ApiError, Contract, Message, Spec
@@ -282,14 +283,26 @@ class Recorder:
     def _relay(
         self, resp: httpx.Response, secrets: Secrets, exchange: dict[str, Any], began: float
     ) -> Iterator[bytes]:
+        """The upstream's body as it comes; the exchange written once it ends, with how it ended
+        where that was not whole: dropped by the upstream (the client's connection is cut the
+        same way) or left by the client (the exchange's response.end)."""
         chunks: list[list[Any]] = []
+        end = None
         try:
             for data in resp.iter_raw():
                 chunks.append(_chunk(time.monotonic() - began, secrets.data(data)))
                 yield data  # the client gets what the upstream said; the cassette, it masked
+        except httpx.HTTPError:  # the upstream's body cut off
+            end = "dropped"
+            raise Dropped() from None
+        except GeneratorExit:  # the client went away before the end
+            end = "left"
+            raise
         finally:
             resp.close()
             exchange["response"]["chunks"] = chunks
+            if end is not None:
+                exchange["response"]["end"] = end
             self._append(exchange)
 
     def _append(self, line: dict[str, Any]) -> None:
@@ -373,7 +386,7 @@ class Replayer:
             f"{status} {httpx.codes.get_reason_phrase(status)}",
             [(k, v) for k, v in response["headers"] if k.lower() not in HOP_BY_HOP],
         )
-        return self._chunks(response["chunks"], time.monotonic())
+        return self._chunks(response["chunks"], time.monotonic(), response.get("end"))
 
     def _miss(self, method: str, path: str, body: bytes, key: str) -> ApiError:
         """The 404 naming the request and the recorded one of its method and path that differs
@@ -403,9 +416,13 @@ class Replayer:
             closest=closest,
         )
 
-    def _chunks(self, chunks: list[list[Any]], began: float) -> Iterator[bytes]:
+    def _chunks(self, chunks: list[list[Any]], began: float, end: str | None) -> Iterator[bytes]:
+        """The recorded chunks at their times; a body recorded cut (dropped, or left by its
+        client) is cut here too, after its last chunk: no end of the chunked body."""
         for chunk in chunks:
             wait = chunk[0] - (time.monotonic() - began)
             if wait > 0:
                 self.sleep(wait)
             yield data_of(chunk)
+        if end is not None:
+            raise Dropped()

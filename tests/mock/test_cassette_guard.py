@@ -278,3 +278,53 @@ def test_a_replay_answers_behind_the_apis_auth_and_serves_its_own_gets(tmp_path:
     assert models.json()["data"][0]["id"] == API.default_model and metrics.status_code == 200
     assert miss.status_code == API.error_codes[CONF["miss_code"]]["status"]
     assert CONF["closest"].format(fields="max_tokens, seed") in miss.json()["error"]["message"]
+
+
+def test_a_stream_recorded_cut_replays_cut(tmp_path: Path) -> None:
+    """Issue 55, item 5: a stream the upstream dropped (curl's exit 18) and one its client left
+    are written with how they ended, and replay cut after their last chunk, never whole."""
+    from mock_server.faults import DROP_AFTER
+
+    body = {"model": "llama-8b", "prompt": "x", "max_tokens": 6, "stream": True, "ignore_eos": True}
+    auth = {"Authorization": f"Bearer {KEY}"}
+    cassette = tmp_path / "tape.jsonl"
+    with serve(create_app(MockConfig())) as upstream:
+        proxy = Recorder(upstream, cassette, API, create_app(MockConfig()))
+        with serve(proxy) as url, httpx.Client(base_url=url, timeout=30) as client:
+            with (
+                pytest.raises(httpx.RemoteProtocolError),
+                client.stream(
+                    "POST", COMPLETIONS, json=body, headers={**auth, DROP_AFTER: "2"}
+                ) as reply,
+            ):
+                dropped = []
+                for data in reply.iter_bytes():
+                    dropped.append(data)
+        # a client that leaves after its first chunk: the proxy's body closed under it
+        environ = {
+            "REQUEST_METHOD": "POST",
+            "PATH_INFO": COMPLETIONS,
+            "CONTENT_TYPE": "application/json",
+            "HTTP_AUTHORIZATION": auth["Authorization"],
+        }
+        left = {**body, "seed": 5}
+        raw = json.dumps(left).encode()
+        environ |= {"CONTENT_LENGTH": str(len(raw)), "wsgi.input": __import__("io").BytesIO(raw)}
+        answer = iter(proxy(environ, lambda status, headers, exc_info=None: None))
+        first = next(answer)
+        answer.close()  # type: ignore[attr-defined]
+    ends = [
+        json.loads(line)["response"].get("end") for line in cassette.read_text().splitlines()[1:]
+    ]
+    assert ends == ["dropped", "left"]
+    with serve(Replayer(cassette, API, create_app(MockConfig()))) as url:
+        with httpx.Client(base_url=url, timeout=30) as client:
+            for sent, got in ((body, b"".join(dropped)), (left, first)):
+                with (
+                    pytest.raises(httpx.RemoteProtocolError),
+                    client.stream("POST", COMPLETIONS, json=sent, headers=auth) as reply,
+                ):
+                    replayed = b""
+                    for data in reply.iter_bytes():
+                        replayed += data
+                assert replayed.startswith(got) and b"[DONE]" not in replayed
