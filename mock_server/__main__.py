@@ -236,8 +236,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     try:
         app = tape_app(args, config, create_app)
-    except ConfigError as error:
-        p.error(str(error))
+    except ConfigError as error:  # a cassette's fault, not the command line's: no usage
+        p.exit(2, f"{p.prog}: error: {error}\n")
     serve(app, options_of(args))
     return 0
 

@@ -219,7 +219,9 @@ def load(path: Path, api: Spec, name: str = "--replay") -> Tape:
         try:
             (header if first else exchange)(line)
         except fastjsonschema.JsonSchemaException as exc:
-            raise bad(f"not a cassette's {'header' if first else 'exchange'}: {exc}") from None
+            raise bad(
+                f"not a cassette's {'header' if first else 'exchange'}: {_why(exc)}"
+            ) from None
         if first:
             _check_header(line, path, api, name)
             first = False
@@ -237,6 +239,15 @@ def load(path: Path, api: Spec, name: str = "--replay") -> Tape:
     if first:
         raise ConfigError(f"{name} {path}: not a cassette: empty")
     return tape
+
+
+def _why(exc: fastjsonschema.JsonSchemaException) -> str:
+    """What the schema's error says, and what the value must be where the schema describes it
+    (its own words, "must NOT match a disallowed definition", name no rule)."""
+    definition = getattr(exc, "definition", None)
+    said = definition.get("description") if isinstance(definition, dict) else None
+    where = str(getattr(exc, "name", "")).replace("data", "the line", 1)
+    return f"{exc}; {where} must be {said}" if said else str(exc)
 
 
 def _check_header(line: dict[str, Any], path: Path, api: Spec, name: str) -> None:

@@ -209,8 +209,14 @@ def exchange(**changes: Any) -> dict[str, Any]:
         (exchange(response={"chunks": [[0.1, None, "@@@"]]}), "neither text nor base64"),
         (exchange(response={"chunks": [[0.1]]}), "exchange"),
         (exchange(response={"status": 99999}), "exchange"),
-        (exchange(response={"headers": [["X-A", "b\r\nSet-Cookie: x"]]}), "exchange"),
-        (exchange(response={"headers": [["X A", "b"]]}), "exchange"),
+        (
+            exchange(response={"headers": [["X-A", "b\r\nSet-Cookie: x"]]}),
+            "the line.response.headers[0][1] must be a header value, which holds no CR, LF or NUL",
+        ),
+        (
+            exchange(response={"headers": [["X A", "b"]]}),
+            "the line.response.headers[0][0] must be a header name: a token of RFC 9110",
+        ),
         (exchange(path="no-slash"), "exchange"),
     ],
     ids=[
@@ -328,3 +334,20 @@ def test_a_stream_recorded_cut_replays_cut(tmp_path: Path) -> None:
                     for data in reply.iter_bytes():
                         replayed += data
                 assert replayed.startswith(got) and b"[DONE]" not in replayed
+
+
+def test_a_bad_cassette_at_start_is_one_line_without_the_usage(tmp_path: Path) -> None:
+    """Issue 55, item 11: a cassette's fault is not the command line's: exit 2, its one line."""
+    import subprocess
+    import sys
+
+    path = cassette_of(tmp_path, exchange(response={"status": 99999}))
+    run = subprocess.run(
+        [sys.executable, "-m", "mock_server", "--replay", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    lines = run.stderr.splitlines()
+    assert run.returncode == 2 and len(lines) == 1, run.stderr
+    assert lines[0].startswith(f"python -m mock_server: error: --replay {path}: line 2: ")
