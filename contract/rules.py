@@ -26,6 +26,7 @@ class Rules:
         self._each = [(rule, jsonschema_rs.validator_for(rule["when"])) for rule in api.rules]
         self.model_rules = api.model_rules
         self._top_k = api.defaults("CompletionRequest")["top_k"]
+        self._token_id_fields = api.request_fields("token_ids")  # the prompt's ids besides
 
     def iter_errors(self, body: dict[str, Any]) -> list[RuleViolation]:
         """Every broken cross-field rule, in the spec's order."""
@@ -39,7 +40,7 @@ class Rules:
     def check_model(self, body: dict[str, Any], model: ModelInfo) -> None:
         """Ranges that depend on the model (the steering vectors are checked by tensors.py)."""
         rules = self.model_rules
-        for param, ids in _token_id_lists(body):
+        for param, ids in _token_id_lists(body, self._token_id_fields):
             # max() runs in C; a 100,000-token prompt costs one pass.
             if ids and max(ids) >= model.vocab_size:
                 bad = next(i for i in ids if i >= model.vocab_size)
@@ -65,14 +66,14 @@ class Rules:
                 )
 
 
-def _token_id_lists(body: dict[str, Any]) -> list[tuple[str, list[int]]]:
+def _token_id_lists(body: dict[str, Any], fields: tuple[str, ...]) -> list[tuple[str, list[int]]]:
     prompt = body["prompt"]
     lists: list[tuple[str, list[int]]] = []
     if isinstance(prompt, list) and prompt and isinstance(prompt[0], int):
         lists.append(("prompt", prompt))
     elif isinstance(prompt, list) and prompt and isinstance(prompt[0], list):
         lists.extend(("prompt", ids) for ids in prompt)
-    for field in ("stop_token_ids", "allowed_token_ids"):
+    for field in fields:
         if field in body:
             lists.append((field, body[field]))
     return lists

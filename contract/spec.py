@@ -268,6 +268,26 @@ class Spec:
         """A component schema's x-default values: what a field left out or null means."""
         return _defaults(self, name)
 
+    @cached_property
+    def request_kinds(self) -> dict[str, dict[str, Any]]:
+        """Each CompletionRequest field -> its x-kind, every key present (KIND_DEFAULTS where the
+        spec says nothing): how it bounds or multiplies tokens, whether it is a list of token
+        ids, its feature tag, where the reference sends it, whether JSON Schema says its rules."""
+        props = self.raw["components"]["schemas"][REQUEST_SCHEMA]["properties"]
+        return {f: {**KIND_DEFAULTS, **p.get(KIND_KEY, {})} for f, p in props.items()}
+
+    def request_fields(self, key: str, value: Any = True) -> tuple[str, ...]:
+        """The CompletionRequest fields whose x-kind `key` is `value`, in the schema's order."""
+        return tuple(f for f, kind in self.request_kinds.items() if kind[key] == value)
+
+    def token_fields(self, tokens: str) -> tuple[str, ...]:
+        """The fields, of the API and of x-lax-fields (other servers' that a lax server reads),
+        whose x-kind `tokens` is `tokens` (sequences or length): what prices a request."""
+        lax = self.raw.get(LAX_KEY, {})
+        return self.request_fields("tokens", tokens) + tuple(
+            f for f, kind in lax.items() if kind.get("tokens") == tokens
+        )
+
     def resolve(self, node: Any) -> Any:
         """Any part of the spec with every local $ref inlined."""
         return _inline(node, self.raw)
@@ -279,6 +299,52 @@ class Spec:
 
 RULE_KEY = "x-rule"
 REQUEST_SCHEMA = "CompletionRequest"
+KIND_KEY = "x-kind"
+LAX_KEY = "x-lax-fields"
+# x-kind's keys, each with its values and its default (the first value; None: unset)
+KINDS: dict[str, tuple[Any, ...]] = {
+    "tokens": (None, "sequences", "length"),
+    "token_ids": (False, True),
+    "feature": (None, "activations", "steering", "logprobs", "streaming"),
+    "vllm": ("body", "xargs", "set", "core", "none"),
+    "schema": (None, "beyond"),
+}
+KIND_DEFAULTS = {key: values[0] for key, values in KINDS.items()}
+
+
+def _token_id_problem(raw: dict[str, Any], fields: list[str]) -> str | None:
+    """Where a list of token ids (x-kind token_ids) is not yet held to the vocabulary: the
+    token_id_in_vocab rule's params and each model's ranges in the request schema's allOf."""
+    rule: dict[str, Any] = next(
+        (r for r in raw["x-model-rules"] if r.get("id") == "token_id_in_vocab"), {}
+    )
+    missing = [f for f in fields if f not in rule.get("params", ())]
+    if missing:
+        return f"x-model-rules token_id_in_vocab's params lack {missing} (x-kind token_ids)"
+    for entry in raw["components"]["schemas"][REQUEST_SCHEMA].get("allOf", []):
+        if "x-model" in entry:
+            ranged = entry.get("then", {}).get("properties", {})
+            missing = [
+                f for f in fields if "exclusiveMaximum" not in ranged.get(f, {}).get("items", {})
+            ]
+            if missing:
+                return (
+                    f"{REQUEST_SCHEMA}'s allOf entry of x-model {entry['x-model']} holds no items "
+                    f"bound (the vocabulary) for {missing} (x-kind token_ids)"
+                )
+    return None
+
+
+def _kind_problem(field: str, kind: Any) -> str | None:
+    """Why an x-kind is unusable, or None."""
+    if not isinstance(kind, dict):
+        return f"the {KIND_KEY} of {field} is not a mapping"
+    for key, value in kind.items():
+        if key not in KINDS:
+            return f"the {KIND_KEY} of {field} has {key!r}, not one of {', '.join(KINDS)}"
+        if value not in KINDS[key]:
+            return f"the {KIND_KEY} of {field} says {key}: {value!r}, not one of {KINDS[key]}"
+    return None
 
 
 def rule_schemas(raw: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -362,6 +428,10 @@ def load_spec(path: str | os.PathLike[str] | None = None) -> Spec:
             f"{REQUEST_SCHEMA}'s allOf, and {sorted(set(entries) - set(ids))} no x-rules entry"
         )
     problem = _check_order(raw["x-check-order"])
+    props = raw["components"]["schemas"][REQUEST_SCHEMA]["properties"]
+    kinds = {f: v.get(KIND_KEY, {}) for f, v in props.items()} | raw.get(LAX_KEY, {})
+    problem = problem or next(filter(None, (_kind_problem(f, k) for f, k in kinds.items())), None)
+    problem = problem or _token_id_problem(raw, [f for f, k in kinds.items() if k.get("token_ids")])
     if problem:
         raise SpecError(f"{p}: {problem}")
     return Spec(path=p, raw=raw)

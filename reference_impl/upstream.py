@@ -30,34 +30,24 @@ from typing import Any
 
 from contract import CompletionRequest, Spec
 
-# The core applied these to the token ids already: vLLM would apply them twice.
-APPLIED_BY_CORE = frozenset({"add_special_tokens", "truncate_prompt_tokens"})
-# OpenAI's end-user id: vLLM does nothing with it, and it may be megabytes long.
-NOT_FOR_VLLM = frozenset({"user"})
-# Set below from the request, never copied from the client's body.
-SET_HERE = frozenset(
-    {
-        "model",
-        "prompt",
-        "max_tokens",
-        "stream",
-        "stream_options",
-        "priority",
-        "return_token_ids",
-        "output_residual_stream",
-        "apply_steering_vectors",
-    }
-)
-NOT_COPIED = APPLIED_BY_CORE | NOT_FOR_VLLM | SET_HERE
+
+@cache
+def copied(api: Spec) -> frozenset[str]:
+    """The fields sent to vLLM as the client sent them (x-kind vllm: body). The others are set
+    below from the accepted request (set), go inside vllm_xargs (xargs), were applied by the
+    core to the token ids already and vLLM would apply them twice (core), or mean nothing to
+    vLLM and may be megabytes long (none: OpenAI's end-user id)."""
+    return frozenset(api.request_fields("vllm", "body"))
 
 
 @cache
 def request_defaults(api: Spec) -> dict[str, Any]:
-    """Every CompletionRequest field with an x-default in `s`, less what is set here."""
+    """Every copied CompletionRequest field with an x-default in `api`."""
     defaults = api.defaults("CompletionRequest")
-    return {k: v for k, v in defaults.items() if k not in NOT_COPIED}
+    return {k: v for k, v in defaults.items() if k in copied(api)}
 
 
+STEERING = "apply_steering_vectors"  # its vectors go as vllm-lens reads them (_vector)
 STEERING_SALT = "acs-steering-"  # + the vectors' sha256; vLLM allows 128 characters, no '/'
 
 
@@ -68,7 +58,7 @@ def upstream_body(
     `s`'s defaults; `isolate_steering` False leaves a steered request unsalted (tests
     only: that is how the leak is shown)."""
     body = dict(request_defaults(api))
-    body.update((k, v) for k, v in req.body.items() if k not in NOT_COPIED)
+    body.update((k, v) for k, v in req.body.items() if k in copied(api))
     body["model"] = model
     body["prompt"] = req.prompts[0] if len(req.prompts) == 1 else req.prompts
     body["max_tokens"] = req.max_tokens
@@ -82,12 +72,14 @@ def upstream_body(
     body["return_token_ids"] = True
     if "priority" in req.body:  # the one field that may come as a string of an integer
         body["priority"] = int(req.body["priority"])
-    xargs: dict[str, Any] = {}
-    if "output_residual_stream" in req.body:
-        xargs["output_residual_stream"] = list(req.body["output_residual_stream"])
+    xargs: dict[str, Any] = {
+        name: req.body[name]
+        for name in api.request_fields("vllm", "xargs")
+        if name in req.body and name != STEERING
+    }
     if req.steering:
         vectors = json.dumps([_vector(v.wire, api) for v in req.steering])
-        xargs["apply_steering_vectors"] = vectors
+        xargs[STEERING] = vectors
         if isolate_steering:
             body["cache_salt"] = STEERING_SALT + hashlib.sha256(vectors.encode()).hexdigest()
     if xargs:

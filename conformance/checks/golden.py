@@ -36,27 +36,6 @@ from conformance.wire.client import AUTH_DEFAULT, Reply
 from conformance.wire.ledger import CHEAP_TOKENS
 from conformance.wire.token_cost import CostModel
 
-# Golden tags that name a feature a user may include or skip (see README).
-LENS_FIELDS = {
-    "output_residual_stream": "activations",
-    "apply_steering_vectors": "steering",
-    "logprobs": "logprobs",
-    "prompt_logprobs": "logprobs",
-    "stream": "streaming",
-}
-
-
-def _feature_tags(case: Case) -> tuple[str, ...]:
-    try:
-        body = json.loads(case.body or b"{}")
-    except ValueError:
-        return ()
-    if not isinstance(body, dict):
-        return ()
-    return tuple(
-        sorted({tag for name, tag in LENS_FIELDS.items() if body.get(name) not in (None, False)})
-    )
-
 
 def _token_bound(case: Case) -> int:
     return min(case.generates, CHEAP_TOKENS) if case.generates else 0
@@ -185,7 +164,8 @@ def _case_worst(case: Case, config: RunConfig, cost: CostModel) -> int:
 for _case in load_cases():
     register(
         f"golden:{_case.id}",
-        tags=dict.fromkeys(("golden", *_case.tags, *_feature_tags(_case))),
+        # its feature tags among them (generated from the spec's x-kind: golden/generate.py)
+        tags=dict.fromkeys(("golden", *_case.tags)),
         doc=_case.doc,
         tokens=_token_bound(_case),
         worst=partial(_case_worst, _case),

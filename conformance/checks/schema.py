@@ -67,6 +67,7 @@ from conformance.wire.ledger import OverCeiling
 from conformance.wire.sdk import client_headers
 from conformance.wire.secrets import SECRETS
 from conformance.wire.sse import parse_lines
+from conformance.wire.token_cost import cheapest
 from conformance.wire.who_answered import names_front, who_answered
 from contract import Spec
 
@@ -115,9 +116,6 @@ def stream_event_conformance(ctx: Any, response: Any, case: Any) -> bool | None:
 
 # -- the token ledger, through schemathesis's hooks ---------------------------------
 
-# What a negative body gets where that keeps it broken as it was (Ledger._cheapen):
-# a server that wrongly accepts it then writes one token per prompt.
-NEGATIVE_CHEAP_FIELDS = {"max_tokens": 1, "n": 1}
 # Each schemathesis schema's ledger, while its run lasts (by the schema object's id): a
 # hook finds its run's ledger from the case it is called with, so runs never share one.
 _LEDGERS: dict[int, Ledger] = {}
@@ -177,7 +175,9 @@ class Ledger:
         """
         validator = self._body_validator(case)
         broken = _error_keys(validator, case.body)
-        for name, cheap in NEGATIVE_CHEAP_FIELDS.items():
+        # each token field at 1 (wire.token_cost.cheapest): a server that wrongly accepts the
+        # body then writes one token per prompt
+        for name, cheap in cheapest(self.api).items():
             value = case.body.get(name)
             lower = broken and type(value) is int and value > cheap
             if (name not in case.body or lower) and _error_keys(
@@ -288,10 +288,6 @@ def check_names() -> list[str]:
 
 # -- the narrowed spec for positive data --------------------------------------
 
-# Fields whose rules JSON Schema cannot say at all: a steering vector's data must
-# be a real tensor of the model's shape (x-model-rules steering_vector).
-BEYOND_SCHEMA = ("apply_steering_vectors",)
-
 
 def schemathesis_spec(api: Spec) -> dict[str, Any]:
     """The run's openapi.yaml as schemathesis reads it (its own copy, for the runs to change)."""
@@ -322,7 +318,9 @@ def narrowed_spec(api: Spec, model: str, num_layers: int) -> dict[str, Any]:
     raw["paths"] = {path: item for path, item in raw["paths"].items() if item}
     req = raw["components"]["schemas"]["CompletionRequest"]
     props = req["properties"]
-    for name in BEYOND_SCHEMA:
+    # fields whose rules JSON Schema cannot say at all (x-kind schema: beyond: a steering
+    # vector's data must be a real tensor of the model's shape)
+    for name in api.request_fields("schema", "beyond"):
         props.pop(name, None)
     props["model"] = {"type": "string", "enum": [model]}
     props["prompt"] = {

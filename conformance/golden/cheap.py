@@ -25,11 +25,10 @@ from pathlib import Path
 from typing import Any
 
 from conformance.golden import HERE, Case, load_cases
-from conformance.wire.token_cost import CostModel, generating_paths
+from conformance.wire.token_cost import CostModel, cheapest, generating_paths
 from contract import ApiError, Contract, ModelInfo, Spec, spec
 
 OUT = HERE / "cheap_requests.json"
-CHEAP_FIELDS = {"max_tokens": 1, "n": 1}
 STREAM_FIELD = {"stream": True}
 # Statuses decided by the body's bytes, which must stay as they are.
 SIZE_STATUSES = {413}
@@ -93,7 +92,7 @@ def derive(case: Case, api: Spec) -> dict[str, Any] | None:
     def alike(extra: dict[str, Any]) -> bool:
         return original is None or verdict(contract, {**body, **extra}) == original
 
-    missing = {k: v for k, v in CHEAP_FIELDS.items() if k not in body}
+    missing = {k: v for k, v in cheapest(api).items() if k not in body}
     add = next((e for e in (missing, *({k: v} for k, v in missing.items())) if e and alike(e)), {})
     close = False
     end_tokens: dict[str, Any] = {"allowed_token_ids": list(_model(api, body).eos_token_ids)}

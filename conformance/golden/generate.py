@@ -1010,13 +1010,35 @@ def _item_example(prop: dict[str, Any]) -> Any:
 
 def generate(api: Spec | None = None) -> dict[str, list[dict[str, Any]]]:
     api = api or spec()
-    return {
+    files = {
         "fields.yaml": list(FieldCases(api).fields()),
         "rules.yaml": list(RuleCases(api).rules()),
         "caps.yaml": list(CapCases(api).caps()),
         "lens.yaml": list(LensCases(api).lens()),
         "http.yaml": list(HttpCases(api).http()),
     }
+    return {name: [tagged(case, api) for case in cases] for name, cases in files.items()}
+
+
+def features(body: Any, api: Spec) -> list[str]:
+    """The feature tags of a body (its fields' x-kind feature, where the field is sent and
+    neither null nor false), sorted: what --include and --skip select golden cases by."""
+    if not isinstance(body, dict):
+        return []
+    kinds = api.request_kinds
+    return sorted(
+        {
+            kinds[name]["feature"]
+            for name, value in body.items()
+            if name in kinds and kinds[name]["feature"] and value not in (None, False)
+        }
+    )
+
+
+def tagged(case: dict[str, Any], api: Spec) -> dict[str, Any]:
+    """The case with its body's feature tags after its own."""
+    more = [t for t in features(case["request"].get("body"), api) if t not in case["tags"]]
+    return {**case, "tags": [*case["tags"], *more]} if more else case
 
 
 def render(cases: list[dict[str, Any]]) -> str:

@@ -26,9 +26,27 @@ from typing import Any
 
 from contract import Spec
 
-# How many sequences / tokens a field may ask for, read the way a lax server reads it.
-COUNT_FIELDS = ("n", "best_of")
-LENGTH_FIELDS = ("max_tokens", "max_completion_tokens")
+
+@dataclass(frozen=True)
+class TokenFields:
+    """The fields that multiply the generated sequences and those that bound each one, the
+    API's and the lax servers' (openapi.yaml's x-kind tokens, x-lax-fields): read the way a lax
+    server reads them."""
+
+    sequences: tuple[str, ...]
+    lengths: tuple[str, ...]
+
+    @classmethod
+    def of(cls, api: Spec) -> TokenFields:
+        return cls(api.token_fields("sequences"), api.token_fields("length"))
+
+
+def cheapest(api: Spec) -> dict[str, int]:
+    """Each of the API's own fields that bound or multiply the generated tokens, at 1 (max_tokens
+    1, n 1): what makes a request as cheap as it can be."""
+    return dict.fromkeys(
+        (*api.request_fields("tokens", "length"), *api.request_fields("tokens", "sequences")), 1
+    )
 
 
 @cache
@@ -73,11 +91,11 @@ def _prompts(body: dict[str, Any]) -> tuple[int, int]:
     return 1, 0
 
 
-def _length(body: dict[str, Any]) -> int | float:
+def _length(body: dict[str, Any], fields: TokenFields) -> int | float:
     """The longest sequence the length fields allow, read as a lax server may: one it cannot
     read as a positive integer (0, negative, null, a fraction, a word) bounds nothing, as
     llama.cpp reads 0 as "until the context ends"; none at all bounds nothing either."""
-    lengths = [lax_int(body[f]) for f in LENGTH_FIELDS if f in body]
+    lengths = [lax_int(body[f]) for f in fields.lengths if f in body]
     if not lengths or any(v is None or v < 1 for v in lengths):
         return float("inf")
     return max(v for v in lengths if v is not None)
@@ -106,29 +124,33 @@ def _json(body: Any) -> Any:
     return body
 
 
-def sequence_bound(body: Any, max_model_len: int, end_tokens: frozenset[int] = frozenset()) -> int:
+def sequence_bound(
+    body: Any, max_model_len: int, fields: TokenFields, end_tokens: frozenset[int] = frozenset()
+) -> int:
     """The longest sequence a server that ignores every rule but max_tokens and its context
     may write for this JSON body."""
     body = _json(body)
     if not isinstance(body, dict):
         return 0
     context = max(max_model_len - _prompts(body)[1], 0)
-    per_sequence = min(_length(body), context)
+    per_sequence = min(_length(body, fields), context)
     if _stops_at_once(body, end_tokens):
         per_sequence = min(per_sequence, 1)
     return int(max(per_sequence, 0))
 
 
-def worst_case(body: Any, max_model_len: int, end_tokens: frozenset[int] = frozenset()) -> int:
+def worst_case(
+    body: Any, max_model_len: int, fields: TokenFields, end_tokens: frozenset[int] = frozenset()
+) -> int:
     """Tokens a server that ignores every rule may generate for this JSON body."""
     body = _json(body)
     if not isinstance(body, dict):
         return 0
     prompts, _ = _prompts(body)
     sequences = max(
-        [1] + [v for v in (lax_int(body.get(f)) for f in COUNT_FIELDS) if v is not None]
+        [1] + [v for v in (lax_int(body.get(f)) for f in fields.sequences) if v is not None]
     )
-    return prompts * sequences * sequence_bound(body, max_model_len, end_tokens)
+    return prompts * sequences * sequence_bound(body, max_model_len, fields, end_tokens)
 
 
 @dataclass(frozen=True)
@@ -139,20 +161,21 @@ class CostModel:
 
     max_model_len: int
     generating: frozenset[str]
+    fields: TokenFields
     end_tokens: frozenset[int] = frozenset()
 
     @classmethod
     def of(cls, api: Spec, max_model_len: int) -> CostModel:
         """The cost model of a deployment of `api` with this max_model_len."""
-        return cls(max_model_len, generating_paths(api))
+        return cls(max_model_len, generating_paths(api), TokenFields.of(api))
 
     def body(self, body: Any) -> int:
         """Worst case of a JSON body sent to a generating route."""
-        return worst_case(body, self.max_model_len, self.end_tokens)
+        return worst_case(body, self.max_model_len, self.fields, self.end_tokens)
 
     def sequence(self, body: Any) -> int:
         """The longest one sequence of a JSON body may be: a choice's price."""
-        return sequence_bound(body, self.max_model_len, self.end_tokens)
+        return sequence_bound(body, self.max_model_len, self.fields, self.end_tokens)
 
     def request(
         self,

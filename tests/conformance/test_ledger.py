@@ -35,7 +35,7 @@ from conformance.reports.junit import build
 from conformance.wire.client import Client
 from conformance.wire.exchange import QUOTE_LIMIT_BYTES, Exchange, quote
 from conformance.wire.ledger import CHEAP_TOKENS, OverCeiling
-from conformance.wire.token_cost import CostModel, generating_paths, worst_case
+from conformance.wire.token_cost import CostModel, TokenFields, generating_paths, worst_case
 from contract import spec
 
 MODEL = spec().default_model
@@ -77,20 +77,25 @@ SERVED_LEN = 300  # the fake deployment's max_model_len (GET /v1/models)
     ],
 )
 def test_worst_case_of_a_body(body: Any, worst: int) -> None:
-    assert worst_case(body, SERVED_LEN) == worst
-    assert worst_case(json.dumps(body).encode(), SERVED_LEN) == worst
+    fields = TokenFields.of(spec())
+    assert worst_case(body, SERVED_LEN, fields) == worst
+    assert worst_case(json.dumps(body).encode(), SERVED_LEN, fields) == worst
 
 
 def test_end_tokens_shorten_only_once_the_server_showed_it_honours_them() -> None:
     body = {"prompt": [0], "max_tokens": 50, "n": 2, "allowed_token_ids": sorted(EOS)}
     assert CostModel.of(spec(), SERVED_LEN).body(body) == 100
-    assert CostModel(SERVED_LEN, generating_paths(spec()), EOS).body(body) == 2
     assert (
-        CostModel(SERVED_LEN, generating_paths(spec()), EOS).body({**body, "ignore_eos": True})
+        CostModel(SERVED_LEN, generating_paths(spec()), TokenFields.of(spec()), EOS).body(body) == 2
+    )
+    assert (
+        CostModel(SERVED_LEN, generating_paths(spec()), TokenFields.of(spec()), EOS).body(
+            {**body, "ignore_eos": True}
+        )
         == 100
     )
     assert (
-        CostModel(SERVED_LEN, generating_paths(spec()), EOS).body(
+        CostModel(SERVED_LEN, generating_paths(spec()), TokenFields.of(spec()), EOS).body(
             {**body, "allowed_token_ids": [*EOS, 5]}
         )
         == 100
@@ -303,7 +308,9 @@ def test_every_report_names_the_checks_skipped_for_the_ceiling() -> None:
 def test_the_full_profile_plans_within_the_ceiling_for_a_server_that_does_not_conform() -> None:
     config = RunConfig("http://x", "k", profile="full")
     selected = select(REGISTRY, config)
-    served = CostModel(spec().models[MODEL].max_model_len, generating_paths(spec()), EOS)
+    served = CostModel(
+        spec().models[MODEL].max_model_len, generating_paths(spec()), TokenFields.of(spec()), EOS
+    )
     assert token_bound(selected, config, served) <= DEFAULT_TOKEN_CEILING
     # every check that expects a refusal asks for little, however the server answers
     refused = [c for c in load_cases() if c.expect_status != 200]

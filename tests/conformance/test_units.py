@@ -12,7 +12,6 @@ import pytest
 
 from conformance.checks import REGISTRY
 from conformance.checks.schema import (
-    BEYOND_SCHEMA,
     narrowed_spec,
     never_accepted,
     schemathesis_spec,
@@ -214,7 +213,7 @@ def test_the_narrowed_spec_is_valid_openapi_and_only_narrows() -> None:
     original = spec().schema("CompletionRequest")
     assert set(narrowed["properties"]) <= set(original["properties"])
     assert "max_tokens" in narrowed["required"]
-    assert not set(BEYOND_SCHEMA) & set(narrowed["properties"])
+    assert not set(spec().request_fields("schema", "beyond")) & set(narrowed["properties"])
     assert narrowed["allOf"] == spec().schema("CompletionRequest")["allOf"]
     assert all(
         any(str(code).startswith("2") for code in op["responses"])
@@ -446,3 +445,26 @@ def test_the_gates_requests_carry_the_openai_sdks_headers() -> None:
     assert request.headers["user-agent"] == f"OpenAI/Python {openai.__version__}"
     assert request.headers["x-stainless-lang"] == "python"
     assert request.headers["accept-encoding"] == "gzip, deflate"  # decoded within the bound
+
+
+def test_every_golden_case_carries_the_feature_tags_of_what_it_sends() -> None:
+    """Generated or written by hand: a case's tags hold the x-kind feature of every field its
+    body sends (what --include and --skip select by), and the registry tags it so."""
+    import json
+
+    from conformance.golden.generate import features
+
+    registered = {c.id: c.tags for c in REGISTRY}
+    missing = {}
+    for case in load_cases():
+        try:
+            body = json.loads(case.body or b"null")
+        except ValueError:  # a case of a body that is not JSON sends no field
+            body = None
+        wanted = features(body, spec())
+        if not set(wanted) <= set(case.tags) or not set(wanted) <= set(
+            registered[f"golden:{case.id}"]
+        ):
+            missing[case.id] = wanted
+    assert missing == {}
+    assert any("steering" in c.tags for c in load_cases())  # the check can fail: some are tagged

@@ -1,0 +1,158 @@
+"""A request field added to a copy of openapi.yaml alone (issue 54): one that multiplies the
+generated sequences and one that is a list of token ids, each declared by its x-kind. What
+reads kinds takes them with no code: the core validates them, the gate prices them, the
+reference forwards them, the golden cases cover and tag them. What a field does is behaviour,
+not kind: the mock's effect and the check that observes it are the one place left, and the
+coverage of effects names exactly them."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from conformance.checks import REGISTRY
+from conformance.engine.coverage import observable_effects
+from conformance.golden.generate import generate
+from conformance.wire.token_cost import CostModel
+from contract import ApiError, Contract, Spec, SpecError, load_spec
+from reference_impl.upstream import upstream_body
+
+BEAMS, BANNED = "beams", "banned_token_ids"
+
+
+def with_new_fields(raw: dict[str, Any]) -> dict[str, Any]:
+    """openapi.yaml with `beams` (x-kind tokens: sequences) and `banned_token_ids` (x-kind
+    token_ids), each saying its effect as every field does."""
+    raw = copy.deepcopy(raw)
+    request = raw["components"]["schemas"]["CompletionRequest"]
+    most = raw["x-caps"]["token_list_items"]
+    request["properties"][BEAMS] = {
+        "x-effect": {"observed": "each beam is a sequence (effects:beams)"},
+        "x-kind": {"tokens": "sequences"},
+        "type": ["integer", "null"],
+        "minimum": 1,
+        "maximum": 4,
+        "x-origin": "vllm",
+        "x-expected": "an integer",
+    }
+    request["properties"][BANNED] = {
+        "x-effect": {"observed": "no banned token is sampled (effects:banned)"},
+        "x-kind": {"token_ids": True},
+        "type": ["array", "null"],
+        "minItems": 1,
+        "maxItems": most,
+        "items": {"type": "integer", "minimum": 0},
+        "x-origin": "vllm",
+        "x-expected": "an array of token ids",
+    }
+    rule = next(r for r in raw["x-model-rules"] if r["id"] == "token_id_in_vocab")
+    rule["params"].append(BANNED)
+    for entry in request["allOf"]:
+        if "x-model" in entry:
+            vocab = raw["x-models"][entry["x-model"]]["vocab_size"]
+            entry["then"]["properties"][BANNED] = {"items": {"exclusiveMaximum": vocab}}
+    return raw
+
+
+def load(raw: dict[str, Any], folder: Path) -> Spec:
+    path = folder / "openapi.yaml"
+    path.write_text(yaml.safe_dump(raw, sort_keys=False), encoding="utf-8")
+    return load_spec(path)
+
+
+@pytest.fixture(scope="module")
+def api(tmp_path_factory: pytest.TempPathFactory) -> Spec:
+    return load(with_new_fields(load_spec().raw), tmp_path_factory.mktemp("new-field"))
+
+
+def test_the_core_validates_the_new_fields_by_their_kind(api: Spec) -> None:
+    contract, model = Contract(api), api.models[api.default_model]
+    body = {"model": model.name, "prompt": "The sky is", "max_tokens": 2}
+    accepted = contract.validate_completion({**body, BEAMS: 3, BANNED: [model.vocab_size - 1]})
+    assert (accepted.body[BEAMS], accepted.body[BANNED]) == (3, [model.vocab_size - 1])
+    with pytest.raises(ApiError) as refused:
+        contract.validate_completion({**body, BANNED: [5, model.vocab_size]})
+    assert contract.errors.body(refused.value, "r")["error"] == {
+        "message": api.rule("x-model-rules", "token_id_in_vocab")["message"].format(
+            token_id=model.vocab_size, param=BANNED, vocab_size=model.vocab_size
+        ),
+        "type": "invalid_request_error",
+        "param": BANNED,
+        "code": "invalid_request",
+    }
+
+
+def test_the_gate_prices_a_field_that_multiplies_sequences(api: Spec) -> None:
+    body = {"prompt": [0], "max_tokens": 5, BEAMS: 3}
+    assert CostModel.of(api, 100).body(body) == 3 * 5
+    assert CostModel.of(load_spec(), 100).body(body) == 5  # the spec without it: unknown
+
+
+def test_the_reference_forwards_the_new_fields_to_vllm(api: Spec) -> None:
+    contract, model = Contract(api), api.models[api.default_model]
+    req = contract.validate_completion(
+        {"model": model.name, "prompt": "x", "max_tokens": 2, BEAMS: 2, BANNED: [7]}
+    )
+    sent = upstream_body(req, model.name, api)
+    assert (sent[BEAMS], sent[BANNED]) == (2, [7])
+
+
+def test_golden_cases_cover_the_new_fields_and_tag_them_by_feature(
+    api: Spec, tmp_path: Path
+) -> None:
+    def beams_cases(spec: Spec) -> dict[str, list[str]]:
+        return {
+            c["id"]: c["tags"]
+            for cases in generate(spec).values()
+            for c in cases
+            if BEAMS in c["id"] or BANNED in c["id"]
+        }
+
+    cases = beams_cases(api)
+    assert {
+        f"type.{BEAMS}.string",
+        f"range.{BEAMS}.maximum.past",
+        f"type.{BANNED}.object",
+        f"range.{BANNED}.minItems.past",
+        f"model.{BANNED}.vocab.at",
+        f"model.{BANNED}.vocab.past",
+    } <= set(cases)
+    assert all(tags == ["validation"] for tags in cases.values()), cases
+    raw = with_new_fields(load_spec().raw)  # beams a streaming feature: its cases tagged so
+    raw["components"]["schemas"]["CompletionRequest"]["properties"][BEAMS]["x-kind"] |= {
+        "feature": "streaming"
+    }
+    tagged = beams_cases(load(raw, tmp_path))
+    assert tagged[f"range.{BEAMS}.maximum.past"] == ["validation", "streaming"]
+    assert tagged[f"model.{BANNED}.vocab.at"] == ["validation"]
+
+
+def test_what_still_needs_code_is_named_the_effect_and_its_check(api: Spec) -> None:
+    checked = {f for c in REGISTRY for f in c.effects}
+    assert set(observable_effects(api)) - checked == {BEAMS, BANNED}
+
+
+def test_a_token_id_field_not_held_to_the_vocabulary_is_refused_naming_where(
+    tmp_path: Path,
+) -> None:
+    raw = with_new_fields(load_spec().raw)
+    rule = next(r for r in raw["x-model-rules"] if r["id"] == "token_id_in_vocab")
+    rule["params"].remove(BANNED)
+    with pytest.raises(SpecError) as refused:
+        load(raw, tmp_path)
+    assert str(refused.value).endswith(
+        f"x-model-rules token_id_in_vocab's params lack ['{BANNED}'] (x-kind token_ids)"
+    )
+    raw = with_new_fields(load_spec().raw)
+    raw["components"]["schemas"]["CompletionRequest"]["properties"][BEAMS]["x-kind"] = {
+        "tokens": "beams"
+    }
+    with pytest.raises(SpecError) as unknown:
+        load(raw, tmp_path)
+    assert str(unknown.value).endswith(
+        f"the x-kind of {BEAMS} says tokens: 'beams', not one of (None, 'sequences', 'length')"
+    )
