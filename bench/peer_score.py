@@ -281,6 +281,10 @@ VERDICTS = {
     "event 0 (content) does not match its schema": "true: stream choices without their logprobs and finish_reason keys",
     "chunk 0: no logprobs": "true: logprobs dropped from stream chunks",
     "the streamed texts differs": "true: the two choices of n: 2 merged into index 0 in streams",
+    "streamed: ": "true: streams are not the answers without stream (LiteLLM: the choices of n: 2 "
+    "merged into index 0, their tokens in one choice and none in the other)",
+    ": no answer within": "true: it hangs on a hostile request (uvicorn's h11 waits for the "
+    "2**64 - 1 bytes of a chunk it was told of)",
     "not exactly one usage chunk": "true: usage on every chunk",
     ": not refused": "true: accepted",
 }
