@@ -398,6 +398,18 @@ def n_children(ctx: Context) -> None:
 STEPS_SCORED = 2
 
 
+def _likeliest(row: Any, tie: float) -> str | None:
+    """A top_logprobs row's likeliest token, where every other is more than `tie` below it."""
+    if not isinstance(row, dict) or not row:
+        return None
+    values = [v for v in row.values() if isinstance(v, (int, float))]
+    if len(values) != len(row):
+        return None
+    best = max(values)
+    keys = [k for k, v in row.items() if v >= best - tie]
+    return keys[0] if len(keys) == 1 else None
+
+
 @register(
     "model:lm_eval.loglikelihood",
     tags=TAGS,
@@ -474,6 +486,16 @@ def lm_eval_loglikelihood(ctx: Context) -> None:
             return
         greedy_echoed = v >= echoed_best - tie
         greedy_generated = values[i] >= generated_best - tie
+        # the likeliest token of each row, where no other is within a tie of it: rows of another
+        # position (shifted) name another token, though their values may agree
+        tops = (_likeliest(row, tie), _likeliest(generated_row, tie))
+        ctx.expect(
+            None in tops or tops[0] == tops[1],
+            f"continuation token {i}'s likeliest token is {tops[0]!r} echoed and {tops[1]!r} in "
+            "its generation's row: the rows are not of one position",
+            received={"echoed": row, "generated": generated_row},
+            reply=scored,
+        )
         ctx.expect(
             greedy_echoed == greedy_generated,
             f"lm-eval's is_greedy at continuation token {i} ({name!r}) is {greedy_echoed}, "

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 import pytest
 
 from conformance.checks import REGISTRY
-from conformance.checks.isolation import BLOCK_SIZES, HELD, PROMPT_TOKENS
+from conformance.checks.isolation import BLOCK_SIZES, HELD, LONGER, PROMPT_TOKENS
 from conformance.engine.results import Outcome
 from contract import spec
 from mock_server import create_app
@@ -177,7 +177,7 @@ def test_a_batch_that_steers_whatever_is_in_flight_fails_the_same_batch_check_al
     (alone,) = [r for r in results if r.id == "isolation:steering.same_batch"]
     assert alone.outcome is Outcome.UNPROVEN
     assert alone.reason.startswith(
-        f"the overlap was not certain: the steered stream of {HELD} tokens ended"
+        f"the overlap was not certain: steered streams of {HELD} and {LONGER * HELD} tokens ended"
     )
     with serve(create_app(MockConfig(tpot_ms=PACED_TPOT_MS))) as url:
         results = run_suite(url, "isolation:steering.same_batch").results
