@@ -1,7 +1,8 @@
 """Record and replay: what a real deployment answered, as a cassette a client's tests replay.
 
 `Recorder` is a WSGI proxy: each request goes to the upstream as it came (its headers
-too, so the upstream sees the client's key), its answer comes back as it is made, and
+too, so the upstream sees the client's key; Accept-Encoding is identity, so that what is
+written can be masked), its answer comes back as it is made, and
 the exchange is appended to the cassette: the request's method, path and body (never
 its headers), the response's status, headers (less x-mock-cassette.left_out_headers)
 and each body chunk with the seconds since the request began.
@@ -14,7 +15,8 @@ without a key gets the API's 401, not a recorded 200. A miss is the API's 404 no
 the request and the closest recorded one, or, when asked, the fake engine's answer; a GET the
 cassette lacks (/v1/models, /metrics) is the mock's own, as GET /health always is (its
 readiness, not the upstream's). The file is checked line by line at start and read again on
-each hit (tape.py); nothing secret is written (tape.Secrets).
+each hit (tape.py); nothing secret is written (tape.Secrets; a key an answer spells in
+pieces, pieces.py).
 
 The format, the messages and what is left out are openapi.yaml's x-mock-cassette.
 """
@@ -41,6 +43,7 @@ from api_server.responses import REQUEST_ID, dumps
 from api_server.state import STATE, state_of
 from contract import ApiError, Contract, Message, Spec
 from contract.errors import error_class
+from mock_server.pieces import masked_answer
 from mock_server.tape import (
     Secrets,
     data_of,
@@ -237,7 +240,9 @@ class Recorder:
 
     def _take(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
         method, path, body = environ["REQUEST_METHOD"], target(environ), environ["acs.body"]
-        headers = request_headers(environ)
+        # identity: a compressed answer could not be masked (one still compressed is decoded)
+        headers = [h for h in request_headers(environ) if h[0].lower() != "accept-encoding"]
+        headers.append(("Accept-Encoding", "identity"))
         secrets = Secrets(self.api, self.secrets)
         secrets.of_headers(headers)
         written_path, written_body, _ = masked(secrets, method, path, body)
@@ -260,7 +265,11 @@ class Recorder:
                 ),
                 start_response,
             )
-        kept = [(k, v) for k, v in resp.headers.multi_items() if k.lower() not in self.left_out]
+        kept = [
+            (k, v)
+            for k, v in resp.headers.multi_items()
+            if k.lower() not in self.left_out and k.lower() != "content-encoding"
+        ]
         start_response(
             f"{resp.status_code} {resp.reason_phrase}",
             [(k, v) for k, v in kept if k.lower() not in HOP_BY_HOP],
@@ -286,11 +295,11 @@ class Recorder:
         """The upstream's body as it comes; the exchange written once it ends, with how it ended
         where that was not whole: dropped by the upstream (the client's connection is cut the
         same way) or left by the client (the exchange's response.end)."""
-        chunks: list[list[Any]] = []
+        chunks: list[tuple[float, bytes]] = []
         end = None
         try:
-            for data in resp.iter_raw():
-                chunks.append(_chunk(time.monotonic() - began, secrets.data(data)))
+            for data in resp.iter_bytes():
+                chunks.append((time.monotonic() - began, data))
                 yield data  # the client gets what the upstream said; the cassette, it masked
         except httpx.HTTPError:  # the upstream's body cut off
             end = "dropped"
@@ -300,7 +309,9 @@ class Recorder:
             raise
         finally:
             resp.close()
-            exchange["response"]["chunks"] = chunks
+            stream = resp.headers.get("content-type", "").startswith("text/event-stream")
+            written = masked_answer(chunks, stream, secrets.values, secrets.mask, secrets.data)
+            exchange["response"]["chunks"] = [_chunk(t, data) for t, data in written]
             if end is not None:
                 exchange["response"]["end"] = end
             self._append(exchange)

@@ -454,7 +454,11 @@ def _named(headers: Headers, error: bool) -> list[str | None]:
 
 def coded_error(api: Spec, code: str, req: CompletionRequest) -> ApiError:
     """The error of `code` (a forced status's first code, or a stream error's), its
-    message filled as the API would."""
+    message filled as the API would, or the mock's own where the code's would tell of a count it
+    has not kept (x-mock-faults.forced_messages)."""
+    forced = api.mock_faults.get("forced_messages", {}).get(code)
+    if forced is not None:
+        return error_class(code)(Message(text=forced, fields={}))
     return error_class(code).from_template(
         code,
         remaining=0,

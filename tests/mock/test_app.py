@@ -340,6 +340,10 @@ def test_x_mock_status_forces_the_status_with_its_code(client: FlaskClient, stat
     assert bool(spec().error_headers(code)) == (
         code in ("insufficient_quota", "inference_unavailable")
     )
+    # (a forced 429 tells no Budget's count it never kept: issue 55, item 11)
+    forced = spec().mock_faults["forced_messages"].get(code)
+    if forced is not None:
+        assert body["error"]["message"] == forced and "Budget of" not in forced
 
 
 def test_x_mock_status_comes_after_validation(client: FlaskClient) -> None:

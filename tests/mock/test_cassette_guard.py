@@ -19,7 +19,7 @@ from api_server.config import ConfigError
 from contract import spec
 from mock_server import MockConfig, create_app
 from mock_server.cassette import Recorder, Replayer
-from mock_server.tape import load
+from mock_server.tape import data_of, load
 from tests.support.wsgi import Environ, StartResponse, serve
 
 API = spec()
@@ -351,3 +351,103 @@ def test_a_bad_cassette_at_start_is_one_line_without_the_usage(tmp_path: Path) -
     lines = run.stderr.splitlines()
     assert run.returncode == 2 and len(lines) == 1, run.stderr
     assert lines[0].startswith(f"python -m mock_server: error: --replay {path}: line 2: ")
+
+
+@pytest.mark.parametrize(
+    ("pieces", "expected"),
+    [
+        (["my", " sk-", "re", "play", " ok"], ["my", " ***", "", "", " ok"]),
+        (["a sk-replay b"], ["a *** b"]),
+        (["x sk-re", "play sk-", "replay"], ["x ***", " ***", ""]),
+        (["sk-replaysk-replay"], ["***"]),  # adjacent occurrences: one span, one mask
+        (["sk-rep", "", "lay!"], ["***", "", "!"]),
+        (["nothing", " here"], None),
+    ],
+)
+def test_a_secret_spelled_in_pieces_is_masked_once_in_its_span(
+    pieces: list[str], expected: list[str] | None
+) -> None:
+    from mock_server.pieces import masked_pieces
+
+    assert masked_pieces(pieces, ["sk-replay"], MASK) == expected
+
+
+def test_a_key_inside_a_prompt_is_masked_in_its_token_pieces(tmp_path: Path) -> None:
+    """Issue 55, item 4: a key inside a prompt, recorded with echo and logprobs (streamed too) or
+    prompt_logprobs: the mock's tokenizer cuts it into pieces; none of the text, tokens,
+    top_logprobs keys or decoded tokens written spells it, and the tokens still join to the text."""
+    prompt = f"my key is {KEY} ok"
+    asked = {"model": "llama-8b", "prompt": prompt, "echo": True, "logprobs": 2, "max_tokens": 4}
+    cassette = tmp_path / "tape.jsonl"
+    with serve(create_app(MockConfig())) as upstream:
+        proxy = Recorder(upstream, cassette, API, create_app(MockConfig()))
+        with serve(proxy) as url, httpx.Client(base_url=url, timeout=30) as client:
+            for extra in ({"prompt_logprobs": 2}, {"stream": True}):
+                reply = client.post(
+                    COMPLETIONS, json=asked | extra, headers={"Authorization": f"Bearer {KEY}"}
+                )
+                assert reply.status_code == 200 and KEY in reply.text  # as the upstream said
+    whole, streamed = (json.loads(line) for line in cassette.read_text().splitlines()[1:])
+
+    def body(exchange: dict[str, Any]) -> str:
+        return "".join(data_of(chunk).decode() for chunk in exchange["response"]["chunks"])
+
+    choice = json.loads(body(whole))["choices"][0]
+    events = [
+        json.loads(line[6:])["choices"][0]
+        for line in body(streamed).splitlines()
+        if line.startswith("data: {")
+    ]
+    for choices in ([choice], events):
+        text = "".join(c["text"] for c in choices)
+        tokens = [t for c in choices for t in c["logprobs"]["tokens"]]
+        keys = [k for c in choices for row in c["logprobs"]["top_logprobs"] if row for k in row]
+        assert text.startswith(f"my key is {MASK} ok")
+        special = {t for t in tokens if t.startswith("<|") and t.endswith("|>")}
+        assert "".join(t for t in tokens if t not in special) == text
+        assert KEY[:8] not in "".join(tokens) and KEY[:8] not in "".join(keys)
+    rows = [row for row in choice["prompt_logprobs"] if row]
+    own = [next(iter(row.values()))["decoded_token"] for row in rows]  # vLLM's: its own first
+    assert "".join(own) == f"my key is {MASK} ok"
+    assert KEY[:8] not in "".join(e["decoded_token"] for row in rows for e in row.values())
+
+
+def sse_upstream(environ: Environ, start_response: StartResponse) -> Iterable[bytes]:
+    """An upstream that spells the key across three events, each event cut across two writes,
+    gzipped whatever it was asked."""
+    import gzip
+
+    start_response("200 OK", [("Content-Type", "text/event-stream"), ("Content-Encoding", "gzip")])
+    pieces = ["key: " + KEY[:9], KEY[9:20], KEY[20:] + " done"]
+    events = b"".join(
+        b"data: " + json.dumps({"choices": [{"index": 0, "text": p}]}).encode() + b"\n\n"
+        for p in pieces
+    )
+    return [gzip.compress(events + b"data: [DONE]\n\n")]
+
+
+def test_a_key_spelled_across_events_of_a_compressed_stream_is_masked(tmp_path: Path) -> None:
+    """A key an answer spells over several events, through an upstream that compresses: the
+    upstream is asked for identity, what it compresses anyway is decoded, and the written stream
+    reads the mask where the key was; the client got the key, as the upstream said it."""
+    cassette = tmp_path / "tape.jsonl"
+    with serve(sse_upstream) as upstream:
+        proxy = Recorder(upstream, cassette, API, create_app(MockConfig()))
+        with serve(proxy) as url:
+            reply = httpx.post(
+                url + COMPLETIONS, json={}, headers={"Authorization": f"Bearer {KEY}"}
+            )
+    assert KEY in "".join(
+        json.loads(line[6:])["choices"][0]["text"]
+        for line in reply.text.splitlines()
+        if line.startswith("data: {")
+    )
+    exchange = json.loads(cassette.read_text().splitlines()[1])
+    written = "".join(data_of(chunk).decode() for chunk in exchange["response"]["chunks"])
+    texts = [
+        json.loads(line[6:])["choices"][0]["text"]
+        for line in written.splitlines()
+        if line.startswith("data: {")
+    ]
+    assert texts == ["key: ***", "", " done"] and written.endswith("data: [DONE]\n\n")
+    assert "content-encoding" not in {k.lower() for k, _ in exchange["response"]["headers"]}
