@@ -17,6 +17,7 @@ route answers 400 with the malformed-HTTP message (completions.read_body).
 from __future__ import annotations
 
 import socket
+import time
 from typing import Any, cast
 
 import gevent
@@ -31,6 +32,7 @@ from gunicorn.http.errors import (
 from gunicorn.workers.ggevent import GeventWorker
 from gunicorn.workers.gthread import ThreadWorker
 
+from api_server.arrival import RECEIVED
 from api_server.patches import patch_gunicorn, worker_config
 from api_server.responses import dumps
 from api_server.state import state_of
@@ -116,6 +118,7 @@ class ApiThreadWorker(_ReadOnce, _ApiErrors, ThreadWorker):
 
     def handle_request(self, req: Any, conn: Any) -> Any:
         bound_chunks(req, self.wsgi)
+        RECEIVED.set(time.monotonic())
         return super().handle_request(req, conn)
 
 
@@ -153,11 +156,14 @@ class ApiGeventWorker(_ReadOnce, _ApiErrors, GeventWorker):
         return gevent.Timeout(max(self.cfg.keepalive, body_read_seconds(self.wsgi)), False)
 
     def handle(self, listener: Any, client: socket.socket, addr: Any) -> None:
-        _connection.served = False
+        # a connection's first request was waiting since its greenlet began (accepted, then
+        # queued behind the worker's other greenlets); a later one, since gunicorn parsed it
+        _connection.served, _connection.began = False, time.monotonic()
         super().handle(listener, client, addr)
 
     def handle_request(self, listener_name: Any, req: Any, sock: Any, addr: Any) -> bool:
         bound_chunks(req, self.wsgi)
+        RECEIVED.set(time.monotonic() if _connection.served else _connection.began)
         if not _connection.served:
             # GeventWorker.handle made the socket blocking (no timeout); a timeout bounds
             # each read and write of the requests instead, so a client that stalls holds

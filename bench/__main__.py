@@ -18,6 +18,7 @@ BENCHES = {
         "http_bench",
         "stacks",
         "stream_cost",
+        "served_profile",
         "patches_bench",
         "memory_bench",
         "cassette_bench",

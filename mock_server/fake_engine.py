@@ -112,10 +112,15 @@ class FakeEngine(Engine):
             )
             head = _echo(req, cm, prompt, text, steer)
             for j in range(n):
-                # vLLM's children: seed + index; unseeded, fresh entropy (greedy draws none)
-                stream = random.Random(seed + j if seed is not None else os.urandom(16))
+                # vLLM's children: seed + index; unseeded, fresh entropy. A greedy choice draws
+                # none: no generator is seeded for it (the process's, should one be drawn)
+                draw = (
+                    random.random
+                    if settings.greedy
+                    else random.Random(seed + j if seed is not None else os.urandom(16)).random
+                )
                 at = None if steer is None else _generation_steps(steer, len(prompt))
-                choice = sample_choice(cm, prompt, stream.random, settings, at)
+                choice = sample_choice(cm, prompt, draw, settings, at)
                 choices.append(choice)
                 deltas.append(_choice_deltas(req, cm, p * n + j, head, choice, whole))
         if len(deltas) == 1:

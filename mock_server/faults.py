@@ -17,6 +17,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from api_server.arrival import received
 from api_server.config import ConfigError
 from api_server.engine import Batches, ChoiceDelta, Dropped, Engine, ErrorEvent, Event
 from api_server.hooks import Headers
@@ -193,7 +194,8 @@ class Faults:
             if req.stream
             else ()
         )
-        clock = RequestClock(timed=config.loaded or bool(asked.ttft_s or asked.tpot_s))
+        # from when the server took the request up: a load tool's TTFT counts the stack's queue
+        clock = RequestClock(config.loaded or bool(asked.ttft_s or asked.tpot_s), received())
         if config.loaded:
             engine = Loaded(engine, self.scheduler, asked.ttft_s, asked.tpot_s, clock)
             if faults:

@@ -44,8 +44,8 @@ class RequestClock:
         "_counts",
     )
 
-    def __init__(self, timed: bool = False) -> None:
-        self.start = time.monotonic()
+    def __init__(self, timed: bool = False, start: float | None = None) -> None:
+        self.start = time.monotonic() if start is None else start
         self.timed = timed
         self.scheduled: float | None = None
         self.first: float | None = None

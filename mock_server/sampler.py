@@ -239,8 +239,10 @@ def sample_choice(
     classes: list[int] = []
     text = ""
     stops = s.stop
-    # the profile's own draw, nothing masked or lowered: the common case, inline
+    # the profile's own draw, nothing masked or lowered: the common case, inline; and greedy
+    # with nothing masked or lowered, the token at rank 0
     plain = step.whole and not (step.allowed or step.banned or step.penalized or s.greedy)
+    first = s.greedy and not (step.allowed or step.banned or step.penalized)
     token_at, class_of, last = model.token_at, model.class_of, model.size - 1
     for i in range(s.max_tokens):
         here = steer(i, key) if steer is not None else key
@@ -249,6 +251,8 @@ def sample_choice(
         if plain and (may_end or not early):
             rank = int(1 / (1 - draw())) - 1
             token = token_at(here, cls, rank if rank < last else last)
+        elif first and (may_end or not early):
+            token = token_at(here, cls, 0)
         else:
             token = step.draw(here, cls, draw, frozenset() if may_end else early)
         ids.append(token)

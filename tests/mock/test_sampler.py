@@ -10,7 +10,7 @@ import pytest
 
 from contract import spec
 from mock_server.fake_engine import causal_model
-from mock_server.sampler import Cut, Settings, _Step, rank_cdf
+from mock_server.sampler import Cut, Settings, _Step, rank_cdf, sample_choice
 
 MODEL = next(iter(spec().models.values()))
 
@@ -41,3 +41,21 @@ def test_the_closed_form_draws_the_rank_the_full_cdf_draws() -> None:
     for u in uniforms:
         expected = min(int(cdf.searchsorted(u, "right")), len(cdf) - 1)
         assert closed.rank(u) == expected, u
+
+
+def test_a_greedy_choice_with_nothing_masked_is_the_rank_scans_choice() -> None:
+    """The greedy fast path (rank 0's token, no generator drawn) chooses what the rank scan of
+    _Step._greedy chooses; a presence penalty too small to move a float sends it there."""
+
+    def never() -> float:
+        raise AssertionError("a greedy choice drew a uniform")
+
+    model = causal_model(MODEL, 1 / 64)
+    scanned = Settings(max_tokens=24, greedy=True, presence_penalty=1e-300)
+    fast = Settings(max_tokens=24, greedy=True)
+    rng = random.Random(56)
+    for _ in range(200):
+        prompt = [rng.randrange(model.size) for _ in range(rng.randrange(1, 9))]
+        a = sample_choice(model, prompt, never, fast)
+        b = sample_choice(model, prompt, never, scanned)
+        assert (a.token_ids, a.finish_reason) == (b.token_ids, b.finish_reason)

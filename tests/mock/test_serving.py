@@ -180,3 +180,40 @@ def test_a_shutdown_prints_no_traceback_and_cleans_up() -> None:
         assert not [n for n in os.listdir(proc.env["TMPDIR"]) if n.startswith("acs-metrics-")]
     finally:
         proc.close()
+
+
+def _ttft(url: str) -> tuple[float, float]:
+    """The mock's vllm:time_to_first_token_seconds (sum, count) over its models."""
+    text = httpx.get(url + "/metrics").text
+    sums = re.findall(r"^vllm:time_to_first_token_seconds_sum\{[^}]*\} (\S+)$", text, re.M)
+    counts = re.findall(r"^vllm:time_to_first_token_seconds_count\{[^}]*\} (\S+)$", text, re.M)
+    return sum(map(float, sums)), sum(map(float, counts))
+
+
+def test_the_mocks_ttft_counts_from_when_its_worker_took_the_request_up(
+    server: tuple[MockProcess, Path],
+) -> None:
+    """Issue 56: a load tool's time to first token counts the wait in the stack before the app
+    sees a request, and so does the mock's own: a connection's first request from when its worker
+    took the connection up (here a client that waits WAIT s before its head), a later one of the
+    same connection from when the worker parsed it (no wait of its own)."""
+    proc, _ = server
+    wait = 0.4
+    body = json.dumps(completion_body(max_tokens=1)).encode()
+    request = (
+        f"POST /v1/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {KEY}\r\n"
+        f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+    ).encode() + body
+    before = _ttft(proc.url)
+    with socket.create_connection(("127.0.0.1", _port(proc.url)), timeout=60) as s:
+        time.sleep(wait)
+        s.sendall(request)
+        first = read_http_response(s)
+        s.sendall(request)
+        second = read_http_response(s)
+    assert [first[0].split(b"\r\n")[0], second[0].split(b"\r\n")[0]] == [b"HTTP/1.1 200 OK"] * 2
+    after = _ttft(proc.url)
+    assert after[1] - before[1] == 2
+    seconds = after[0] - before[0]
+    # the second counted from its own parse: had it been from the connection's start, >= 2 waits
+    assert wait <= seconds < 2 * wait, seconds
