@@ -36,6 +36,10 @@ from bench.http_servers import CASES
 from bench.report import write_report
 
 WORKERS = 2
+# --streams: the paced streams of bench.stacks (20 tokens, 100 ms apart)
+STREAM = {"model": "llama-8b", "prompt": "The sky is", "max_tokens": 20, "stream": True}
+TPOT_MS = 100
+PACED = {"X-Mock-Tpot-Ms": str(TPOT_MS)}
 BIN = Path(sys.executable).parent
 # (component, pattern of a frame's file): the first match from the innermost frame outward
 COMPONENTS = (
@@ -89,48 +93,64 @@ def profile(server: harness.Server, args: argparse.Namespace, workdir: Path) -> 
     body = workdir / "body.json"
     body.write_text(json.dumps(case.body))
     run_wrk(server, case, args.connections, 2, body)  # warm
-    raw = workdir / f"{server.key}.raw"
+    raw = (args.raw or workdir) / f"{server.key}.raw"
     assert server.proc is not None
-    spy = subprocess.Popen(
-        [
-            str(BIN / "py-spy"), "record", "--pid", str(server.proc.pid), "--subprocesses",
-            "--nonblocking", "--rate", str(args.rate), "--duration", str(args.duration + 2),
-            "--format", "raw", "--output", str(raw),
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )  # fmt: skip
+    spy = _spy(server.proc.pid, args.duration + 2, args.rate, raw)
     pids = server.pids()
     before = harness.cpu_seconds(pids)
-    done = run_wrk(server, case, args.connections, args.duration, body)
+    if args.streams:
+        count = 0
+        began = time.monotonic()
+        while time.monotonic() - began < args.duration:
+            opened, _ = harness.streams(server, STREAM, args.streams, PACED)
+            count += sum(s.done for s in opened)
+        per, rate = count, count / (time.monotonic() - began)
+    else:
+        done = run_wrk(server, case, args.connections, args.duration, body)
+        per, rate = done["requests"], done["requests"] / (done["duration_us"] / 1e6)
     cpu = harness.cpu_seconds(pids) - before
     _, err = spy.communicate(timeout=120)
     if not raw.exists():
         raise harness.ServerFailed(f"py-spy wrote nothing: {err.decode(errors='replace')[-500:]}")
-    requests = done["requests"]
-    return {
-        "rps": requests / (done["duration_us"] / 1e6),
-        "us": cpu / requests * 1e6,
-        "shares": shares(raw),
-    }
+    return {"rps": rate, "us": cpu / per * 1e6, "shares": shares(raw)}
+
+
+def _spy(pid: int, seconds: int, rate: int, raw: Path) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        [
+            str(BIN / "py-spy"), "record", "--pid", str(pid), "--subprocesses", "--nonblocking",
+            "--rate", str(rate), "--duration", str(seconds), "--format", "raw", "--output", str(raw),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )  # fmt: skip
 
 
 def render(rows: dict[str, dict[str, object]], args: argparse.Namespace) -> str:
     bare, mock = rows["bare"], rows["mock"]
+    unit = "stream" if args.streams else "request"
     lines = [
         "# Where a served worker's CPU goes: the mock and the bare Flask app",
         "",
         f"- Date: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}",
         f"- Command: `.venv/bin/python -m bench served_profile --duration {args.duration}"
-        f" --connections {args.connections} --rate {args.rate}`",
-        f"- Machine: {os.cpu_count()} cores; wrk and py-spy share them with the servers",
-        f"- Both under gunicorn + gevent ({WORKERS} workers, api_server/serve.py's settings), a"
-        " 16-token completion (bench/http_servers.py case b) from wrk, py-spy sampling every worker",
+        f" --rate {args.rate} "
+        + (f"--streams {args.streams}`" if args.streams else f"--connections {args.connections}`"),
+        f"- Machine: {os.cpu_count()} cores; the load client and py-spy share them with the servers",
+        f"- Both under gunicorn + gevent ({WORKERS} workers, api_server/serve.py's settings), "
+        + (
+            f"{args.streams} paced streams opened at once ({STREAM['max_tokens']} tokens,"
+            f" {TPOT_MS} ms apart), again for {args.duration} s"
+            if args.streams
+            else "a 16-token completion (bench/http_servers.py case b) from wrk"
+        )
+        + ", py-spy sampling every worker",
         "",
-        f"Requests/s while profiled: bare {bare['rps']:,.0f}, mock {mock['rps']:,.0f};"
-        f" server CPU per request: bare {bare['us']:.0f} us, mock {mock['us']:.0f} us.",
+        f"{unit.capitalize()}s/s while profiled: bare {bare['rps']:,.0f}, mock {mock['rps']:,.0f};"
+        f" server CPU per {unit}: bare {bare['us']:.0f} us, mock {mock['us']:.0f} us.",
         "",
-        "| component (innermost frame) | bare: share | bare us/req | mock: share | mock us/req | mock - bare us |",
+        f"| component (innermost frame) | bare: share | bare us/{unit} | mock: share"
+        f" | mock us/{unit} | mock - bare us |",
         "| --- | ---: | ---: | ---: | ---: | ---: |",
     ]
     bs, ms = bare["shares"], mock["shares"]
@@ -149,9 +169,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--connections", type=int, default=64, help="wrk's connections (default 64)")
     p.add_argument("--rate", type=int, default=250, help="py-spy's samples/s (default 250)")
     p.add_argument(
-        "--out", type=Path, default=harness.ROOT / "bench" / "results" / "served_profile.md"
+        "--streams",
+        type=int,
+        default=0,
+        help="the load: N paced streams at once, again and again (default: wrk's completions)",
     )
+    p.add_argument("--raw", type=Path, help="a folder to keep py-spy's collapsed stacks in")
+    p.add_argument("--out", type=Path, help="(default results/served_profile[_streams].md)")
     args = p.parse_args(argv)
+    results = harness.ROOT / "bench" / "results"
+    name = "served_profile_streams.md" if args.streams else "served_profile.md"
+    args.out = args.out or results / name
     if shutil.which("wrk") is None or not (BIN / "py-spy").exists():
         print("needs wrk (apt-get install wrk) and py-spy (the [bench] extra)", file=sys.stderr)
         return 2

@@ -178,7 +178,9 @@ def _x(value: float | None, fmt: str = "{:.2f}") -> str:
     return "n/a" if value is None else fmt.format(value)
 
 
-def markdown(servers: list[Server], rps: dict, streams: dict, counts: list[int], cmd: str) -> str:
+def markdown(
+    servers: list[Server], rps: dict, errors: dict, streams: dict, counts: list[int], cmd: str
+) -> str:
     lines = [
         "# The serving stack: the bare app and the mock under each server",
         "",
@@ -208,6 +210,20 @@ def markdown(servers: list[Server], rps: dict, streams: dict, counts: list[int],
                 continue
             row += [f"{cell['rps']:,.0f}", f"{1e6 * cell['cpu_s'] / max(cell['requests'], 1):,.0f}"]
         lines.append("| " + " | ".join(row) + " |")
+    lines += [
+        "",
+        "## A 400 (max_tokens as a string: validation's answer), wrk at 64 connections",
+        "",
+        "| stack | req/s | CPU us/req |",
+        "| --- | ---: | ---: |",
+    ]
+    for s in servers:
+        cell = errors.get(s.key, {})
+        if "na" in cell or not cell:
+            lines.append(f"| {s.label} | {cell.get('na', 'n/a')} | |")
+            continue
+        cpu = 1e6 * cell["cpu_s"] / max(cell["requests"], 1)
+        lines.append(f"| {s.label} | {cell['rps']:,.0f} | {cpu:,.0f} |")
     ideal = TOKENS * TPOT_MS / 1000
     lines += [
         "",
@@ -276,12 +292,15 @@ def main(argv: list[str] | None = None) -> int:
         for app, stack in (name.split("-", 1) for name in args.servers.split(","))
     ]
     case = next(c for c in CASES if c.key == "b")
+    refused = next(c for c in CASES if c.key == "a")  # the 400: validation's cost alone
     rps: dict[tuple[str, int], dict[str, Any]] = {}
+    errors: dict[str, dict[str, Any]] = {}
     streams: dict[tuple[str, int], dict[str, Any]] = {}
     with tempfile.TemporaryDirectory(prefix="stacks-") as tmp:
         logs = Path(tmp)
-        body_file = logs / "body.json"
+        body_file, refused_file = logs / "body.json", logs / "refused.json"
         body_file.write_text(json.dumps(case.body))
+        refused_file.write_text(json.dumps(refused.body))
         try:
             for s in servers:
                 try:
@@ -291,6 +310,8 @@ def main(argv: list[str] | None = None) -> int:
             for conns in (1, 64):
                 for s in servers:
                     rps[(s.key, conns)] = measure_cell(s, case, conns, args, body_file)
+            for s in servers:
+                errors[s.key] = measure_cell(s, refused, 64, args, refused_file)
             for n in counts:
                 for s in servers:
                     streams[(s.key, n)] = paced(s, n)
@@ -298,7 +319,7 @@ def main(argv: list[str] | None = None) -> int:
             for s in servers:
                 s.stop()
     cmd = ".venv/bin/python -m bench stacks " + " ".join(argv or sys.argv[1:])
-    write_report(args.out, markdown(servers, rps, streams, counts, cmd.strip()))
+    write_report(args.out, markdown(servers, rps, errors, streams, counts, cmd.strip()))
     print(f"wrote {args.out}", file=sys.stderr)
     return 0
 
