@@ -6,7 +6,7 @@ Each sequence of pieces (a choice's text over the stream's events, its tokens, i
 chosen decoded tokens) is joined, the secret's spans found in the join, and the pieces that
 overlap a span rewritten so that the join reads the mask once in the span's place: the first
 piece of a span holds the mask, the rest of the span is left out of the pieces after it. The
-tokens still join to the text. An alternative at a rewritten position (top_logprobs, the
+tokens still join to the text, and their text_offset follows. An alternative at a rewritten position (top_logprobs, the
 prompt's alternatives) is left out: it may be the secret's next piece. Token ids are numbers
 without a tokenizer here: a key sent or answered only as ids is not found.
 """
@@ -155,10 +155,17 @@ def _mask_tokens(parts: list[tuple[int, dict[str, Any]]], values: list[str], mas
             rows += [(doc, lp, i) for i in range(len(tokens))]
     new = masked_pieces([lp["tokens"][i] for _, lp, i in rows], values, mask)
     changed = set()
+    shift = 0  # how much shorter the tokens before this one became: text_offset follows
     for (doc, lp, i), piece in zip(rows, new or [], strict=False):
         old = lp["tokens"][i]
+        offsets = lp.get("text_offset")
+        at = offsets[i] if isinstance(offsets, list) and i < len(offsets) else None
+        if shift and isinstance(at, int):
+            offsets[i] = at + shift  # type: ignore[index]
+            changed.add(doc)
         if piece == old:
             continue
+        shift += len(piece) - len(old)
         lp["tokens"][i] = piece
         top = lp.get("top_logprobs")
         if isinstance(top, list) and i < len(top) and isinstance(top[i], dict):

@@ -405,6 +405,8 @@ def test_a_key_inside_a_prompt_is_masked_in_its_token_pieces(tmp_path: Path) -> 
         assert text.startswith(f"my key is {MASK} ok")
         special = {t for t in tokens if t.startswith("<|") and t.endswith("|>")}
         assert "".join(t for t in tokens if t not in special) == text
+        offsets = [o for c in choices for o in c["logprobs"]["text_offset"]]
+        assert offsets == [sum(len(t) for t in tokens[:i]) for i in range(len(tokens))]
         assert KEY[:8] not in "".join(tokens) and KEY[:8] not in "".join(keys)
     rows = [row for row in choice["prompt_logprobs"] if row]
     own = [next(iter(row.values()))["decoded_token"] for row in rows]  # vLLM's: its own first
