@@ -14,7 +14,6 @@ from typing import TypeAlias
 from api_server.engine import Batches, ChoiceDelta, Engine, Event
 from api_server.pacing import BATCH, FLUSH, Flush, Pump, batched
 from contract import CompletionRequest
-from mock_server.ticks import TICKS
 
 Steps: TypeAlias = Callable[[int], float]  # seconds to wait before step n (0: the first token)
 
@@ -148,7 +147,7 @@ def _on_time(events: Iterator[Event], steps: Steps, interval: float) -> Iterator
                 yield FLUSH
                 left = schedule.due - time.monotonic()
             if left > 0:
-                TICKS.sleep_until(schedule.due)  # one wake-up for the streams due with it
+                time.sleep(left)
             else:  # late: the next step counts from now
                 schedule.due = time.monotonic()
             yield event

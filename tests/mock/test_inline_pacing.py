@@ -98,31 +98,3 @@ def test_an_error_comes_after_the_events_before_it(clock: Clock, make: Batching)
     assert got == events
     with pytest.raises(RuntimeError, match="engine down"):
         next(make(failing_after([])))
-
-
-def test_waits_due_within_one_grain_share_one_timer_and_none_wakes_early(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """Issue 56: under gevent, paced streams whose next token is due in the same grain wake from
-    one timer (mock_server/ticks.py), never before their time."""
-    import math
-    import time
-
-    import gevent
-
-    from mock_server import ticks
-
-    monkeypatch.setattr(ticks.monkey, "is_module_patched", lambda name: name == "time")
-    shared = ticks.Ticks()
-    grain = ticks.GRAIN
-    k = math.ceil(time.monotonic() / grain) + 30
-    dues = [(k + f) * grain for f in (0.1, 0.5, 0.9, 3.2, 3.7)]  # two grains: k + 1, k + 4
-    woke: dict[float, float] = {}
-
-    def wait(due: float) -> None:
-        shared.sleep_until(due)
-        woke[due] = time.monotonic()
-
-    gevent.joinall([gevent.spawn(wait, due) for due in dues], timeout=10)
-    assert shared.timers == 2
-    assert sorted(woke) == dues and all(woke[due] >= due for due in dues)
