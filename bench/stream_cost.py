@@ -13,7 +13,7 @@ gunicorn + gevent. This splits that CPU, side by side in one run on the same cor
   the same way; and at 20 tokens (issue 46's goals) with the wall time and the client's time to
   first token (p99).
 
-    .venv/bin/python -m bench stream_cost [--streams 2000] [--rounds 2]
+    .venv/bin/python -m bench stream_cost [--streams 2000] [--rounds 2] [--baseline REF]
 
 The served cost less the in-process one is what the stack spends (parsing, sockets, the hub);
 the mock's in-process cost less the bare app's is the mock's own. Results: bench/results/stream_cost.md.
@@ -199,6 +199,11 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--streams", type=int, default=2000, help="streams at once (default 2000)")
     p.add_argument("--rounds", type=int, default=2, help="rounds, servers interleaved (default 2)")
+    p.add_argument(
+        "--baseline",
+        default="",
+        help="also serve the mock as of git REF (mock@REF), old beside new",
+    )
     p.add_argument("--inner", help=argparse.SUPPRESS)  # APP,TOKENS,COUNT: one in-process cell
     p.add_argument(
         "--out", type=Path, default=harness.ROOT / "bench" / "results" / "stream_cost.md"
@@ -228,6 +233,15 @@ def main(argv: list[str] | None = None) -> int:
         "mock": "mock",
         "mock-nostats": "mock --disable-log-stats",
     }
+    if args.baseline:
+        key = f"mock@{args.baseline}"
+        servers[key] = harness.baseline(
+            args.baseline,
+            lambda folder: harness.mock(
+                "--workers", str(WORKERS), "--connections", connections, key=key, cwd=folder
+            ),
+        )
+        labels[key] = key
     inner: dict[tuple[str, int], list[dict[str, float]]] = {}
     outer: dict[tuple[str, int], list[dict[str, float]]] = {}
     for _ in range(args.rounds):
