@@ -121,6 +121,12 @@ class Spec:
         """A model's special tokens (x-models `special_tokens`): id -> its text."""
         return {int(k): v for k, v in self.raw["x-models"][model].get("special_tokens", {}).items()}
 
+    def special_token_pattern(self, model: str) -> str | None:
+        """What every special token's text of a model matches (x-models
+        `special_token_pattern`), beyond those `special_tokens` lists; None if it says none."""
+        pattern = self.raw["x-models"][model].get("special_token_pattern")
+        return None if pattern is None else str(pattern)
+
     def error_headers(self, code: str) -> dict[str, str]:
         """The headers an error code carries (x-error-codes `headers`), each with its value:
         the const of its schema in components/headers."""

@@ -27,10 +27,3 @@ def decode(model: ModelInfo, ids: list[int]) -> str:
 
 def token_bytes(model: ModelInfo, token_id: int) -> bytes:
     return _encoding(model.tokenizer_encoding).decode_single_token_bytes(token_id)
-
-
-def special_texts(model: ModelInfo) -> frozenset[str]:
-    """Every special token's text in the model's tokenizer (Llama 3's 256: BOS, EOS and the
-    reserved ones): vLLM writes one in logprobs' tokens and, skipping special tokens, not in
-    the text."""
-    return frozenset(_encoding(model.tokenizer_encoding).special_tokens_set)

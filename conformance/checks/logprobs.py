@@ -79,7 +79,7 @@ def check_logprobs(
     # a special token (the end of text sampled under ignore_eos, a reserved one sampled by a
     # small model) is in the tokens and left out of the text (skip_special_tokens), as
     # shape:tokens_join_text holds
-    joined = "".join(t for t in toks if t not in ctx.special_texts)
+    joined = "".join(t for t in toks if not ctx.is_special(t))
     ctx.equal(f"{where}: the tokens less the special tokens joined", text, joined, reply)
     starts = [offsets[0] + len("".join(toks[:i])) for i in range(len(toks))] if offsets else []
     ctx.equal(f"{where}: text_offset", starts, offsets, reply)

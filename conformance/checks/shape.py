@@ -92,7 +92,6 @@ def text_offset(ctx: Context) -> None:
 def tokens_join_text(ctx: Context) -> None:
     """The tokens less the special tokens join to the choice's text, echoed or not; the
     echoed string prompt's first token is the BOS token's text."""
-    texts = ctx.special_texts
     bos = special(ctx).get(ctx.spec_model.bos_token_id)
     for echo in (True, False):
         reply = ctx.client.post(ctx.api.completions_path, _body(ctx, echo=echo))
@@ -102,7 +101,7 @@ def tokens_join_text(ctx: Context) -> None:
             ctx.equal(
                 f"{where}: the tokens less the special tokens joined",
                 choice.get("text"),
-                "".join(t for t in lp["tokens"] if t not in texts),
+                "".join(t for t in lp["tokens"] if not ctx.is_special(t)),
                 reply,
             )
             if echo:

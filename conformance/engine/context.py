@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import json
+import re
 from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
@@ -14,7 +15,6 @@ from conformance.spec.bodies import REQUEST_ID_MASK, mask, request_id_re
 from conformance.wire.client import Client, Reply
 from conformance.wire.secrets import SECRETS
 from contract import ModelInfo, Spec
-from contract.tokens import special_texts
 
 # ctx.memo key: lines a check leaves for the report about requests the token ledger withheld.
 LEDGER_NOTES = "ledger_notes"
@@ -72,13 +72,22 @@ class Context:
         """The model as openapi.yaml describes it (the numbers the golden cases assume)."""
         return self.api.models[self.config.model]
 
-    @functools.cached_property
-    def special_texts(self) -> frozenset[str]:
-        """The texts of the model's special tokens: x-models special_tokens and every one its
-        tokenizer marks special (a sampled reserved token is in the tokens, not the text)."""
-        return frozenset(self.api.special_tokens(self.config.model).values()) | special_texts(
-            self.spec_model
+    def is_special(self, token: str) -> bool:
+        """Whether a token's text is a special token's: x-models special_tokens lists it or
+        special_token_pattern matches it (a sampled reserved token is in the tokens, not the
+        text)."""
+        return token in self._special_texts or bool(
+            self._special_pattern and self._special_pattern.fullmatch(token)
         )
+
+    @functools.cached_property
+    def _special_texts(self) -> frozenset[str]:
+        return frozenset(self.api.special_tokens(self.config.model).values())
+
+    @functools.cached_property
+    def _special_pattern(self) -> re.Pattern[str] | None:
+        pattern = self.api.special_token_pattern(self.config.model)
+        return None if pattern is None else re.compile(pattern)
 
     @property
     def max_model_len(self) -> int:

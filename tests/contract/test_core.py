@@ -432,3 +432,27 @@ def test_request_ids_have_the_specs_form_and_differ_in_forked_workers() -> None:
     ids.append(CONTRACT.errors.new_request_id())
     assert len(ids) == 3 and len(set(ids)) == 3
     assert all(form.fullmatch(i) for i in ids)
+
+
+def test_the_special_token_pattern_matches_the_tokenizers_special_tokens_and_no_other() -> None:
+    """x-models special_token_pattern, which the gate's logprobs checks read, says exactly the
+    model's tokenizer's special tokens: every one of them, and no regular token's text."""
+    import re
+
+    import quicktok
+
+    api = spec()
+    for name, model in api.models.items():
+        pattern = api.special_token_pattern(name)
+        if pattern is None:
+            continue
+        enc = quicktok.get_encoding(model.tokenizer_encoding)
+        compiled = re.compile(pattern)
+        assert all(compiled.fullmatch(s) for s in enc.special_tokens_set)
+        assert all(compiled.fullmatch(t) for t in api.special_tokens(name).values())
+        regular = [
+            i
+            for i in range(model.bos_token_id)
+            if compiled.fullmatch(enc.decode_single_token_bytes(i).decode("utf-8", "replace"))
+        ]
+        assert regular == []
