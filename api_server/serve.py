@@ -38,6 +38,12 @@ BACKLOG = 4096
 MULTIPROC_DIR = "PROMETHEUS_MULTIPROC_DIR"  # set by prepare: api_server/metrics.py says why
 # Seconds an idle keep-alive connection waits for its next request (gunicorn's keepalive).
 IDLE_CONNECTION_S = 5
+# Container objects allocated (net) before the collector's youngest pass: Python's default
+# 700. A worker with thousands of open streams keeps every stream's generators and events
+# alive for seconds, so at 700 each young pass walks live objects only to promote them, and
+# every tenth old pass walks them all again: 7-10% of a worker's CPU at 2,000 paced streams,
+# 2-3% at this threshold (bench/results/gc_threshold.md).
+GC_YOUNG_THRESHOLD = 50_000
 
 
 def at_least(low: int, high: int | None = None) -> Callable[[str], int]:
@@ -252,6 +258,7 @@ def serve(app: Any, options: dict[str, Any]) -> None:
     # thousands of requests: a pause for every request open on that worker), and
     # touching their headers copies the pages the workers share.
     gc.freeze()
+    gc.set_threshold(GC_YOUNG_THRESHOLD, *gc.get_threshold()[1:])  # the workers inherit it
     try:
         _Gunicorn(app, options).run()
     except SystemExit as leaving:  # gunicorn's halt: the atexit cleanups, then _MASTER_EXIT
