@@ -19,6 +19,7 @@ BENCHES = {
         "stacks",
         "stream_cost",
         "served_profile",
+        "parts",
         "patches_bench",
         "memory_bench",
         "cassette_bench",
