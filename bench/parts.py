@@ -43,7 +43,9 @@ PARTS = (
     ("assemble_token", "Assembler.feed + chunk: the SSE event", "token"),
     ("clock_token", "RequestClock.see_batch: the step's time", "token"),
     ("itl_token", "vllm:inter_token_latency_seconds.observe, at the stream's end", "token"),
+    ("pacing_token", "the pacing (latency.stepped_batches), less a bare sleep a token", "token"),
 )
+PACED = 500  # streams paced at once, each in its own greenlet
 
 
 def _measure(rounds: int) -> dict[str, float]:
@@ -55,11 +57,14 @@ def _measure(rounds: int) -> dict[str, float]:
     import statistics
     import timeit
 
+    import gevent
+
     from api_server.engine import ChoiceDelta, Usage
     from api_server.metrics import new_registry
     from api_server.responses import Assembler, Meta
     from contract import Contract, spec
     from mock_server.fake_engine import FakeEngine, causal_model
+    from mock_server.latency import fixed, stepped_batches
     from mock_server.metered import Metered, RequestClock
     from mock_server.metrics import VllmMetrics
     from mock_server.sampler import sample_choice
@@ -140,6 +145,28 @@ def _measure(rounds: int) -> dict[str, float]:
     }
     out["itl_token"] = (observed[LONG] - observed[SHORT]) / (LONG - SHORT)
     out["observe_stream"] = observed[SHORT] - (SHORT - 1) * out["itl_token"]
+
+    def paced_cpu(paced: bool) -> float:
+        """CPU of PACED streams of the deltas 2 ms apart, each in its greenlet: paced by the
+        mock's generators, or by a bare loop that sleeps as long and yields a list a token."""
+
+        def one() -> None:
+            if paced:
+                for _ in stepped_batches(iter(deltas), fixed(0, 0.002), 60.0):
+                    pass
+                return
+            for delta in deltas:
+                time.sleep(0.002)
+                [delta]  # noqa: B018 (the list a bare stream hands on)
+
+        before = time.process_time()
+        gevent.joinall([gevent.spawn(one) for _ in range(PACED)])
+        return time.process_time() - before
+
+    cpu = {
+        paced: statistics.median(paced_cpu(paced) for _ in range(rounds)) for paced in (True, False)
+    }
+    out["pacing_token"] = (cpu[True] - cpu[False]) / (PACED * len(deltas)) * 1e6
     return out
 
 
