@@ -44,12 +44,10 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import httpx
-import jsonschema
+import jsonschema_rs
 import requests
 import schemathesis
 import schemathesis.specs.openapi.checks
-from referencing import Registry
-from referencing.jsonschema import DRAFT202012
 from requests.adapters import HTTPAdapter
 from schemathesis.checks import CHECKS
 from schemathesis.config import SchemathesisConfig
@@ -119,13 +117,12 @@ def stream_event_conformance(ctx: Any, response: Any, case: Any) -> bool | None:
 # Each schemathesis schema's ledger, while its run lasts (by the schema object's id): a
 # hook finds its run's ledger from the case it is called with, so runs never share one.
 _LEDGERS: dict[int, Ledger] = {}
-SPEC_URI = "urn:acs-completions:schemathesis-spec"
 
 
-def _error_keys(validator: jsonschema.protocols.Validator, body: Any) -> frozenset[tuple[Any, ...]]:
+def _error_keys(validator: Any, body: Any) -> frozenset[tuple[Any, ...]]:
     """Where a body breaks its schema: (field path, schema path) of each error, values left out."""
     return frozenset(
-        (tuple(e.absolute_path), tuple(e.schema_path)) for e in validator.iter_errors(body)
+        (tuple(e.instance_path), tuple(e.schema_path)) for e in validator.iter_errors(body)
     )
 
 
@@ -142,14 +139,19 @@ class Ledger:
             api,
         )  # api: the run's spec, `raw` made from it
         self.sent = self.withheld = self.withheld_worst = 0  # requests that can generate
-        # the spec schemathesis generated from: the negative bodies are invalid against it
-        self.registry = Registry().with_resource(SPEC_URI, DRAFT202012.create_resource(raw))
-        self.validators: dict[tuple[str, str, str], jsonschema.protocols.Validator] = {}
+        # the spec schemathesis generated from, as JSON (a status code's key is a string there):
+        # the negative bodies are invalid against it
+        self.raw = json.loads(json.dumps(raw))
+        self.validators: dict[tuple[str, str, str], Any] = {}
         # --rate-limit: the 429s waited out are sent again through a transport adapter of the
         # ledger's own (schemathesis does not hand its session to the hooks)
         self.adapter = HTTPAdapter()
 
-    def _body_validator(self, case: Any) -> jsonschema.protocols.Validator:
+    def _body_validator(self, case: Any) -> Any:
+        """The operation's body schema, validated by jsonschema-rs (as the contract's own checks
+        are): the ledger validates each negative body up to three times before it is sent, and
+        Python's jsonschema took 0.36 ms a body against its 15 us (the full profile's schema:
+        checks against the mock, --seed 7: 29.5 s against 16.6, the same report)."""
         key = (
             case.operation.path,
             case.operation.method.lower(),
@@ -160,8 +162,9 @@ class Ledger:
                 str(part).replace("~", "~0").replace("/", "~1")
                 for part in ("paths", *key[:2], "requestBody", "content", key[2], "schema")
             )
-            self.validators[key] = jsonschema.Draft202012Validator(
-                {"$ref": f"{SPEC_URI}#/{pointer}"}, registry=self.registry
+            # the spec itself is the root, so that its own references resolve within it
+            self.validators[key] = jsonschema_rs.Draft202012Validator(
+                {**self.raw, "$ref": f"#/{pointer}"}, validate_formats=False
             )
         return self.validators[key]
 
