@@ -69,7 +69,8 @@ EXTRA: dict[str, set[str]] = {
     },  # vLLM's answers parsed in C; gevent's loop timer
     "reference_impl/front.py": {"yaml"},  # ingress-nginx's manifests (pyyaml: contract's own)
     "conformance/golden/generate.py": {"numpy"},  # writes steering vectors' wire form
-    "conformance/checks/schema.py": {"requests"},  # schemathesis's transport: its 429s sent again
+    # schemathesis's transport (its 429s sent again); the ledger's negative bodies validated
+    "conformance/checks/schema.py": {"requests", "jsonschema_rs"},
     "conformance/wire/sdk.py": {
         "openai",
         "httpx2",
