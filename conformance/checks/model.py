@@ -369,10 +369,13 @@ def capture_layers(ctx: Context) -> None:
                 break
 
 
-N, STEPS = 2, 2
+# Two samples of a few tokens from neighbouring seeds can be the same text (the mock's likeliest
+# token has half the mass: 2 children of 2 tokens let a server that copies one sample pass 14 of
+# 120 drawn seeds); each child of 4 tokens, both of them, must coincide for a copy to pass.
+N, STEPS = 3, 4
 
 
-@register("model:n.children", tags=TAGS, tokens=N * STEPS + STEPS, effects=("n", "seed"))
+@register("model:n.children", tags=TAGS, tokens=N * STEPS + (N - 1) * STEPS, effects=("n", "seed"))
 def n_children(ctx: Context) -> None:
     """With a seed, choice j of `n` is the sample of seed + j (vLLM's parallel sampling seeds its
     children so): independent samples, not one copied; held to each other by the batch rule."""
