@@ -6,8 +6,11 @@ Issue 56 asks that a goal not met come with each component's cost measured, not 
 bench.served_profile splits a served worker's CPU by sampling; this times each part of the
 mock's own path apart, in a child process set up as a served worker is (gevent's monkey patch,
 whose locks prometheus_client takes, and prometheus_client's multiprocess mode, where each value
-is an mmap write): the median of ROUNDS rounds of timeit. A part per token is the difference
-between 40 and 2 tokens over the 38 between, as bench.stream_cost splits a stream.
+is an mmap write): each part's CPU (time.process_time), the median of ROUNDS rounds, each round
+timing every part in turn. A part per token is the difference between 40 and 2 tokens over the
+38 between, as bench.stream_cost splits a stream. The whole apps (the mock's and the bare
+Flask app's WSGI callables, http_bench's two cases one request at a time) say what each app
+costs without a server around it.
 """
 
 from __future__ import annotations
@@ -19,9 +22,11 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from bench import harness
 from bench.harness import ROOT, command_line
 from bench.report import write_report
 
@@ -36,16 +41,40 @@ PARTS = (
     ("generate_greedy", "FakeEngine.generate: a 16-token greedy completion, whole", "request"),
     ("sample_greedy", "... of it, sample_choice", "request"),
     ("stream_setup", "FakeEngine.generate: a sampled stream, less its tokens", "request"),
-    ("observe_untimed", "vLLM's metrics at a completion's end (Metered._observe)", "request"),
-    ("observe_stream", "vLLM's metrics at a paced stream's end, less its gaps", "request"),
+    ("observe_untimed", "vLLM's metrics for a completion (Metered, less the engine)", "request"),
+    ("observe_stream", "vLLM's metrics for a paced stream, less its tokens", "request"),
+    ("app_mock_b", "the mock's WSGI app, a 16-token completion (http_bench's b)", "request"),
+    ("app_bare_b", "the bare Flask app's, the same", "request"),
+    ("app_mock_a", "the mock's WSGI app, a 400 (http_bench's a)", "request"),
+    ("app_bare_a", "the bare Flask app's, the same", "request"),
     ("sample_token", "sample_choice, temperature 1", "token"),
     ("deltas_token", "FakeEngine.generate's deltas, less sampling", "token"),
     ("assemble_token", "Assembler.feed + chunk: the SSE event", "token"),
     ("clock_token", "RequestClock.see_batch: the step's time", "token"),
-    ("itl_token", "vllm:inter_token_latency_seconds.observe, at the stream's end", "token"),
+    ("itl_token", "vLLM's metrics for a paced stream, less the step's time", "token"),
     ("pacing_token", "the pacing (latency.stepped_batches), less a bare sleep a token", "token"),
 )
 PACED = 500  # streams paced at once, each in its own greenlet
+
+
+def _interleaved(
+    timers: dict[str, tuple[Callable[[], object], int]], rounds: int
+) -> dict[str, float]:
+    """Each timer's CPU per call in us, the median of `rounds`; each round times every timer
+    once, in turn, so that this machine's drifts (its speed changes by half within minutes)
+    fall on all parts alike rather than on the ones timed at a slow moment."""
+    import statistics
+
+    for fn, _ in timers.values():
+        fn()  # warm: the first call builds tables
+    seen: dict[str, list[float]] = {key: [] for key in timers}
+    for _ in range(rounds):
+        for key, (fn, number) in timers.items():
+            before = time.process_time()
+            for _ in range(number):
+                fn()
+            seen[key].append((time.process_time() - before) / number * 1e6)
+    return {key: statistics.median(values) for key, values in seen.items()}
 
 
 def _measure(rounds: int) -> dict[str, float]:
@@ -54,12 +83,10 @@ def _measure(rounds: int) -> dict[str, float]:
 
     monkey.patch_all()
     import random
-    import statistics
-    import timeit
 
     import gevent
 
-    from api_server.engine import ChoiceDelta, Usage
+    from api_server.engine import ChoiceDelta, Engine
     from api_server.metrics import new_registry
     from api_server.responses import Assembler, Meta
     from contract import Contract, spec
@@ -81,38 +108,19 @@ def _measure(rounds: int) -> dict[str, float]:
         body.update({"temperature": 0} if greedy else {"ignore_eos": True})
         return contract.validate_completion({**body, "stream": stream})
 
-    def median_us(fn: Any, number: int = 2000) -> float:
-        fn()
-        return (
-            statistics.median(timeit.timeit(fn, number=number) / number for _ in range(rounds))
-            * 1e6
-        )
-
     completion = request(16, True, False)
     body = dict(completion.body)
-    short, long = request(SHORT, False, True), request(LONG, False, True)
+    sized = {SHORT: request(SHORT, False, True), LONG: request(LONG, False, True)}
+    long = sized[LONG]
     prompt = long.prompts[0]
+    deltas = [e for e in engine.generate(long, "req_bench") if isinstance(e, ChoiceDelta)]
 
-    def sample(settings: Any) -> Any:
+    def sample(req: Any) -> Callable[[], object]:
+        settings = engine.settings(req)
         return lambda: sample_choice(cm, prompt, random.Random(1).random, settings)
 
-    def drain(req: Any) -> Any:
+    def drain(req: Any) -> Callable[[], object]:
         return lambda: list(engine.generate(req, "req_bench"))
-
-    out: dict[str, float] = {
-        "validate": median_us(lambda: contract.validate_completion(body)),
-        "settings": median_us(lambda: engine.settings(completion)),
-        "seed": median_us(lambda: random.Random(os.urandom(16)).random),
-        "generate_greedy": median_us(drain(completion)),
-        "sample_greedy": median_us(sample(engine.settings(completion))),
-    }
-    per = {n: median_us(drain(r)) for n, r in ((SHORT, short), (LONG, long))}
-    sampling = {n: median_us(sample(engine.settings(r))) for n, r in ((SHORT, short), (LONG, long))}
-    out["sample_token"] = (sampling[LONG] - sampling[SHORT]) / (LONG - SHORT)
-    out["deltas_token"] = (per[LONG] - per[SHORT]) / (LONG - SHORT) - out["sample_token"]
-    out["stream_setup"] = per[SHORT] - SHORT * (out["sample_token"] + out["deltas_token"])
-
-    deltas = [e for e in engine.generate(long, "req_bench") if isinstance(e, ChoiceDelta)]
 
     def assemble() -> None:
         asm = Assembler(long, Meta("cmpl-bench", model.name))
@@ -120,38 +128,49 @@ def _measure(rounds: int) -> dict[str, float]:
             asm.feed(delta)
             asm.chunk(delta)
 
-    out["assemble_token"] = median_us(assemble, 200) / len(deltas)
+    def clocked(tokens: int) -> Callable[[], object]:
+        def one() -> None:
+            clock = RequestClock(timed=True)
+            for delta in deltas[:tokens]:
+                clock.see_batch([delta])
 
-    def clocked(tokens: int) -> RequestClock:
-        clock = RequestClock(timed=True)
-        for delta in deltas[:tokens]:
-            clock.see_batch([delta])
-        return clock
+        return one
 
-    out["clock_token"] = (
-        median_us(lambda: clocked(LONG), 500) - median_us(lambda: clocked(SHORT), 500)
-    ) / (LONG - SHORT)
-    metered = Metered(engine, metrics, model.name)
-    untimed = RequestClock()
-    for event in engine.generate(completion, "req_bench"):
-        untimed.see(event)
-    out["observe_untimed"] = median_us(lambda: metered._observe(untimed, completion))
-    ends = {n: clocked(n) for n in (SHORT, LONG)}
-    for n, clock in ends.items():
-        clock.reasons[0], clock.usage = "length", Usage(4, n)
-    observed = {
-        n: median_us(lambda n=n: metered._observe(ends[n], long if n == LONG else short), 500)
-        for n in ends
-    }
-    out["itl_token"] = (observed[LONG] - observed[SHORT]) / (LONG - SHORT)
-    out["observe_stream"] = observed[SHORT] - (SHORT - 1) * out["itl_token"]
+    class Replay(Engine):
+        """The events of one request again, each its own batch in a stream (one step each)."""
 
-    def paced_cpu(paced: bool) -> float:
-        """CPU of PACED streams of the deltas 2 ms apart, each in its greenlet: paced by the
-        mock's generators, or by a bare loop that sleeps as long and yields a list a token."""
+        never_waits = True
+
+        def __init__(self, events: list[Any]) -> None:
+            self.events = events
+
+        def generate(self, req: Any, request_id: str) -> Any:
+            return iter(self.events)
+
+        def stream(self, req: Any, request_id: str, interval: float) -> Any:
+            return ([event] for event in self.events)
+
+    def replayed(req: Any, stream: bool, wrap: bool) -> Callable[[], object]:
+        """The events of `req` replayed, inside Metered (its clock and its metrics at the end,
+        as a served request's) or alone."""
+        replay = Replay(list(engine.generate(req, "req_bench")))
 
         def one() -> None:
-            if paced:
+            clock = RequestClock(timed=stream)
+            inner = Metered(replay, metrics, model.name, clock) if wrap else replay
+            if stream:
+                list(inner.stream(req, "req_bench", 60.0))
+            else:
+                list(inner.generate(req, "req_bench"))
+
+        return one
+
+    def paced(mock: bool) -> Callable[[], object]:
+        """PACED streams of the deltas 2 ms apart, each in its greenlet: paced by the mock's
+        generators, or by a bare loop that sleeps as long and yields a list a token."""
+
+        def stream() -> None:
+            if mock:
                 for _ in stepped_batches(iter(deltas), fixed(0, 0.002), 60.0):
                     pass
                 return
@@ -159,15 +178,97 @@ def _measure(rounds: int) -> dict[str, float]:
                 time.sleep(0.002)
                 [delta]  # noqa: B018 (the list a bare stream hands on)
 
-        before = time.process_time()
-        gevent.joinall([gevent.spawn(one) for _ in range(PACED)])
-        return time.process_time() - before
+        return lambda: gevent.joinall([gevent.spawn(stream) for _ in range(PACED)])
 
-    cpu = {
-        paced: statistics.median(paced_cpu(paced) for _ in range(rounds)) for paced in (True, False)
+    timers: dict[str, tuple[Callable[[], object], int]] = {
+        "validate": (lambda: contract.validate_completion(body), 2000),
+        "settings": (lambda: engine.settings(completion), 2000),
+        "seed": (lambda: random.Random(os.urandom(16)).random, 2000),
+        "generate_greedy": (drain(completion), 2000),
+        "sample_greedy": (sample(completion), 2000),
+        "assemble": (assemble, 200),
+        "completion_metered": (replayed(completion, False, True), 2000),
+        "completion_replayed": (replayed(completion, False, False), 2000),
+        "paced_mock": (paced(True), 1),
+        "paced_bare": (paced(False), 1),
     }
-    out["pacing_token"] = (cpu[True] - cpu[False]) / (PACED * len(deltas)) * 1e6
+    for n, req in sized.items():
+        timers[f"drain_{n}"] = (drain(req), 1000)
+        timers[f"sample_{n}"] = (sample(req), 1000)
+        timers[f"clock_{n}"] = (clocked(n), 500)
+        timers[f"stream_metered_{n}"] = (replayed(req, True, True), 500)
+        timers[f"stream_replayed_{n}"] = (replayed(req, True, False), 500)
+    timers.update(_whole_apps())
+    t = _interleaved(timers, rounds)
+
+    def per_token(key: str) -> float:
+        return (t[f"{key}_{LONG}"] - t[f"{key}_{SHORT}"]) / (LONG - SHORT)
+
+    out = {key: t[key] for key in ("validate", "settings", "seed", "generate_greedy")}
+    out |= {key: value for key, value in t.items() if key.startswith("app_")}
+    out["sample_greedy"] = t["sample_greedy"]
+    out["sample_token"] = per_token("sample")
+    out["deltas_token"] = per_token("drain") - out["sample_token"]
+    out["stream_setup"] = t[f"drain_{SHORT}"] - SHORT * per_token("drain")
+    out["assemble_token"] = t["assemble"] / len(deltas)
+    out["clock_token"] = per_token("clock")
+    out["observe_untimed"] = t["completion_metered"] - t["completion_replayed"]
+    metered = {n: t[f"stream_metered_{n}"] - t[f"stream_replayed_{n}"] for n in sized}
+    metered_token = (metered[LONG] - metered[SHORT]) / (LONG - SHORT)
+    out["itl_token"] = metered_token - out["clock_token"]
+    out["observe_stream"] = metered[SHORT] - SHORT * metered_token
+    out["pacing_token"] = (t["paced_mock"] - t["paced_bare"]) / (PACED * len(deltas))
     return out
+
+
+def _environ(raw: bytes) -> dict[str, Any]:
+    """A WSGI environ of one POST /v1/completions with `raw` as its JSON body."""
+    import io
+
+    return {
+        "REQUEST_METHOD": "POST",
+        "PATH_INFO": "/v1/completions",
+        "SERVER_NAME": "127.0.0.1",
+        "SERVER_PORT": "80",
+        "SERVER_PROTOCOL": "HTTP/1.1",
+        "wsgi.url_scheme": "http",
+        "wsgi.errors": sys.stderr,
+        "wsgi.input": io.BytesIO(raw),
+        "CONTENT_LENGTH": str(len(raw)),
+        "CONTENT_TYPE": "application/json",
+        "HTTP_AUTHORIZATION": f"Bearer {harness.API_KEY}",
+    }
+
+
+def _call(app: Any, raw: bytes) -> int:
+    """One request through a WSGI callable, its body read whole: the status."""
+    statuses: list[str] = []
+    body = app(_environ(raw), lambda status, headers, exc_info=None: statuses.append(status))
+    try:
+        b"".join(body)
+    finally:
+        getattr(body, "close", lambda: None)()
+    return int(statuses[0].split()[0])
+
+
+def _whole_apps() -> dict[str, tuple[Callable[[], object], int]]:
+    """Each of http_bench's cases, one request at a time, through the mock's and the bare
+    app's WSGI callables in this process: what each app costs without a server around it."""
+    from functools import partial
+
+    from bench.http_servers import CASES
+    from bench.servers.bare_app import app as bare
+    from mock_server import create_app
+
+    timers: dict[str, tuple[Callable[[], object], int]] = {}
+    for name, app in {"mock": create_app(), "bare": bare}.items():
+        for case in CASES:
+            raw = json.dumps(case.body).encode()
+            status = _call(app, raw)
+            if status != case.expect_status:
+                raise RuntimeError(f"{name} answered {status} to case {case.key}")
+            timers[f"app_{name}_{case.key}"] = (partial(_call, app, raw), 1000)
+    return timers
 
 
 def measure(rounds: int) -> dict[str, float]:
@@ -191,7 +292,8 @@ def markdown(values: dict[str, float], rounds: int, cmd: str) -> str:
         f"- Command: `{cmd}`",
         f"- Machine: {os.cpu_count()} cores; one child process, gevent's monkey patch and "
         "prometheus_client's multiprocess mode, as a served worker",
-        f"- Each part timed alone (timeit), the median of {rounds} rounds; per token: the "
+        f"- Each part's CPU timed alone, the median of {rounds} rounds (each round times every part "
+        f"in turn); per token: the "
         f"difference between {LONG} and {SHORT} tokens over the {LONG - SHORT} between",
         "",
     ]
