@@ -474,6 +474,25 @@ DONE = b"data: [DONE]"
 EVENT = b"data: {"
 
 
+def wsgi_environ(raw: bytes, headers: dict[str, str] | None = None) -> dict[str, object]:
+    """The WSGI environ of one POST /v1/completions with `raw` as its JSON body and the bench's
+    key, for an app called in process (werkzeug's EnvironBuilder). Its `wsgi.input` is read once:
+    a caller that sends it again copies the environ with a fresh one."""
+    from werkzeug.test import EnvironBuilder
+
+    builder = EnvironBuilder(
+        path="/v1/completions",
+        method="POST",
+        data=raw,
+        content_type="application/json",
+        headers=[("Authorization", f"Bearer {API_KEY}"), *(headers or {}).items()],
+    )
+    try:
+        return builder.get_environ()
+    finally:
+        builder.close()
+
+
 def request_bytes(
     target: Endpoint,
     body: dict[str, object],

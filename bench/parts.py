@@ -16,6 +16,7 @@ costs without a server around it.
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import os
 import subprocess
@@ -221,29 +222,13 @@ def _measure(rounds: int) -> dict[str, float]:
     return out
 
 
-def _environ(raw: bytes) -> dict[str, Any]:
-    """A WSGI environ of one POST /v1/completions with `raw` as its JSON body."""
-    import io
-
-    return {
-        "REQUEST_METHOD": "POST",
-        "PATH_INFO": "/v1/completions",
-        "SERVER_NAME": "127.0.0.1",
-        "SERVER_PORT": "80",
-        "SERVER_PROTOCOL": "HTTP/1.1",
-        "wsgi.url_scheme": "http",
-        "wsgi.errors": sys.stderr,
-        "wsgi.input": io.BytesIO(raw),
-        "CONTENT_LENGTH": str(len(raw)),
-        "CONTENT_TYPE": "application/json",
-        "HTTP_AUTHORIZATION": f"Bearer {harness.API_KEY}",
-    }
-
-
-def _call(app: Any, raw: bytes) -> int:
+def _call(app: Any, environ: dict[str, Any], raw: bytes) -> int:
     """One request through a WSGI callable, its body read whole: the status."""
     statuses: list[str] = []
-    body = app(_environ(raw), lambda status, headers, exc_info=None: statuses.append(status))
+    body = app(
+        {**environ, "wsgi.input": io.BytesIO(raw)},
+        lambda status, headers, exc_info=None: statuses.append(status),
+    )
     try:
         b"".join(body)
     finally:
@@ -264,10 +249,11 @@ def _whole_apps() -> dict[str, tuple[Callable[[], object], int]]:
     for name, app in {"mock": create_app(), "bare": bare}.items():
         for case in CASES:
             raw = json.dumps(case.body).encode()
-            status = _call(app, raw)
+            environ = harness.wsgi_environ(raw)
+            status = _call(app, environ, raw)
             if status != case.expect_status:
                 raise RuntimeError(f"{name} answered {status} to case {case.key}")
-            timers[f"app_{name}_{case.key}"] = (partial(_call, app, raw), 1000)
+            timers[f"app_{name}_{case.key}"] = (partial(_call, app, environ, raw), 1000)
     return timers
 
 

@@ -67,23 +67,7 @@ def _inner(app_name: str, tokens: int, count: int) -> dict[str, float]:
 
         app = create_app()
     raw = json.dumps({**BODY, "max_tokens": tokens, "ignore_eos": True}).encode()
-    environ = {
-        "REQUEST_METHOD": "POST",
-        "PATH_INFO": "/v1/completions",
-        "SERVER_NAME": "127.0.0.1",
-        "SERVER_PORT": "80",
-        "SERVER_PROTOCOL": "HTTP/1.1",
-        "wsgi.url_scheme": "http",
-        "wsgi.errors": sys.stderr,
-        "CONTENT_LENGTH": str(len(raw)),
-        "CONTENT_TYPE": "application/json",
-        "HTTP_AUTHORIZATION": f"Bearer {harness.API_KEY}",
-        "HTTP_X_MOCK_TPOT_MS": "10",
-        "wsgi.version": (1, 0),
-        "wsgi.multithread": False,
-        "wsgi.multiprocess": False,
-        "wsgi.run_once": False,
-    }
+    environ = harness.wsgi_environ(raw, {"X-Mock-Tpot-Ms": "10"})
 
     def start_response(*args: Any) -> Any:
         return None

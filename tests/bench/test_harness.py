@@ -135,3 +135,20 @@ def test_stream_cost_splits_a_streams_cpu_into_its_request_and_its_tokens() -> N
     short_ms = (per_request_us + SHORT * per_token_us) / 1000
     long_ms = (per_request_us + LONG * per_token_us) / 1000
     assert split(short_ms, long_ms) == pytest.approx((per_token_us, per_request_us))
+
+
+def test_an_app_called_in_process_gets_each_http_bench_case_as_served() -> None:
+    """bench parts and stream_cost call the apps' WSGI callables with wsgi_environ: each of
+    http_bench's cases must get the status it gets served (a lost key or body would time a 401)."""
+    import json
+
+    from bench.http_servers import CASES
+    from bench.parts import _call
+    from bench.servers.bare_app import app as bare
+    from mock_server import create_app
+
+    for app in (create_app(), bare):
+        for case in CASES:
+            raw = json.dumps(case.body).encode()
+            environ = harness.wsgi_environ(raw)
+            assert [_call(app, environ, raw) for _ in range(2)] == [case.expect_status] * 2
