@@ -205,9 +205,10 @@ def _measure(rounds: int) -> dict[str, float]:
     def per_token(key: str) -> float:
         return (t[f"{key}_{LONG}"] - t[f"{key}_{SHORT}"]) / (LONG - SHORT)
 
-    out = {key: t[key] for key in ("validate", "settings", "seed", "generate_greedy")}
+    out = {
+        key: t[key] for key in ("validate", "settings", "seed", "generate_greedy", "sample_greedy")
+    }
     out |= {key: value for key, value in t.items() if key.startswith("app_")}
-    out["sample_greedy"] = t["sample_greedy"]
     out["sample_token"] = per_token("sample")
     out["deltas_token"] = per_token("drain") - out["sample_token"]
     out["stream_setup"] = t[f"drain_{SHORT}"] - SHORT * per_token("drain")
@@ -279,7 +280,7 @@ def markdown(values: dict[str, float], rounds: int, cmd: str) -> str:
         f"- Machine: {os.cpu_count()} cores; one child process, gevent's monkey patch and "
         "prometheus_client's multiprocess mode, as a served worker",
         f"- Each part's CPU timed alone, the median of {rounds} rounds (each round times every part "
-        f"in turn); per token: the "
+        "in turn); per token: the "
         f"difference between {LONG} and {SHORT} tokens over the {LONG - SHORT} between",
         "",
     ]

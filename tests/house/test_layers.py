@@ -54,7 +54,6 @@ LAYERS: dict[str, set[str]] = {
         "schemathesis",
         "rich",
         "jsonschema",
-        "referencing",
         "zstandard",
         "yaml",
         "pytest",
