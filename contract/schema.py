@@ -259,7 +259,9 @@ def _map(
         )
     if rule == "anyOf":
         return _map_union(param, exc.definition, here, expected_node["x-expected"], ranges)
-    return _range_error(ranges[rule], param, here, exc.rule_definition)
+    # a node may word its own range error (x-range-messages); else the keyword's message
+    own = (exc.definition or {}).get("x-range-messages", {})
+    return _range_error(own.get(rule, ranges[rule]), param, here, exc.rule_definition)
 
 
 def _map_union(

@@ -360,3 +360,26 @@ def test_a_million_bad_words_are_refused_before_any_is_read() -> None:
     assert error_of(body(bad_words=[f"w{i}" for i in range(bound)], max_tokens=0))["param"] == (
         "max_tokens"
     )  # at the bound the list passes; the next field's range speaks
+
+
+def test_a_bad_word_of_whitespace_alone_is_refused_as_vllm_refuses_it() -> None:
+    """vLLM strips a bad word's leading whitespace (str.lstrip) before it tokenizes it and
+    refuses a word left with no token; the core refuses each such word first, worded by the
+    word's own message, and takes every word with a character str.isspace does not match."""
+    import sys
+
+    items = spec().schema("CompletionRequest")["properties"]["bad_words"]["items"]
+    refused = {
+        "message": items["x-range-messages"]["pattern"].format(param="bad_words"),
+        "type": "invalid_request_error",
+        "param": "bad_words",
+        "code": "invalid_request",
+    }
+    whitespace = [c for c in map(chr, range(sys.maxunicode + 1)) if c.isspace()]
+    assert len(whitespace) == 29  # Python 3.11's: a change of it is a change of vLLM's rule
+    for c in whitespace:
+        assert error_of(body(bad_words=["sky", c * 2])) == refused, repr(c)
+    assert error_of(body(bad_words=["".join(whitespace)])) == refused
+    for word in (" sky", "sky\u00a0", "\u3000sky", "\ufeff", "\x1b"):
+        assert (word * 2).lstrip()  # vLLM keeps it
+        CONTRACT.validate_completion(body(bad_words=[word * 2]))
