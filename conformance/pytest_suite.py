@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Iterator
-from typing import Any
 
 import pytest
 
-from conformance.engine.config import DEFAULT_TOKEN_CEILING, RunConfig
+from conformance.engine.config import ConfigError, RunConfig
 from conformance.engine.context import Context
-from conformance.engine.registry import Check, select
+from conformance.engine.registry import Check
 from conformance.engine.results import Outcome
 from conformance.pytest_plugin import SUMMARY
 from contract.version import describe, versions
@@ -18,41 +16,35 @@ from contract.version import describe, versions
 PROVEN = "premise"  # ctx.memo key of a premise run before the tests (conformance_context)
 
 
-def _option(config: pytest.Config, name: str) -> Any:
-    """--conformance-NAME, else the environment variable CONFORMANCE_NAME."""
-    value = config.getoption(f"conformance_{name}", default=None)
-    return value if value not in (None, False) else os.environ.get(f"CONFORMANCE_{name.upper()}")
-
-
-def _split(value: str | None) -> tuple[str, ...]:
-    return tuple(v.strip() for v in (value or "").split(",") if v.strip())
-
-
 def run_config(config: pytest.Config) -> RunConfig | None:
-    base_url = _option(config, "base_url")
-    if not base_url:
-        return None
-    return RunConfig(
-        base_url=base_url,
-        api_key=_option(config, "api_key") or "",
-        model=_option(config, "model") or "",
-        profile=_option(config, "profile") or "quick",
-        include=_split(_option(config, "include")),
-        skip=_split(_option(config, "skip")),
-        select=_split(_option(config, "select")),
-        wrong_key_expected=bool(_option(config, "wrong_key_expected")),
-        exhausted_key=_option(config, "exhausted_key"),
-        token_ceiling=int(_option(config, "token_ceiling") or DEFAULT_TOKEN_CEILING),
-    ).validate()
+    """The run's options, read by the command's own parser (conformance.pytest_plugin); None
+    without a base URL. A usage error is pytest's (it stops the run before any test)."""
+    from conformance.cli.main import config_of, run_options
+    from conformance.pytest_plugin import command_line
+    from contract import spec
+
+    try:
+        args = run_options().parse_args(command_line(config))
+        return config_of(args, spec()) if args.base_url else None
+    except ConfigError as exc:
+        raise pytest.UsageError(f"conformance: {exc}") from exc
+
+
+def _selected(config: RunConfig) -> list[Check]:
+    from conformance.cli.main import selected
+
+    try:
+        return selected(config)
+    except ConfigError as exc:
+        raise pytest.UsageError(f"conformance: {exc}") from exc
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "conformance_check" not in metafunc.fixturenames:
         return
-    from conformance.checks import REGISTRY
 
     config = run_config(metafunc.config)
-    checks = select(REGISTRY, config) if config else []
+    checks = _selected(config) if config else []
     if not checks:
         metafunc.parametrize(
             "conformance_check",

@@ -56,7 +56,10 @@ CHEAP_TABLE = HERE / "cheap_requests.json"  # written by python -m conformance.g
 
 @cache
 def _cheap_table() -> dict[str, Any]:
-    return json.loads(CHEAP_TABLE.read_text(encoding="utf-8")) if CHEAP_TABLE.exists() else {}
+    """The table, read once; a missing one is an error (an install that lost it would send the
+    refused cases uncapped, or skip them, and still pass): never an empty table."""
+    table: dict[str, Any] = json.loads(CHEAP_TABLE.read_text(encoding="utf-8"))
+    return table
 
 
 def refusal_request(case: Case) -> tuple[dict[str, Any] | None, bool]:
@@ -161,6 +164,7 @@ def _case_worst(case: Case, config: RunConfig, cost: CostModel) -> int:
     return worst_case(case, cost, config)
 
 
+_cheap_table()  # read as the cases register: a missing table fails the import, not a check
 for _case in load_cases():
     register(
         f"golden:{_case.id}",

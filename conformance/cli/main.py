@@ -20,9 +20,10 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
+import shlex
 import sys
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, NoReturn
 
 import httpx
 from rich.console import Console
@@ -37,6 +38,21 @@ from contract.version import VersionAction
 ENV_BASE_URL = "CONFORMANCE_BASE_URL"
 DIFF = "diff"
 REPLAY = "replay"
+COMMAND = "acs-conformance"  # the installed command (pyproject.toml's [project.scripts])
+
+
+def prog() -> str:
+    """The command as the user typed it: `acs-conformance`, or `python -m conformance`."""
+    return COMMAND if os.path.basename(sys.argv[0] or "") == COMMAND else "python -m conformance"
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse, whose usage errors are ConfigErrors: the command writes its reports for them
+    too (a CI job's publish step finds the error, not nothing)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.print_usage(sys.stderr)
+        raise ConfigError(message)
 
 
 def _tags(values: list[str] | None) -> tuple[str, ...]:
@@ -77,6 +93,12 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
         action="append",
         metavar="PATTERN",
         help="only checks whose id matches this glob (e.g. 'caps:*')",
+    )
+    p.add_argument(
+        "--exclude",
+        action="append",
+        metavar="PATTERN",
+        help="leave out checks whose id matches this glob (e.g. 'robust:http.*')",
     )
     p.add_argument("--dry-run", action="store_true", help="list the selected checks; send nothing")
     p.add_argument(
@@ -141,17 +163,33 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-progress", action="store_true", help="no progress display")
 
 
-def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="python -m conformance",
-        description="Check a deployment of the completions API against openapi.yaml. "
-        f"`python -m conformance {DIFF} --help`: compare two deployments; "
-        f"`python -m conformance {REPLAY} --help`: replay a report's failures.",
-    )
+def run_options() -> argparse.ArgumentParser:
+    """The options of a run alone: the pytest plugin offers each as --conformance-NAME."""
+    p = Parser(prog=prog(), add_help=False)
     _add_run_options(p)
+    return p
+
+
+def _add_reports(p: argparse.ArgumentParser) -> None:
     p.add_argument("--junit", metavar="FILE", help="write a JUnit XML report")
     p.add_argument("--json", metavar="FILE", help="write a JSON report")
     p.add_argument("--html", metavar="FILE", help="write a self-contained HTML report")
+    p.add_argument(
+        "--markdown",
+        metavar="FILE",
+        help='write a Markdown summary (a CI job\'s page: --markdown "$GITHUB_STEP_SUMMARY")',
+    )
+
+
+def parser() -> argparse.ArgumentParser:
+    p = Parser(
+        prog=prog(),
+        description="Check a deployment of the completions API against openapi.yaml. "
+        f"`{prog()} {DIFF} --help`: compare two deployments; "
+        f"`{prog()} {REPLAY} --help`: replay a report's failures.",
+    )
+    _add_run_options(p)
+    _add_reports(p)
     p.add_argument(
         "--baseline",
         metavar="PREVIOUS.json",
@@ -161,8 +199,8 @@ def parser() -> argparse.ArgumentParser:
 
 
 def diff_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog=f"python -m conformance {DIFF}",
+    p = Parser(
+        prog=f"{prog()} {DIFF}",
         description="Run the same checks against two deployments and report "
         "every answer that differs.",
     )
@@ -176,7 +214,8 @@ def diff_parser() -> argparse.ArgumentParser:
     return p
 
 
-def _config(args: argparse.Namespace, api: Spec) -> RunConfig:
+def config_of(args: argparse.Namespace, api: Spec) -> RunConfig:
+    """The RunConfig of a run's parsed options (the command's, or the pytest plugin's)."""
     if not args.dry_run and (not args.base_url or not args.api_key):
         raise ConfigError(
             f"--base-url and --api-key are required (or set {ENV_BASE_URL} and {ENV_API_KEY})"
@@ -189,6 +228,7 @@ def _config(args: argparse.Namespace, api: Spec) -> RunConfig:
         include=_tags(args.include),
         skip=_tags(args.skip),
         select=_tags(args.select),
+        exclude=_tags(args.exclude),
         wrong_key_expected=args.wrong_key_expected,
         exhausted_key=args.exhausted_key,
         token_ceiling=args.token_ceiling,
@@ -204,9 +244,11 @@ def _config(args: argparse.Namespace, api: Spec) -> RunConfig:
     ).validate()
 
 
-def _selected(config: RunConfig) -> list[Any]:
+def selected(config: RunConfig) -> list[Any]:
+    """The checks the options select; a usage error (exit 2) for a tag or pattern that names
+    nothing, and for a selection left empty: a run of no check is never conformant."""
     from conformance.checks import REGISTRY
-    from conformance.engine.registry import known_tags, select
+    from conformance.engine.registry import known_tags, select, unmatched
 
     unknown = set(config.include + config.skip) - known_tags(REGISTRY)
     if unknown:
@@ -214,7 +256,21 @@ def _selected(config: RunConfig) -> list[Any]:
             f"unknown tags: {', '.join(sorted(unknown))} "
             f"(known: {', '.join(sorted(known_tags(REGISTRY)))})"
         )
-    return select(REGISTRY, config)
+    for option, patterns in (("-k/--select", config.select), ("--exclude", config.exclude)):
+        for pattern in unmatched(REGISTRY, patterns):
+            hint = (
+                f"; to leave checks out, --exclude {shlex.quote(pattern[1:])}"
+                if pattern.startswith("!")
+                else ""
+            )
+            raise ConfigError(f"{option} {pattern!r} matches no check id{hint}")
+    chosen = select(REGISTRY, config)
+    if not chosen:
+        raise ConfigError(
+            f"the options select no check of the {config.profile} profile"
+            + ("; --profile full runs the checks that generate" if not config.full else "")
+        )
+    return chosen
 
 
 def _write(
@@ -242,6 +298,53 @@ def _cache_outside_the_working_directory() -> None:
     set_hypothesis_home_dir(os.path.join(cache, "acs-conformance", "hypothesis"))
 
 
+def _report_paths(argv: Sequence[str]) -> argparse.Namespace:
+    """The report options alone, read from arguments that may not parse as a whole: a usage
+    error's reports go where the command line asked for them."""
+    p = argparse.ArgumentParser(add_help=False, exit_on_error=False)
+    _add_reports(p)
+    # what the report names, and the secrets the error's lines are masked of
+    for name in ("--base-url", "--model", "--profile", "--api-key", "--exhausted-key"):
+        p.add_argument(name)
+    try:
+        return p.parse_known_args(argv)[0]
+    except (argparse.ArgumentError, SystemExit):
+        return argparse.Namespace()
+
+
+def _writers() -> dict[str, Callable[[Any, str], None]]:
+    from conformance.reports import write_html, write_json, write_junit, write_markdown
+
+    return {
+        "junit": write_junit,
+        "json": write_json,
+        "html": write_html,
+        "markdown": write_markdown,
+    }
+
+
+def _write_all(args: argparse.Namespace, report: Any) -> None:
+    writers = _writers()
+    _write([(getattr(args, n, None), w) for n, w in writers.items()], report, report.run_errors)
+
+
+def _refused(args: argparse.Namespace, api: Spec | None, message: str) -> Any:
+    """The report of a run that did not start (exit 2): its error, where each report goes."""
+    from conformance.engine.results import RunReport
+    from contract.version import versions
+
+    named = versions(api) if api is not None else {}
+    config_secrets = [getattr(args, n, None) for n in ("api_key", "exhausted_key")]
+    return RunReport(
+        getattr(args, "base_url", None) or os.environ.get(ENV_BASE_URL) or "",  # as given
+        getattr(args, "model", None) or "",
+        getattr(args, "profile", None) or "",
+        run_errors=[message],
+        versions=named,
+        secrets=tuple(s for s in config_secrets if s),
+    )
+
+
 def main(
     argv: Sequence[str] | None = None,
     *,
@@ -250,7 +353,8 @@ def main(
     api: Spec | None = None,
 ) -> int:
     """Run the CLI in-process; returns the exit code (never raises SystemExit).
-    `api`: the spec to check against (default: contract.spec())."""
+    `api`: the spec to check against (default: contract.spec()). Every exit but --help's and
+    --version's writes the reports asked for: exit 2's hold the error."""
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == [DIFF]:
         return diff_main(argv[1:], console=console, transports=(transport, transport), api=api)
@@ -262,36 +366,35 @@ def main(
         )
     from conformance.engine import baseline
     from conformance.engine.runner import run
-    from conformance.reports import write_html, write_json, write_junit
     from conformance.reports.console import ProgressDisplay, print_dry_run, print_summary
 
     console = console or Console()
     err = Console(stderr=True)
+    args: argparse.Namespace = _report_paths(argv)
     try:
-        args = parser().parse_args(argv)
-    except SystemExit as exc:  # argparse: --help (0) or bad usage (2)
-        return int(exc.code or 0)
-    console, err = scrubbed(args, console, err)
-    try:
-        config = _config(args, api if api is not None else spec())
-        checks = _selected(config)
+        try:
+            args = parser().parse_args(argv)
+        except SystemExit as exc:  # --help or --version: nothing to report
+            return int(exc.code or 0)
+        finally:
+            console, err = scrubbed(args, console, err)
+        api = api if api is not None else spec()
+        config = config_of(args, api)
+        checks = selected(config)
         known = baseline.load(args.baseline, config.api.version) if args.baseline else None
         if args.dry_run:
             print_dry_run(checks, config, console)
             return int(ExitCode.CONFORMANT)
-        show = not args.no_progress and err.is_terminal
+        show = not args.no_progress
         with ProgressDisplay(len(checks), err, enabled=show) as progress:
             report = run(config, checks, progress=progress, transport=transport)
         if known is not None:
             report.baseline = baseline.compare(report, known, args.baseline, config.api)
-    except (ConfigError, SpecError) as exc:
+    except (ConfigError, SpecError, OSError) as exc:
         err.print(f"[magenta]error:[/] {exc}", highlight=False)
+        _write_all(args, _refused(args, api, f"not run: {exc}"))
         return int(exit_code(None))
-    _write(
-        ((args.junit, write_junit), (args.json, write_json), (args.html, write_html)),
-        report,
-        report.run_errors,
-    )
+    _write_all(args, report)
     print_summary(report, console)
     return int(exit_code(report))
 
@@ -315,13 +418,16 @@ def diff_main(
         args = diff_parser().parse_args(argv)
     except SystemExit as exc:
         return int(exc.code or 0)
+    except ConfigError as exc:  # the usage was printed with it
+        err.print(f"[magenta]error:[/] {exc}", highlight=False)
+        return int(ExitCode.USAGE)
     console, err = scrubbed(args, console, err)
     try:
-        a = _config(args, api if api is not None else spec())
+        a = config_of(args, api if api is not None else spec())
         b = dataclasses.replace(
             a, base_url=args.other_url, api_key=args.other_key or a.api_key
         ).validate()
-        checks = _selected(a)
+        checks = selected(a)
         if args.dry_run:
             print_dry_run(checks, a, console)
             console.print(

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import secrets
 import urllib.parse
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
+from typing import Any
 
 from contract import Spec, spec
 
@@ -38,7 +39,32 @@ class ConfigError(Exception):
     """Bad usage or configuration (exit code 2)."""
 
 
-@dataclass(frozen=True)
+MASK = "***"  # a secret in a config's repr
+# What a deployment's base URL must not end with: the suite adds the API's paths (/v1/...).
+API_PREFIX = "/v1"
+# The options a report records besides the URL (never a key): each changes what runs or how it
+# is judged, so `replay` and `diff` read them back. A key given is recorded as given, not as itself.
+RECORDED = (
+    "model",
+    "profile",
+    "include",
+    "skip",
+    "select",
+    "exclude",
+    "wrong_key_expected",
+    "token_ceiling",
+    "timeout",
+    "schema_examples",
+    "stall_seconds",
+    "strict",
+    "front",
+    "rate_limit",
+    "metrics_url",
+    "seed",
+)
+
+
+@dataclass(frozen=True, repr=False)
 class RunConfig:
     base_url: str
     api_key: str
@@ -47,6 +73,7 @@ class RunConfig:
     include: tuple[str, ...] = ()  # tags; empty: every tag
     skip: tuple[str, ...] = ()  # tags
     select: tuple[str, ...] = ()  # check id patterns (fnmatch); empty: all
+    exclude: tuple[str, ...] = ()  # check id patterns (fnmatch) left out
     wrong_key_expected: bool = False  # the deployment has keys configured: refuse unknown ones
     exhausted_key: str | None = None  # a key whose Budget cannot hold one token (budget checks)
     token_ceiling: int = DEFAULT_TOKEN_CEILING
@@ -74,6 +101,34 @@ class RunConfig:
         if self.seed is None:
             object.__setattr__(self, "seed", secrets.randbelow(2**32))
 
+    def __repr__(self) -> str:
+        """Every field, the keys and the secrets of the URLs masked: pytest's `-l` and `-vv` print
+        a config among a test's locals, into its terminal and its JUnit file."""
+        keys = ("api_key", "exhausted_key")
+        shown = ", ".join(
+            f"{f.name}={MASK if f.name in keys and getattr(self, f.name) else getattr(self, f.name)!r}"
+            for f in fields(self)
+            if f.repr
+        )
+        for secret in self.secrets:
+            shown = shown.replace(secret, MASK)
+        return f"RunConfig({shown})"
+
+    def options(self) -> dict[str, Any]:
+        """What a report records of the run's options (RECORDED), a key given as `True`."""
+        recorded: dict[str, Any] = {
+            name: list(v) if isinstance(v := getattr(self, name), tuple) else v for name in RECORDED
+        }
+        recorded["exhausted_key"] = self.exhausted_key is not None
+        return recorded
+
+    def min_timeout(self) -> float:
+        """The shortest --timeout the run's waits fit in: a stream may be silent for the spec's
+        keepalive interval (twice it, for a server's slack), and robust:http.stalled_body waits
+        --stall-seconds."""
+        keepalive = float(self.api.caps["keepalive_seconds"])
+        return max(2 * keepalive, self.stall_seconds + keepalive)
+
     def validate(self) -> RunConfig:
         if self.profile not in PROFILES:
             raise ConfigError(
@@ -85,8 +140,22 @@ class RunConfig:
             )
         if not self.base_url.startswith(("http://", "https://")):
             raise ConfigError(f"--base-url must be an http(s) URL, not {self.base_url!r}")
+        path = urllib.parse.urlsplit(self.base_url).path.rstrip("/")
+        if path.endswith(API_PREFIX):
+            root = self.base_url.rstrip("/")[: -len(API_PREFIX)]
+            raise ConfigError(
+                f"--base-url is the deployment's root, without {API_PREFIX} (the suite adds "
+                f"{API_PREFIX}/completions): --base-url {root}"
+            )
         if self.token_ceiling < 0 or self.schema_examples < 1 or self.timeout <= 0:
             raise ConfigError("--token-ceiling, --schema-examples and --timeout must be positive")
+        if self.timeout < self.min_timeout():
+            raise ConfigError(
+                f"--timeout {self.timeout:g} is shorter than the run's waits: a stream may be "
+                f"silent for {self.api.caps['keepalive_seconds']} s (the spec's keepalive)"
+                + (f" and --stall-seconds is {self.stall_seconds:g}" if self.stall_seconds else "")
+                + f"; use --timeout {self.min_timeout():g} or more"
+            )
         if self.rate_limit is not None and not self.rate_limit > 0:
             raise ConfigError(
                 f"--rate-limit must be above 0 requests per second, not {self.rate_limit:g}"

@@ -199,6 +199,7 @@ class DiffReport:
     only_a: list[dict[str, Any]] = field(default_factory=list)
     only_b: list[dict[str, Any]] = field(default_factory=list)
     secrets: tuple[str, ...] = field(default=(), repr=False)  # both runs' keys (reports.scrub)
+    options: dict[str, Any] = field(default_factory=dict)  # RunConfig.options of the two runs
 
     @property
     def exit_code(self) -> ExitCode:
@@ -225,6 +226,7 @@ class DiffReport:
             "only_a": self.only_a,
             "only_b": self.only_b,
             "exit_code": int(self.exit_code),
+            "options": self.options,
         }
 
 
@@ -259,6 +261,7 @@ def run_diff(
     for config, recorder, transport in zip((a, b), recorders, transports):
         run(config, checks, transport=transport, observers=[recorder])
     report = compare(*recorders, a.base_url, b.base_url)
+    report.options = a.options()
     report.secrets = a.secrets + b.secrets
     return report
 

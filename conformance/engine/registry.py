@@ -150,8 +150,16 @@ def select(checks: Iterable[Check], config: RunConfig) -> list[Check]:
             continue
         if config.select and not any(fnmatch.fnmatchcase(check.id, p) for p in config.select):
             continue
+        if any(fnmatch.fnmatchcase(check.id, p) for p in config.exclude):
+            continue
         chosen.append(check)
     return chosen
+
+
+def unmatched(checks: Iterable[Check], patterns: Iterable[str]) -> list[str]:
+    """The patterns that match no check id: a typo, or a shell's `!` taken for a negation."""
+    ids = [c.id for c in checks]
+    return [p for p in patterns if not any(fnmatch.fnmatchcase(i, p) for i in ids)]
 
 
 def token_bound(checks: Iterable[Check], config: RunConfig, cost: CostModel | None = None) -> int:

@@ -143,6 +143,8 @@ class RunReport:
     rate_limit: dict[str, Any] | None = None  # --rate-limit: the pace, and the 429s waited out
     seed: int | None = None  # the run's seed (--seed repeats its draws)
     twins: dict[str, Any] | None = None  # plain answers held to counted twins (wire.twins)
+    # the options that chose what ran and how it was judged (RunConfig.options): replay reads them
+    options: dict[str, Any] = field(default_factory=dict)
     # the run's keys: every writer masks them (reports.scrub); never serialised
     secrets: tuple[str, ...] = field(default=(), repr=False)
 
@@ -268,6 +270,7 @@ class RunReport:
             "baseline": self.baseline,
             "rate_limit": self.rate_limit,
             "seed": self.seed,
+            "options": self.options,
             "twins": self.twins,
             "results": [r.to_dict() for r in self.results if r.outcome is not Outcome.ERROR],
             "tool_errors": [r.to_dict() for r in self.errors],

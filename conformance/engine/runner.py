@@ -219,19 +219,24 @@ def run_check(check: Check, ctx: Context) -> CheckResult:
     )
 
 
+FAIR_SPENT = "fair spent"  # ctx.memo: what the checks run so far would cost a conforming server
+
+
 def _for_ceiling(cost: int, ctx: Context, check: Check | None = None) -> Outcome:
-    """A check the ceiling kept from running: the server's doing (UNPROVEN) where what it was
-    made to generate took the room the check would fit in, or where the max_model_len it claims
-    prices the check past a ceiling the spec's would fit; the options' choice (SKIPPED) where the
-    check does not fit the ceiling at all (the quick profile, which proves no premise, or a
-    --token-ceiling below it): the note says which ceiling would run it."""
-    if cost <= ctx.config.token_ceiling:
+    """A check the ceiling kept from running: the server's doing (UNPROVEN) where what it
+    generated beyond a conforming server's bounds took the room the check would fit in, or where
+    the max_model_len it claims prices the check past a ceiling the spec's would fit; the options'
+    choice (SKIPPED) where the check would not fit even after a conforming server's spend (the
+    quick profile, which proves no premise, or a --token-ceiling too low for the selection): the
+    note says which ceiling would run it."""
+    room = ctx.config.token_ceiling - ctx.memo.get(FAIR_SPENT, 0)
+    if cost <= room:
         return Outcome.UNPROVEN
     if check is not None and ctx.max_model_len > ctx.spec_model.max_model_len:
         spec_cost = check.worst_case(
             ctx.config, CostModel.of(ctx.api, ctx.spec_model.max_model_len)
         )
-        if spec_cost <= ctx.config.token_ceiling:
+        if spec_cost <= room:
             return Outcome.UNPROVEN  # the claim's price, not the check's
     return Outcome.SKIPPED
 
@@ -259,7 +264,11 @@ def execute(check: Check, ctx: Context, cost: int | None = None) -> CheckResult:
             f"not conform; {spent} of the ceiling of {ctx.config.token_ceiling} "
             f"are spent (--token-ceiling {spent + cost} would run it)",
         )
-    return run_check(check, ctx)
+    result = run_check(check, ctx)
+    # a conforming server's spend: what the server generated within the check's bound
+    fair = min(result.tokens, check.token_bound(ctx.config))
+    ctx.memo[FAIR_SPENT] = ctx.memo.get(FAIR_SPENT, 0) + fair
+    return result
 
 
 def _cost(ctx: Context) -> CostModel:
@@ -311,11 +320,33 @@ def _still_needed(skipped: Sequence[Check], results: dict[str, CheckResult], ctx
     return total + sum(shared.values())
 
 
+METRICS_PROBE_S = 10.0  # the longest a --metrics-url is given to answer before the run
+
+
+def metrics_answer(url: str | None, timeout: float) -> None:
+    """A --metrics-url that gives no HTTP answer, or 404, is the user's to fix (exit 2 before the
+    run), not the deployment's finding; any other answer is left to the metrics:* checks."""
+    if not url:
+        return
+    fix = "fix the URL, or leave --metrics-url out (then the metrics:* checks do not run)"
+    try:
+        with httpx.Client(timeout=min(timeout, METRICS_PROBE_S)) as http:
+            with http.stream("GET", url) as resp:
+                status = resp.status_code
+    except httpx.HTTPError as exc:
+        raise ConfigError(
+            f"--metrics-url {url} gives no answer ({type(exc).__name__}): {fix}"
+        ) from None
+    if status == 404:
+        raise ConfigError(f"--metrics-url {url} answers 404 (no such page): {fix}")
+
+
 def connect(config: RunConfig, transport: httpx.BaseTransport | None = None) -> Context:
     """A Context for `config` (checked against its spec, `config.api`), after GET /v1/models;
     the caller closes ctx.client."""
     config.validate()
     SECRETS.add(*config.secrets)  # masked in every answer as it enters, before any cut
+    metrics_answer(config.metrics_url, config.timeout)
     client = Client(
         config.base_url,
         config.api_key,
@@ -362,6 +393,7 @@ def run(
         strict=config.strict,
         secrets=config.secrets,
         seed=config.seed,
+        options=config.options(),
     )
     start = time.perf_counter()
     ctx = connect(config, transport)

@@ -87,7 +87,10 @@ def _case(raw: dict[str, Any], source: str) -> Case:
 def load_cases(directory: Path | None = None) -> list[Case]:
     """Every case of every YAML file, in file then list order; ids must be unique."""
     cases: list[Case] = []
-    for path in sorted((directory or HERE).glob("*.yaml")):
+    paths = sorted((directory or HERE).glob("*.yaml"))
+    if not paths:  # an install that lost them: an error, never a run with no golden case
+        raise FileNotFoundError(f"no golden cases (*.yaml) in {directory or HERE}")
+    for path in paths:
         for raw in yaml.safe_load(path.read_text(encoding="utf-8"))["cases"]:
             cases.append(_case(raw, path.name))
     ids = [c.id for c in cases]

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import re
+import threading
+import time
 from collections.abc import Sequence
 from types import TracebackType
 from typing import Any
@@ -18,6 +20,7 @@ from conformance.engine.context import SAYS
 from conformance.engine.diff import DiffReport, where_differs
 from conformance.engine.registry import Check, token_bound
 from conformance.engine.results import CheckResult, Outcome, RunReport, exit_code
+from conformance.reports.departures import where
 from conformance.wire.token_cost import CostModel
 from contract.version import describe, version_line
 
@@ -31,12 +34,28 @@ STYLE = {
 }
 
 
-class ProgressDisplay:
-    """A bar over the selected checks, naming the one running; a no-op when disabled."""
+PROGRESS_EVERY_S = 10.0  # a progress line this often where the output is no terminal (a CI log)
 
-    def __init__(self, total: int, console: Console, enabled: bool = True) -> None:
-        self.enabled = enabled
-        self.failed = 0
+
+class ProgressDisplay:
+    """A bar over the selected checks, naming the one running, on a terminal; elsewhere (a CI
+    log, which shows no bar) a line every PROGRESS_EVERY_S seconds; a no-op when disabled."""
+
+    def __init__(
+        self,
+        total: int,
+        console: Console,
+        enabled: bool = True,
+        every: float = PROGRESS_EVERY_S,
+    ) -> None:
+        self.enabled, self.total, self.every = enabled, total, every
+        self.failed = self.done = 0
+        self.current = ""
+        self._console = console
+        self._lines = enabled and not console.is_terminal
+        self._start = time.monotonic()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
         self._progress = Progress(
             TextColumn("{task.description}"),
             BarColumn(),
@@ -45,23 +64,41 @@ class ProgressDisplay:
             TimeElapsedColumn(),
             console=console,
             transient=True,
-            disable=not enabled,
+            disable=not enabled or self._lines,
         )
         self._task = self._progress.add_task("conformance", total=total, failed=0)
 
     def __enter__(self) -> ProgressDisplay:
         self._progress.__enter__()
+        if self._lines:
+            self._thread = threading.Thread(target=self._tell, name="progress", daemon=True)
+            self._thread.start()
         return self
 
     def __exit__(
         self, t: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
     ) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
         self._progress.__exit__(t, e, tb)
+
+    def line(self) -> str:
+        return (
+            f"conformance: {self.done}/{self.total} checks, {self.failed} failed, "
+            f"{time.monotonic() - self._start:.0f} s; running {self.current or '-'}"
+        )
+
+    def _tell(self) -> None:
+        while not self._stop.wait(self.every):
+            self._console.print(self.line(), highlight=False, markup=False)
 
     def __call__(self, check: Check, result: CheckResult | None) -> None:
         if result is None:
+            self.current = check.id
             self._progress.update(self._task, description=check.id[:60])
             return
+        self.done += 1
         if result.outcome is Outcome.FAILED:
             self.failed += 1
         self._progress.update(self._task, advance=1, failed=self.failed)
@@ -92,6 +129,21 @@ def by_cause(failed: Sequence[CheckResult]) -> list[tuple[str, list[CheckResult]
     return [(rs[0].findings[0].message if rs[0].findings else "", rs) for rs in ordered]
 
 
+FIELDS_SHOWN = 3  # fields named under a failed line in the terminal (the reports name more)
+
+
+def _act_on(result: CheckResult, console: Console) -> None:
+    """Under a failed line: where its first finding's answer departs, and the curl line that
+    sends its request again."""
+    if not result.findings:
+        return
+    finding = result.findings[0]
+    for line in where(finding)[:FIELDS_SHOWN]:
+        console.print(f"  differs at {line}", markup=False, highlight=False)
+    if finding.exchange is not None:
+        console.print(f"  again: {finding.exchange.curl()}", markup=False, highlight=False)
+
+
 def print_summary(report: RunReport, console: Console) -> None:
     table = Table(
         title=f"Conformance of {report.base_url} ({report.model}, {report.context_said()}, {report.profile})"
@@ -116,13 +168,14 @@ def print_summary(report: RunReport, console: Console) -> None:
             r = results[0]
             more = f" (+{len(r.findings) - 1} more)" if len(r.findings) > 1 else ""
             console.print(f"[red]FAILED[/] {r.id}: {message}{more}", markup=True, highlight=False)
-            continue
-        names = ", ".join(r.id for r in results[:GROUP_SHOWN]) + (
-            ", …" if len(results) > GROUP_SHOWN else ""
-        )
-        console.print(
-            f"[red]FAILED[/] x{len(results)}: {message} ({names})", markup=True, highlight=False
-        )
+        else:
+            names = ", ".join(r.id for r in results[:GROUP_SHOWN]) + (
+                ", …" if len(results) > GROUP_SHOWN else ""
+            )
+            console.print(
+                f"[red]FAILED[/] x{len(results)}: {message} ({names})", markup=True, highlight=False
+            )
+        _act_on(results[0], console)
     for r in report.warned:
         console.print(
             f"[dark_orange]WARNING[/] {r.id}: {r.findings[0].message if r.findings else ''} "

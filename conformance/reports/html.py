@@ -113,6 +113,17 @@ def _coverage(coverage: dict[str, Any] | None) -> str:
     )
 
 
+def _listed(lines: list[str]) -> str:
+    """The baseline's findings (NEW, FIXED), folded below the summary: a run adopting a
+    baseline may list hundreds."""
+    if not lines:
+        return ""
+    return (
+        f"<details><summary>the baseline's findings, one a line ({len(lines)})</summary>"
+        f"<pre>{escape(chr(10).join(line.strip() for line in lines))}</pre></details>"
+    )
+
+
 def render(report: RunReport) -> str:
     from conformance.engine.results import exit_code
 
@@ -138,6 +149,9 @@ def render(report: RunReport) -> str:
     }
     results = sorted(report.results, key=lambda r: order[r.outcome])
     verdict = exit_code(report).verdict
+    notes = report.notes()
+    listed = [n for n in notes if n.startswith("  ")]  # the baseline's findings, one a line
+    errors = "".join(f'<p class="error"><b>error:</b> {escape(e)}</p>' for e in report.run_errors)
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>Conformance: {escape(report.base_url)}</title>
 <style>{CSS}</style></head><body>
@@ -145,10 +159,12 @@ def render(report: RunReport) -> str:
 <p>model <b>{escape(report.model)}</b> ({escape(report.context_said())}), profile
 <b>{escape(report.profile)}</b>, {report.duration:.1f} s, {report.tokens} generated tokens
 (ceiling {report.token_ceiling}), exit code {int(exit_code(report))}.</p>
-{"".join(f'<p class="skipped">{escape(line)}</p>' for line in report.ceiling_note().splitlines())}
-{"".join(f"<p>{escape(line)}</p>" for line in report.notes())}
-<p>checked with {escape(describe(report.versions))}.</p>
+{errors}
 <table>{counts}</table>
+{"".join(f'<p class="skipped">{escape(line)}</p>' for line in report.ceiling_note().splitlines())}
+{"".join(f"<p>{escape(line)}</p>" for line in notes if not line.startswith("  "))}
+{_listed(listed)}
+<p>checked with {escape(describe(report.versions))}.</p>
 <h2>By group</h2>
 <table><tr><th>group</th>{"".join(f"<th>{o.value}</th>" for o in Outcome)}</tr>{group_rows}</table>
 {_coverage(report.coverage)}

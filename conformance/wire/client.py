@@ -554,15 +554,18 @@ class Client:
         first: R | None = None,
         answer: Callable[[R], tuple[int | None, Mapping[str, str]]] = _status_and_headers,
         discard: Callable[[R], None] = _keep,
+        requests: int = 1,
     ) -> R:
         """What `send` gets in its turn; with --rate-limit, a 429 with Retry-After within the
         bound is waited out and sent again (each try in its turn), `discard` freeing it.
 
         `first`: an answer already got in its turn (schemathesis's, from its own session);
-        `answer`: its status (None: no HTTP answer) and headers.
+        `answer`: its status (None: no HTTP answer) and headers; `requests`: how many requests
+        one `send` writes (pipelined ones), each taking its turn.
         """
         if first is None:
-            self.wait_turn()
+            for _ in range(requests):
+                self.wait_turn()
             first = send()
         resp, tries = first, 0
         while self.pace is not None:
@@ -573,7 +576,8 @@ class Client:
             discard(resp)
             tries += 1
             time.sleep(wait)
-            self.wait_turn()
+            for _ in range(requests):
+                self.wait_turn()
             resp = send()
         return resp
 

@@ -92,6 +92,8 @@ def who_answered(
     )
     if names_front(headers, body, status, front, refusals):
         return f"{who}: the declared front {front} in its own words (see {FRONT_GUIDE})"
+    if front:  # declared: this answer is not its own words, so the guide would not help
+        return f"{who}; not the declared front {front}'s own words"
     return (
         f"{who}; a front answering in its own words? see {FRONT_GUIDE} (--front NAME declares it)"
     )

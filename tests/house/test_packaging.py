@@ -22,6 +22,7 @@ import venv
 import xml.etree.ElementTree as ET
 import zipfile
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -157,6 +158,25 @@ def test_the_wheel_carries_the_top_level_spec_unchanged_and_the_commands(wheel: 
     )
 
 
+def test_the_wheel_carries_every_file_the_packages_read(wheel: Path) -> None:
+    """Every file of the packages but their prose (Markdown) and reference_impl/deploy/ (what
+    `python -m reference_impl.front` writes for a deployment; nothing reads it at run time)."""
+    tracked = subprocess.run(
+        ["git", "ls-files", "-z", *PACKAGES], capture_output=True, check=True, cwd=ROOT, text=True
+    ).stdout.split("\0")
+    data = {
+        t
+        for t in tracked
+        if t and not t.endswith((".py", ".md")) and not t.startswith("reference_impl/deploy/")
+    }
+    assert "conformance/golden/cheap_requests.json" in data
+    with zipfile.ZipFile(wheel) as z:
+        assert data - set(z.namelist()) == set()
+
+
+PACKAGES = tuple(
+    p.rstrip("*") for p in PYPROJECT["tool"]["setuptools"]["packages"]["find"]["include"]
+)
 Venv = tuple[Path, dict[str, str]]  # its bin/ and the environment to run it with
 
 
@@ -195,6 +215,19 @@ def run(installed: Venv, *args: str, cwd: Path) -> subprocess.CompletedProcess[s
     )
 
 
+def check_reports(report: dict[str, Any], cwd: Path, stdout: str) -> None:
+    """Both versions in every report: the JSON's, the JUnit's properties, the HTML, the terminal."""
+    expected = {DISTRIBUTION: package_version(), "openapi.yaml": spec().version}
+    assert report["versions"] == expected
+    props = ET.parse(cwd / "r.xml").getroot().find("testsuite/properties")
+    assert props is not None
+    assert {
+        p.get("name"): p.get("value") for p in props if p.get("name", "").startswith("version:")
+    } == {f"version:{name}": value for name, value in expected.items()}
+    assert f"checked with {describe(expected)}." in (cwd / "r.html").read_text()
+    assert f"checked with {describe(expected)}\n" in stdout
+
+
 def run_quick_profile(installed: Venv, url: str, cwd: Path) -> None:
     """The installed acs-conformance --profile quick: exit code 0, both versions in every report."""
     suite = run(
@@ -207,26 +240,60 @@ def run_quick_profile(installed: Venv, url: str, cwd: Path) -> None:
         "--profile",
         "quick",
         "--no-progress",
-        "--json",
-        "r.json",
-        "--junit",
-        "r.xml",
-        "--html",
-        "r.html",
+        *REPORTS,
         cwd=cwd,
     )
     assert suite.returncode == 0, suite.stdout[-4000:] + suite.stderr[-4000:]
-    expected = {DISTRIBUTION: package_version(), "openapi.yaml": spec().version}
     report = json.loads((cwd / "r.json").read_text())
-    assert report["versions"] == expected
     assert report["summary"]["failed"] == 0 and report["summary"]["passed"] > 0
-    props = ET.parse(cwd / "r.xml").getroot().find("testsuite/properties")
-    assert props is not None
-    assert {
-        p.get("name"): p.get("value") for p in props if p.get("name", "").startswith("version:")
-    } == {f"version:{name}": value for name, value in expected.items()}
-    assert f"checked with {describe(expected)}." in (cwd / "r.html").read_text()
-    assert f"checked with {describe(expected)}\n" in suite.stdout
+    check_reports(report, cwd, suite.stdout)
+
+
+REPORTS = ("--json", "r.json", "--junit", "r.xml", "--html", "r.html")
+GATE_KEY = "sk-gate-wheel-key"
+
+
+def ci_job_arguments() -> list[str]:
+    """The full-profile run of docs/ci.md's first job, as it writes it."""
+    for _, job in ci_jobs():
+        for line in job.splitlines():
+            line = line.strip().removeprefix("- ")
+            if line.startswith("acs-conformance --profile full") and "--baseline" not in line:
+                return shlex.split(line)[1:]
+    raise AssertionError("docs/ci.md has no full-profile job")
+
+
+def outcomes(report: dict[str, Any]) -> dict[str, str]:
+    return {r["id"]: r["outcome"] for r in report["results"]}
+
+
+def gate_from_the_wheel_equals_the_checkout(gate: Venv, url: str, tmp_path: Path) -> None:
+    """docs/ci.md's job from the installed wheel (the URL and key in the environment) and the same
+    command from the checkout, with one seed: the same checks, each with the same outcome."""
+    bin_dir, env = gate
+    args = [*ci_job_arguments(), "--seed", "7"]
+    env = {**env, "CONFORMANCE_BASE_URL": url, "CONFORMANCE_API_KEY": GATE_KEY}
+    runs = {}
+    for name, command in (
+        ("wheel", [str(bin_dir / "acs-conformance")]),
+        ("checkout", [sys.executable, "-m", "conformance"]),
+    ):
+        cwd = tmp_path / name
+        cwd.mkdir()
+        done = subprocess.run(
+            [*command, *args],
+            capture_output=True,
+            text=True,
+            cwd=cwd,  # the checkout's: its editable install, wherever it runs
+            env=env if name == "wheel" else {**os.environ, **env},
+            timeout=RUN_TIMEOUT_S,
+        )
+        report = json.loads((cwd / "conformance.json").read_text())
+        assert done.returncode == 0, (name, done.stdout[-4000:], done.stderr[-4000:])
+        runs[name] = report
+    assert runs["wheel"]["coverage"] == runs["checkout"]["coverage"]
+    assert outcomes(runs["wheel"]) == outcomes(runs["checkout"])
+    assert len(outcomes(runs["wheel"])) > 300
 
 
 def test_the_conformance_extra_is_a_ci_gate_and_the_mock_extra_adds_the_mock(
@@ -277,7 +344,9 @@ def _gate_without_a_server(gate: Venv, tmp_path: Path) -> None:
     # werkzeug, which the suite does not import); nothing of them is imported.
     assert not {"flask", "gunicorn"} & set(found["installed"]) and found["imported"] == []
     # A whole run without Flask installed: against the checkout's mock, from the checkout's
-    # interpreter under gunicorn (werkzeug's development server fails robust:'s HTTP checks).
+    # interpreter under gunicorn (werkzeug's development server fails robust:'s HTTP checks);
+    # with keys, as a deployment has them, and paced as scripts/main.sh's (a steered stream
+    # outlives a plain one sent beside it).
     port = free_port()
     log = (tmp_path / "mock.log").open("w")
     mock = subprocess.Popen(
@@ -291,6 +360,10 @@ def _gate_without_a_server(gate: Venv, tmp_path: Path) -> None:
             str(port),
             "--workers",
             "1",
+            "--keys",
+            GATE_KEY,
+            "--tpot-ms",
+            "5",
         ],
         cwd=ROOT,
         stdout=log,
@@ -305,7 +378,7 @@ def _gate_without_a_server(gate: Venv, tmp_path: Path) -> None:
             log=tmp_path / "mock.log",
             interval=0.2,
         )
-        run_quick_profile(gate, f"http://127.0.0.1:{port}", tmp_path)
+        gate_from_the_wheel_equals_the_checkout(gate, f"http://127.0.0.1:{port}", tmp_path)
     finally:
         stop_process(mock, timeout=30)
         log.close()

@@ -65,7 +65,12 @@ def deliver(ctx: Context, chunks: Sequence[bytes], **kw: Any) -> RawExchange:
     sends no POST that could generate (Ledger.not_halted_raw)."""
     ctx.client.ledger.not_halted_raw(b"".join(chunks[:1]))
     target = target_of(ctx)
-    ex = ctx.client.paced(lambda: exchange(target, chunks, **kw), "a raw request", answer=_answer)
+    ex = ctx.client.paced(
+        lambda: exchange(target, chunks, **kw),
+        "a raw request",
+        answer=_answer,
+        requests=kw.get("expect", 1),  # pipelined requests each take their turn
+    )
     _observed(ctx, target, b"".join(chunks), ex)
     return ex
 
