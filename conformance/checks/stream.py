@@ -12,6 +12,7 @@ from typing import Any
 
 from conformance.checks.helpers.agree import LOGPROBS, difference
 from conformance.checks.helpers.common import n_applied, open_stream
+from conformance.engine.config import RunConfig
 from conformance.engine.context import Context
 from conformance.engine.registry import register
 from conformance.engine.shapes import schema_errors
@@ -223,7 +224,15 @@ def _slow_header(ctx: Context) -> tuple[str, str]:
     return name, str(int((ctx.api.caps["keepalive_seconds"] + 1.5) * 1000))
 
 
-@register("stream:keepalive", tags=("streaming",), tokens=2)
+KEEPALIVE_SLACK_S = 2.0  # a keepalive comment this late is still on time (the check's slack)
+
+
+def _keepalive_wait(config: RunConfig) -> float:
+    """The read that waits for the keepalive comment: its interval, and the slack."""
+    return float(config.api.caps["keepalive_seconds"]) + KEEPALIVE_SLACK_S
+
+
+@register("stream:keepalive", tags=("streaming",), tokens=2, waits=_keepalive_wait)
 def keepalive(ctx: Context) -> None:
     """While nothing else is sent for keepalive_seconds, a `: keepalive` comment line is.
 
@@ -251,7 +260,9 @@ def keepalive(ctx: Context) -> None:
     # a gap longer than the interval is fine only if it ends with a comment that the
     # server sent on time (the next line is that comment): slack for scheduling.
     late = [
-        (round(a, 2), round(b, 2)) for a, b in gaps if b not in comments or b - a > interval + 2.0
+        (round(a, 2), round(b, 2))
+        for a, b in gaps
+        if b not in comments or b - a > interval + KEEPALIVE_SLACK_S
     ]
     if not gaps and not comments:
         ctx.skip(f"the stream never went quiet for {interval} s (the server ignored {name})")

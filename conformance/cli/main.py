@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import math
 import os
 import shlex
 import sys
@@ -269,6 +270,12 @@ def selected(config: RunConfig) -> list[Any]:
         raise ConfigError(
             f"the options select no check of the {config.profile} profile"
             + ("; --profile full runs the checks that generate" if not config.full else "")
+        )
+    waits, check = max((c.silence(config), c.id) for c in chosen)
+    if config.timeout <= waits:  # the read would end before the silence the verdict needs
+        raise ConfigError(
+            f"--timeout {config.timeout:g} is too short for {check}, which waits {waits:g} s for "
+            f"its verdict: use --timeout {math.floor(waits) + 1} or more, or --exclude {check}"
         )
     return chosen
 

@@ -122,13 +122,6 @@ class RunConfig:
         recorded["exhausted_key"] = self.exhausted_key is not None
         return recorded
 
-    def min_timeout(self) -> float:
-        """The shortest --timeout the run's waits fit in: a stream may be silent for the spec's
-        keepalive interval (twice it, for a server's slack), and robust:http.stalled_body waits
-        --stall-seconds."""
-        keepalive = float(self.api.caps["keepalive_seconds"])
-        return max(2 * keepalive, self.stall_seconds + keepalive)
-
     def validate(self) -> RunConfig:
         if self.profile not in PROFILES:
             raise ConfigError(
@@ -149,13 +142,6 @@ class RunConfig:
             )
         if self.token_ceiling < 0 or self.schema_examples < 1 or self.timeout <= 0:
             raise ConfigError("--token-ceiling, --schema-examples and --timeout must be positive")
-        if self.timeout < self.min_timeout():
-            raise ConfigError(
-                f"--timeout {self.timeout:g} is shorter than the run's waits: a stream may be "
-                f"silent for {self.api.caps['keepalive_seconds']} s (the spec's keepalive)"
-                + (f" and --stall-seconds is {self.stall_seconds:g}" if self.stall_seconds else "")
-                + f"; use --timeout {self.min_timeout():g} or more"
-            )
         if self.rate_limit is not None and not self.rate_limit > 0:
             raise ConfigError(
                 f"--rate-limit must be above 0 requests per second, not {self.rate_limit:g}"

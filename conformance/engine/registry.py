@@ -22,6 +22,9 @@ if TYPE_CHECKING:
 
 CheckFunction = Callable[["Context"], None]
 TokenBound = int | Callable[["RunConfig"], int]
+# The longest silence a check must sit through for its verdict (a keepalive's interval): a
+# --timeout shorter than it is a usage error, not the server's finding.
+Waits = Callable[["RunConfig"], float] | None
 # What a check may cost if the server does NOT conform (accepts what it should refuse,
 # ignores a cap), given what the ledger knows of the deployment (its max_model_len).
 WorstCase = int | Callable[["RunConfig", "CostModel"], int] | None
@@ -38,6 +41,10 @@ class Check:
     worst: WorstCase = None  # tokens if the server does not conform; None: the same as `tokens`
     effects: tuple[str, ...] = ()  # request fields whose documented effect it observes (x-effect)
     premise: bool = False  # what the ledger relies on: run first wherever checks may generate
+    waits: Waits = None  # the silence its verdict sits through, in seconds (None: none)
+
+    def silence(self, config: RunConfig) -> float:
+        return self.waits(config) if self.waits is not None else 0.0
 
     def token_bound(self, config: RunConfig) -> int:
         """Tokens a conforming server generates for it (the quick profile keeps those at 0)."""
@@ -83,6 +90,7 @@ class Registry:
         worst: WorstCase = None,
         effects: Iterable[str] = (),
         premise: bool = False,
+        waits: Waits = None,
     ) -> Callable[[CheckFunction], CheckFunction]:
         """The one way a check is registered: a decorator, or called on a function built in a loop
         over data (golden cases, schemathesis's checks). Without `doc`, the function's docstring is
@@ -101,6 +109,7 @@ class Registry:
                     worst,
                     tuple(effects),
                     premise,
+                    waits,
                 )
             )
             return func

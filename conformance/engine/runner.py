@@ -245,6 +245,7 @@ def execute(check: Check, ctx: Context, cost: int | None = None) -> CheckResult:
     """One check, unless its worst case (`cost`: the server does not conform) would pass the
     ceiling; then it is skipped, with the reason and the ceiling that would let it run."""
     cost = check.worst_case(ctx.config, _cost(ctx)) if cost is None else cost
+    cost = ctx.client.ledger.priced(cost)  # by the overshoot seen, if the server overshot
     if cost and ctx.client.ledger.halted:
         return CheckResult(
             check.id,

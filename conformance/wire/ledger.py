@@ -4,8 +4,11 @@ request priced before it is sent.
 
 With a ceiling and a cost model set (the runner sets both once it knows the deployment), a
 request whose worst case (the server does not conform) would take the count past the ceiling
-is not sent (OverCeiling). A request past its price breaks the bound every price relies on:
-the ledger halts, and nothing that could generate is sent any more (Halted). Every sender
+is not sent (OverCeiling). A request past its price breaks the bound every price relies on: a
+finding of the check that sent it, and from then on every request is priced by the largest
+overshoot seen (`Overshoot`: its ratio and its excess, with OVERSHOOT_MARGIN), so a server that
+overshoots (llama.cpp's 2 tokens for max_tokens 1) is still checked within the ceiling; an answer
+past even that price halts the ledger, and nothing that could generate is sent any more (Halted). Every sender
 answers to it: the client (conformance.wire.client), the raw sockets (checks/robust/raw.py)
 and schemathesis's session (checks/schema.py, through `charge`).
 """
@@ -13,6 +16,7 @@ and schemathesis's session (checks/schema.py, through `charge`).
 from __future__ import annotations
 
 import json
+import math
 import threading
 from dataclasses import dataclass
 from typing import Any
@@ -52,6 +56,27 @@ class Overspend:
     spent: int
 
 
+OVERSHOOT_MARGIN = 0.25  # a later request's price: its own x the largest ratio seen x (1 + this)
+
+
+@dataclass(frozen=True)
+class Overshoot:
+    """The most an answer went past what its request allowed: later prices are inflated by it."""
+
+    ratio: float  # spent / allowed
+    excess: int  # spent - allowed
+
+    def price(self, allowed: int) -> int:
+        """What a request allowed `allowed` tokens may cost from a server that overshoots so."""
+        if not allowed:
+            return 0
+        return math.ceil(allowed * self.ratio * (1 + OVERSHOOT_MARGIN)) + self.excess
+
+    @classmethod
+    def of(cls, allowed: int, spent: int) -> Overshoot:
+        return cls(spent / max(allowed, 1), max(spent - allowed, 0))
+
+
 class Ledger:
     """The count, the ceiling and the prices of one run; safe to share between threads."""
 
@@ -67,6 +92,12 @@ class Ledger:
         # Why nothing that could generate is sent any more (a premise failed, a request went past
         # its price): no request whose price relies on what the server has shown false.
         self.halted: str | None = None
+        # the first answer past what its request allowed: every later price is inflated by it
+        self.overshoot: Overshoot | None = None
+
+    def priced(self, allowed: int) -> int:
+        """A request's price: what it allows, inflated by an overshoot seen (Overshoot)."""
+        return allowed if self.overshoot is None else self.overshoot.price(allowed)
 
     def add(self, n: int) -> None:
         with self._lock:
@@ -114,12 +145,14 @@ class Ledger:
         """The request's worst case, or OverCeiling if it could take the count past the ceiling
         or the client is halted."""
         worst = self.not_halted(method, path, content, stop_after_events)
-        if self.ceiling is not None and worst and self.tokens + worst > self.ceiling:
+        need = self.priced(worst)
+        if self.ceiling is not None and need and self.tokens + need > self.ceiling:
             raise OverCeiling(
-                f"{method} {path} was not sent: it may generate {worst} tokens if the "
-                f"server does not conform; {self.tokens} of the ceiling of "
-                f"{self.ceiling} are spent",
-                worst,
+                f"{method} {path} was not sent: it may generate {need} tokens if the "
+                f"server does not conform"
+                + (" (priced by the overshoot seen)" if need != worst else "")
+                + f"; {self.tokens} of the ceiling of {self.ceiling} are spent",
+                need,
             )
         return worst
 
@@ -154,7 +187,7 @@ class Ledger:
         body = self._body(content)
         metered = meter.stream(parsed, body)
         self._claimed(metered.claim, body, exchange)
-        self.add(max(metered.tokens, worst if unfinished else 0))
+        self.add(max(metered.tokens, self.priced(worst) if unfinished else 0))
         # past its price by evidence: the chunks, and the usage's claim too where there is one (a
         # proxy may cut one token's text in two chunks; a usage may claim what never came)
         counted = meter.stream_count(parsed, body)
@@ -174,18 +207,33 @@ class Ledger:
         if claim > allowed:
             with self._lock:
                 self.overclaimed.append(Overspend(exchange, allowed, claim))
-            self.halt(
-                f"the server's usage claims {claim} tokens for a request that allows {allowed}: "
-                "a request's price cannot be bounded, so none that could generate is sent"
-            )
+                self._past(
+                    allowed,
+                    claim,
+                    f"the server's usage claims {claim} tokens for a request that allows {allowed}",
+                )
 
     def _overspent(self, overspend: Overspend) -> None:
-        """A request past its price: the bound every price relies on is broken (held: the lock)."""
+        """A request past its price: a finding of its check, and the prices inflated by it, or a
+        halt past an inflated price (held: the lock)."""
         self.overspends.append(overspend)
-        self.halted = self.halted or (
-            f"the server generated {overspend.spent} tokens for a request priced at {overspend.priced}: "
-            "a request's price cannot be bounded, so none that could generate is sent"
+        self._past(
+            overspend.priced,
+            overspend.spent,
+            f"the server generated {overspend.spent} tokens for a request priced at {overspend.priced}",
         )
+
+    def _past(self, allowed: int, spent: int, what: str) -> None:
+        """An answer past what its request allows (held: the lock): the first sets the overshoot
+        that prices every later request; one past that price halts the ledger."""
+        if self.overshoot is None:
+            self.overshoot = Overshoot.of(allowed, spent)
+        elif spent > self.overshoot.price(allowed):
+            self.halted = self.halted or (
+                f"{what}, past even the price the overshoot seen before gives it "
+                f"({self.overshoot.price(allowed)}): a request's price cannot be bounded, so none "
+                "that could generate is sent"
+            )
 
     def _spend(self, metered: meter.Metered, priced: int, exchange: Exchange | None) -> None:
         """Count what the meter says; past `priced` by the answer's exact count an Overspend, usage

@@ -15,6 +15,9 @@ the server's own count that the gate's token promise is held to.
   plain vLLM accepts them), and every refusal's message holding sampled text of its own;
 - "quotes the key across the cuts": every refusal quotes the request's key where the gate cuts
   what it quotes, across the cut of a server's message (SAID_CHARS) and of a body (4 KiB);
+- "echoes the key in other forms": every refusal's message quotes the request's key in another
+  form in turn (each character a JSON `\\uXXXX` escape, `/` written `\\/`, each character
+  percent-encoded, split by one space), and each stream's first two texts are its two halves;
 - "claims a million once": the first answer with a usage says 1,000,000 completion tokens, and
   `seed` is dropped from every request (real failures behind a claim that would blow the ceiling);
 - "429 on first attempts": each distinct request first answered 429 with Retry-After 0;
@@ -66,6 +69,7 @@ WAYS = (
     "drops the seed",
     "accepts unknown fields",
     "quotes the key across the cuts",
+    "echoes the key in other forms",
     "claims a million once",
     "429 on first attempts",
     "silent when slowed",
@@ -81,6 +85,7 @@ WAYS = (
 COUNTED = ("stream", "logprobs", "prompt_logprobs", "return_token_ids", "echo")
 CHECKS = {
     "quotes the key across the cuts": ("auth:*", "golden:*"),
+    "echoes the key in other forms": ("golden:*", "stream:*"),
     "silent when slowed": ("stream:keepalive",),
     "seed at temperature 1 only": ("determinism:*",),
     "streams drop the seed": ("stream:text_equals_non_stream",),
@@ -128,6 +133,7 @@ class Liar:
         self.rng = random.Random(coin)
         self.generated = 0
         self._seen: set[bytes] = set()
+        self._echoes = 0  # refusals that echoed the key (echoes the key in other forms)
         self._lock = threading.Lock()
 
     # -- the request -------------------------------------------------------------------------
@@ -213,6 +219,8 @@ class Liar:
             headers.append(("X-Gateway-Version", "2.4.1"))
         if "text/event-stream" in dict(headers).get("Content-Type", ""):
             start_response(status, headers)
+            if self.way == "echoes the key in other forms":
+                return self._counted(_halves_in_events(chunks, auth.split(" ", 1)[-1]))
             return self._counted(chunks)
         body = b"".join(chunks)
         self._count_json(body, code)
@@ -318,6 +326,13 @@ class Liar:
                 error["message"] = f"{error.get('message')} [{_sampled_text(self.rng)}]"
             elif self.way == "quotes the key across the cuts":
                 return _across_cuts(data, auth.split(" ", 1)[-1]), code
+            elif self.way == "echoes the key in other forms":
+                with self._lock:
+                    self._echoes += 1
+                    turn = self._echoes
+                error["message"] = f"{error.get('message')} (key: {PLACE})"
+                form = _other_form(auth.split(" ", 1)[-1], turn)
+                return json.dumps(data).replace(PLACE, form).encode(), code
         return json.dumps(data).encode(), code
 
     def _reset(self, environ: Environ) -> list[bytes]:
@@ -338,12 +353,40 @@ class Liar:
         raise ConnectionResetError("reset on purpose")
 
 
-SILENCE_S = 8.0  # past the gate's --timeout in these tests (5 s)
+SILENCE_S = 11.0  # past the gate's --timeout in these tests (8 s)
 
 
 def _silence(seconds: float) -> Iterator[bytes]:
     yield b"\n"  # an empty line: werkzeug's server sends the headers with the first bytes
     time.sleep(seconds)
+
+
+PLACE = "@@KEY@@"  # where a form of the key goes in a body, after json.dumps
+
+
+def _other_form(key: str, turn: int) -> str:
+    """The key as raw body text, in one of four forms by turn."""
+    forms = (
+        "".join(f"\\u{ord(c):04x}" for c in key),  # JSON's escapes: the body still says the key
+        key.replace("/", "\\/"),
+        "".join(f"%{b:02X}" for b in key.encode()),
+        f"{key[: len(key) // 2]} {key[len(key) // 2 :]}",
+    )
+    return forms[turn % len(forms)]
+
+
+def _halves_in_events(chunks: Iterator[bytes], key: str) -> Iterator[bytes]:
+    """The stream with its first two events' texts the key's two halves."""
+    halves = [key[: len(key) // 2], key[len(key) // 2 :]]
+    for chunk in chunks:
+        lines = chunk.split(b"\n")
+        for i, line in enumerate(lines):
+            if halves and line.startswith(b"data: {"):
+                event = json.loads(line[len(b"data: ") :])
+                if event.get("choices"):
+                    event["choices"][0]["text"] = halves.pop(0)
+                    lines[i] = b"data: " + json.dumps(event).encode()
+        yield b"\n".join(lines)
 
 
 def _across_cuts(data: dict[str, Any], key: str) -> bytes:

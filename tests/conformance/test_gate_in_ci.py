@@ -98,7 +98,14 @@ def test_a_missing_data_file_is_an_error_never_an_empty_table(
         (["--exclude", "golden:nosuch*"], "--exclude 'golden:nosuch*' matches no check id"),
         (["-k", "effects:*"], "select no check of the quick profile; --profile full"),
         (["--base-url", "http://127.0.0.1:9/v1"], "--base-url http://127.0.0.1:9"),
-        (["--timeout", "1"], "use --timeout 10 or more"),
+        (
+            ["--profile", "full", "--timeout", "1"],
+            "too short for stream:keepalive, which waits 7 s",
+        ),
+        (
+            ["--profile", "full", "--timeout", "7", "-k", "stream:*"],
+            "use --timeout 8 or more, or --exclude stream:keepalive",
+        ),
     ],
 )
 def test_a_selection_or_option_that_cannot_mean_what_it_says_is_exit_2_naming_the_fix(
@@ -405,3 +412,43 @@ def test_usage_and_version_name_the_command_as_installed(
     assert main(["--version"]) == 0
     assert capsys.readouterr().out.startswith("python -m conformance: ")
     assert spec().version
+
+
+def test_the_diff_page_reads_at_1400_px_the_counts_before_the_list_and_only_differing_fields(
+    mock: tuple[Breaker, str], tmp_path: Path
+) -> None:
+    app, url = mock
+    with serve(create_app(MockConfig())) as other:
+        app.mode = "wrong_code"
+        try:
+            code = main(
+                [
+                    "diff",
+                    "--base-url",
+                    other,
+                    "--api-key",
+                    KEY,
+                    "--other-url",
+                    url,
+                    "--no-progress",
+                    "-k",
+                    "caps:*",
+                    "--html",
+                    str(tmp_path / "d.html"),
+                    "--json",
+                    str(tmp_path / "d.json"),
+                ],
+                console=Console(file=io.StringIO()),
+            )
+        finally:
+            app.mode = None
+    assert code == 1
+    page = (tmp_path / "d.html").read_text()
+    report = json.loads((tmp_path / "d.json").read_text())
+    assert report["differing"] and report["options"]["select"] == ["caps:*"]
+    assert "max-width:1400px" in page and "table-layout:fixed" in page
+    assert "overflow-wrap:anywhere" in page
+    assert page.index("by field:</b> code") < page.index("<section>")
+    first = page[page.index("<section>") : page.index("</section>")]
+    # the differing field's values alone, not the whole answers
+    assert "<td>code</td>" in first and "<td>message</td>" not in first

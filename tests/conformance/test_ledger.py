@@ -558,11 +558,12 @@ def test_a_shared_spend_skipped_for_the_ceiling_is_not_paid_by_the_next_check() 
 def test_a_check_the_servers_spending_kept_out_is_unproven_one_the_ceiling_never_held_is_skipped() -> (
     None
 ):
-    """What the server was made to generate took the room of b:middle (40 of 50 fit): UNPROVEN, the
-    run not proven; a:dear (120) never fits 50: the option's choice, SKIPPED."""
+    """What the server generated beyond a conforming server's bound (b:spends: 30 where 1 is
+    its bound) took the room of b:middle (40 of 50 fit): UNPROVEN, the run not proven; a:dear
+    (120) never fits 50: the option's choice, SKIPPED."""
     hungry = [
         Check("a:dear", _post({"max_tokens": 120}), doc="d", tokens=1, worst=120),
-        Check("b:spends", _post({"max_tokens": 30}), doc="d", tokens=30, worst=30),
+        Check("b:spends", _post({"max_tokens": 30}), doc="d", tokens=1, worst=30),
         Check("b:middle", _post({"max_tokens": 40}), doc="d", tokens=40, worst=40),
     ]
     config = RunConfig("http://lax.test", "k", profile="full", token_ceiling=50)
@@ -576,17 +577,40 @@ def test_a_check_the_servers_spending_kept_out_is_unproven_one_the_ceiling_never
     assert exit_code(report) is ExitCode.NOT_PROVEN
 
 
-def test_a_request_past_its_price_by_its_own_token_ids_is_a_finding_and_halts_the_run() -> None:
+def test_a_check_a_conforming_servers_spending_leaves_no_room_for_is_the_ceilings_choice() -> None:
+    """Issue 64, item 7: b:spends generates 30 and a conforming server may (its bound is 30), so
+    b:middle (40) not fitting a ceiling of 50 is the user's --token-ceiling, never the server's
+    doing: SKIPPED, with the ceiling that would run it, and the run conformant."""
+    fair = [
+        Check("b:spends", _post({"max_tokens": 30}), doc="d", tokens=30, worst=30),
+        Check("b:middle", _post({"max_tokens": 40}), doc="d", tokens=40, worst=40),
+    ]
+    config = RunConfig("http://lax.test", "k", profile="full", token_ceiling=50)
+    report = run(config, fair, transport=httpx.MockTransport(LaxServer()))
+    got = {r.id: r.outcome for r in report.results}
+    assert (got["b:spends"], got["b:middle"]) == (Outcome.PASSED, Outcome.SKIPPED)
+    assert report.ceiling_skipped == ["b:middle"]
+    assert report.ceiling_needed == report.tokens + 40  # the premises spent a few too
+    assert exit_code(report) is ExitCode.CONFORMANT
+
+
+def test_a_request_past_its_price_by_its_own_token_ids_is_a_finding_and_prices_the_rest() -> None:
     """Token ids (evidence, not a claim) past a request's price: a finding of the check that sent
-    it, and no request that could generate goes out after it; every such check is UNPROVEN."""
+    it; later requests are priced by that overshoot (issue 63, item 4: x3 and 20 tokens over, with
+    the margin) and still sent, each past what it allows a finding of its own; an answer past
+    even that price halts the run, and every check after it is UNPROVEN."""
 
     class Past(LaxServer):  # streams honour max_tokens (the premise passes); answers do not
+        def __init__(self) -> None:
+            super().__init__()
+            self.factor = {10: 3, 20: 3, 30: 9}  # by max_tokens: c:further goes past the price
+
         def __call__(self, request: httpx.Request) -> httpx.Response:
             if request.method == "POST" and not json.loads(request.content).get("stream"):
                 body = json.loads(request.content)
                 if body.get("max_tokens", 0) > 2:
                     self.posts.append(body)
-                    ids = [0] * (3 * body["max_tokens"])
+                    ids = [0] * (self.factor.get(body["max_tokens"], 1) * body["max_tokens"])
                     return httpx.Response(
                         200,
                         json={
@@ -599,8 +623,10 @@ def test_a_request_past_its_price_by_its_own_token_ids_is_a_finding_and_halts_th
     checks = [
         Check("a:past", _post({"max_tokens": 10}), doc="d", tokens=10),
         Check("b:after", _post({"max_tokens": 20}), doc="d", tokens=20),
+        Check("c:further", _post({"max_tokens": 30}), doc="d", tokens=30),
+        Check("d:last", _post({"max_tokens": 40}), doc="d", tokens=40),
     ]
-    config = RunConfig("http://lax.test", "k", profile="full", token_ceiling=500)
+    config = RunConfig("http://lax.test", "k", profile="full", token_ceiling=2000)
     report = run(config, checks, transport=httpx.MockTransport(Past()))
     got = {r.id: r for r in report.results}
     assert got["a:past"].outcome is Outcome.FAILED
@@ -609,12 +635,17 @@ def test_a_request_past_its_price_by_its_own_token_ids_is_a_finding_and_halts_th
         "the usage says 10 completion tokens; the answer shows 30 (its token ids "
         "or logprob rows): the gate counts what it received",
     ]
-    assert got["b:after"].outcome is Outcome.UNPROVEN
-    assert got["b:after"].reason == (
-        "not run: the server generated 30 tokens for a request priced at 10: a "
-        "request's price cannot be bounded, so none that could generate is sent"
-    )
     assert got["a:past"].tokens == 30  # the meter's count, not the usage's 10
+    # priced at ceil(20 x 3 x 1.25) + 20 = 95 after the overshoot: sent, 60 within it, a finding
+    assert got["b:after"].outcome is Outcome.FAILED and got["b:after"].tokens == 60
+    assert got["b:after"].findings[0].message.startswith("the server generated 60 tokens")
+    # 270 for a price of ceil(30 x 3 x 1.25) + 20 = 133: past even that, the run halts
+    assert got["c:further"].outcome is Outcome.FAILED and got["c:further"].tokens == 270
+    assert got["d:last"].outcome is Outcome.UNPROVEN
+    assert got["d:last"].reason.startswith(
+        "not run: the server generated 270 tokens for a request priced at 30, past even the "
+        "price the overshoot seen before gives it (133)"
+    )
 
 
 class DropsFirst(LaxServer):
