@@ -43,6 +43,7 @@ def scrape(ctx: Context, read: Callable[[str], T]) -> T:
         with httpx.Client(
             transport=bounded, timeout=ctx.config.timeout, headers={"Accept-Encoding": IDENTITY}
         ) as http:
+            ctx.client.wait_turn()  # --rate-limit paces every request the gate sends
             resp = http.get(ctx.config.metrics_url)
     except httpx.HTTPError as exc:
         ctx.stop(f"GET {ctx.config.metrics_url}: no HTTP response: {type(exc).__name__}: {exc}")

@@ -40,8 +40,6 @@ EXTRAS = PYPROJECT["project"]["optional-dependencies"]
 DOCKERFILES = sorted((ROOT / "docker").glob("*.Dockerfile"))
 # What a CI gate must not pull in: the servers and their web framework.
 SERVER_MODULES = {"flask", "werkzeug", "gunicorn", "mock_server", "reference_impl", "api_server"}
-# ... nor what only the servers' core needs (numpy: steering vectors; docs/ci.md's install)
-SERVER_ONLY = {"numpy"}
 # Bounds, not assertions: a hung install or server fails the test instead of hanging CI.
 PIP_TIMEOUT_S = 900
 RUN_TIMEOUT_S = 300
@@ -331,7 +329,7 @@ def _gate_without_a_server(gate: Venv, tmp_path: Path) -> None:
             "import conformance.cli.main, conformance.checks, conformance.engine.runner, conformance.reports\n"
             "from contract import spec\n"
             "print(json.dumps({'spec': str(spec().path),\n"
-            f"  'installed': [m for m in {sorted(SERVER_MODULES | SERVER_ONLY)!r} if importlib.util.find_spec(m)],\n"
+            f"  'installed': [m for m in {sorted(SERVER_MODULES)!r} if importlib.util.find_spec(m)],\n"
             f"  'imported': [m for m in sys.modules if m.split('.')[0] in {sorted(SERVER_MODULES)!r}]}}))"
         ),
         cwd=tmp_path,
@@ -344,7 +342,7 @@ def _gate_without_a_server(gate: Venv, tmp_path: Path) -> None:
     assert found["spec"].endswith("site-packages/contract/openapi.yaml")
     # The wheel carries the servers' packages, but not what they run on (schemathesis brings
     # werkzeug, which the suite does not import); nothing of them is imported.
-    assert not {"flask", "gunicorn", *SERVER_ONLY} & set(found["installed"])
+    assert not {"flask", "gunicorn"} & set(found["installed"])
     assert found["imported"] == []
     # A whole run without Flask installed: against the checkout's mock, from the checkout's
     # interpreter under gunicorn (werkzeug's development server fails robust:'s HTTP checks);
@@ -549,6 +547,8 @@ def test_the_ci_jobs_install_the_conformance_extra_and_run_the_suite_with_a_juni
         assert runs and any(run == ["--version"] for run in runs), kind
         (suite,) = [parser().parse_args(run) for run in runs if run != ["--version"]]
         assert suite.junit and job.count(suite.junit) >= 2, kind  # written, then published
+        # a deployment with keys refuses an unknown one: checked, not skipped on every deployment
+        assert suite.wrong_key_expected, kind
         if suite.baseline:  # committed beside the deployment's code: the job checks it out
             baselines.append(suite.baseline)
             assert "actions/checkout" in job and suite.json, kind
