@@ -91,6 +91,15 @@ class ServerConfig:
     }
 
     def __post_init__(self) -> None:
+        # keys: a string is read as --keys reads it (`a,b`), never matched as a substring; any
+        # other collection becomes a tuple of strings, or the config is refused
+        keys = self.keys
+        if isinstance(keys, str):
+            object.__setattr__(self, "keys", parse_keys(keys))
+        elif keys is not None:
+            if not all(isinstance(k, str) and k for k in keys):
+                raise ConfigError(f"{self.option('keys')} must be keys (strings), got {keys!r}")
+            object.__setattr__(self, "keys", tuple(keys))
         for name, bound in self.bounds.items():
             value = getattr(self, name)
             if value is not None and not bound.holds(value):

@@ -39,6 +39,8 @@ class Contract:
         self.defaults: dict[str, Any] = api.defaults("CompletionRequest")
         self._add_special: bool = self.defaults["add_special_tokens"]
         self._caps = TokenCaps(api)
+        # the fields a null may leave out: the API's own; any other is unknown, null or not
+        self._known = frozenset(api.schema("CompletionRequest")["properties"])
 
     # The compiled validators (~20 ms, more on a busy machine): built on first use, or by prepare().
     @cached_property
@@ -79,11 +81,16 @@ class Contract:
         Diagnostics and the conformance suite want them all; a server wants the first,
         which is what validate_completion raises.
         """
-        body = {k: v for k, v in body.items() if v is not None}
+        body = self._nulls_left_out(body)
         schema_errors = list(self.request_schema.iter_errors(body))
         yield from schema_errors
         if not schema_errors:
             yield from self.rules.iter_errors(body)
+
+    def _nulls_left_out(self, body: dict[str, Any]) -> dict[str, Any]:
+        """The body with each field the API knows that is null left out (its default); a field
+        it does not know stays, whatever its value, for the schema to refuse (Unknown field)."""
+        return {k: v for k, v in body.items() if v is not None or k not in self._known}
 
     def validate_completion(
         self, body: Any, models: Mapping[str, ModelInfo] | None = None
@@ -91,7 +98,7 @@ class Contract:
         """Check a parsed body; `models` overrides the spec's (a deployment's max_model_len)."""
         if not isinstance(body, dict):
             raise InvalidJson.from_template("not_json_object")
-        body = {k: v for k, v in body.items() if v is not None}
+        body = self._nulls_left_out(body)
         schema = self.request_schema
         schema.validate(body)
         body = schema.coerce(body)

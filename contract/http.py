@@ -91,8 +91,8 @@ class Preflight:
                     raise ChatRefused.from_template("chat_refused")
             elif stage == "transfer_coding":
                 check_transfer_coding(headers.get("Transfer-Encoding"))
-            else:  # media_type
-                check_media_type(headers.get("Content-Type"))
+            else:  # media_type: the type, and its coding (a gzip body is not JSON to read)
+                check_media_type(headers.get("Content-Type"), headers.get("Content-Encoding"))
         return Admitted(route, key)
 
 
@@ -115,6 +115,9 @@ def check_transfer_coding(transfer_encoding: str | None) -> None:
         raise UnsupportedTransferCoding.from_template("unsupported_transfer_coding")
 
 
-def check_media_type(content_type: str | None) -> None:
+def check_media_type(content_type: str | None, content_encoding: str | None = None) -> None:
     if (content_type or "").split(";")[0].strip().lower() != "application/json":
         raise UnsupportedMediaType.from_template("unsupported_media_type")
+    codings = [c.strip(" \t").lower() for c in (content_encoding or "").split(",")]
+    if any(c not in ("", "identity") for c in codings):
+        raise UnsupportedMediaType.from_template("unsupported_content_coding")

@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from api_server.children import remove_at_exit
 from api_server.config import ConfigError, parse_keys, parse_max_model_len
 from api_server.serve import PORT, add_arguments, options_of, prepare, serve
 from api_server.state import state_of
@@ -177,7 +178,9 @@ def config_from(args: argparse.Namespace) -> MockConfig:
     )
     if config.budget_tokens is not None and config.budget_dir is None and not config.budget_url:
         # Made before the fork, so that every worker spends from the same file.
-        config = dataclasses.replace(config, budget_dir=tempfile.mkdtemp(prefix="mock-budget-"))
+        budget_dir = tempfile.mkdtemp(prefix="mock-budget-")
+        remove_at_exit(budget_dir)  # the master's: its workers' exits leave it
+        config = dataclasses.replace(config, budget_dir=budget_dir)
     return config
 
 

@@ -360,6 +360,10 @@ def live_mock(*options: str) -> Iterator[LiveMock]:
         _owned(chosen)
     port = chosen if chosen is not None else free_port()
     options = tuple(rest)
+    if not any(o == "--graceful-timeout" or o.startswith("--graceful-timeout=") for o in options):
+        # a test's mock has nothing to drain when its block ends: a client's idle keep-alive
+        # connection (a session-scoped client) would hold the stop for the whole graceful timeout
+        options = ("--graceful-timeout", "0", *options)
     env = {k: v for k, v in os.environ.items() if not k.startswith("MOCK_")}
     # the log goes to a file: a pipe no one reads fills at 64 KiB and the server then blocks
     # on its next log line (issue 44: a mock with --log-level debug wedged at request 935)

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 
 from api_server.budget.protocol import Budget, key_id, redacted
 from api_server.budget.sqlite import BudgetStore, Unlimited
+from api_server.children import remove_at_exit
 
 if TYPE_CHECKING:
     from api_server.config import ServerConfig
@@ -40,6 +41,8 @@ def open_budget(config: ServerConfig) -> Budget:
         from api_server.budget.redis import RedisBudget  # redis is loaded only when used
 
         return RedisBudget(url, config.budget_tokens)
-    return BudgetStore(
-        config.budget_dir or tempfile.mkdtemp(prefix="api-budget-"), config.budget_tokens
-    )
+    directory = config.budget_dir
+    if directory is None:  # the process's own file, gone with it (an in-process mock's too)
+        directory = tempfile.mkdtemp(prefix="api-budget-")
+        remove_at_exit(directory)
+    return BudgetStore(directory, config.budget_tokens)

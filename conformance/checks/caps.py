@@ -167,12 +167,13 @@ def context_limit(ctx: Context) -> None:
     _accepted(ctx, _body(ctx, ctx.max_model_len - 1, max_tokens=1))
 
 
-@register("caps:context.limit+1", tags=("caps",), worst=1)
+@register("caps:context.limit+1", tags=("caps",), worst=2)
 def context_past(ctx: Context) -> None:
-    """A prompt of max_model_len token ids and max_tokens 1: 400 context_length_exceeded."""
+    """A prompt of max_model_len - 1 token ids and max_tokens 2: one past the context together,
+    400 context_length_exceeded, param max_tokens (the field whose value does not fit)."""
     length = ctx.max_model_len
     _fits_body(ctx, length)
-    reply = ctx.client.post(ctx.api.completions_path, _body(ctx, length, max_tokens=1))
+    reply = ctx.client.post(ctx.api.completions_path, _body(ctx, length - 1, max_tokens=2))
     ctx.expect_error(
         reply,
         token_rule_body(
@@ -180,9 +181,22 @@ def context_past(ctx: Context) -> None:
             "context_length",
             max_model_len=length,
             total=length + 1,
-            prompt_tokens=length,
-            max_tokens=1,
+            prompt_tokens=length - 1,
+            max_tokens=2,
         ),
+    )
+
+
+@register("caps:context.prompt_alone", tags=("caps",), worst=1)
+def context_prompt_alone(ctx: Context) -> None:
+    """A prompt of max_model_len token ids with max_tokens 1: the prompt alone leaves no token,
+    400 context_length_exceeded, param prompt (no max_tokens could help)."""
+    length = ctx.max_model_len
+    _fits_body(ctx, length)
+    reply = ctx.client.post(ctx.api.completions_path, _body(ctx, length, max_tokens=1))
+    ctx.expect_error(
+        reply,
+        token_rule_body(ctx.api, "prompt_too_long", max_model_len=length, prompt_tokens=length),
     )
 
 

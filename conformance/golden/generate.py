@@ -116,6 +116,15 @@ class FieldCases(_Cases):
                 400,
                 self.invalid(name, m["unknown_field"].format(field=name)),
             )
+        for name in ("best_of", "suffix"):  # null leaves out only a field the API knows
+            yield _case(
+                f"unknown.{name}.null",
+                "refused as an unknown field though null",
+                ["validation"],
+                {**self.base, name: None},
+                400,
+                self.invalid(name, m["unknown_field"].format(field=name)),
+            )
         for name in req["required"]:
             body = {k: v for k, v in self.base.items() if k != name}
             yield _case(
@@ -566,6 +575,23 @@ class CapCases(_Cases):
             ),
         )
         yield _case(
+            "caps.prompt_too_long.with_max_tokens",
+            "a prompt of max_model_len with max_tokens given: the prompt is the field to fix",
+            t,
+            {
+                **b,
+                "prompt": {"$token_ids": {"count": m.max_model_len, "id": FILLER}},
+                "max_tokens": 2,
+            },
+            400,
+            self.rule(
+                "prompt_too_long",
+                "x-token-rules",
+                max_model_len=m.max_model_len,
+                prompt_tokens=m.max_model_len,
+            ),
+        )
+        yield _case(
             "caps.min_tokens.at",
             "min_tokens = max_tokens",
             t,
@@ -912,6 +938,15 @@ class HttpCases(_Cases):
             415,
             _error("unsupported_media_type", msg["unsupported_media_type"], None, self.api),
             headers={"Content-Type": "text/plain"},
+        )
+        yield _case(
+            "http.content_coding",
+            "a body sent with a Content-Encoding (gzip): refused, not read as broken JSON",
+            t,
+            body,
+            415,
+            _error("unsupported_media_type", msg["unsupported_content_coding"], None, self.api),
+            headers={"Content-Encoding": "gzip"},
         )
         yield _case(
             "http.invalid_json",
