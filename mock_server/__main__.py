@@ -128,6 +128,12 @@ def parser() -> argparse.ArgumentParser:
         help="answer from this cassette, at its recorded times",
     )
     tape.add_argument(
+        "--replay-speed",
+        type=_speed,
+        default=_env("REPLAY_SPEED", "1"),
+        help="replay this many times faster than recorded (0: every chunk at once; default 1)",
+    )
+    tape.add_argument(
         "--replay-miss",
         choices=("error", "engine"),
         default=_env("REPLAY_MISS", "error"),
@@ -217,7 +223,24 @@ def tape_app(args: argparse.Namespace, config: MockConfig, create_app: Any) -> A
     api = state_of(app).contract.api  # the mock's own
     if args.record:
         return Recorder(args.record, Path(args.cassette), api, app)
-    return Replayer(Path(args.replay), api, app, misses_to_local=args.replay_miss == "engine")
+    return Replayer(
+        Path(args.replay),
+        api,
+        app,
+        misses_to_local=args.replay_miss == "engine",
+        speed=args.replay_speed,
+    )
+
+
+def _speed(raw: str) -> float:
+    """--replay-speed: a factor of at least 0 (0: no waits)."""
+    try:
+        value = float(raw)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {raw!r}") from None
+    if not value >= 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be at least 0 (0: no waits), got {raw!r}")
+    return value
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -27,6 +27,7 @@ import base64
 import fcntl
 import io
 import json
+import logging
 import threading
 import time
 import urllib.parse
@@ -43,17 +44,21 @@ from api_server.responses import REQUEST_ID, dumps
 from api_server.state import STATE, state_of
 from contract import ApiError, Contract, Message, Spec
 from contract.errors import error_class
+from mock_server import gateway
 from mock_server.pieces import masked_answer
+from mock_server.replayed import asked_of, counted, faulted, paced, played
 from mock_server.tape import (
     Secrets,
     data_of,
     differing,
+    error_shape,
     load,
     match_key,
 )
 
 __all__ = ["Recorder", "Replayer", "match_key"]
 
+log = logging.getLogger(__name__)
 WSGIApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
 HOP_BY_HOP = (
     "host",
@@ -223,6 +228,7 @@ class Recorder:
         self.extensions = {STATE: state_of(local)}
         self.left_out = {h.lower() for h in api.mock_cassette["left_out_headers"]}
         self.client = httpx.Client(timeout=httpx.Timeout(timeout, connect=10.0))
+        self.error_shape = error_shape(api)
         if not path.exists() or path.stat().st_size == 0:
             self._append(
                 {
@@ -235,13 +241,26 @@ class Recorder:
     def __call__(
         self, environ: dict[str, Any], start_response: Callable[..., Any]
     ) -> Iterable[bytes]:
+        gate = gateway.answered(environ, start_response, self.api, self.answer.errors)
+        if gate is not None:  # in front of the API, as live: X-Mock-Gateway
+            return gate
         early = _entered(self, environ, start_response)
         return early if early is not None else self._take(environ, start_response)
 
     def _take(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
         method, path, body = environ["REQUEST_METHOD"], target(environ), environ["acs.body"]
+        route = path.split("?")[0]
+        try:  # the X-Mock-* headers are the mock's: applied here, never sent to the upstream
+            asked = asked_of(state_of(self.local), environ, method, route, body)
+        except ApiError as error:
+            return self.answer.error(error, start_response)
+        prefix = self.api.mock_faults["header_prefix"].lower()
         # identity: a compressed answer could not be masked (one still compressed is decoded)
-        headers = [h for h in request_headers(environ) if h[0].lower() != "accept-encoding"]
+        headers = [
+            h
+            for h in request_headers(environ)
+            if h[0].lower() != "accept-encoding" and not h[0].lower().startswith(prefix)
+        ]
         headers.append(("Accept-Encoding", "identity"))
         secrets = Secrets(self.api, self.secrets)
         secrets.of_headers(headers)
@@ -274,7 +293,9 @@ class Recorder:
             f"{resp.status_code} {resp.reason_phrase}",
             [(k, v) for k, v in kept if k.lower() not in HOP_BY_HOP],
         )
-        return self._relay(
+        if asked is not None and asked.ttft_s:
+            time.sleep(asked.ttft_s)
+        relayed = self._relay(
             resp,
             secrets,
             {
@@ -288,6 +309,10 @@ class Recorder:
             },
             began,
         )
+        stream = resp.headers.get("content-type", "").startswith("text/event-stream")
+        if stream and asked is not None and asked.stream:  # the client's; the cassette, whole
+            return faulted(relayed, asked, self.answer.errors, time.sleep)
+        return relayed
 
     def _relay(
         self, resp: httpx.Response, secrets: Secrets, exchange: dict[str, Any], began: float
@@ -314,7 +339,20 @@ class Recorder:
             exchange["response"]["chunks"] = [_chunk(t, data) for t, data in written]
             if end is not None:
                 exchange["response"]["end"] = end
+            if not stream and resp.status_code >= 400 and not self._api_shaped(chunks):
+                # replayed as recorded, it would teach a client's tests a shape the API never has
+                log.warning(
+                    "recorded %s %s: the upstream's %d is not in the API's error shape "
+                    "(ErrorBody): a front's page, or another server's words",
+                    exchange["method"],
+                    exchange["path"],
+                    resp.status_code,
+                )
             self._append(exchange)
+
+    def _api_shaped(self, chunks: list[tuple[float, bytes]]) -> bool:
+        """Whether an error answer's body is the API's ErrorBody."""
+        return self.error_shape(b"".join(data for _, data in chunks))
 
     def _append(self, line: dict[str, Any]) -> None:
         # one line a write, under a lock on the file: the workers share the cassette
@@ -335,12 +373,15 @@ class Replayer:
         local: WSGIApp,
         misses_to_local: bool = False,
         sleep: Callable[[float], Any] = time.sleep,
+        speed: float = 1.0,
     ) -> None:
         self.path, self.answer, self.local, self.sleep = path, _Answer(api), local, sleep
         self.api, self.misses_to_local, self.own = api, misses_to_local, _own(api)
+        self.speed = speed  # recorded times divided by it; 0: every chunk at once
         # what the API's workers read of an app (its State): the mock's
         state = state_of(local)
         self.extensions = {STATE: state}
+        self.state = state
         self.contract, self.keys = state.contract, state.config.keys
         self.routes = {r.path for r in api.routes}
         self.tape = load(path, api)
@@ -350,6 +391,9 @@ class Replayer:
     def __call__(
         self, environ: dict[str, Any], start_response: Callable[..., Any]
     ) -> Iterable[bytes]:
+        gate = gateway.answered(environ, start_response, self.api, self.answer.errors)
+        if gate is not None:  # in front of the API, as live: X-Mock-Gateway
+            return gate
         refused = self._preflight(environ)
         if refused is not None:
             return self.answer.error(refused, start_response)
@@ -388,16 +432,38 @@ class Replayer:
             return self.answer.error(
                 self._miss(method, written_path, written_body, key), start_response
             )
+        route = path.split("?")[0] if path.split("?")[0] in self.routes else None
+        try:  # what its X-Mock-* headers ask, as of the engine's answer (Faults.asked)
+            asked = asked_of(self.state, environ, method, route, body)
+        except ApiError as error:
+            self.state.metrics.responded(route, self.answer.errors.status(error), error.code)
+            return self.answer.error(error, start_response)
         with self._lock:
             n = self.used.get(key, 0)
             self.used[key] = n + 1
         response = self.tape.exchange(recorded[min(n, len(recorded) - 1)])["response"]
-        status = response["status"]
-        start_response(
-            f"{status} {httpx.codes.get_reason_phrase(status)}",
-            [(k, v) for k, v in response["headers"] if k.lower() not in HOP_BY_HOP],
+        status, end = response["status"], response.get("end")
+        times, data = paced(response["chunks"], data_of, asked, self.speed)
+        counted(self.state.metrics, route, status, data)
+        headers = [(k, v) for k, v in response["headers"] if k.lower() not in HOP_BY_HOP]
+        stream = any(
+            k.lower() == "content-type" and v.startswith("text/event-stream") for k, v in headers
         )
-        return self._chunks(response["chunks"], time.monotonic(), response.get("end"))
+        if not stream and end is None:  # a whole body: its length, as the live answer has it
+            headers.append(("Content-Length", str(sum(len(d) for d in data))))
+        start_response(f"{status} {httpx.codes.get_reason_phrase(status)}", headers)
+        body_out = played(times, data, time.monotonic(), self.sleep)
+        if stream and asked is not None and asked.stream:
+            body_out = faulted(body_out, asked, self.answer.errors, self.sleep)
+        return self._ended(body_out, end)
+
+    @staticmethod
+    def _ended(chunks: Iterator[bytes], end: str | None) -> Iterator[bytes]:
+        """A body recorded cut (dropped, or left by its client) is cut here too, after its last
+        chunk: no end of the chunked body."""
+        yield from chunks
+        if end is not None:
+            raise Dropped()
 
     def _miss(self, method: str, path: str, body: bytes, key: str) -> ApiError:
         """The 404 naming the request and the recorded one of its method and path that differs
@@ -426,14 +492,3 @@ class Replayer:
             digest=key[:16],
             closest=closest,
         )
-
-    def _chunks(self, chunks: list[list[Any]], began: float, end: str | None) -> Iterator[bytes]:
-        """The recorded chunks at their times; a body recorded cut (dropped, or left by its
-        client) is cut here too, after its last chunk: no end of the chunked body."""
-        for chunk in chunks:
-            wait = chunk[0] - (time.monotonic() - began)
-            if wait > 0:
-                self.sleep(wait)
-            yield data_of(chunk)
-        if end is not None:
-            raise Dropped()

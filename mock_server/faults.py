@@ -44,6 +44,7 @@ RETRY_AFTER = "X-Mock-Retry-After"
 STALL_AFTER = "X-Mock-Stream-Stall-After"
 STALL_MS = "X-Mock-Stall-Ms"
 DROP_AFTER = "X-Mock-Stream-Drop-After"
+GATEWAY = "X-Mock-Gateway"  # read in front of the API (mock_server/gateway.py)
 _WHOLE = re.compile(r"[0-9]+")
 _DECIMAL = re.compile(r"[0-9]+(?:\.[0-9]+)?")
 HEADERS = (
@@ -58,6 +59,7 @@ HEADERS = (
     STALL_AFTER,
     STALL_MS,
     DROP_AFTER,
+    GATEWAY,
 )
 
 
@@ -69,7 +71,7 @@ def check_spec(api: Spec) -> None:
         raise RuntimeError(f"openapi.yaml lacks the mock's headers {missing} or x-mock-faults")
 
 
-def _invalid(
+def invalid(
     faults: dict[str, Any], header: str, expected: str, codes: tuple[str, ...] = ()
 ) -> InvalidRequest:
     text = faults["expected"][expected].format(
@@ -125,7 +127,7 @@ def _number(
         except ValueError:
             pass
     if not math.isfinite(value) or not 0 <= value <= most:
-        raise _invalid(faults, name, expected or ("count" if integer else "milliseconds"))
+        raise invalid(faults, name, expected or ("count" if integer else "milliseconds"))
     return value
 
 
@@ -168,11 +170,11 @@ class Faults:
         self.known = frozenset(name.lower() for name in self.known_headers)
         self.seen = SeenCounts()  # here, before gunicorn forks: one count for every worker
 
-    def engine(self, headers: Headers, req: CompletionRequest, engine: Engine) -> Engine:
-        """The engine for this request, observed in vLLM's metrics (if any): `engine`, or `engine`
-        with the load model, the latency and the stream faults asked for. A forced status
-        is raised here: after validation, before the Budget holds anything, as the real
-        API refuses a request; a full queue is refused when the engine starts."""
+    def asked(self, headers: Headers, req: CompletionRequest) -> Asked:
+        """What this request's headers (and the configured rates) ask of the mock, a forced
+        status raised (after validation, before the Budget holds anything, as the real API
+        refuses a request) and each stream fault's error filled in: what the engine runs with,
+        and what a replayed answer does (cassette.Replayer), so a header means the same in both."""
         config = self.settings()
         mine = mock_headers(self.api.mock_faults, headers, self.known_headers, self.known)
         deltas = req.max_tokens * req.n * len(req.prompts)  # a stream's most choice deltas
@@ -194,6 +196,15 @@ class Faults:
             if req.stream
             else ()
         )
+        return asked._replace(stream=faults)
+
+    def engine(self, headers: Headers, req: CompletionRequest, engine: Engine) -> Engine:
+        """The engine for this request, observed in vLLM's metrics (if any): `engine`, or `engine`
+        with the load model, the latency and the stream faults asked for (`asked`); a full
+        queue is refused when the engine starts."""
+        config = self.settings()
+        asked = self.asked(headers, req)
+        faults = asked.stream
         # from when the server took the request up: a load tool's TTFT counts the stack's queue
         clock = RequestClock(config.loaded or bool(asked.ttft_s or asked.tpot_s), received())
         if config.loaded:
@@ -356,7 +367,7 @@ def read(
         # compared as text: a hostile value is never made a number
         forced = {str(s): s for s in statuses}.get(raw.strip())
         if forced is None:
-            raise _invalid(faults, STATUS, "status")
+            raise invalid(faults, STATUS, "status")
     elif config.fault_rate and rng.random() < config.fault_rate:
         forced = rng.choice(chosen or statuses)
     fail_first = (
@@ -417,7 +428,7 @@ def _stream_faults(
         after = rng.randrange(max_tokens)
     code = headers.get(STREAM_ERROR_CODE)
     if code is not None and code.strip() not in stream_error_codes(api):
-        raise _invalid(faults, STREAM_ERROR_CODE, "code", stream_error_codes(api))
+        raise invalid(faults, STREAM_ERROR_CODE, "code", stream_error_codes(api))
     if code is not None and after is None and not config.stream_error_rate:
         raise _idle(faults, STREAM_ERROR_CODE, faults["idle"]["stream_error_code"])
     if after is not None:

@@ -13,6 +13,7 @@ from contract import ModelInfo, Spec, spec
 from mock_server.config import MockConfig
 from mock_server.fake_engine import FakeEngine
 from mock_server.faults import Faults
+from mock_server.gateway import Gateway
 
 
 def create_app(
@@ -40,6 +41,8 @@ def create_app(
         hook.seen.reset()
         return "", 204
 
+    # in front of everything the app does, as a gateway stands (Flask's way to wrap its app)
+    app.wsgi_app = Gateway(app.wsgi_app, api)  # type: ignore[method-assign]
     # The mock's own route, as /metrics is the server's: no part of the API, so no key.
     app.add_url_rule(
         api.mock_faults["reset_path"],

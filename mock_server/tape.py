@@ -13,12 +13,14 @@ from __future__ import annotations
 
 import base64
 import binascii
+import copy
 import hashlib
 import json
+import logging
 import os
 import re
 import urllib.parse
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -27,6 +29,8 @@ import fastjsonschema
 
 from api_server.config import ConfigError
 from contract import Spec
+
+log = logging.getLogger(__name__)
 
 
 def data_of(chunk: list[Any]) -> bytes:
@@ -202,7 +206,7 @@ def load(path: Path, api: Spec, name: str = "--replay") -> Tape:
     number, or a cassette recorded under another openapi.yaml)."""
     conf = api.mock_cassette
     header = fastjsonschema.compile(conf["header_schema"])
-    exchange = fastjsonschema.compile(conf["exchange_schema"])
+    exchange = fastjsonschema.compile(_bounded_times(conf["exchange_schema"], api))
     tape = Tape(path)
     first = True
     for number, offset, length, raw in _lines(path, int(conf["max_line_bytes"]), name):
@@ -215,6 +219,9 @@ def load(path: Path, api: Spec, name: str = "--replay") -> Tape:
         try:
             line = json.loads(raw)
         except (ValueError, RecursionError) as exc:
+            if not raw.endswith(b"\n") and not first:  # the last line, cut: a recorder killed
+                log.warning("%s %s: line %d is cut (no end of line): left out", name, path, number)
+                continue
             raise bad(f"not JSON ({exc})") from None
         try:
             (header if first else exchange)(line)
@@ -239,6 +246,32 @@ def load(path: Path, api: Spec, name: str = "--replay") -> Tape:
     if first:
         raise ConfigError(f"{name} {path}: not a cassette: empty")
     return tape
+
+
+def error_shape(api: Spec) -> Callable[[bytes], bool]:
+    """Whether a body is the API's error shape (ErrorBody): what a recorded error should be."""
+    validate = fastjsonschema.compile(api.schema("ErrorBody"))
+
+    def shaped(body: bytes) -> bool:
+        try:
+            validate(json.loads(body))
+        except (ValueError, RecursionError, fastjsonschema.JsonSchemaException):
+            return False
+        return True
+
+    return shaped
+
+
+def _bounded_times(schema: dict[str, Any], api: Spec) -> dict[str, Any]:
+    """The exchange schema with a chunk's time at most the API's wait (x-caps.wait_seconds): a
+    time past it (1e9, or milliseconds written for seconds) is refused at start, never waited."""
+    bounded = copy.deepcopy(schema)
+    when = bounded["properties"]["response"]["properties"]["chunks"]["items"]["items"][0]
+    when["maximum"] = api.caps["wait_seconds"]
+    when["description"] = (
+        f"the seconds since the request began, from 0 to the API's wait ({api.caps['wait_seconds']})"
+    )
+    return bounded
 
 
 def _why(exc: fastjsonschema.JsonSchemaException) -> str:

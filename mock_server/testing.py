@@ -220,9 +220,33 @@ class MockTransport(httpx.WSGITransport):
             client.delete(path).raise_for_status()
 
 
-def transport(config: MockConfig | None = None, **settings: Any) -> MockTransport:
-    """An httpx transport that serves every request with a mock in this process."""
-    return MockTransport(app=_app(config, settings))
+def transport(
+    config: MockConfig | None = None,
+    *,
+    replay: str | Path | None = None,
+    replay_miss: str = "error",
+    replay_speed: float = 1.0,
+    **settings: Any,
+) -> MockTransport:
+    """An httpx transport that serves every request with a mock in this process; with `replay`,
+    from that cassette, as `acs-mock --replay` (`replay_miss`, `replay_speed`: its
+    --replay-miss and --replay-speed)."""
+    app = _app(config, settings)
+    if replay is not None:
+        from mock_server.cassette import Replayer
+
+        if replay_miss not in ("error", "engine"):
+            raise ValueError(f"replay_miss: 'error' or 'engine', not {replay_miss!r}")
+        if not replay_speed >= 0:
+            raise ValueError(f"replay_speed: at least 0 (0: no waits), not {replay_speed!r}")
+        app = Replayer(
+            Path(replay),
+            state_of(app).contract.api,
+            app,
+            misses_to_local=replay_miss == "engine",
+            speed=replay_speed,
+        )
+    return MockTransport(app=app)
 
 
 async def _awaited(future: Future[Any], timeout: float | None, request: httpx.Request) -> Any:
@@ -301,7 +325,8 @@ class AsyncMockTransport(httpx.AsyncBaseTransport):
 
 
 def async_transport(config: MockConfig | None = None, **settings: Any) -> AsyncMockTransport:
-    """An httpx async transport that serves every request with a mock in this process."""
+    """An httpx async transport that serves every request with a mock in this process (the
+    same settings as `transport`, `replay` included)."""
     return AsyncMockTransport(transport(config, **settings))
 
 
