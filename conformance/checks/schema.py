@@ -231,11 +231,15 @@ class Ledger:
             again.elapsed = timedelta(seconds=time.monotonic() - start)  # as a session times it
             return again
 
+        method, path = _text(request.method), urlsplit(_text(request.url)).path
+        sent = request.body.encode() if isinstance(request.body, str) else request.body
+        body = sent if isinstance(sent, bytes) else None  # requests' prepared body: bytes here
         return self.client.paced(
             send,
-            f"{_text(request.method)} {urlsplit(_text(request.url)).path}",
+            f"{method} {path}",
             first=resp,
             discard=requests.Response.close,
+            price=self.client.ledger.worst_case(method, path, body),  # each 429 sent again
         )
 
     def close(self) -> None:

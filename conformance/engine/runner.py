@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import re
 import time
 import traceback
 from collections.abc import Callable, Iterator, Sequence
@@ -22,7 +23,8 @@ from conformance.wire.ledger import OVER_CEILING, Halted, OverCeiling
 from conformance.wire.secrets import SECRETS
 from conformance.wire.token_cost import CostModel
 from conformance.wire.twins import Twins
-from contract import Spec
+from contract import ModelInfo, Spec
+from contract.tokens import decode, encode
 from contract.version import versions
 
 MODELS_PATH = "/v1/models"
@@ -84,13 +86,14 @@ RESENT = "the connection was closed before an answer"  # the start of a resend's
 UNDERSTATED = "the usage says"  # the start of an understated usage's
 OVERCLAIMED = "the usage claims"  # the start of a usage past what its request allows
 OUTRUN = "a plain answer runs past max_tokens"  # the start of a counted twin's finding
+UNBOUND = "a counted twin is not bound to its ids:"  # a twin's text its ids do not decode to
 
 
-def _client_findings(client: Client, since: tuple[int, int, int, int, int]) -> list[Finding]:
+def _client_findings(client: Client, since: tuple[int, int, int, int, int, int]) -> list[Finding]:
     """What the client saw while a check ran that is the server's doing: requests past their
     price, usage below what an answer shows or past what the request allows, connections
     dropped before an answer."""
-    over, under, resent, claimed, outrun = since
+    over, under, resent, claimed, outrun, unbound = since
     found = [
         Finding(
             f"{OVERSPEND} {o.spent} tokens for a request priced at {o.priced} (its prompts x n x "
@@ -135,6 +138,16 @@ def _client_findings(client: Client, since: tuple[int, int, int, int, int]) -> l
     ]
     found += [
         Finding(
+            f"{UNBOUND} its choice {u.index}'s text ({u.text_chars} characters) is not what its "
+            f"{u.ids} token ids decode to: the ids count nothing of the text they came with",
+            expected="a text its token ids decode to",
+            received={"ids": u.ids, "text_chars": u.text_chars},
+            exchange=u.exchange,
+        )
+        for u in (client.twins.unbound[unbound:] if client.twins else [])
+    ]
+    found += [
+        Finding(
             f"{RESENT} ({r.error}); the suite sent the request again on a new connection, the lost attempt "
             f"charged at its price ({r.charged} tokens)",
             expected="an answer",
@@ -146,7 +159,7 @@ def _client_findings(client: Client, since: tuple[int, int, int, int, int]) -> l
     return found
 
 
-def _marks(client: Client) -> tuple[int, int, int, int, int]:
+def _marks(client: Client) -> tuple[int, int, int, int, int, int]:
     ledger = client.ledger
     return (
         len(ledger.overspends),
@@ -154,6 +167,7 @@ def _marks(client: Client) -> tuple[int, int, int, int, int]:
         len(client.resends),
         len(ledger.overclaimed),
         len(client.twins.outrun) if client.twins else 0,
+        len(client.twins.unbound) if client.twins else 0,
     )
 
 
@@ -342,6 +356,19 @@ def metrics_answer(url: str | None, timeout: float) -> None:
         raise ConfigError(f"--metrics-url {url} answers 404 (no such page): {fix}")
 
 
+def texts(model: ModelInfo, special: re.Pattern[str] | None, ids: list[int]) -> tuple[str, str]:
+    """What `ids` decode to by the model's tokenizer: without its special tokens (`special`,
+    x-models special_token_pattern: as vLLM writes a text by default), and with them
+    (skip_special_tokens false)."""
+    plain = [i for i in ids if special is None or not special.fullmatch(decode(model, [i]))]
+    return decode(model, plain), decode(model, ids)
+
+
+def text_tokens(model: ModelInfo, text: str) -> int:
+    """The tokens `text` holds by the model's tokenizer, no special token added."""
+    return len(encode(model, text, add_special_tokens=False))
+
+
 def connect(config: RunConfig, transport: httpx.BaseTransport | None = None) -> Context:
     """A Context for `config` (checked against its spec, `config.api`), after GET /v1/models;
     the caller closes ctx.client."""
@@ -363,7 +390,15 @@ def connect(config: RunConfig, transport: httpx.BaseTransport | None = None) -> 
             CostModel.of(config.api, ctx.max_model_len),
         )
         assert config.seed is not None  # RunConfig draws one
-        client.twins = Twins(config.seed, config.api.greedy_below)
+        pattern = config.api.special_token_pattern(config.model)
+        special = re.compile(pattern) if pattern else None
+        client.twins = Twins(
+            config.seed,
+            config.api.greedy_below,
+            decode=functools.partial(texts, ctx.spec_model, special),
+        )
+        # a plain answer's text counted by the model's tokenizer (the core's: contract.tokens)
+        client.ledger.count_text = functools.partial(text_tokens, ctx.spec_model)
         return ctx
     except BaseException:
         client.close()

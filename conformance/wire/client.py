@@ -35,7 +35,7 @@ import httpx
 
 from conformance.wire import jsontext
 from conformance.wire.exchange import Exchange, quote
-from conformance.wire.ledger import Ledger, OverCeiling
+from conformance.wire.ledger import Ledger, OverCeiling, may_have_generated
 from conformance.wire.sdk import client_headers
 from conformance.wire.secrets import MASKED, MIN_SECRET, SECRETS
 from conformance.wire.sse import Parsed, parse_lines
@@ -422,6 +422,7 @@ class Client:
                     (method, path, content, None),
                 ),
                 f"{method} {path}",
+                price=worst,
             )
         except httpx.TransportError as exc:
             exchange.error = f"{type(exc).__name__}: {exc}"
@@ -439,6 +440,8 @@ class Client:
         exchange.response_body = _shown(answer)
         if resp.status_code == 200:
             self.ledger.count(reply.data if reply.is_json else None, content, worst, exchange)
+        elif may_have_generated(resp.status_code):  # every attempt, whatever its status
+            self.ledger.add(self.ledger.priced(worst))
         if observe:
             self._observe(method, path, content, reply)
         if resp.status_code == 200 and self.twins is not None and self._generating(method, path):
@@ -502,6 +505,8 @@ class Client:
                         self.ledger.count(
                             reply.data if reply.is_json else None, content, worst, exchange
                         )
+                    elif may_have_generated(resp.status_code):
+                        self.ledger.add(self.ledger.priced(worst))
                     self._observe("POST", path, content, reply)
                     return reply
                 events = 0
@@ -555,13 +560,15 @@ class Client:
         answer: Callable[[R], tuple[int | None, Mapping[str, str]]] = _status_and_headers,
         discard: Callable[[R], None] = _keep,
         requests: int = 1,
+        price: int = 0,
     ) -> R:
         """What `send` gets in its turn; with --rate-limit, a 429 with Retry-After within the
         bound is waited out and sent again (each try in its turn), `discard` freeing it.
 
         `first`: an answer already got in its turn (schemathesis's, from its own session);
         `answer`: its status (None: no HTTP answer) and headers; `requests`: how many requests
-        one `send` writes (pipelined ones), each taking its turn.
+        one `send` writes (pipelined ones), each taking its turn; `price`: what an attempt
+        answered 429 and sent again is charged (the server may have generated before its 429).
         """
         if first is None:
             for _ in range(requests):
@@ -574,6 +581,7 @@ class Client:
             if wait is None:
                 break
             discard(resp)
+            self.ledger.add(self.ledger.priced(price))
             tries += 1
             time.sleep(wait)
             for _ in range(requests):
@@ -622,7 +630,8 @@ class Client:
                 ("POST", path, content, stop_after_events),
             )
 
-        resp = self.paced(send, f"POST {path}", discard=httpx.Response.close)
+        price = self.ledger.worst_case("POST", path, content, stop_after_events)
+        resp = self.paced(send, f"POST {path}", discard=httpx.Response.close, price=price)
         try:
             yield resp
         finally:

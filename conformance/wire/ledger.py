@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import math
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,6 +32,12 @@ from conformance.wire.token_cost import CostModel
 # it cheap (closes a stream after its first chunk, or lets it stop at once).
 CHEAP_TOKENS = 16
 OVER_CEILING = "over the token ceiling"
+
+
+def may_have_generated(status: int | None) -> bool:
+    """Whether an answer of `status` may come after the server generated: a 429 or a 5xx may
+    (a rate limit or a failure after the work; the gate cannot tell), a 4xx refusal may not."""
+    return status is not None and (status == 429 or status >= 500)
 
 
 class OverCeiling(Exception):
@@ -94,6 +101,8 @@ class Ledger:
         self.halted: str | None = None
         # the first answer past what its request allowed: every later price is inflated by it
         self.overshoot: Overshoot | None = None
+        # a text's tokens by the model's tokenizer (the runner sets it): a plain answer's count
+        self.count_text: Callable[[str], int] | None = None
 
     def priced(self, allowed: int) -> int:
         """A request's price: what it allows, inflated by an overshoot seen (Overshoot)."""
@@ -168,7 +177,7 @@ class Ledger:
         """A 200 without stream, by the gate's meter (conformance.wire.meter.answer)."""
         body = self._body(content)
         price = self.cost.sequence(body) if self.cost is not None else worst
-        metered = meter.answer(data, body, price, worst)
+        metered = meter.answer(data, body, price, worst, self.count_text)
         self._claimed(metered.claim, body, exchange)
         self._spend(metered, worst, exchange)
 
@@ -242,9 +251,13 @@ class Ledger:
         `_claimed`'s."""
         self.add(metered.tokens)
         shown = metered.exact or 0
+        # text alone, re-tokenized: evidence only past the slack re-tokenizing needs
+        read = metered.read if metered.exact is None and metered.read is not None else 0
         with self._lock:
             if self.cost is not None and shown > priced:
                 self._overspent(Overspend(exchange, priced, shown))
+            elif self.cost is not None and read > priced + meter.slack(priced):
+                self._overspent(Overspend(exchange, priced, read))
             if metered.understated:
                 self.understated.append(Overspend(exchange, metered.claim or 0, metered.exact or 0))
 
@@ -261,8 +274,8 @@ class Ledger:
         answer at the request's price, a 200 by what it shows (JSON or a stream; `unfinished`, a
         stream read in part, at its price too)."""
         worst = self.worst_case(method, path, sent)
-        if status is None:
-            self.add(worst)
+        if status is None or may_have_generated(status):
+            self.add(self.priced(worst))
         elif status == 200:
             try:
                 data: Any = jsontext.loads(answer)

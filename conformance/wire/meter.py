@@ -7,7 +7,12 @@ the tokens an answer shows, and takes the claim only where it is larger.
   exactly; with `echo` the rows hold the prompt too, so they count as nothing exact.
 - A choice of text alone shows no count: it is charged at its price, the longest sequence
   the request allows (token_cost.CostModel.sequence), which a server that honours max_tokens
-  (premise:max_tokens) cannot pass.
+  (premise:max_tokens) cannot pass, or at its text's tokens by the model's tokenizer where
+  more (`count_text`): a server that runs past max_tokens where its answer shows no count is
+  charged for what it wrote. Re-tokenizing a generation's text gives at most a few tokens more
+  than were generated (merges across the tokens' seams; measured with the mock at temperature 2:
+  5 more at most, at 16 and at 256 tokens), so only text past its price by RETOKENIZE_SLACK
+  (`slack`) is evidence of a server that went past max_tokens.
 - A stream counts its chunks: each carries at least one token (one with text), or as many
   as its `token_ids` or rows show.
 
@@ -17,10 +22,19 @@ hides tokens it generated, reported on the check that sent the request.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from conformance.wire.sse import Parsed
+
+RETOKENIZE_SLACK = 8  # tokens re-tokenized text may hold beyond those generated, plus 1/8
+
+
+def slack(price: int) -> int:
+    """How far past `price` a text-alone answer's re-tokenized count may go on a server that
+    honours max_tokens (RETOKENIZE_SLACK and an eighth of the price: the measured excess is 5)."""
+    return RETOKENIZE_SLACK + price // 8
 
 
 @dataclass(frozen=True)
@@ -28,6 +42,7 @@ class Metered:
     tokens: int  # what the meter charges
     exact: int | None  # what the answer shows exactly (None: a choice of text alone)
     claim: int | None  # the usage's completion_tokens (None: none given)
+    read: int | None = None  # its choices' tokens: exact, or its text re-tokenized (None: untold)
 
     @property
     def understated(self) -> bool:
@@ -49,25 +64,42 @@ def _claim(usage: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
 
 
-def answer(data: Any, body: Any, sequence_price: int, worst: int) -> Metered:
-    """A completion without stream: each choice's exact count, or its price; an answer
-    without choices (not the API's shape) at the request's price."""
+def answer(
+    data: Any,
+    body: Any,
+    sequence_price: int,
+    worst: int,
+    count_text: Callable[[str], int] | None = None,
+) -> Metered:
+    """A completion without stream: each choice's exact count, or its price (its text's
+    tokens by `count_text` where more); an answer without choices (not the API's shape) at the
+    request's price."""
     echo = isinstance(body, dict) and bool(body.get("echo"))
     choices = data.get("choices") if isinstance(data, dict) else None
     claim = _claim(data.get("usage") if isinstance(data, dict) else None)
     if not isinstance(choices, list):
         return Metered(max(worst, claim or 0), None, claim)
-    counted, exact = 0, 0
-    all_exact = True
+    counted, exact, read = 0, 0, 0
+    all_exact, all_read = True, count_text is not None
     for choice in choices:
         count = shown(choice, echo) if isinstance(choice, dict) else None
         if count is None:
             all_exact = False
-            counted += sequence_price
+            text = choice.get("text") if isinstance(choice, dict) else None
+            if count_text is not None and isinstance(text, str) and not echo:
+                tokens = count_text(text)
+                read += tokens
+                counted += max(sequence_price, tokens)
+            else:
+                all_read = False
+                counted += sequence_price
         else:
             exact += count
+            read += count
             counted += count
-    return Metered(max(counted, claim or 0), exact if all_exact else None, claim)
+    return Metered(
+        max(counted, claim or 0), exact if all_exact else None, claim, read if all_read else None
+    )
 
 
 def stream_count(parsed: Parsed, body: Any) -> int:

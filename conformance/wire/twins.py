@@ -9,6 +9,10 @@ for length at max_tokens tokens, whose text the plain answer's text runs on past
 answer generated past max_tokens: a finding of the check that sent it (`outrun`), and the ledger
 halts (nothing whose price relies on max_tokens is sent any more).
 
+A twin's text is bound to its token ids: it must be the start of what they decode to (`decode`,
+the model's tokenizer), or the twin is a finding of the check (`unbound`): a server that answers
+the twin with honest ids and the plain answer's long text shows nothing by its count.
+
 Sized (`SHARE`): a server that runs past max_tokens on every plain answer has each caught with odds
 SHARE, so it passes a run of N such answers with odds (1 - SHARE)^N: 0.5^7 < 1% at N = 7 (a full
 run against the mock has 68); and it gets (1 - SHARE) / SHARE = 1 such answer past the meter, on
@@ -21,6 +25,7 @@ from __future__ import annotations
 
 import random
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -51,6 +56,17 @@ COUNTED = "return_token_ids"  # the field that makes an answer show its tokens
 
 
 @dataclass(frozen=True)
+class Unbound:
+    """A counted twin whose text is not what its token ids decode to: its count tells nothing of
+    the text it came with (a server that answers the twin with honest ids and another text)."""
+
+    exchange: Exchange  # the plain answer's (its check's finding)
+    index: int  # the choice
+    ids: int
+    text_chars: int
+
+
+@dataclass(frozen=True)
 class Outrun:
     """A plain answer whose text runs past its counted twin's max_tokens tokens."""
 
@@ -64,12 +80,34 @@ class Outrun:
 class Twins:
     """Chooses plain answers to twin and judges them; safe to share between threads."""
 
-    def __init__(self, seed: int, greedy_below: float, share: float = SHARE) -> None:
+    def __init__(
+        self,
+        seed: int,
+        greedy_below: float,
+        share: float = SHARE,
+        decode: Callable[[list[int]], tuple[str, str]] | None = None,
+    ) -> None:
         self._rng = random.Random(seed)
         self._lock = threading.Lock()
         self.greedy_below, self.share = greedy_below, share
+        # ids -> (their text without special tokens, with them): what binds a twin's text
+        self.decode = decode
         self.eligible = self.sent = 0
         self.outrun: list[Outrun] = []
+        self.unbound: list[Unbound] = []
+
+    def _bound(self, ids: Any, text: Any) -> bool:
+        """Whether a twin's text is what its ids decode to: the start of it (a stop string cuts
+        the text, not the ids; a character cut in two waits for its next token)."""
+        if self.decode is None or not isinstance(ids, list) or not isinstance(text, str):
+            return True
+        if not all(type(i) is int and i >= 0 for i in ids):
+            return False
+        try:
+            plain, special = self.decode(ids)
+        except (KeyError, ValueError, OverflowError):  # an id the tokenizer does not have
+            return False
+        return plain.startswith(text) or special.startswith(text)
 
     def _eligible(self, body: Any, reply: Answer) -> bool:
         if not isinstance(body, dict) or body.get("stream") or body.get(COUNTED):
@@ -107,6 +145,12 @@ class Twins:
             if not found:
                 continue
             ids, text, said = c.get("token_ids"), c.get("text"), found.get("text")
+            if not body.get("echo") and not self._bound(ids, text):
+                with self._lock:
+                    self.unbound.append(
+                        Unbound(reply.exchange, c["index"], len(ids), len(str(text)))
+                    )
+                continue
             if (
                 c.get("finish_reason") == "length"
                 and isinstance(ids, list)

@@ -90,7 +90,9 @@ EXTRA: dict[str, set[str]] = {
 }
 # conformance reads the spec through contract, never the core's validators.
 CONFORMANCE_CONTRACT_NAMES = {"spec", "Spec", "ModelInfo", "SpecError"}
-CONFORMANCE_CONTRACT_MODULES = {"contract.spec", "contract.version"}  # the versions reports record
+# contract.version: the versions reports record; contract.tokens: the model's tokenizer, which
+# counts a plain answer's text (the gate's meter: conformance/wire/meter.py)
+CONFORMANCE_CONTRACT_MODULES = {"contract.spec", "contract.version", "contract.tokens"}
 GENERATOR_CONTRACT_MODULES = {"contract.spec", "contract.tensors"}  # encode_tensor
 # golden/cheap.py (offline, like generate.py) asks the core which refusals stay the same when cheap
 GENERATOR_CONTRACT_NAMES = {"conformance/golden/cheap.py": {"ApiError", "Contract"}}
