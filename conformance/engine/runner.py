@@ -20,6 +20,7 @@ from conformance.engine.results import CheckResult, Finding, Outcome, RunReport
 from conformance.engine.shapes import off_schema
 from conformance.wire.client import AUTH_DEFAULT, AUTH_NONE, Client, Reply, answer_bounds
 from conformance.wire.ledger import OVER_CEILING, Halted, OverCeiling
+from conformance.wire.rows import RowSizes
 from conformance.wire.secrets import SECRETS
 from conformance.wire.token_cost import CostModel
 from conformance.wire.twins import Twins
@@ -86,14 +87,17 @@ RESENT = "the connection was closed before an answer"  # the start of a resend's
 UNDERSTATED = "the usage says"  # the start of an understated usage's
 OVERCLAIMED = "the usage claims"  # the start of a usage past what its request allows
 OUTRUN = "a plain answer runs past max_tokens"  # the start of a counted twin's finding
+OFF_ROW = "a top_logprobs row holds"  # an answer's row off the size its request asked for
 UNBOUND = "a counted twin is not bound to its ids:"  # a twin's text its ids do not decode to
 
 
-def _client_findings(client: Client, since: tuple[int, int, int, int, int, int]) -> list[Finding]:
+def _client_findings(
+    client: Client, since: tuple[int, int, int, int, int, int, int]
+) -> list[Finding]:
     """What the client saw while a check ran that is the server's doing: requests past their
     price, usage below what an answer shows or past what the request allows, connections
     dropped before an answer."""
-    over, under, resent, claimed, outrun, unbound = since
+    over, under, resent, claimed, outrun, unbound, rows = since
     found = [
         Finding(
             f"{OVERSPEND} {o.spent} tokens for a request priced at {o.priced} (its prompts x n x "
@@ -148,6 +152,16 @@ def _client_findings(client: Client, since: tuple[int, int, int, int, int, int])
     ]
     found += [
         Finding(
+            f"{OFF_ROW} {r.size} tokens where the request asked for logprobs {r.asked} ({r.where}): "
+            f"the {r.asked} likeliest, and the sampled token when it is not among them",
+            expected=f"{r.asked} or {r.asked + 1} entries",
+            received=r.size,
+            exchange=r.exchange,
+        )
+        for r in (client.rows.off[rows:] if client.rows else [])
+    ]
+    found += [
+        Finding(
             f"{RESENT} ({r.error}); the suite sent the request again on a new connection, the lost attempt "
             f"charged at its price ({r.charged} tokens)",
             expected="an answer",
@@ -159,7 +173,7 @@ def _client_findings(client: Client, since: tuple[int, int, int, int, int, int])
     return found
 
 
-def _marks(client: Client) -> tuple[int, int, int, int, int, int]:
+def _marks(client: Client) -> tuple[int, int, int, int, int, int, int]:
     ledger = client.ledger
     return (
         len(ledger.overspends),
@@ -168,6 +182,7 @@ def _marks(client: Client) -> tuple[int, int, int, int, int, int]:
         len(ledger.overclaimed),
         len(client.twins.outrun) if client.twins else 0,
         len(client.twins.unbound) if client.twins else 0,
+        len(client.rows.off) if client.rows else 0,
     )
 
 
@@ -392,6 +407,8 @@ def connect(config: RunConfig, transport: httpx.BaseTransport | None = None) -> 
         assert config.seed is not None  # RunConfig draws one
         pattern = config.api.special_token_pattern(config.model)
         special = re.compile(pattern) if pattern else None
+        client.rows = RowSizes()  # every answer's logprob rows, whichever check got them
+        client.observers.append(client.rows.observe)
         client.twins = Twins(
             config.seed,
             config.api.greedy_below,

@@ -36,6 +36,7 @@ import httpx
 from conformance.wire import jsontext
 from conformance.wire.exchange import Exchange, quote
 from conformance.wire.ledger import Ledger, OverCeiling, may_have_generated
+from conformance.wire.rows import RowSizes
 from conformance.wire.sdk import client_headers
 from conformance.wire.secrets import MASKED, MIN_SECRET, SECRETS
 from conformance.wire.sse import Parsed, parse_lines
@@ -339,6 +340,7 @@ class Client:
         self.ledger = Ledger()  # every request priced before it goes, every answer counted
         self.resends: list[Resend] = []
         self.twins: Twins | None = None  # plain answers held to counted twins (the runner's)
+        self.rows: RowSizes | None = None  # every answer's logprob rows held (the runner's)
         # Called with (method, path, request body, reply) after every answer (spec coverage).
         self.observers: list[Callable[[str, str, bytes | None, Reply], None]] = []
         # ... and after an answer to bytes sent on a raw socket: (method, path, body, status,

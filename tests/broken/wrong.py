@@ -124,6 +124,12 @@ def _temperature_clamped(body: Body, _: ModelInfo) -> Body:
     return {**body, "temperature": 1.0} if isinstance(t, (int, float)) and t > 1 else body
 
 
+def _logprobs_capped(body: Body, _: ModelInfo) -> Body:
+    """A proxy that holds logprobs to another vendor's most, 5 (OpenAI's)."""
+    k = body.get("logprobs")
+    return {**body, "logprobs": 5} if isinstance(k, int) and k > 5 else body
+
+
 def _constant_seed(body: Body, _: ModelInfo) -> Body:
     """The seed asked for replaced by the server's one."""
     return {**body, "seed": 0} if "seed" in body else body
@@ -166,6 +172,7 @@ WRONGS: dict[str, Way] = {
     "rows of the sampled token": (None, _rows(_sampled_only)),
     "any top_k as 1": (_top_k_as_1, None),
     "temperature clamped to 1": (_temperature_clamped, None),
+    "logprobs capped at 5": (_logprobs_capped, None),
     **{name: (None, rewrite) for name, rewrite in numbers.REWRITES.items()},
 }
 

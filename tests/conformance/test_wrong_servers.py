@@ -57,10 +57,13 @@ EXPECTED: dict[str, tuple[set[str], set[str]]] = {
     "rows one short": ({"logprobs:consistent"}, SAMPLING_ROWS | {"shape:stream_joins_to_whole"}),
     "rows of the sampled token": (
         {"logprobs:consistent"},
-        SAMPLING_ROWS | {"shape:stream_joins_to_whole"},
+        SAMPLING_ROWS | {"shape:stream_joins_to_whole", "golden:range.logprobs.maximum.at"},
     ),
     "any top_k as 1": ({"effects:top_k.sampled"}, {"effects:temperature.scale"}),
     "temperature clamped to 1": ({"effects:temperature.scale"}, set()),
+    # every answer's rows are held to the logprobs asked (conformance/wire/rows.py), the golden
+    # case that asks for the most among them
+    "logprobs capped at 5": ({"golden:range.logprobs.maximum.at"}, set()),
     # numbers that are not one model's (tests/broken/numbers.py, issue 43): each its model:
     # check; an echo one late is also what lm-eval's arithmetic reads, and rows, layers, a
     # capture or choices that are wrong show in the checks that read them too
