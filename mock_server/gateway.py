@@ -7,9 +7,8 @@ replayed."""
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from http import HTTPStatus
 from typing import Any
-
-import httpx
 
 from api_server.engine import Dropped
 from api_server.responses import REQUEST_ID, dumps
@@ -38,7 +37,7 @@ def answered(
         body = dumps(errors.body(error, rid))
         status = errors.status(error)
         start_response(
-            f"{status} {httpx.codes.get_reason_phrase(status)}",
+            f"{status} {HTTPStatus(status).phrase}",
             [
                 ("Content-Type", "application/json"),
                 ("Content-Length", str(len(body))),
@@ -49,7 +48,7 @@ def answered(
     status, text = page
     html = text.encode()
     start_response(
-        f"{status} {httpx.codes.get_reason_phrase(status)}",
+        f"{status} {HTTPStatus(status).phrase}",
         [
             ("Server", conf["server"]),
             ("Content-Type", "text/html"),

@@ -9,16 +9,18 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from flask import Request
 
 from api_server.engine import Dropped
-from api_server.metrics import ApiMetrics
 from api_server.responses import sse
 from api_server.state import State
 from contract import ApiError, Errors
 from mock_server.faults import Asked, Faults
+
+if TYPE_CHECKING:  # imported by create_app when it runs: api_server/metrics.py says why
+    from api_server.metrics import ApiMetrics
 
 DONE = b"data: [DONE]"
 EVENT_END = b"\n\n"

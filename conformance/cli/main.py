@@ -29,6 +29,7 @@ from typing import Any, NoReturn
 import httpx
 from rich.console import Console
 
+from conformance.cli.names import prog
 from conformance.engine.config import DEFAULT_TOKEN_CEILING, PROFILES, ConfigError, RunConfig
 from conformance.engine.results import ExitCode, exit_code
 from conformance.reports.scrub import scrubbed
@@ -39,12 +40,6 @@ from contract.version import VersionAction
 ENV_BASE_URL = "CONFORMANCE_BASE_URL"
 DIFF = "diff"
 REPLAY = "replay"
-COMMAND = "acs-conformance"  # the installed command (pyproject.toml's [project.scripts])
-
-
-def prog() -> str:
-    """The command as the user typed it: `acs-conformance`, or `python -m conformance`."""
-    return COMMAND if os.path.basename(sys.argv[0] or "") == COMMAND else "python -m conformance"
 
 
 class Parser(argparse.ArgumentParser):

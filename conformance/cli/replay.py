@@ -23,6 +23,7 @@ from typing import Any
 import httpx
 from rich.console import Console
 
+from conformance.cli.names import prog
 from conformance.engine import baseline
 from conformance.engine.config import DEFAULT_TOKEN_CEILING, ConfigError, RunConfig
 from conformance.engine.results import ExitCode, Outcome, exit_code
@@ -32,8 +33,6 @@ from contract import Spec
 
 
 def replay_parser() -> argparse.ArgumentParser:
-    from conformance.cli.main import prog
-
     p = argparse.ArgumentParser(
         prog=f"{prog()} replay",
         description="Run a report's failing checks again and say, per finding, "

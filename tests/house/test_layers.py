@@ -264,6 +264,7 @@ SPEC_CALLS_ALLOWED = {
     ("contract/version.py", "version_line"),
     ("conformance/cli/main.py", "main"),
     ("conformance/cli/main.py", "diff_main"),
+    ("conformance/pytest_suite.py", "run_config"),  # the pytest plugin's entry: its options' spec
     ("conformance/golden/cheap.py", "__main__"),
     ("conformance/golden/record.py", "corpus"),
     ("conformance/golden/record.py", "record"),
