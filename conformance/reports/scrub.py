@@ -10,6 +10,7 @@ may plausibly echo a key (`forms`: the header the suite sent under any scheme, `
 from __future__ import annotations
 
 import io
+from collections.abc import Iterable
 from pathlib import Path
 from typing import IO, Any, cast
 
@@ -20,7 +21,11 @@ from conformance.wire.secrets import SECRETS, Secrets
 
 
 class Scrubber(Secrets):
-    """Masks the given secrets (API keys, a password in a URL) in what the suite writes."""
+    """Masks the given secrets (API keys, a password in a URL) in what the suite writes: whole,
+    in any form, and any piece of 8 characters of one (wire.secrets.Secrets, `pieces`)."""
+
+    def __init__(self, secrets: Iterable[str | None] = ()) -> None:
+        super().__init__(secrets, pieces=True)
 
     def scrub_bytes(self, data: bytes) -> bytes:
         return self.mask_bytes(data)

@@ -112,7 +112,7 @@ def _runs(
     while m is not None:
         end = m.end()
         for tail in starts.get(m.group(), ()):
-            at, k = m.end(), PIECE
+            at, k = m.end(), len(m.group())
             while k < len(tail) and at < len(text) and text[at] == tail[k]:
                 at, k = at + 1, k + 1
             end = max(end, at)
@@ -153,9 +153,14 @@ def _masked(text: str, spans: list[tuple[int, int]]) -> str:
 
 
 class Secrets:
-    """Masks the secrets it holds in text and bytes, and at a cut."""
+    """Masks the secrets it holds in text and bytes, and at a cut; with `pieces`, any run of
+    PIECE characters of one too (what is written: reports, terminal lines). Without (answers as
+    they enter), a secret whole, in any form: a piece of 8 may be the gate's own words (a key
+    "conformance-test-key" and the path "/v1/conformance-unknown-route" an answer quotes), and an
+    answer masked there would be a false finding; what is written of it is masked of pieces."""
 
-    def __init__(self, secrets: Iterable[str | None] = ()) -> None:
+    def __init__(self, secrets: Iterable[str | None] = (), pieces: bool = False) -> None:
+        self.pieces = pieces
         self._lock = threading.Lock()
         self._forms: list[str] = []
         self._text: re.Pattern[str] | None = None
@@ -179,6 +184,9 @@ class Secrets:
             self._bytes = re.compile(b"|".join(re.escape(f.encode()) for f in found))
             starts: dict[str, list[str]] = {}
             for secret in self._secrets:  # its escaped forms are decoded before (_decoded)
+                if not self.pieces:
+                    starts.setdefault(secret, []).append(secret)
+                    continue
                 for i in range(len(secret) - PIECE + 1):
                     starts.setdefault(secret[i : i + PIECE], []).append(secret[i:])
             self._starts = starts

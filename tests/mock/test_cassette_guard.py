@@ -294,13 +294,24 @@ def test_a_stream_recorded_cut_replays_cut(tmp_path: Path) -> None:
     body = {"model": "llama-8b", "prompt": "x", "max_tokens": 6, "stream": True, "ignore_eos": True}
     auth = {"Authorization": f"Bearer {KEY}"}
     cassette = tmp_path / "tape.jsonl"
-    with serve(create_app(MockConfig())) as upstream:
+    mock = create_app(MockConfig())
+
+    def dropping(environ: Environ, start_response: StartResponse) -> Iterable[bytes]:
+        """An upstream that drops the stream itself: the recorder sends no X-Mock-* header on
+        (they are the recording mock's own), so this one is asked by a header of its own."""
+        if "HTTP_X_UPSTREAM_DROP" in environ:
+            environ["HTTP_" + DROP_AFTER.upper().replace("-", "_")] = environ[
+                "HTTP_X_UPSTREAM_DROP"
+            ]
+        return mock(environ, start_response)
+
+    with serve(dropping) as upstream:
         proxy = Recorder(upstream, cassette, API, create_app(MockConfig()))
         with serve(proxy) as url, httpx.Client(base_url=url, timeout=30) as client:
             with (
                 pytest.raises(httpx.RemoteProtocolError),
                 client.stream(
-                    "POST", COMPLETIONS, json=body, headers={**auth, DROP_AFTER: "2"}
+                    "POST", COMPLETIONS, json=body, headers={**auth, "X-Upstream-Drop": "2"}
                 ) as reply,
             ):
                 dropped = []
