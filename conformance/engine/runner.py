@@ -405,6 +405,8 @@ def connect(config: RunConfig, transport: httpx.BaseTransport | None = None) -> 
             CostModel.of(config.api, ctx.max_model_len),
         )
         assert config.seed is not None  # RunConfig draws one
+        # a plain answer's text counted by the model's tokenizer (the core's: contract.tokens)
+        client.ledger.count_text = functools.partial(text_tokens, ctx.spec_model)
         pattern = config.api.special_token_pattern(config.model)
         special = re.compile(pattern) if pattern else None
         client.rows = RowSizes()  # every answer's logprob rows, whichever check got them
@@ -413,9 +415,8 @@ def connect(config: RunConfig, transport: httpx.BaseTransport | None = None) -> 
             config.seed,
             config.api.greedy_below,
             decode=functools.partial(texts, ctx.spec_model, special),
+            count_text=client.ledger.count_text,
         )
-        # a plain answer's text counted by the model's tokenizer (the core's: contract.tokens)
-        client.ledger.count_text = functools.partial(text_tokens, ctx.spec_model)
         return ctx
     except BaseException:
         client.close()

@@ -86,19 +86,22 @@ class Twins:
         greedy_below: float,
         share: float = SHARE,
         decode: Callable[[list[int]], tuple[str, str]] | None = None,
+        count_text: Callable[[str], int] | None = None,
     ) -> None:
         self._rng = random.Random(seed)
         self._lock = threading.Lock()
         self.greedy_below, self.share = greedy_below, share
         # ids -> (their text without special tokens, with them): what binds a twin's text
-        self.decode = decode
+        self.decode, self.count_text = decode, count_text
         self.eligible = self.sent = 0
         self.outrun: list[Outrun] = []
         self.unbound: list[Unbound] = []
 
     def _bound(self, ids: Any, text: Any) -> bool:
         """Whether a twin's text is what its ids decode to: the start of it (a stop string cuts
-        the text, not the ids; a character cut in two waits for its next token)."""
+        the text, not the ids; a character cut in two waits for its next token), or past it by no
+        more than re-tokenizing's slack (meter.slack: a text one token past its ids is a finding
+        of the ids, return_token_ids's, not of the text's length)."""
         if self.decode is None or not isinstance(ids, list) or not isinstance(text, str):
             return True
         if not all(type(i) is int and i >= 0 for i in ids):
@@ -107,7 +110,13 @@ class Twins:
             plain, special = self.decode(ids)
         except (KeyError, ValueError, OverflowError):  # an id the tokenizer does not have
             return False
-        return plain.startswith(text) or special.startswith(text)
+        for decoded in (plain, special):
+            if decoded.startswith(text):
+                return True
+            if text.startswith(decoded) and self.count_text is not None:
+                if self.count_text(text[len(decoded) :]) <= meter.slack(len(ids)):
+                    return True
+        return False
 
     def _eligible(self, body: Any, reply: Answer) -> bool:
         if not isinstance(body, dict) or body.get("stream") or body.get(COUNTED):

@@ -23,7 +23,7 @@ from conformance.cli.main import main
 from conformance.engine.config import DEFAULT_TOKEN_CEILING, RunConfig
 from conformance.engine.draws import Draws
 from conformance.engine.results import ExitCode
-from conformance.engine.runner import OUTRUN, OVERCLAIMED
+from conformance.engine.runner import OUTRUN, OVERCLAIMED, OVERSPEND
 from conformance.wire.ledger import OVER_CEILING
 from conformance.wire.secrets import PIECE
 from mock_server import create_app
@@ -369,20 +369,25 @@ def test_a_server_past_max_tokens_only_in_plain_answers_is_caught_by_a_counted_t
     tmp_path: Path,
 ) -> None:
     """Its answers show no count and its usage says what max_tokens allowed: a plain answer's text
-    runs past its counted twin's, on the check that sent it (issue 53, item 1)."""
+    runs past its price by the model's tokenizer (issue 63, item 2), and past its counted twin's
+    (issue 53, item 1), on the check that sent it."""
     with liar("ignores max_tokens in plain answers") as (server, url):
         code, terminal = gate(url, tmp_path, "--profile", "full")
     report = json.loads((tmp_path / "r.json").read_text())
-    outrun = [
-        (r["id"], f)
+    caught = [
+        (r["id"], f, r["findings"])
         for r in report["results"]
         for f in r["findings"]
-        if f["message"].startswith(OUTRUN)
+        if f["message"].startswith((OUTRUN, OVERSPEND))
     ]
-    assert code == ExitCode.FAILED and outrun, terminal
+    assert code == ExitCode.FAILED and caught, terminal
+    assert any(f["message"].startswith(OVERSPEND) for _, f, _ in caught)  # by its text's tokens
     assert report["seed"] == 1 and report["twins"]["sent"] >= 1, report["twins"]
-    check, finding = outrun[0]
-    assert finding["exchange"]["request"]["body"] is not None and check != "premise:max_tokens"
+    check, finding, findings = caught[0]
+    exchange = finding["exchange"]
+    if "same_as_finding" in exchange:  # an earlier finding of the check quotes the same answer
+        exchange = findings[exchange["same_as_finding"]]["exchange"]
+    assert exchange["request"]["body"] is not None and check != "premise:max_tokens"
 
 
 @pytest.mark.parametrize("way", ["claims one layer", "claims a long context"])
