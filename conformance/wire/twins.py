@@ -113,9 +113,10 @@ class Twins:
         for decoded in (plain, special):
             if decoded.startswith(text):
                 return True
-            if text.startswith(decoded) and self.count_text is not None:
-                if self.count_text(text[len(decoded) :]) <= meter.slack(len(ids)):
-                    return True
+            past = text[len(decoded) :] if text.startswith(decoded) else None
+            count = self.count_text
+            if past is not None and count is not None and count(past) <= meter.slack(len(ids)):
+                return True
         return False
 
     def _eligible(self, body: Any, reply: Answer) -> bool:
