@@ -44,15 +44,15 @@ class TokenCaps:
         caps, rules, defaults = self.caps, self.rules, self.defaults
         stream = bool(body.get("stream", defaults["stream"]))
         longest = max(prompt_tokens)
-        if longest >= model.max_model_len:
-            # the prompt leaves no token to generate, whatever max_tokens says: the prompt is the
-            # field to fix (param), never max_tokens, which no value of could help
-            raise rule_error(
-                rules["prompt_too_long"], max_model_len=model.max_model_len, prompt_tokens=longest
-            )
         max_tokens = body.get("max_tokens")
         if max_tokens is None:
             max_tokens = self.default_max_tokens(longest, model, stream)
+            if max_tokens < 1:
+                raise rule_error(
+                    rules["prompt_too_long"],
+                    max_model_len=model.max_model_len,
+                    prompt_tokens=longest,
+                )
         max_tokens = int(max_tokens)
         n, prompts = int(body.get("n", defaults["n"])), len(prompt_tokens)
         total = prompts * n * max_tokens
@@ -82,6 +82,12 @@ class TokenCaps:
                 cap=caps["max_tokens_without_stream"],
                 max_tokens=max_tokens,
                 minutes=caps["wait_seconds"] // 60,
+            )
+        if longest >= model.max_model_len:
+            # the prompt leaves no token to generate, whatever max_tokens says: the prompt is the
+            # field to fix (param), never max_tokens, which no value of could help
+            raise rule_error(
+                rules["prompt_too_long"], max_model_len=model.max_model_len, prompt_tokens=longest
             )
         if longest + max_tokens > model.max_model_len:
             raise rule_error(
