@@ -40,7 +40,6 @@ import httpx
 from flask import Request
 
 from api_server.engine import Dropped
-from api_server.responses import REQUEST_ID, dumps
 from api_server.state import STATE, state_of
 from contract import ApiError, Contract, Message, Spec
 from contract.errors import error_class
@@ -172,19 +171,7 @@ class _Answer:
         self.limit = int(api.caps["max_body_bytes"])
 
     def error(self, error: ApiError, start_response: Callable[..., Any]) -> list[bytes]:
-        rid = self.errors.new_request_id()
-        body = dumps(self.errors.body(error, rid))
-        status = self.errors.status(error)
-        start_response(
-            f"{status} {httpx.codes.get_reason_phrase(status)}",
-            [
-                ("Content-Type", "application/json"),
-                ("Content-Length", str(len(body))),
-                (REQUEST_ID, rid),
-                *self.errors.headers(error).items(),
-            ],
-        )
-        return [body]
+        return gateway.error_answer(self.errors, error, start_response)
 
     def coded(self, code: str, template: str, **fields: Any) -> ApiError:
         return error_class(code)(Message(text=self.conf[template], fields=fields))

@@ -12,7 +12,7 @@ from typing import Any
 
 from api_server.engine import Dropped
 from api_server.responses import REQUEST_ID, dumps
-from contract import Errors, Spec
+from contract import ApiError, Errors, Spec
 from mock_server.faults import GATEWAY, invalid
 
 WSGIApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
@@ -32,19 +32,7 @@ def answered(
         raise Dropped()  # before start_response: the server closes without a byte
     page = {str(status): (status, text) for status, text in conf["pages"].items()}.get(value)
     if page is None:
-        error = invalid(api.mock_faults, GATEWAY, "gateway")
-        rid = errors.new_request_id()
-        body = dumps(errors.body(error, rid))
-        status = errors.status(error)
-        start_response(
-            f"{status} {HTTPStatus(status).phrase}",
-            [
-                ("Content-Type", "application/json"),
-                ("Content-Length", str(len(body))),
-                (REQUEST_ID, rid),
-            ],
-        )
-        return [body]
+        return error_answer(errors, invalid(api.mock_faults, GATEWAY, "gateway"), start_response)
     status, text = page
     html = text.encode()
     start_response(
@@ -56,6 +44,26 @@ def answered(
         ],
     )
     return [html]
+
+
+def error_answer(
+    errors: Errors, error: ApiError, start_response: Callable[..., Any]
+) -> list[bytes]:
+    """`error` as the API answers it (its body, status, request id and headers), from a WSGI app
+    in front of the API's own (the gateway, the cassette's recorder and replayer)."""
+    rid = errors.new_request_id()
+    body = dumps(errors.body(error, rid))
+    status = errors.status(error)
+    start_response(
+        f"{status} {HTTPStatus(status).phrase}",
+        [
+            ("Content-Type", "application/json"),
+            ("Content-Length", str(len(body))),
+            (REQUEST_ID, rid),
+            *errors.headers(error).items(),
+        ],
+    )
+    return [body]
 
 
 class Gateway:
