@@ -30,7 +30,13 @@ import httpx
 from rich.console import Console
 
 from conformance.cli.names import prog
-from conformance.engine.config import DEFAULT_TOKEN_CEILING, PROFILES, ConfigError, RunConfig
+from conformance.engine.config import (
+    DEFAULT_TOKEN_CEILING,
+    PROFILES,
+    ConfigError,
+    RunConfig,
+    url_secrets,
+)
 from conformance.engine.results import ExitCode, exit_code
 from conformance.reports.scrub import scrubbed
 from conformance.wire.exchange import ENV_API_KEY
@@ -337,6 +343,8 @@ def _refused(args: argparse.Namespace, api: Spec | None, message: str) -> Any:
 
     named = versions(api) if api is not None else {}
     config_secrets = [getattr(args, n, None) for n in ("api_key", "exhausted_key")]
+    for name in ("base_url", "metrics_url"):  # a password or query value in a URL too
+        config_secrets += url_secrets(getattr(args, name, None) or "")
     return RunReport(
         getattr(args, "base_url", None) or os.environ.get(ENV_BASE_URL) or "",  # as given
         getattr(args, "model", None) or "",

@@ -193,8 +193,9 @@ def test_a_ceiling_the_user_set_low_leaves_checks_out_as_the_options_choice(
     [
         ["--base-url", "http://127.0.0.1:{port}", "--api-key", KEY],  # nothing listens
         ["--base-url", "http://127.0.0.1:{port}", "--api-key", KEY, "--profile", "nosuch"],
+        ["--base-url", "http://user:pw-secret-123@127.0.0.1:{port}", "--api-key", KEY],
     ],
-    ids=["unreachable", "usage"],
+    ids=["unreachable", "usage", "a password in the URL"],
 )
 def test_exit_2_writes_every_report_with_its_error(
     cli: Any, args: list[str], tmp_path: Path
@@ -214,7 +215,7 @@ def test_exit_2_writes_every_report_with_its_error(
     markdown = (tmp_path / "r.md").read_text()
     assert markdown.startswith("## ⚠️ Conformance of") and f"**error:** {error}" in markdown
     for path in (tmp_path / f"r.{ext}" for ext in REPORTS):
-        assert KEY not in path.read_text()
+        assert KEY not in path.read_text() and "pw-secret-123" not in path.read_text()
 
 
 # -- the run's options in its report; replay runs a check as it ran ----------------------------
