@@ -353,7 +353,7 @@ class Liar:
         raise ConnectionResetError("reset on purpose")
 
 
-SILENCE_S = 11.0  # past the gate's --timeout in these tests (8 s)
+SILENCE_S = 11.0  # past the gate's --timeout for stream:keepalive in these tests (8 s)
 
 
 def _silence(seconds: float) -> Iterator[bytes]:

@@ -51,8 +51,10 @@ def gate(
     url: str, out: Path, *args: str, transport: httpx.BaseTransport | None = None
 ) -> tuple[int, str]:
     terminal = io.StringIO()
-    # --timeout 8: werkzeug's server, under the liars, hangs on some malformed framing (a finding);
-    # stream:keepalive's verdict waits 7 s (a shorter --timeout is a usage error)
+    # --timeout 5: werkzeug's server, under the liars, hangs on some malformed framing (a finding),
+    # each hang that long; stream:keepalive's verdict waits 7 s (a shorter --timeout is a usage
+    # error), so it runs only where a way selects it, with --timeout 8
+    keepalive = "stream:keepalive" in args
     code = main(
         [
             "--base-url",
@@ -60,8 +62,11 @@ def gate(
             "--api-key",
             KEY,
             "--no-progress",
-            "--timeout",
-            "8",
+            *(
+                ["--timeout", "8"]
+                if keepalive
+                else ["--timeout", "5", "--exclude", "stream:keepalive"]
+            ),
             "--seed",  # the counted twins' draws, the same every run (a test that repeats)
             "1",
             "--json",
@@ -382,7 +387,9 @@ def test_a_server_past_max_tokens_only_in_plain_answers_is_caught_by_a_counted_t
     ]
     assert code == ExitCode.FAILED and caught, terminal
     assert any(f["message"].startswith(OVERSPEND) for _, f, _ in caught)  # by its text's tokens
-    assert report["seed"] == 1 and report["twins"]["sent"] >= 1, report["twins"]
+    # the text's tokens catch it at its first plain answer: a twin may or may not have been sent
+    # before (which plain answers come first depends on the plan), so none is required here
+    assert report["seed"] == 1
     check, finding, findings = caught[0]
     exchange = finding["exchange"]
     if "same_as_finding" in exchange:  # an earlier finding of the check quotes the same answer
