@@ -238,7 +238,9 @@ def test_a_live_mock_that_logs_every_request_never_wedges() -> None:
     stopped at the first log line past it (request 935 with --log-level debug)."""
     from mock_server.testing import live_mock
 
-    with live_mock("--log-level", "debug", "--access-log") as mock:
+    # a graceful stop: its last access line is written before the worker goes (live_mock's own
+    # default, 0, stops at once and may cut it)
+    with live_mock("--log-level", "debug", "--access-log", "--graceful-timeout", "5") as mock:
         with httpx.Client(base_url=mock.url, timeout=10) as client:
             for _ in range(1500):
                 assert (
