@@ -24,6 +24,7 @@ GROUPS = (
     "lens",
     "model",
     "effects",
+    "drawn",
     "isolation",
     "budget",
     "metrics",

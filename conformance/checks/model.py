@@ -20,7 +20,9 @@ from typing import Any
 from conformance.checks.helpers.agree import LOGPROBS, difference
 from conformance.checks.helpers.capture import SLACK, decode_capture
 from conformance.checks.helpers.common import end_layers
+from conformance.engine.config import RunConfig
 from conformance.engine.context import Context
+from conformance.engine.draws import Draws
 from conformance.engine.registry import register
 from conformance.wire.client import Reply
 
@@ -372,13 +374,21 @@ def capture_layers(ctx: Context) -> None:
 # Two samples of a few tokens from neighbouring seeds can be the same text (the mock's likeliest
 # token has half the mass: 2 children of 2 tokens let a server that copies one sample pass 14 of
 # 120 drawn seeds); each child of 4 tokens, both of them, must coincide for a copy to pass.
-N, STEPS = 3, 4
+STEPS = 2  # each child's tokens, held to the sample of its own seed
 
 
-@register("model:n.children", tags=TAGS, tokens=N * STEPS + (N - 1) * STEPS, effects=("n", "seed"))
+def _children_tokens(config: RunConfig) -> int:
+    """Each drawn n's children, and each child but the first alone (engine/draws.py: one n of
+    2-3, one of 4-8, one of 9-16)."""
+    assert config.seed is not None  # RunConfig draws one
+    return sum((2 * n - 1) * STEPS for n in Draws.of(config.seed).n)
+
+
+@register("model:n.children", tags=TAGS, tokens=_children_tokens, effects=("n", "seed"))
 def n_children(ctx: Context) -> None:
     """With a seed, choice j of `n` is the sample of seed + j (vLLM's parallel sampling seeds its
-    children so): independent samples, not one copied; held to each other by the batch rule."""
+    children so): independent samples, not one copied; held to each other by the batch rule. At
+    each of the run's drawn n (one of 2-3, one of 4-8, one of 9-16), every child."""
     body = {
         "prompt": _ids(ctx, 1),
         "max_tokens": STEPS,
@@ -387,15 +397,16 @@ def n_children(ctx: Context) -> None:
         "ignore_eos": True,
     }
     seed = ctx.draws.seed
-    together = _post(ctx, {**body, "n": N, "seed": seed})
-    for j in range(1, N):  # (choice 0 is seed's own: a copy of it shows in the others)
-        alone = _post(ctx, {**body, "n": 1, "seed": seed + j})
-        why = difference(ctx.api, _choice(ctx, alone), _choice(ctx, together, j))
-        ctx.expect(
-            why is None,
-            f"choice {j} of n={N} with seed {seed} is not the sample of seed {seed + j}: {why}",
-            reply=together,
-        )
+    for n in ctx.draws.n:
+        together = _post(ctx, {**body, "n": n, "seed": seed})
+        for j in range(1, n):  # (choice 0 is seed's own: a copy of it shows in the others)
+            alone = _post(ctx, {**body, "n": 1, "seed": seed + j})
+            why = difference(ctx.api, _choice(ctx, alone), _choice(ctx, together, j))
+            ctx.expect(
+                why is None,
+                f"choice {j} of n={n} with seed {seed} is not the sample of seed {seed + j}: {why}",
+                reply=together,
+            )
 
 
 STEPS_SCORED = 2

@@ -135,6 +135,59 @@ def _constant_seed(body: Body, _: ModelInfo) -> Body:
     return {**body, "seed": 0} if "seed" in body else body
 
 
+LONG_PROMPT = 16  # characters: past them the server below forgets what bounds an answer
+
+
+def _long_prompts_unbounded(body: Body, _: ModelInfo) -> Body:
+    """For a text prompt over LONG_PROMPT characters: max_tokens, the seed, stop and min_tokens
+    not applied (a server tried only with short prompts)."""
+    prompt = body.get("prompt")
+    if not (isinstance(prompt, str) and len(prompt) > LONG_PROMPT):
+        return body
+    out = {k: v for k, v in body.items() if k not in ("seed", "stop", "min_tokens")}
+    if isinstance(body.get("max_tokens"), int):
+        out["max_tokens"] = body["max_tokens"] + 8
+    return out
+
+
+def _cut_at_16(body: Body, _: ModelInfo) -> Body:
+    """Every completion cut at 16 tokens (a proxy's own cap)."""
+    k = body.get("max_tokens")
+    return {**body, "max_tokens": 16} if isinstance(k, int) and k > 16 else body
+
+
+def _default_16(body: Body, model: ModelInfo) -> Body:
+    """max_tokens left out read as 16 (the legacy OpenAI default) where the context holds 16,
+    not max_model_len less the prompt."""
+    if body.get("max_tokens") is not None:
+        return body
+    prompt = body.get("prompt")
+    ids = isinstance(prompt, list) and all(isinstance(t, int) for t in prompt)
+    room = model.max_model_len - len(prompt) if ids and isinstance(prompt, list) else 16
+    return {**body, "max_tokens": min(16, room)}
+
+
+def _long_stops_dropped(body: Body, _: ModelInfo) -> Body:
+    """Stop strings of more than one character dropped (a server that matches one-character
+    stops alone)."""
+    stop = body.get("stop")
+    if isinstance(stop, str):
+        return body if len(stop) <= 1 else _without(body, "stop")
+    if isinstance(stop, list):
+        return {**body, "stop": [s for s in stop if len(s) <= 1]}
+    return body
+
+
+def _copied_from_4(sent: Body, data: Body) -> Body:
+    """For n of 4 or more, every choice a copy of the first (its index its own)."""
+    choices = data.get("choices") or []
+    if not (isinstance(sent.get("n"), int) and sent["n"] >= 4 and choices):
+        return data
+    first = choices[0]
+    data["choices"] = [{**json.loads(json.dumps(first)), "index": c["index"]} for c in choices]
+    return data
+
+
 def _rows(cut: Callable[[dict[str, float], str], dict[str, float]]) -> Callable[[Body, Body], Body]:
     def rewrite(sent: Body, data: Body) -> Body:
         for choice in data.get("choices") or []:
@@ -173,6 +226,11 @@ WRONGS: dict[str, Way] = {
     "any top_k as 1": (_top_k_as_1, None),
     "temperature clamped to 1": (_temperature_clamped, None),
     "logprobs capped at 5": (_logprobs_capped, None),
+    "long prompts unbounded": (_long_prompts_unbounded, None),
+    "cut at 16": (_cut_at_16, None),
+    "default max_tokens 16": (_default_16, None),
+    "long stops dropped": (_long_stops_dropped, None),
+    "n of 4 or more copied": (None, _copied_from_4),
     **{name: (None, rewrite) for name, rewrite in numbers.REWRITES.items()},
 }
 
@@ -324,6 +382,68 @@ class SteersInFlight:
                 done = True
                 with self._lock:
                     self._in_flight.remove(vectors)
+
+        try:
+            it = iter(chunks)
+            chunk = next(it, None)
+            while chunk is not None:
+                time.sleep(self.STEP_S)
+                following = next(it, None)
+                if following is None:
+                    leave()
+                yield chunk
+                chunk = following
+        finally:
+            leave()
+            close = getattr(chunks, "close", None)
+            if close is not None:
+                close()
+
+
+class LooseInFlight:
+    """A server that, while a stream is in flight, answers a request without stream with the
+    seed dropped and max_tokens 8 past what was asked (a batch that loses a request's sampling
+    settings when it is not alone); streams paced as SteersInFlight paces them."""
+
+    STEP_S = 0.01
+
+    def __init__(self, app: App) -> None:
+        self.app = app
+        self.streams = 0
+        self._lock = threading.Lock()
+
+    def __call__(self, environ: Environ, start_response: StartResponse) -> Iterable[bytes]:
+        if environ.get("PATH_INFO") != "/v1/completions" or environ.get("REQUEST_METHOD") != "POST":
+            return self.app(environ, start_response)
+        sent: Body = {}
+
+        def rewrite(body: Body) -> Body:
+            sent.update(body)
+            with self._lock:
+                busy = self.streams > 0
+            if not busy or not _valid(body) or body.get("stream"):
+                return body
+            out = _without(body, "seed")
+            if isinstance(body.get("max_tokens"), int):
+                out["max_tokens"] = body["max_tokens"] + 8
+            return out
+
+        Breaker._rewrite_request(environ, rewrite)
+        if not (_valid(sent) and sent.get("stream")):
+            return self.app(environ, start_response)
+        with self._lock:
+            self.streams += 1
+        return self._paced(self.app(environ, start_response))
+
+    def _paced(self, chunks: Iterable[bytes]) -> Iterator[bytes]:
+        done = False
+
+        def leave() -> None:
+            nonlocal done
+            if not done:
+                done = True
+                with self._lock:
+                    self.streams -= 1
 
         try:
             it = iter(chunks)

@@ -5,6 +5,7 @@ effects. The deployments are the mock behind tests/broken/wrong.py's middleware.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 
 import pytest
@@ -15,7 +16,7 @@ from conformance.engine.results import Outcome
 from contract import spec
 from mock_server import create_app
 from mock_server.config import MockConfig
-from tests.broken.wrong import WRONGS, Leaking, SteersInFlight, Wrong, dropping
+from tests.broken.wrong import WRONGS, Leaking, LooseInFlight, SteersInFlight, Wrong, dropping
 from tests.support.paced import PACED_TPOT_MS
 from tests.support.suite import failed, run_suite
 from tests.support.wsgi import serve
@@ -86,6 +87,12 @@ EXPECTED: dict[str, tuple[set[str], set[str]]] = {
         CAPTURED | {"effects:steering.layers_above"},
     ),
     "choices copied": ({"model:n.children"}, {"stream:text_equals_non_stream"}),
+    # issue 63: wrong only where the gate's fixed points never looked; the drawn probes go there
+    "long prompts unbounded": ({"drawn:max_tokens", "drawn:stop"}, {"drawn:beside_stream"}),
+    "cut at 16": ({"drawn:max_tokens"}, {"drawn:beside_stream"}),
+    "default max_tokens 16": ({"drawn:default_max_tokens"}, set()),
+    "long stops dropped": ({"drawn:stop"}, set()),
+    "n of 4 or more copied": ({"model:n.children"}, set()),
     "continuations the likeliest": (
         {"model:probability.total"},
         {"model:lm_eval.loglikelihood", "model:next_token.three_ways"},
@@ -186,6 +193,25 @@ def test_a_batch_that_steers_whatever_is_in_flight_fails_the_same_batch_check_al
         results = run_suite(url, "isolation:steering.same_batch").results
     (paced,) = [r for r in results if r.id == "isolation:steering.same_batch"]
     assert (paced.outcome, paced.reason) == (Outcome.PASSED, "")
+
+
+def test_a_server_loose_beside_a_stream_fails_the_drawn_probes_sent_beside_one() -> None:
+    """A server that drops the seed and lets max_tokens run 8 past while a stream is in flight:
+    drawn:beside_stream fails it, the other probes (sent alone) pass. The mock is paced (a chunk
+    a token, as a GPU writes them), so the stream is in flight when the probes go. In the whole suite its
+    first overshoot (isolation's plain request beside a steered stream) prices the rest past the
+    ceiling; run alone, the probes name what it does."""
+    with serve(LooseInFlight(create_app(MockConfig(tpot_ms=PACED_TPOT_MS)))) as url:
+        report = run_suite(url, "drawn:*")
+    found = failed(report)
+    assert set(found) == {"drawn:beside_stream"}, found
+    assert re.fullmatch(
+        r"a drawn probe \(max_tokens \d+, (greedy|temperature [\d.]+), a prompt of \d+ characters\) "
+        r"sent while a stream was open is not its answer alone: its logprob rows show \d+ tokens",
+        found["drawn:beside_stream"][0],
+    ), found
+    outcome = {r.id: r.outcome for r in report.results}
+    assert outcome["drawn:max_tokens"] is outcome["drawn:stop"] is Outcome.PASSED
 
 
 def test_a_server_that_ignores_steering_passes_no_check_that_steering_leaves_a_text_alone() -> None:

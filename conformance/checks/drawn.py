@@ -1,0 +1,413 @@
+"""drawn:* — the gate's probes drawn from the whole space of requests, per run (engine/draws.py).
+
+The other groups ask a few fixed points: short prompts, small max_tokens, one-character stops.
+A server wrong everywhere else would pass them. These checks send requests drawn from the
+run's seed (draws.py says how they are sized: a server wrong on a quarter of a range fails at
+least 99 runs in 100):
+
+- max_tokens: PROBES prompts cut from the shipped corpus (12 to 320 tokens), each with a
+  max_tokens from 17 to 128 and ignore_eos, half greedy and half seeded at a drawn temperature:
+  each answer shows exactly max_tokens tokens (its logprob rows, at a drawn logprobs) and
+  finish_reason "length", and its usage says so;
+- default_max_tokens: a prompt of max_model_len less a few token ids and no max_tokens generates
+  exactly those few (the documented default, not a server's own);
+- stop: a stop string of 2 to 16 characters taken from each probe's own answer, early in it, sent
+  with the same request: the answer is the probe's text up to the stop string, finish_reason
+  "stop" (half of them streamed);
+- beside_stream: two probes sent again while a longer one is open as a stream: each is its
+  answer alone, and the stream is its own answer too.
+
+The three probe checks share one spend (the probes, asked once by whichever runs first).
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from conformance.checks.helpers.agree import difference
+from conformance.checks.helpers.common import open_stream
+from conformance.engine.config import RunConfig
+from conformance.engine.context import Context
+from conformance.engine.draws import Draws, Probe
+from conformance.engine.registry import register
+from conformance.wire.client import Reply, StreamReply
+
+TAGS = ("drawn",)
+PROMPT_ID = 0  # a max_model_len prompt of token ids: id 0 is in every vocabulary, short in JSON
+
+
+@functools.lru_cache(maxsize=8)
+def _draws(seed: int) -> Draws:
+    return Draws.of(seed)
+
+
+def probes_of(config: RunConfig) -> tuple[Probe, ...]:
+    assert config.seed is not None  # RunConfig draws one
+    return _draws(config.seed).probes
+
+
+def _probe_tokens(config: RunConfig) -> int:
+    return sum(p.max_tokens for p in probes_of(config))
+
+
+def _drawn_tokens(config: RunConfig) -> int:
+    """The one spend the three probe checks share (whichever runs first asks the probes, which
+    the others read again): the probes, their stopped twins, the requests beside a stream."""
+    return _probe_tokens(config) + _stop_tokens(config) + _beside_tokens(config)
+
+
+def rows(ctx: Context, probe: Probe) -> int:
+    """The logprobs a probe asks for: 2 (what agree.difference reads) to the spec's maximum."""
+    top = int(ctx.api.schema("CompletionRequest")["properties"]["logprobs"]["maximum"])
+    return min(top, 2 + int(probe.rows * (top - 1)))
+
+
+def probe_body(ctx: Context, probe: Probe) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "model": ctx.config.model,
+        "prompt": probe.prompt,
+        "max_tokens": probe.max_tokens,
+        "temperature": probe.temperature,
+        "ignore_eos": True,
+        "logprobs": rows(ctx, probe),
+    }
+    if probe.temperature:
+        body["seed"] = probe.seed
+    return body
+
+
+def _said(probe: Probe) -> str:
+    kind = "greedy" if not probe.temperature else f"temperature {probe.temperature}"
+    return f"max_tokens {probe.max_tokens}, {kind}, a prompt of {len(probe.prompt)} characters"
+
+
+def _one_choice(ctx: Context, reply: Reply) -> dict[str, Any]:
+    choices = reply.data.get("choices") if isinstance(reply.data, dict) else None
+    if not (isinstance(choices, list) and len(choices) == 1 and isinstance(choices[0], dict)):
+        ctx.stop("not exactly one choice for one prompt", received=reply.data, reply=reply)
+    choice: dict[str, Any] = choices[0]
+    return choice
+
+
+def answered(ctx: Context, i: int) -> tuple[Reply, dict[str, Any]]:
+    """Probe i's answer, asked once per run (the checks below read it)."""
+    key = ("drawn", i)
+    if key not in ctx.memo:
+        probe = ctx.draws.probes[i]
+        reply = ctx.client.post(ctx.api.completions_path, probe_body(ctx, probe))
+        ctx.expect_status(reply, 200, fatal=True)
+        ctx.memo[key] = reply, _one_choice(ctx, reply)
+    reply, choice = ctx.memo[key]
+    return reply, choice
+
+
+def _shown(choice: dict[str, Any]) -> int | None:
+    lp = choice.get("logprobs")
+    tokens = lp.get("tokens") if isinstance(lp, dict) else None
+    return len(tokens) if isinstance(tokens, list) else None
+
+
+def _length_finding(probe: Probe, reply: Reply, choice: dict[str, Any]) -> str | None:
+    """Why an answer of ignore_eos and max_tokens is not exactly max_tokens long, or None."""
+    want = probe.max_tokens
+    shown = _shown(choice)
+    usage = reply.data.get("usage") if isinstance(reply.data, dict) else None
+    claim = usage.get("completion_tokens") if isinstance(usage, dict) else None
+    if shown != want:
+        return f"its logprob rows show {shown} tokens"
+    if choice.get("finish_reason") != "length":
+        return f"finish_reason {choice.get('finish_reason')!r}, not 'length'"
+    if claim != want:
+        return f"usage.completion_tokens is {claim!r}"
+    return None
+
+
+@register(
+    "drawn:max_tokens",
+    tags=TAGS,
+    tokens=_drawn_tokens,
+    shares="drawn",
+    effects=("max_tokens", "ignore_eos"),
+)
+def max_tokens(ctx: Context) -> None:
+    """Each drawn probe (a corpus prompt, max_tokens 17 to 128, ignore_eos, greedy or seeded)
+    shows exactly max_tokens tokens, finish_reason "length", and usage saying so: every probe,
+    no any-of-N."""
+    off = []
+    for i, probe in enumerate(ctx.draws.probes):
+        reply, choice = answered(ctx, i)
+        why = _length_finding(probe, reply, choice)
+        if why is not None:
+            off.append((probe, why, reply))
+    if off:
+        probe, why, reply = off[0]
+        ctx.fail(
+            f"{len(off)} of {len(ctx.draws.probes)} drawn probes with ignore_eos are not "
+            f"max_tokens long; the first ({_said(probe)}): {why}",
+            expected=probe.max_tokens,
+            reply=reply,
+        )
+
+
+def _default_prompt(ctx: Context) -> int:
+    return ctx.max_model_len - ctx.draws.default_room
+
+
+@register(
+    "drawn:default_max_tokens",
+    tags=TAGS,
+    tokens=lambda config: _draws(config.seed or 0).default_room,
+    effects=("max_tokens",),
+)
+def default_max_tokens(ctx: Context) -> None:
+    """A prompt of max_model_len less a drawn few token ids (17 to 40), ignore_eos and no
+    max_tokens: the documented default (max_model_len less the prompt) generates exactly those
+    few, finish_reason "length"."""
+    room = ctx.draws.default_room
+    length = _default_prompt(ctx)
+    ctx.need_given("max_model_len", f"a prompt of {length} token ids")
+    if 2 * length + 256 > ctx.api.caps["max_body_bytes"]:
+        ctx.skip(f"a prompt of {length} token ids does not fit the body cap")
+    body = {
+        "model": ctx.config.model,
+        "prompt": [PROMPT_ID] * length,
+        "ignore_eos": True,
+        "logprobs": 1,
+    }
+    reply = ctx.client.post(ctx.api.completions_path, body)
+    ctx.expect_status(reply, 200, fatal=True)
+    choice = _one_choice(ctx, reply)
+    shown, reason = _shown(choice), choice.get("finish_reason")
+    ctx.expect(
+        (shown, reason) == (room, "length"),
+        f"a prompt of {length} token ids (max_model_len {ctx.max_model_len}) without max_tokens "
+        f"generated {shown} tokens, finish_reason {reason!r}: the default max_tokens is "
+        f"max_model_len less the prompt, {room}",
+        expected=room,
+        received=shown,
+        reply=reply,
+    )
+
+
+STOP_TOKENS = 24  # the most a stopped twin's max_tokens may be
+MARGIN = 4  # tokens a stopped twin may run past its stop string's last one (within STOP_TOKENS and
+# the probe's max_tokens: a server that ignores the stop writes the whole stop string all the same)
+
+
+def _stop_tokens(config: RunConfig) -> int:
+    """The stopped twins, each of max_tokens at most STOP_TOKENS: a server that ignores the stop
+    runs each to it."""
+    return sum(min(p.max_tokens, STOP_TOKENS) for p in probes_of(config))
+
+
+def stop_tokens(
+    choice: dict[str, Any], end: int, special: Callable[[str], bool] = lambda _: False
+) -> int | None:
+    """How many of a choice's tokens (its logprob rows) reach the text's first `end` characters,
+    or None where the rows do not join to its text (a token of part of a character). A special
+    token (an end token generated under ignore_eos) counts as a token with no text, as
+    skip_special_tokens leaves it out of the text."""
+    lp = choice.get("logprobs")
+    tokens = lp.get("tokens") if isinstance(lp, dict) else None
+    if not isinstance(tokens, list) or not all(isinstance(t, str) for t in tokens):
+        return None
+    shown = ["" if special(t) else t for t in tokens]
+    if "".join(shown) != choice.get("text"):
+        return None
+    length = 0
+    for i, token in enumerate(shown):
+        length += len(token)
+        if length >= end:
+            return i + 1
+    return None
+
+
+def stop_string(text: str, probe: Probe) -> str | None:
+    """The stop string probe takes from its answer's text: stop_chars characters from stop_at
+    (moved to the first character that is not a space), or None where the text is too short."""
+    start = probe.stop_at
+    while start < len(text) and text[start].isspace():
+        start += 1
+    piece = text[start : start + probe.stop_chars]
+    return piece if len(piece) == probe.stop_chars and piece.strip() else None
+
+
+def _text(reply: Reply) -> tuple[str, Any]:
+    """The one choice's text and finish_reason, from a Completion or a stream's chunks."""
+    if not isinstance(reply, StreamReply):
+        choice = reply.data["choices"][0] if isinstance(reply.data, dict) else {}
+        return str(choice.get("text") or ""), choice.get("finish_reason")
+    text, reason = "", None
+    for event in reply.parsed.events:
+        for c in event.payload.get("choices", []) if event.kind == "content" else ():
+            text += c.get("text") or ""
+            reason = c.get("finish_reason") or reason
+    return text, reason
+
+
+@register("drawn:stop", tags=TAGS, tokens=_drawn_tokens, shares="drawn", effects=("stop",))
+def stop(ctx: Context) -> None:
+    """Each probe sent again with a stop string of its answer (2 to 16 characters, early in it):
+    the answer is the text before the stop string's first place, finish_reason "stop"; half of
+    them streamed. Each is sent with max_tokens MARGIN past the stop string's last token, so a
+    server that ignores it writes the stop string. A probe whose answer went another way before
+    the stop string (a near tie, or a seed not kept: other checks' findings) proves nothing here
+    and is counted, as is one whose stop string ends past STOP_TOKENS."""
+    off, other_ways, tried = [], 0, 0
+    for i, probe in enumerate(ctx.draws.probes):
+        _, source = answered(ctx, i)
+        text = str(source.get("text") or "")
+        piece = stop_string(text, probe)
+        if piece is None:
+            continue
+        before = text[: text.find(piece)]
+        reach = stop_tokens(source, len(before) + len(piece), ctx.is_special)
+        most = min(probe.max_tokens, STOP_TOKENS)
+        if reach is None or reach > most:
+            continue
+        body = {**probe_body(ctx, probe), "stop": [piece], "max_tokens": min(reach + MARGIN, most)}
+        del body["logprobs"]
+        tried += 1
+        if probe.stream_stop:
+            reply: Reply = open_stream(ctx, body)
+        else:
+            reply = ctx.client.post(ctx.api.completions_path, body)
+            ctx.expect_status(reply, 200, fatal=True)
+            _one_choice(ctx, reply)
+        got, reason = _text(reply)
+        if piece in got:
+            off.append((probe, piece, f"the stop string is in its text {got[:200]!r}", reply))
+        elif got == before and reason != "stop":
+            off.append((probe, piece, f"finish_reason {reason!r}, not 'stop'", reply))
+        elif got != before:
+            if before.startswith(got) or got.startswith(before):
+                off.append(
+                    (probe, piece, f"the text {got!r}, where {before!r} was before it", reply)
+                )
+            else:
+                other_ways += 1
+    if off:
+        probe, piece, why, reply = off[0]
+        way = "streamed" if probe.stream_stop else "without stream"
+        ctx.fail(
+            f"{len(off)} of {tried} drawn stop strings did not stop their answer; the first, "
+            f"{piece!r} ({_said(probe)}, {way}): {why}",
+            reply=reply,
+        )
+    if not tried:
+        ctx.unproven(
+            f"no probe's answer held a stop string within {STOP_TOKENS} tokens whose rows join "
+            "to its text"
+        )
+    if other_ways == tried:
+        ctx.unproven(
+            f"each of {tried} answers went another way than its probe's before the stop string "
+            "(determinism:seed and effects:temperature.greedy hold a request to its answer)"
+        )
+    left = len(ctx.draws.probes) - tried
+    if other_ways or left:
+        ctx.note(
+            f"{other_ways} of {tried} stopped answers went another way before the stop string; "
+            f"{left} probes sent no stop (their stop string ends past {STOP_TOKENS} tokens)"
+        )
+
+
+HELD = 48  # tokens at least of the stream held open: it outlives the two shortest probes
+
+
+def _beside(config: RunConfig) -> tuple[int, int, int]:
+    """(the held probe: the shortest of HELD tokens or more; a greedy and a seeded probe sent
+    beside it: the shortest of each)."""
+    probes = probes_of(config)
+    held = min(
+        range(len(probes)),
+        key=lambda i: (probes[i].max_tokens < HELD, probes[i].max_tokens),
+    )
+    greedy = min(
+        (i for i, p in enumerate(probes) if not p.temperature and i != held),
+        key=lambda i: probes[i].max_tokens,
+    )
+    seeded = min(
+        (i for i, p in enumerate(probes) if p.temperature and i != held),
+        key=lambda i: probes[i].max_tokens,
+    )
+    return held, greedy, seeded
+
+
+def _beside_tokens(config: RunConfig) -> int:
+    probes = probes_of(config)
+    return sum(probes[i].max_tokens for i in _beside(config))
+
+
+@register(
+    "drawn:beside_stream",
+    tags=("drawn", "isolation"),
+    tokens=_drawn_tokens,
+    shares="drawn",
+    effects=("seed", "max_tokens"),
+)
+def beside_stream(ctx: Context) -> None:
+    """The longest probe held open as a stream while a greedy and a seeded probe are sent beside
+    it: each is its answer alone (the same tokens, or a near tie a batch may turn: agree.py), and
+    so is the stream. Where the stream's last event came before the last of them was sent,
+    nothing may have been in flight beside them: not proven, never a pass."""
+    held, *others = _beside(ctx.config)
+    alone = {i: answered(ctx, i) for i in (held, *others)}
+    first, last = threading.Event(), [0.0]
+
+    def on_event(k: int) -> None:
+        last[0] = time.monotonic()
+        first.set()
+
+    body = {**probe_body(ctx, ctx.draws.probes[held]), "stream": True}
+    with ThreadPoolExecutor(1) as pool:
+        streaming = pool.submit(
+            ctx.client.stream, ctx.api.completions_path, body, on_event=on_event
+        )
+        while not first.wait(0.05) and not streaming.done():
+            pass
+        beside, sent = [], 0.0
+        for i in others:
+            sent = time.monotonic()
+            reply = ctx.client.post(ctx.api.completions_path, probe_body(ctx, ctx.draws.probes[i]))
+            ctx.expect_status(reply, 200, fatal=True)
+            beside.append((i, reply, _one_choice(ctx, reply)))
+        stream_reply = streaming.result()
+    ctx.expect_status(stream_reply, 200, fatal=True)
+    streamed = _joined(stream_reply)
+    wrong = 0
+    for i, reply, choice in [*beside, (held, stream_reply, streamed)]:
+        probe = ctx.draws.probes[i]
+        why = _length_finding(probe, reply, choice) if i != held else None
+        why = why or difference(ctx.api, alone[i][1], choice)
+        what = "the stream held open" if i == held else "sent while a stream was open"
+        wrong += why is not None
+        ctx.expect(
+            why is None,
+            f"a drawn probe ({_said(probe)}) {what} is not its answer alone: {why}",
+            reply=reply,
+        )
+    if not wrong and last[0] <= sent:
+        ctx.unproven(
+            f"the stream of {ctx.draws.probes[held].max_tokens} tokens ended "
+            f"{(sent - last[0]) * 1000:.0f} ms before the last request beside it was sent: they "
+            "may have run alone"
+        )
+
+
+def _joined(reply: Reply) -> dict[str, Any]:
+    """A stream's one choice joined: its text, finish_reason and logprob rows."""
+    out: dict[str, Any] = {"text": "", "logprobs": {"tokens": [], "top_logprobs": []}}
+    for event in reply.parsed.events if isinstance(reply, StreamReply) else ():
+        for c in event.payload.get("choices", []) if event.kind == "content" else ():
+            out["text"] += c.get("text") or ""
+            out["finish_reason"] = c.get("finish_reason") or out.get("finish_reason")
+            lp = c.get("logprobs") if isinstance(c.get("logprobs"), dict) else {}
+            for key in ("tokens", "top_logprobs"):
+                out["logprobs"][key] += lp.get(key) or []
+    return out

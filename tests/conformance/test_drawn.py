@@ -1,0 +1,167 @@
+"""The drawn probes (conformance/engine/draws.py, conformance/checks/drawn.py): drawn per run
+from its seed over the whole range of each dimension, sized so that a server wrong on a quarter
+of a range fails at least 99 runs in 100 (issue 63); the servers wrong where the fixed points
+never looked are in test_wrong_servers.py."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from conformance.checks.drawn import probe_body, rows, stop_string, stop_tokens
+from conformance.engine import draws
+from conformance.engine.draws import Draws, Probe
+from conformance.spec.corpus import sentences
+
+RUNS = range(2000)
+
+
+def _max_tokens(run: int) -> list[int]:
+    return [p.max_tokens for p in Draws.of(run).probes]
+
+
+def test_every_stratum_of_max_tokens_is_drawn_once_in_each_run() -> None:
+    low, high = draws.MAX_TOKENS
+    edges = [
+        math.exp(math.log(low) + i * math.log((high + 1) / low) / draws.PROBES)
+        for i in range(draws.PROBES + 1)
+    ]
+    for run in range(50):
+        values = sorted(_max_tokens(run))
+        assert len(values) == draws.PROBES
+        for i, v in enumerate(values):
+            assert int(edges[i]) <= v <= edges[i + 1], (run, i, v)
+        assert values[0] >= low and values[-1] <= high
+
+
+# Sets of max_tokens a server may be wrong on, each a quarter of the range as the probes draw it
+# (log-uniform): one stretch at either end, and scattered ones (every fourth value; values picked
+# by a multiplicative hash until they make a quarter).
+LOW, HIGH = draws.MAX_TOKENS[0], draws.MAX_TOKENS[1] + 1
+SPAN = math.log(HIGH / LOW)
+
+
+def _measure(v: int) -> float:
+    """The chance a probe's max_tokens is v (it is int() of a log-uniform draw)."""
+    return math.log((v + 1) / v) / SPAN
+
+
+def _quarter(order: list[int]) -> frozenset[int]:
+    out: set[int] = set()
+    for v in order:
+        if sum(map(_measure, out)) >= 0.25:
+            break
+        out.add(v)
+    return frozenset(out)
+
+
+VALUES = list(range(LOW, HIGH))
+QUARTERS = {
+    "the top quarter": _quarter(VALUES[::-1]),
+    "the bottom quarter": _quarter(VALUES),
+    "every fourth value": _quarter(VALUES[::4] + VALUES[1::4]),
+    "a scattered quarter": _quarter(sorted(VALUES, key=lambda v: (v * 2654435761) % 2**32)),
+}
+
+
+def _miss_odds(wrong: frozenset[int]) -> float:
+    """The chance that no probe meets `wrong`: a product over the strata, each the chance that
+    its one draw falls outside (draws.stratified)."""
+    odds = 1.0
+    width = SPAN / draws.PROBES
+    for i in range(draws.PROBES):
+        a, b = math.log(LOW) + i * width, math.log(LOW) + (i + 1) * width
+        inside = sum(max(0.0, min(b, math.log(v + 1)) - max(a, math.log(v))) for v in wrong)
+        odds *= max(0.0, 1 - inside / width)
+    return odds
+
+
+@pytest.mark.parametrize("quarter", QUARTERS)
+def test_a_server_wrong_on_a_quarter_of_max_tokens_meets_a_probe_in_99_runs_of_100(
+    quarter: str,
+) -> None:
+    wrong = QUARTERS[quarter]
+    assert sum(map(_measure, wrong)) >= 0.25
+    assert _miss_odds(wrong) <= 0.75**draws.PROBES <= 0.0101
+    # and the draws are those strata's: the runs that miss it are as few as the odds say (within
+    # three standard deviations of a binomial count over the runs)
+    missed = sum(not wrong & set(_max_tokens(run)) for run in RUNS)
+    odds = _miss_odds(wrong)
+    assert missed <= len(RUNS) * odds + 3 * math.sqrt(len(RUNS) * odds), missed
+    if quarter.startswith("the "):  # one stretch: three strata at least inside it, every run
+        assert _miss_odds(wrong) < 1e-12 and missed == 0
+
+
+def test_probes_cover_the_range_of_each_dimension_and_change_with_the_seed() -> None:
+    seen = [Draws.of(run) for run in range(300)]
+    chars = [len(p.prompt) for d in seen for p in d.probes]
+    assert min(chars) < 60 and max(chars) > 1300
+    stops = {p.stop_chars for d in seen for p in d.probes}
+    assert stops == set(range(draws.STOP_CHARS[0], draws.STOP_CHARS[1] + 1))
+    rooms = {d.default_room for d in seen}
+    assert rooms == set(range(draws.DEFAULT_ROOM[0], draws.DEFAULT_ROOM[1] + 1))
+    for stratum, values in zip(draws.N_STRATA, zip(*(d.n for d in seen), strict=True), strict=True):
+        assert set(values) == set(range(stratum[0], stratum[1] + 1))
+    greedy = [p.temperature == 0 for d in seen for p in d.probes]
+    assert sum(greedy) == len(greedy) // 2
+    assert Draws.of(1).probes != Draws.of(2).probes
+    assert Draws.of(1) == Draws.of(1)
+
+
+def test_the_seeds_other_draws_stay_what_they_were_before_the_probes() -> None:
+    """The probes are drawn after the values a run drew before them: a --seed of an earlier
+    report draws its seed, temperatures and premise prompt again."""
+    d = Draws.of(7)
+    assert (d.seed, d.other_seeds, d.temperatures, d.premise_prompt) == (
+        Draws.of(7).seed,
+        Draws.of(7).other_seeds,
+        Draws.of(7).temperatures,
+        Draws.of(7).premise_prompt,
+    )
+    assert all(any(p.prompt.startswith(s) for s in sentences()) for p in d.probes)
+
+
+def _probe(**kw: object) -> Probe:
+    base = {
+        "prompt": "x",
+        "max_tokens": 20,
+        "temperature": 0.0,
+        "seed": 1,
+        "rows": 0.0,
+        "stop_chars": 4,
+        "stop_at": 3,
+        "stream_stop": False,
+    }
+    return Probe(**{**base, **kw})  # type: ignore[arg-type]
+
+
+def test_a_stop_string_is_taken_from_the_answer_past_its_spaces() -> None:
+    assert stop_string(" the cat sat", _probe(stop_at=4)) == "cat "
+    assert stop_string(" the cat sat", _probe(stop_at=3)) == "e ca"
+    assert stop_string(" the", _probe(stop_at=3)) is None
+    assert stop_string("ab      ", _probe(stop_at=2)) is None
+
+
+def test_a_stop_strings_reach_is_counted_in_the_answers_own_tokens() -> None:
+    choice = {"text": " the cat sat", "logprobs": {"tokens": [" the", " cat", " sat"]}}
+    assert stop_tokens(choice, len(" the c")) == 2
+    assert stop_tokens(choice, len(" the cat sat")) == 3
+    assert stop_tokens({**choice, "text": " the cat"}, 3) is None  # rows that do not join
+    # an end token generated under ignore_eos: in the rows, not in the text
+    ended = {"text": " the cat", "logprobs": {"tokens": [" the", "</s>", " cat"]}}
+    assert stop_tokens(ended, len(" the c")) is None
+    assert stop_tokens(ended, len(" the c"), lambda t: t == "</s>") == 3
+
+
+def test_a_probe_asks_for_rows_across_the_spec_range_and_a_seed_only_when_sampled() -> None:
+    from conformance.engine.config import RunConfig
+    from conformance.engine.context import Context
+
+    ctx = Context.__new__(Context)
+    object.__setattr__(ctx, "config", RunConfig("http://x", "k"))
+    top = ctx.api.schema("CompletionRequest")["properties"]["logprobs"]["maximum"]
+    assert rows(ctx, _probe(rows=0.0)) == 2
+    assert rows(ctx, _probe(rows=0.999)) == top
+    assert "seed" not in probe_body(ctx, _probe())
+    assert probe_body(ctx, _probe(temperature=0.7, seed=5))["seed"] == 5
