@@ -6,23 +6,26 @@ run's seed (draws.py says how they are sized: a server wrong on a quarter of a r
 least 99 runs in 100):
 
 - max_tokens: PROBES prompts cut from the shipped corpus (12 to 320 tokens), each with a
-  max_tokens from 17 to 128 and ignore_eos, half greedy and half seeded at a drawn temperature:
-  each answer shows exactly max_tokens tokens (its logprob rows, at a drawn logprobs) and
+  max_tokens from 17 to 128 and ignore_eos, seeded at a temperature of 0.25 to 2 (every other
+  one up to 1 with a top_p): each answer shows exactly max_tokens tokens (its logprob rows) and
   finish_reason "length", and its usage says so;
 - default_max_tokens: a prompt of max_model_len less a few token ids and no max_tokens generates
   exactly those few (the documented default, not a server's own);
 - stop: a stop string of 2 to 16 characters taken from each probe's own answer, early in it, sent
   with the same request: the answer is the probe's text up to the stop string, finish_reason
   "stop" (half of them streamed);
+- temperature, top_p: the probes' rows hold what they sampled to the temperature (no top_k) and
+  the top_p (0.3 to 0.95) asked;
 - beside_stream: two probes sent again while a longer one is open as a stream: each is its
   answer alone, and the stream is its own answer too.
 
-The three probe checks share one spend (the probes, asked once by whichever runs first).
+The probe checks share one spend (the probes, asked once by whichever runs first).
 """
 
 from __future__ import annotations
 
 import functools
+import math
 import threading
 import time
 from collections.abc import Callable
@@ -31,6 +34,7 @@ from typing import Any
 
 from conformance.checks.helpers.agree import difference
 from conformance.checks.helpers.common import open_stream
+from conformance.checks.helpers.tempered import freedman, likeliest_share, mass_before
 from conformance.engine.config import RunConfig
 from conformance.engine.context import Context
 from conformance.engine.draws import Draws, Probe
@@ -61,10 +65,10 @@ def _drawn_tokens(config: RunConfig) -> int:
     return _probe_tokens(config) + _stop_tokens(config) + _beside_tokens(config)
 
 
-def rows(ctx: Context, probe: Probe) -> int:
-    """The logprobs a probe asks for: 2 (what agree.difference reads) to the spec's maximum."""
-    top = int(ctx.api.schema("CompletionRequest")["properties"]["logprobs"]["maximum"])
-    return min(top, 2 + int(probe.rows * (top - 1)))
+def rows(ctx: Context) -> int:
+    """The logprobs a probe asks for: the spec's maximum (drawn:temperature and drawn:top_p bound
+    what the rest of a row holds by the K likeliest)."""
+    return int(ctx.api.schema("CompletionRequest")["properties"]["logprobs"]["maximum"])
 
 
 def probe_body(ctx: Context, probe: Probe) -> dict[str, Any]:
@@ -74,15 +78,17 @@ def probe_body(ctx: Context, probe: Probe) -> dict[str, Any]:
         "max_tokens": probe.max_tokens,
         "temperature": probe.temperature,
         "ignore_eos": True,
-        "logprobs": rows(ctx, probe),
+        "logprobs": rows(ctx),
+        "seed": probe.seed,
     }
-    if probe.temperature:
-        body["seed"] = probe.seed
+    if probe.top_p is not None:
+        body["top_p"] = probe.top_p
     return body
 
 
 def _said(probe: Probe) -> str:
-    kind = "greedy" if not probe.temperature else f"temperature {probe.temperature}"
+    kind = f"temperature {probe.temperature}"
+    kind += "" if probe.top_p is None else f", top_p {probe.top_p}"
     return f"max_tokens {probe.max_tokens}, {kind}, a prompt of {len(probe.prompt)} characters"
 
 
@@ -135,7 +141,7 @@ def _length_finding(probe: Probe, reply: Reply, choice: dict[str, Any]) -> str |
     effects=("max_tokens", "ignore_eos"),
 )
 def max_tokens(ctx: Context) -> None:
-    """Each drawn probe (a corpus prompt, max_tokens 17 to 128, ignore_eos, greedy or seeded)
+    """Each drawn probe (a corpus prompt, max_tokens 17 to 128, ignore_eos, seeded)
     shows exactly max_tokens tokens, finish_reason "length", and usage saying so: every probe,
     no any-of-N."""
     off = []
@@ -320,23 +326,147 @@ def stop(ctx: Context) -> None:
 HELD = 48  # tokens at least of the stream held open: it outlives the two shortest probes
 
 
+# -- temperature and top_p, read from the seeded probes' rows (no request of their own) ------
+
+CHANCE = 1e-4  # a finding of drawn:temperature by chance: once in 10,000 runs, each side
+
+
+def _rows_of(ctx: Context, choice: dict[str, Any], k: int) -> list[tuple[list[float], float]]:
+    """Each step's K likeliest logprobs (descending) and the sampled token's, where its row shows
+    K distinct tokens (two tokens of one text share a key, and the row says less)."""
+    lp = choice.get("logprobs")
+    values = lp.get("token_logprobs") if isinstance(lp, dict) else None
+    found = lp.get("top_logprobs") if isinstance(lp, dict) else None
+    if not (isinstance(values, list) and isinstance(found, list)):
+        return []
+    out = []
+    for value, row in zip(values, found, strict=False):
+        if not (isinstance(value, (int, float)) and isinstance(row, dict) and len(row) >= k):
+            continue
+        numbers = [v for v in row.values() if isinstance(v, (int, float))]
+        if len(numbers) == len(row):
+            out.append((sorted(numbers, reverse=True)[:k], float(value)))
+    return out
+
+
+def _seeded(ctx: Context) -> list[tuple[Probe, list[tuple[list[float], float]]]]:
+    return [
+        (probe, _rows_of(ctx, answered(ctx, i)[1], rows(ctx)))
+        for i, probe in enumerate(ctx.draws.probes)
+    ]
+
+
+@register(
+    "drawn:temperature",
+    tags=TAGS,
+    tokens=_drawn_tokens,
+    shares="drawn",
+    effects=("temperature",),
+)
+def temperature(ctx: Context) -> None:
+    """The probes (temperatures of 0.25 to 2, no top_k) sample the likeliest token as often as
+    their temperatures allow: below 1 (those without top_p) at least, above 1 at most, as the
+    rows bound it (helpers/tempered.py: each row's K likeliest say how much mass the rest holds);
+    the two sides summed, beyond what chance gives once in 10,000 runs (Freedman's bound over
+    the steps). A server that
+    samples at 1 whatever is asked, where the gate asks with no top_k, fails. Skipped where the
+    rows are too even for a temperature of 1 to fail it in 99 runs of 100."""
+    nats = float(ctx.api.batch_effects["logprob_nats"])
+    sides: dict[str, list[tuple[bool, float, float]]] = {"below": [], "above": []}
+    asked: dict[str, set[float]] = {"below": set(), "above": set()}
+    for probe, steps in _seeded(ctx):
+        if probe.temperature == 1 or probe.top_p is not None:
+            continue
+        side = "below" if probe.temperature < 1 else "above"
+        asked[side].add(probe.temperature)
+        for top, value in steps:
+            if top[1] >= top[0] - 2 * nats:
+                continue  # a near tie: which is the likeliest cannot show
+            least, most = likeliest_share(top, probe.temperature, nats)
+            # below 1: how often another token than the likeliest may be sampled, at most
+            bound = 1 - least if side == "below" else most
+            p = math.exp(top[0])  # the likeliest token's chance at temperature 1
+            hit = value >= top[0] - nats
+            if side == "below":
+                sides[side].append((not hit, bound, 1 - p))
+            else:
+                sides[side].append((hit, bound, p))
+    # one sum over both sides: each step counts what its temperature allows at most (below 1,
+    # another token than the likeliest; above 1, the likeliest), less that bound
+    counted = sides["below"] + sides["above"]
+    if not counted:
+        ctx.skip("no probe at a temperature other than 1 without top_p")
+    excess = sum(s[0] - s[1] for s in counted)
+    most = freedman(sum(min(0.25, s[1] * (1 - s[1])) for s in counted), CHANCE)
+    ones = [s[2] for s in counted]  # what a server at temperature 1 counts, on average
+    at_one = sum(o - s[1] for o, s in zip(ones, counted, strict=True))
+    shown = at_one - freedman(sum(o * (1 - o) for o in ones), 0.01) > most
+    counts = "; ".join(
+        f"{side} 1 ({', '.join(map(str, sorted(asked[side])))}): "
+        f"{'another token than the likeliest' if side == 'below' else 'the likeliest token'} at "
+        f"{sum(x[0] for x in found)} of {len(found)} steps, {sum(x[1] for x in found):.0f} at most "
+        "on average"
+        for side, found in sides.items()
+        if found
+    )
+    ctx.expect(
+        excess <= most,
+        f"the probes without top_k or top_p sampled as at another temperature than asked: at "
+        f"temperatures {counts}; together {excess:.0f} past what the asked temperatures allow on "
+        f"average, where chance goes {most:.0f} past once in {1 / CHANCE:.0f} runs (at "
+        f"temperature 1: about {at_one:.0f})",
+        expected=f"at most {most:.0f} past",
+        received=round(excess),
+    )
+    if not shown:
+        ctx.skip(
+            "the probes' rows are too even for a temperature of 1 to show beside the "
+            "temperatures asked"
+        )
+
+
+@register("drawn:top_p", tags=TAGS, tokens=_drawn_tokens, shares="drawn", effects=("top_p",))
+def top_p(ctx: Context) -> None:
+    """Each token of a probe with a top_p (0.3 to 0.95, at a temperature up to 1) is
+    within the nucleus: the tokens likelier than it hold less than top_p of the mass at that
+    temperature, as its row bounds it from below (helpers/tempered.py). Every token, no
+    statistics: a server that drops top_p samples past it. Skipped where no row could show a
+    token past it."""
+    nats = float(ctx.api.batch_effects["logprob_nats"])
+    past, seen, could = [], 0, False
+    for probe, steps in _seeded(ctx):
+        if probe.top_p is None:
+            continue
+        for j, (top, value) in enumerate(steps):
+            seen += 1
+            could |= mass_before(top, -math.inf, probe.temperature, nats) >= probe.top_p
+            before = mass_before(top, value, probe.temperature, nats)
+            if before >= probe.top_p:
+                past.append((probe, j, before))
+    if past:
+        probe, j, before = past[0]
+        ctx.fail(
+            f"{len(past)} of {seen} tokens sampled with a top_p are past it; the first, token {j} "
+            f"({_said(probe)}): the tokens likelier than it hold {before:.3f} of the mass at "
+            f"that temperature at least, so top_p {probe.top_p} cuts it",
+            expected=f"top_p {probe.top_p}",
+        )
+    if not could:
+        ctx.skip("no seeded probe's row could show a token past its top_p: the rows are too even")
+
+
 def _beside(config: RunConfig) -> tuple[int, int, int]:
-    """(the held probe: the shortest of HELD tokens or more; a greedy and a seeded probe sent
-    beside it: the shortest of each)."""
+    """(the held probe: the shortest of HELD tokens or more; the two probes sent beside it: the
+    shortest others)."""
     probes = probes_of(config)
     held = min(
         range(len(probes)),
         key=lambda i: (probes[i].max_tokens < HELD, probes[i].max_tokens),
     )
-    greedy = min(
-        (i for i, p in enumerate(probes) if not p.temperature and i != held),
-        key=lambda i: probes[i].max_tokens,
-    )
-    seeded = min(
-        (i for i, p in enumerate(probes) if p.temperature and i != held),
-        key=lambda i: probes[i].max_tokens,
-    )
-    return held, greedy, seeded
+    first, second = sorted(
+        (i for i in range(len(probes)) if i != held), key=lambda i: probes[i].max_tokens
+    )[:2]
+    return held, first, second
 
 
 def _beside_tokens(config: RunConfig) -> int:
@@ -352,9 +482,9 @@ def _beside_tokens(config: RunConfig) -> int:
     effects=("seed", "max_tokens"),
 )
 def beside_stream(ctx: Context) -> None:
-    """The longest probe held open as a stream while a greedy and a seeded probe are sent beside
-    it: each is its answer alone (the same tokens, or a near tie a batch may turn: agree.py), and
-    so is the stream. Where the stream's last event came before the last of them was sent,
+    """A probe held open as a stream while the two shortest others are sent beside it: each is
+    its answer alone (the same tokens, or a near tie a batch may turn: agree.py), and so is the
+    stream. Where the stream's last event came before the last of them was sent,
     nothing may have been in flight beside them: not proven, never a pass."""
     held, *others = _beside(ctx.config)
     alone = {i: answered(ctx, i) for i in (held, *others)}

@@ -34,7 +34,12 @@ PROBES = 16  # draws of each dimension: 0.75^16 = 1.0% (above)
 # (their sum is about 16 x 55 = 880 tokens)
 MAX_TOKENS = (17, 128)
 PROMPT_CHARS = (48, 1400)  # a prompt cut from the corpus: about 12 to 320 tokens
-SAMPLED_TEMPERATURES = (0.5, 1.5)  # the seeded half of the probes; the other half is greedy
+# every probe is seeded, at a temperature over the API's range but its greedy 0 (the other checks
+# hold greedy answers): a temperature far from 1 shows (checks/drawn.py: drawn:temperature)
+TEMPERATURES_DRAWN = (0.25, 2.0)
+# every other probe at a temperature up to 1 asks a top_p of these (drawn:top_p); the rest are
+# held to their temperature alone (a top_p keeps the likeliest token more often)
+TOP_P = (0.3, 0.95)
 STOP_CHARS = (2, 16)  # a stop string's characters, taken from a probe's own answer
 STOP_WITHIN = 32  # characters: where in that answer a stop string starts (it stops early: cheap)
 DEFAULT_ROOM = (17, 40)  # tokens a max_model_len prompt leaves to the default max_tokens: past
@@ -56,13 +61,13 @@ def stratified(rng: random.Random, low: float, high: float, *, log: bool = False
 
 @dataclass(frozen=True)
 class Probe:
-    """One request of checks/drawn.py: a corpus prompt, counted tokens, greedy or seeded."""
+    """One request of checks/drawn.py: a corpus prompt, counted tokens, seeded."""
 
     prompt: str
     max_tokens: int
-    temperature: float  # 0: greedy
+    temperature: float
     seed: int
-    rows: float  # the logprobs asked, as a share of the spec's range (checks/drawn.py resolves it)
+    top_p: float | None  # asked by every other probe at a temperature up to 1
     stop_chars: int  # the stop string's length (checks/drawn.py takes it from the answer)
     stop_at: int  # where in the answer's first STOP_WITHIN characters it starts
     stream_stop: bool  # the stopped request is streamed
@@ -71,16 +76,18 @@ class Probe:
 def _probes(rng: random.Random) -> tuple[Probe, ...]:
     tokens = stratified(rng, MAX_TOKENS[0], MAX_TOKENS[1] + 1, log=True)
     chars = stratified(rng, *PROMPT_CHARS, log=True)
-    temperatures = stratified(rng, *SAMPLED_TEMPERATURES)
+    temperatures = [round(t, 2) for t in stratified(rng, *TEMPERATURES_DRAWN)]
+    top_ps = stratified(rng, *TOP_P)
+    cool = [i for i in range(PROBES) if temperatures[i] <= 1]
     stops = stratified(rng, STOP_CHARS[0], STOP_CHARS[1] + 1)
     starts = rng.sample(range(len(sentences())), PROBES)
     return tuple(
         Probe(
             prompt=passage(starts[i], round(chars[i])),
             max_tokens=int(tokens[i]),
-            temperature=0.0 if i % 2 == 0 else round(temperatures[i], 2),
+            temperature=temperatures[i],
             seed=rng.randrange(SEEDS.start, SEEDS.stop),
-            rows=rng.random(),
+            top_p=round(top_ps[i], 3) if i in cool[::2] else None,
             stop_chars=int(stops[i]),
             stop_at=rng.randrange(1, STOP_WITHIN),
             stream_stop=i % 4 < 2,

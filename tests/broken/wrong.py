@@ -178,6 +178,19 @@ def _long_stops_dropped(body: Body, _: ModelInfo) -> Body:
     return body
 
 
+def _temperature_1_without_top_k(body: Body, _: ModelInfo) -> Body:
+    """Sampling at temperature 1 whenever no top_k is set (a server tried with top_k alone)."""
+    t, k = body.get("temperature"), body.get("top_k")
+    unset = k is None or (isinstance(k, int) and k <= 0)
+    return {**body, "temperature": 1.0} if unset and isinstance(t, (int, float)) and t > 0 else body
+
+
+def _top_p_dropped(body: Body, _: ModelInfo) -> Body:
+    """A top_p in [0.01, 1) not applied (a server tried at a tiny top_p alone)."""
+    p = body.get("top_p")
+    return _without(body, "top_p") if isinstance(p, (int, float)) and 0.01 <= p < 1 else body
+
+
 def _copied_from_4(sent: Body, data: Body) -> Body:
     """For n of 4 or more, every choice a copy of the first (its index its own)."""
     choices = data.get("choices") or []
@@ -231,6 +244,8 @@ WRONGS: dict[str, Way] = {
     "default max_tokens 16": (_default_16, None),
     "long stops dropped": (_long_stops_dropped, None),
     "n of 4 or more copied": (None, _copied_from_4),
+    "temperature 1 without top_k": (_temperature_1_without_top_k, None),
+    "top_p dropped in [0.01, 1)": (_top_p_dropped, None),
     **{name: (None, rewrite) for name, rewrite in numbers.REWRITES.items()},
 }
 

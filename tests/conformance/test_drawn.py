@@ -10,6 +10,7 @@ import math
 import pytest
 
 from conformance.checks.drawn import probe_body, rows, stop_string, stop_tokens
+from conformance.checks.helpers.tempered import freedman, likeliest_share, mass_before
 from conformance.engine import draws
 from conformance.engine.draws import Draws, Probe
 from conformance.spec.corpus import sentences
@@ -103,8 +104,15 @@ def test_probes_cover_the_range_of_each_dimension_and_change_with_the_seed() -> 
     assert rooms == set(range(draws.DEFAULT_ROOM[0], draws.DEFAULT_ROOM[1] + 1))
     for stratum, values in zip(draws.N_STRATA, zip(*(d.n for d in seen), strict=True), strict=True):
         assert set(values) == set(range(stratum[0], stratum[1] + 1))
-    greedy = [p.temperature == 0 for d in seen for p in d.probes]
-    assert sum(greedy) == len(greedy) // 2
+    temperatures = [p.temperature for d in seen for p in d.probes]
+    assert min(temperatures) < 0.3 and max(temperatures) > 1.95
+    # every other probe up to temperature 1 asks a top_p; none above
+    for d in seen:
+        cool = [p for p in d.probes if p.temperature <= 1]
+        assert [p.top_p is not None for p in cool] == [i % 2 == 0 for i in range(len(cool))]
+        assert all(p.top_p is None for p in d.probes if p.temperature > 1)
+    top_ps = [p.top_p for d in seen for p in d.probes if p.top_p is not None]
+    assert min(top_ps) < 0.35 and max(top_ps) > 0.9
     assert Draws.of(1).probes != Draws.of(2).probes
     assert Draws.of(1) == Draws.of(1)
 
@@ -126,9 +134,9 @@ def _probe(**kw: object) -> Probe:
     base = {
         "prompt": "x",
         "max_tokens": 20,
-        "temperature": 0.0,
+        "temperature": 0.5,
         "seed": 1,
-        "rows": 0.0,
+        "top_p": None,
         "stop_chars": 4,
         "stop_at": 3,
         "stream_stop": False,
@@ -154,14 +162,67 @@ def test_a_stop_strings_reach_is_counted_in_the_answers_own_tokens() -> None:
     assert stop_tokens(ended, len(" the c"), lambda t: t == "</s>") == 3
 
 
-def test_a_probe_asks_for_rows_across_the_spec_range_and_a_seed_only_when_sampled() -> None:
+def test_a_probe_asks_for_the_most_rows_its_seed_and_its_top_p() -> None:
     from conformance.engine.config import RunConfig
     from conformance.engine.context import Context
 
     ctx = Context.__new__(Context)
     object.__setattr__(ctx, "config", RunConfig("http://x", "k"))
     top = ctx.api.schema("CompletionRequest")["properties"]["logprobs"]["maximum"]
-    assert rows(ctx, _probe(rows=0.0)) == 2
-    assert rows(ctx, _probe(rows=0.999)) == top
-    assert "seed" not in probe_body(ctx, _probe())
-    assert probe_body(ctx, _probe(temperature=0.7, seed=5))["seed"] == 5
+    assert rows(ctx) == top
+    body = probe_body(ctx, _probe(temperature=0.7, seed=5))
+    assert (body["seed"], body["temperature"], body["logprobs"], body["ignore_eos"]) == (
+        5,
+        0.7,
+        top,
+        True,
+    )
+    assert "top_p" not in body
+    assert probe_body(ctx, _probe(top_p=0.4))["top_p"] == 0.4
+
+
+# -- the bounds drawn:temperature and drawn:top_p hold rows to ----------------------------
+
+
+def _zipf(k: int) -> list[float]:
+    """The K likeliest logprobs of a distribution p(r) = 1/((r+1)(r+2)) (the mock's profile)."""
+    return [-math.log((r + 1) * (r + 2)) for r in range(k)]
+
+
+def _exact(temperature: float, size: int = 200_000) -> list[float]:
+    """Its probabilities at a temperature, over a vocabulary of `size` (the last rank holds the
+    rest, as the mock's does)."""
+    logs = [-math.log((r + 1) * (r + 2)) for r in range(size - 1)] + [-math.log(size)]
+    scaled = [math.exp(v / temperature) for v in logs]
+    total = sum(scaled)
+    return [v / total for v in scaled]
+
+
+@pytest.mark.parametrize("temperature", [0.25, 0.5, 0.9, 1.0, 1.3, 2.0])
+def test_the_likeliest_share_bounds_hold_the_true_share(temperature: float) -> None:
+    least, most = likeliest_share(_zipf(20), temperature, 0.0)
+    true = _exact(temperature)[0]
+    assert least - 1e-9 <= true <= most + 1e-9
+    if temperature <= 1:  # the rest's bound is tight where the rows hold most of the mass
+        assert true - least < 0.05
+
+
+@pytest.mark.parametrize("temperature", [0.3, 0.6, 1.0])
+def test_the_mass_before_a_token_is_never_more_than_it_is(temperature: float) -> None:
+    top = _zipf(20)
+    probs = _exact(temperature)
+    for rank in range(25):
+        value = top[rank] if rank < 20 else -math.log((rank + 1) * (rank + 2))
+        assert mass_before(top, value, temperature, 0.0) <= sum(probs[:rank]) + 1e-12
+
+
+def test_freedmans_bound_is_past_what_chance_gives() -> None:
+    """For 400 fair coins the sum passes its mean by freedman() at most once in 10,000 runs."""
+    import random
+
+    rng = random.Random(5)
+    t = freedman(400 * 0.25, 1e-4)
+    assert 40 < t < 50
+    runs = [sum(rng.random() < 0.5 for _ in range(400)) - 200 for _ in range(3000)]
+    assert sum(r > t for r in runs) == 0
+    assert sum(r > freedman(100, 0.5) for r in runs) > 0

@@ -65,3 +65,52 @@ def low_statistic(mean: float, variance: float, times: float = 1.0) -> float:
     """What statistic() would at least give about 39 times in 40 (the mean less two standard
     deviations), with `times` as many rows of the same kind."""
     return times * mean - 2 * math.sqrt(times * variance)
+
+
+# -- without top_k: bounds from the K likeliest of a position ------------------------------
+# vLLM's rows are raw log probabilities over the whole vocabulary, so the K likeliest of a
+# position say how much mass lies beyond them (1 less their sum) and that no token beyond them is
+# likelier than the K-th: that bounds what the rest holds after scaling by a temperature.
+
+
+def scaled(top: Sequence[float], temperature: float) -> tuple[list[float], float, float]:
+    """(the K likeliest's p^(1/T), the least and the most the rest of the vocabulary's p^(1/T) may
+    sum to), from `top`, descending logprobs. The rest holds mass 1 - sum(p), each of its tokens
+    at most the K-th's p: p^(1/T) is convex in p at a temperature up to 1 and concave above, so
+    the most (up to 1) and the least (above 1) are where the rest is as many tokens of the K-th's
+    p as it holds, and what is left over."""
+    e = 1 / temperature
+    ps = [math.exp(v) for v in top]
+    rest = max(0.0, 1 - sum(ps))
+    heads = [math.exp(v * e) for v in top]
+    whole = math.floor(rest / ps[-1])
+    extreme = whole * heads[-1] + (rest - whole * ps[-1]) ** e
+    if temperature <= 1:
+        return heads, 0.0, extreme
+    return heads, extreme, math.inf
+
+
+def likeliest_share(top: Sequence[float], temperature: float, nats: float) -> tuple[float, float]:
+    """(the least, the most) chance that the likeliest token is sampled at `temperature` with no
+    top_k (a top_p only raises it), its K likeliest's logprobs moved by up to `nats` each."""
+    heads, low, high = scaled(top, temperature)
+    move = math.exp(2 * nats / temperature)
+    least = heads[0] / (sum(heads) + high) / move
+    most = min(1.0, heads[0] / (sum(heads) + low) * move)
+    return least, most
+
+
+def mass_before(top: Sequence[float], value: float, temperature: float, nats: float) -> float:
+    """The least mass, at `temperature`, of the tokens likelier than one of logprob `value`
+    (more than `nats` likelier): a top_p at or below it cuts that token (temperature up to 1)."""
+    heads, _, high = scaled(top, temperature)
+    before = sum(h for v, h in zip(top, heads, strict=True) if v > value + nats)
+    return before / (sum(heads) + high) / math.exp(2 * nats / temperature)
+
+
+def freedman(variance: float, chance: float) -> float:
+    """How far past its mean a sum of steps, each within [0, 1] and with these variances summed
+    (each given the steps before it), goes with odds `chance` at most (Freedman's inequality,
+    Bernstein's for martingales: t^2 = 2 ln(1/chance) (variance + t/3))."""
+    a = 2 * math.log(1 / chance)
+    return (a / 3 + math.sqrt(a * a / 9 + 4 * a * variance)) / 2
