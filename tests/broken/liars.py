@@ -38,6 +38,9 @@ the server's own count that the gate's token promise is held to.
   (run seed LAST_RUN: its seeded requests' seed, the next one, the other seeds), dropped for any
   other (a deployment tuned on the gate's last report).
 
+- the ways of DRAWN (issue 63): wrong only where the gate's fixed points never looked (long
+  prompts, max_tokens past 16, the default max_tokens, long stop strings, temperatures without
+  top_k, top_p of [0.01, 1)), each the request rewrite of tests/broken/wrong.py's way of that name.
 CHECKS names the checks a way is held to where its whole run would cost more than it shows (the
 gallery runs those only); the others run the full profile.
 """
@@ -58,6 +61,8 @@ from typing import Any
 from conformance.engine.draws import Draws
 from contract import spec
 from tests.broken.breaker import _known_fields
+from tests.broken.effects import _valid
+from tests.broken.wrong import WRONGS
 from tests.support.wsgi import Environ, StartResponse
 
 WAYS = (
@@ -81,6 +86,16 @@ WAYS = (
     "claims a long context",
     "keys on last run's seeds",
 )
+# issue 63's servers: the liar's way -> tests/broken/wrong.py's way, and the check that names it
+DRAWN = {
+    "ignores long prompts' bounds": ("long prompts unbounded", "drawn:max_tokens"),
+    "cuts at 16 tokens": ("cut at 16", "drawn:max_tokens"),
+    "defaults max_tokens to 16": ("default max_tokens 16", "drawn:default_max_tokens"),
+    "drops long stop strings": ("long stops dropped", "drawn:stop"),
+    "samples at 1 without top_k": ("temperature 1 without top_k", "drawn:temperature"),
+    "drops top_p": ("top_p dropped in [0.01, 1)", "drawn:top_p"),
+}
+WAYS += tuple(DRAWN)
 # what makes an answer show its count: the fields a plain answer has none of
 COUNTED = ("stream", "logprobs", "prompt_logprobs", "return_token_ids", "echo")
 CHECKS = {
@@ -93,6 +108,7 @@ CHECKS = {
     "keys on last run's seeds": ("determinism:*",),
     "claims one layer": ("effects:steering.*", "isolation:*", "golden:steering.*", "lens:*"),
     "claims a long context": ("caps:*", "golden:caps.*", "isolation:*"),
+    **dict.fromkeys(DRAWN, ("drawn:*",)),
 }
 COMPLETIONS = spec().completions_path
 SAMPLED = ("the", "sky", "was", "green", "over", "a", "quiet", "harbour", "and", "then")
@@ -166,6 +182,10 @@ class Liar:
             body = {k: v for k, v in body.items() if k != "seed"}
         if self.way == "claims one layer":
             body = {k: v for k, v in body.items() if k != "apply_steering_vectors"}
+        if self.way in DRAWN and _valid(body):
+            rewrite = WRONGS[DRAWN[self.way][0]][0]
+            assert rewrite is not None
+            body = rewrite(body, spec().models[body["model"]])
         return body
 
     def __call__(self, environ: Environ, start_response: StartResponse) -> Iterable[bytes]:

@@ -28,7 +28,7 @@ from conformance.wire.ledger import OVER_CEILING
 from conformance.wire.secrets import PIECE
 from mock_server import create_app
 from mock_server.config import MockConfig
-from tests.broken.liars import CHECKS, LAST_RUN, WAYS, Liar
+from tests.broken.liars import CHECKS, DRAWN, LAST_RUN, WAYS, Liar
 from tests.support.suite import run_embedded
 from tests.support.wsgi import serve
 
@@ -123,6 +123,21 @@ def test_no_server_of_the_gallery_is_called_conformant(way: str, tmp_path: Path)
         report["summary"]["tokens"],
     )
     assert leaked(tmp_path, terminal) == []
+
+
+@pytest.mark.parametrize("way", DRAWN)
+def test_a_server_wrong_where_the_fixed_points_never_looked_fails_the_probe_of_it(
+    way: str, tmp_path: Path
+) -> None:
+    """Issue 63: exit 1, the drawn probe of what it does among the findings, within the ceiling
+    by the server's own count."""
+    with liar(way) as (server, url):
+        code, terminal = gate(url, tmp_path, "--profile", "full", "-k", "drawn:*")
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert code == ExitCode.FAILED, terminal
+    failed = {r["id"] for r in report["results"] if r["outcome"] == "failed"}
+    assert DRAWN[way][1] in failed, failed
+    assert server.generated <= DEFAULT_TOKEN_CEILING + OVERRUN
 
 
 def test_values_a_server_could_key_on_are_the_runs_own(tmp_path: Path) -> None:
