@@ -38,6 +38,10 @@ the server's own count that the gate's token promise is held to.
   (run seed LAST_RUN: its seeded requests' seed, the next one, the other seeds), dropped for any
   other (a deployment tuned on the gate's last report).
 
+- "twin says stop": "ignores max_tokens in plain answers", and each answer that shows its token
+  ids (the counted twin) honest but for finish_reason "stop";
+- "inflates schemathesis's max_tokens": max_tokens read as 40x+200 where the request carries
+  schemathesis's X-Schemathesis-TestCaseId header (the gate's fuzzing told apart);
 - the ways of DRAWN (issue 63): wrong only where the gate's fixed points never looked (long
   prompts, max_tokens past 16, the default max_tokens, long stop strings, temperatures without
   top_k, top_p of [0.01, 1)), each the request rewrite of tests/broken/wrong.py's way of that name.
@@ -95,7 +99,7 @@ DRAWN = {
     "samples at 1 without top_k": ("temperature 1 without top_k", "drawn:temperature"),
     "drops top_p": ("top_p dropped in [0.01, 1)", "drawn:top_p"),
 }
-WAYS += tuple(DRAWN)
+WAYS += tuple(DRAWN) + ("twin says stop", "inflates schemathesis's max_tokens")
 # what makes an answer show its count: the fields a plain answer has none of
 COUNTED = ("stream", "logprobs", "prompt_logprobs", "return_token_ids", "echo")
 CHECKS = {
@@ -109,6 +113,7 @@ CHECKS = {
     "claims one layer": ("effects:steering.*", "isolation:*", "golden:steering.*", "lens:*"),
     "claims a long context": ("caps:*", "golden:caps.*", "isolation:*"),
     **dict.fromkeys(DRAWN, ("drawn:*",)),
+    "inflates schemathesis's max_tokens": ("schema:*",),
 }
 COMPLETIONS = spec().completions_path
 SAMPLED = ("the", "sky", "was", "green", "over", "a", "quiet", "harbour", "and", "then")
@@ -157,9 +162,10 @@ class Liar:
     def _rewrite(self, body: dict[str, Any]) -> dict[str, Any]:
         limit = body.get("max_tokens")
         plain = all(body.get(field) is None or body.get(field) is False for field in COUNTED)
+        plain_only = ("ignores max_tokens in plain answers", "twin says stop")
         if (
-            self.way.startswith("ignores max_tokens")
-            and (plain or self.way != "ignores max_tokens in plain answers")
+            (self.way.startswith("ignores max_tokens") or self.way == "twin says stop")
+            and (plain or self.way not in plain_only)
             and type(limit) is int
             and limit > 0
         ):
@@ -213,7 +219,16 @@ class Liar:
                     "HTTP_X_STAINLESS_LANG"
                 ):
                     asked = {k: v for k, v in asked.items() if k != "seed"}
-                raw = json.dumps(self._rewrite(asked)).encode()
+                sent = self._rewrite(asked)
+                limit = sent.get("max_tokens")
+                if (
+                    self.way == "inflates schemathesis's max_tokens"
+                    and environ.get("HTTP_X_SCHEMATHESIS_TESTCASEID")
+                    and type(limit) is int
+                    and limit > 0
+                ):
+                    sent = {**sent, "max_tokens": 40 * limit + 200}
+                raw = json.dumps(sent).encode()
         environ["wsgi.input"], environ["CONTENT_LENGTH"] = _Body(raw), str(len(raw))
         if (
             self.way == "silent when slowed"
@@ -318,7 +333,11 @@ class Liar:
         if (
             code == 200
             and self.way
-            in ("ignores max_tokens, lies in usage", "ignores max_tokens in plain answers")
+            in (
+                "ignores max_tokens, lies in usage",
+                "ignores max_tokens in plain answers",
+                "twin says stop",
+            )
             and isinstance(asked, dict)
         ):
             limit = asked.get("max_tokens")
@@ -326,6 +345,15 @@ class Liar:
             if type(limit) is int and isinstance(usage, dict):
                 said = min(usage["completion_tokens"], limit * len(data.get("choices") or []))
                 usage.update(completion_tokens=said, total_tokens=usage["prompt_tokens"] + said)
+        if (
+            code == 200
+            and self.way == "twin says stop"
+            and isinstance(asked, dict)
+            and asked.get("return_token_ids")
+            and isinstance(data, dict)
+        ):
+            for choice in data.get("choices") or []:
+                choice["finish_reason"] = "stop"
         if code == 200 and self.way == "claims a million once" and isinstance(data, dict):
             usage = data.get("usage")
             with self._lock:
