@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from functools import cache
+from itertools import repeat
 from typing import Any
 
 from contract import Spec
@@ -86,7 +87,7 @@ def _prompts(body: dict[str, Any]) -> tuple[int, int]:
     if isinstance(prompt, list) and prompt and all(isinstance(p, (list, str)) for p in prompt):
         known = [len(p) for p in prompt if isinstance(p, list)]
         return len(prompt), min(known) if len(known) == len(prompt) else 0
-    if isinstance(prompt, list) and all(isinstance(p, int) for p in prompt):
+    if isinstance(prompt, list) and all(map(isinstance, prompt, repeat(int))):
         return 1, len(prompt)
     return 1, 0
 

@@ -254,7 +254,7 @@ def plain_capture(ctx: Context, **fields: Any) -> list[list[list[float]]]:
 
 
 def norm(v: list[float]) -> float:
-    return math.sqrt(sum(x * x for x in v))
+    return math.hypot(*v)
 
 
 def expect_added(
@@ -348,12 +348,13 @@ def norm_match(ctx: Context) -> None:
     plain = plain_capture(ctx)[1]
     u = direction(ctx.model.hidden_size)
     # a power of two far below the stream's norm: without norm_match it would add next to nothing
-    small = 2.0 ** math.floor(math.log2(max(typical_norm(plain), 1e-30) * NORM_SMALL / norm(u)))
-    unit = [x / norm(u) for x in u]
+    size = norm(u)
+    small = 2.0 ** math.floor(math.log2(max(typical_norm(plain), 1e-30) * NORM_SMALL / size))
+    unit = [x / size for x in u]
     added = [[k * x for x in unit] for k in map(norm, plain)]
     expect_added(
         ctx,
-        f"a vector of norm {norm(u) * small:.3g} with norm_match",
+        f"a vector of norm {size * small:.3g} with norm_match",
         [vector(ctx, [small * x for x in u], norm_match=True)],
         added,
     )
