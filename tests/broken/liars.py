@@ -69,7 +69,7 @@ from tests.broken.effects import _valid
 from tests.broken.wrong import WRONGS
 from tests.support.wsgi import Environ, StartResponse
 
-WAYS = (
+WAYS: tuple[str, ...] = (
     "ignores max_tokens",
     "ignores max_tokens, lies in usage",
     "resets first attempts",
