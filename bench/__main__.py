@@ -32,6 +32,7 @@ BENCHES = {
         "under_traffic",
         "prefix_isolation",
         "effects_power",
+        "drawn_power",
         "prism_score",
         "vllm_score",
         "peer_score",
