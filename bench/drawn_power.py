@@ -6,8 +6,8 @@ runs of distinct seeds, and how often the unbroken mock does (a false finding).
 Each way is the mock (in this process, ignore_eos's end-of-text rate 0) behind
 tests/broken/wrong.py's `Wrong` middleware: the ways of issue 63 on every request, and four
 wrong on a quarter of one drawn range only (the top log-quarter of max_tokens, stop strings of
-13 to 16 characters, temperatures in [0.25, 0.69), prompts past 606 characters: the top
-log-quarter of their lengths). Each run is `drawn:*` and `model:n.children` with its own
+13 to 16 characters, temperatures in [0.25, 0.69) or in [1.56, 2], prompts past 606
+characters: the top log-quarter of their lengths). Each run is `drawn:*` and `model:n.children` with its own
 seed. Writes bench/results/drawn_power.md (notes below its marker kept). engine/draws.py says
 how the probes are sized: a way wrong on a quarter of a range fails at least 99 runs in 100.
 """
@@ -64,6 +64,12 @@ def _cold_as_1(body: Body, _: ModelInfo) -> Body:
     return {**body, "temperature": 1.0} if cold else body
 
 
+def _hot_as_1(body: Body, _: ModelInfo) -> Body:
+    t = body.get("temperature")
+    hot = isinstance(t, (int, float)) and t >= 1.5625 and not body.get("top_k")
+    return {**body, "temperature": 1.0} if hot else body
+
+
 def _long_prompts(body: Body, _: ModelInfo) -> Body:
     prompt, k = body.get("prompt"), body.get("max_tokens")
     long = isinstance(prompt, str) and len(prompt) > 606 and isinstance(k, int)
@@ -74,6 +80,7 @@ QUARTERS: dict[str, Callable[[Body, ModelInfo], Body]] = {
     "max_tokens past 77 cut to 77 (its top log-quarter)": _cut_at_77,
     "stop strings of 13 to 16 characters dropped": _long_stops,
     "temperatures in [0.25, 0.69) read as 1": _cold_as_1,
+    "temperatures in [1.56, 2] read as 1": _hot_as_1,
     "prompts past 606 characters: max_tokens overrun by 8": _long_prompts,
 }
 

@@ -34,10 +34,16 @@ from typing import Any
 
 from conformance.checks.helpers.agree import difference
 from conformance.checks.helpers.common import open_stream
-from conformance.checks.helpers.tempered import freedman, likeliest_share, mass_before
+from conformance.checks.helpers.tempered import (
+    Counted,
+    evidence_against,
+    likeliest_at_one,
+    likeliest_share,
+    mass_before,
+)
 from conformance.engine.config import RunConfig
 from conformance.engine.context import Context
-from conformance.engine.draws import Draws, Probe
+from conformance.engine.draws import TEMPERATURES_DRAWN, Draws, Probe
 from conformance.engine.registry import register
 from conformance.wire.client import Reply, StreamReply
 
@@ -365,58 +371,56 @@ def _seeded(ctx: Context) -> list[tuple[Probe, list[tuple[list[float], float]]]]
 )
 def temperature(ctx: Context) -> None:
     """The probes (temperatures of 0.25 to 2, no top_k) sample the likeliest token as often as
-    their temperatures allow: below 1 (those without top_p) at least, above 1 at most, as the
-    rows bound it (helpers/tempered.py: each row's K likeliest say how much mass the rest holds);
-    the two sides summed, beyond what chance gives once in 10,000 runs (Freedman's bound over
-    the steps). A server that
-    samples at 1 whatever is asked, where the gate asks with no top_k, fails. Skipped where the
-    rows are too even for a temperature of 1 to fail it in 99 runs of 100."""
+    their temperatures allow, as the rows bound it (helpers/tempered.py: each row's K likeliest
+    say how much mass the rest holds): below 1 another token at most so often (a top_p only
+    makes it rarer), above 1 the likeliest at most so often. Held by a test martingale against sampling at 1
+    (helpers/tempered.py, `evidence_against`): each probe's own, and all steps together, the
+    mean past 10,000 by chance once in 10,000 runs at most. A server that samples at 1 whatever
+    is asked where the gate sets no top_k fails, and one that does so for a quarter of the
+    temperatures. Skipped where the rows are too even for a temperature of 1 to fail it."""
     nats = float(ctx.api.batch_effects["logprob_nats"])
-    sides: dict[str, list[tuple[bool, float, float]]] = {"below": [], "above": []}
-    asked: dict[str, set[float]] = {"below": set(), "above": set()}
-    for probe, steps in _seeded(ctx):
-        if probe.temperature == 1 or probe.top_p is not None:
+    probes: list[tuple[Probe, list[Counted]]] = []
+    for probe, rows_seen in _seeded(ctx):
+        if probe.temperature == 1:
             continue
-        side = "below" if probe.temperature < 1 else "above"
-        asked[side].add(probe.temperature)
-        for top, value in steps:
+        steps = []
+        for top, value in rows_seen:
             if top[1] >= top[0] - 2 * nats:
                 continue  # a near tie: which is the likeliest cannot show
             least, most = likeliest_share(top, probe.temperature, nats)
-            # below 1: how often another token than the likeliest may be sampled, at most
-            bound = 1 - least if side == "below" else most
-            p = math.exp(top[0])  # the likeliest token's chance at temperature 1
             hit = value >= top[0] - nats
-            if side == "below":
-                sides[side].append((not hit, bound, 1 - p))
+            # what is counted: below 1, another token than the likeliest (a top_p only makes it
+            # rarer: the bound holds); above 1 (no top_p), the likeliest
+            if probe.temperature < 1:
+                steps.append(Counted(not hit, 1 - least, 1 - likeliest_at_one(top, probe.top_p)))
             else:
-                sides[side].append((hit, bound, p))
-    # one sum over both sides: each step counts what its temperature allows at most (below 1,
-    # another token than the likeliest; above 1, the likeliest), less that bound
-    counted = sides["below"] + sides["above"]
-    if not counted:
-        ctx.skip("no probe at a temperature other than 1 without top_p")
-    excess = sum(s[0] - s[1] for s in counted)
-    most = freedman(sum(min(0.25, s[1] * (1 - s[1])) for s in counted), CHANCE)
-    ones = [s[2] for s in counted]  # what a server at temperature 1 counts, on average
-    at_one = sum(o - s[1] for o, s in zip(ones, counted, strict=True))
-    shown = at_one - freedman(sum(o * (1 - o) for o in ones), 0.01) > most
-    counts = "; ".join(
-        f"{side} 1 ({', '.join(map(str, sorted(asked[side])))}): "
-        f"{'another token than the likeliest' if side == 'below' else 'the likeliest token'} at "
-        f"{sum(x[0] for x in found)} of {len(found)} steps, {sum(x[1] for x in found):.0f} at most "
-        "on average"
-        for side, found in sides.items()
-        if found
-    )
+                steps.append(Counted(hit, most, math.exp(top[0])))
+        probes.append((probe, steps))
+    if not probes:
+        ctx.skip("no probe at a temperature other than 1")
+    # each probe, each quarter of the temperatures drawn (a server wrong on one of them), all
+    groups = [steps for _, steps in probes]
+    low, high = TEMPERATURES_DRAWN
+    for q in range(4):
+        a, b = low + q * (high - low) / 4, low + (q + 1) * (high - low) / 4
+        groups.append([s for p, steps in probes if a <= p.temperature < b for s in steps])
+    groups.append([s for _, steps in probes for s in steps])
+    found = [evidence_against(steps) for steps in groups]
+    shown = any(e.shown(len(groups) / CHANCE) for e in found)
+    best = max(range(len(found)), key=lambda i: found[i].log_value)
+    mean = sum(math.exp(min(e.log_value, 700)) for e in found) / len(found)
+    what = _said(probes[best][0]) if best < len(probes) else "a quarter of them or all"
+    steps = groups[best]
     ctx.expect(
-        excess <= most,
-        f"the probes without top_k or top_p sampled as at another temperature than asked: at "
-        f"temperatures {counts}; together {excess:.0f} past what the asked temperatures allow on "
-        f"average, where chance goes {most:.0f} past once in {1 / CHANCE:.0f} runs (at "
-        f"temperature 1: about {at_one:.0f})",
-        expected=f"at most {most:.0f} past",
-        received=round(excess),
+        mean < 1 / CHANCE,
+        f"the probes without top_k sampled as at temperature 1, not as asked: the "
+        f"evidence against their temperatures is {mean:.3g} (a mean of {len(found)} test "
+        f"martingales; past {1 / CHANCE:.0f} by chance once in {1 / CHANCE:.0f} runs at most), "
+        f"most in {what}: {sum(s.counted for s in steps)} of {len(steps)} steps counted where "
+        f"the temperature allows {sum(s.bound for s in steps):.0f} at most on average and "
+        f"temperature 1 gives {sum(s.at_one for s in steps):.0f}",
+        expected=f"evidence under {1 / CHANCE:.0f}",
+        received=f"{mean:.3g}",
     )
     if not shown:
         ctx.skip(

@@ -37,8 +37,11 @@ PROMPT_CHARS = (48, 1400)  # a prompt cut from the corpus: about 12 to 320 token
 # every probe is seeded, at a temperature over the API's range but its greedy 0 (the other checks
 # hold greedy answers): a temperature far from 1 shows (checks/drawn.py: drawn:temperature)
 TEMPERATURES_DRAWN = (0.25, 2.0)
-# every other probe at a temperature up to 1 asks a top_p of these (drawn:top_p); the rest are
-# held to their temperature alone (a top_p keeps the likeliest token more often)
+# the probes at a temperature in this stretch ask a top_p of TOP_P (drawn:top_p): the second
+# quarter of the temperatures drawn, up to 1. The others are held to their temperature alone,
+# where a server that samples at 1 shows most (a top_p of the likeliest token's own share keeps
+# that token at either temperature: nothing shows)
+TOP_P_TEMPERATURES = (0.6875, 1.0)
 TOP_P = (0.3, 0.95)
 STOP_CHARS = (2, 16)  # a stop string's characters, taken from a probe's own answer
 STOP_WITHIN = 32  # characters: where in that answer a stop string starts (it stops early: cheap)
@@ -67,7 +70,7 @@ class Probe:
     max_tokens: int
     temperature: float
     seed: int
-    top_p: float | None  # asked by every other probe at a temperature up to 1
+    top_p: float | None  # asked by the probes at TOP_P_TEMPERATURES
     stop_chars: int  # the stop string's length (checks/drawn.py takes it from the answer)
     stop_at: int  # where in the answer's first STOP_WITHIN characters it starts
     stream_stop: bool  # the stopped request is streamed
@@ -78,7 +81,6 @@ def _probes(rng: random.Random) -> tuple[Probe, ...]:
     chars = stratified(rng, *PROMPT_CHARS, log=True)
     temperatures = [round(t, 2) for t in stratified(rng, *TEMPERATURES_DRAWN)]
     top_ps = stratified(rng, *TOP_P)
-    cool = [i for i in range(PROBES) if temperatures[i] <= 1]
     stops = stratified(rng, STOP_CHARS[0], STOP_CHARS[1] + 1)
     starts = rng.sample(range(len(sentences())), PROBES)
     return tuple(
@@ -87,7 +89,11 @@ def _probes(rng: random.Random) -> tuple[Probe, ...]:
             max_tokens=int(tokens[i]),
             temperature=temperatures[i],
             seed=rng.randrange(SEEDS.start, SEEDS.stop),
-            top_p=round(top_ps[i], 3) if i in cool[::2] else None,
+            top_p=(
+                round(top_ps[i], 3)
+                if TOP_P_TEMPERATURES[0] <= temperatures[i] <= TOP_P_TEMPERATURES[1]
+                else None
+            ),
             stop_chars=int(stops[i]),
             stop_at=rng.randrange(1, STOP_WITHIN),
             stream_stop=i % 4 < 2,

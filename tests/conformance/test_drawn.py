@@ -10,7 +10,14 @@ import math
 import pytest
 
 from conformance.checks.drawn import probe_body, rows, stop_string, stop_tokens
-from conformance.checks.helpers.tempered import freedman, likeliest_share, mass_before
+from conformance.checks.helpers.tempered import (
+    Counted,
+    evidence_against,
+    freedman,
+    likeliest_at_one,
+    likeliest_share,
+    mass_before,
+)
 from conformance.engine import draws
 from conformance.engine.draws import Draws, Probe
 from conformance.spec.corpus import sentences
@@ -106,11 +113,11 @@ def test_probes_cover_the_range_of_each_dimension_and_change_with_the_seed() -> 
         assert set(values) == set(range(stratum[0], stratum[1] + 1))
     temperatures = [p.temperature for d in seen for p in d.probes]
     assert min(temperatures) < 0.3 and max(temperatures) > 1.95
-    # every other probe up to temperature 1 asks a top_p; none above
+    # the probes of the second quarter of temperatures, up to 1, ask a top_p; no other
+    low, high = draws.TOP_P_TEMPERATURES
     for d in seen:
-        cool = [p for p in d.probes if p.temperature <= 1]
-        assert [p.top_p is not None for p in cool] == [i % 2 == 0 for i in range(len(cool))]
-        assert all(p.top_p is None for p in d.probes if p.temperature > 1)
+        assert all((p.top_p is not None) == (low <= p.temperature <= high) for p in d.probes)
+        assert sum(p.top_p is not None for p in d.probes) >= 2
     top_ps = [p.top_p for d in seen for p in d.probes if p.top_p is not None]
     assert min(top_ps) < 0.35 and max(top_ps) > 0.9
     assert Draws.of(1).probes != Draws.of(2).probes
@@ -226,3 +233,29 @@ def test_freedmans_bound_is_past_what_chance_gives() -> None:
     runs = [sum(rng.random() < 0.5 for _ in range(400)) - 200 for _ in range(3000)]
     assert sum(r > t for r in runs) == 0
     assert sum(r > freedman(100, 0.5) for r in runs) > 0
+
+
+def test_the_evidence_against_a_temperature_stays_low_where_it_was_kept() -> None:
+    """Steps whose chance of being counted is the bound itself (the worst case of a server that
+    kept the temperature): the evidence passes 1/chance in no run of 2,000; steps counted at
+    temperature 1's chance take it far past."""
+    import random
+
+    rng = random.Random(3)
+    bounds = [0.1 + 0.3 * (i % 5) / 4 for i in range(200)]
+    kept = [
+        evidence_against([Counted(rng.random() < q, q, 0.5) for q in bounds]).log_value
+        for _ in range(2000)
+    ]
+    assert max(kept) < math.log(1e4)
+    wrong = evidence_against([Counted(rng.random() < 0.5, q, 0.5) for q in bounds])
+    assert wrong.log_value > math.log(1e4) and wrong.shown(1e4)
+    # a step whose chance at 1 is no more than its bound says nothing
+    assert evidence_against([Counted(True, 0.5, 0.4)] * 50).log_value == 0
+
+
+def test_the_likeliest_share_at_one_follows_the_nucleus_the_rows_show() -> None:
+    top = _zipf(20)  # 1/2, 1/6, 1/12, ...
+    assert likeliest_at_one(top, None) == pytest.approx(0.5)
+    assert likeliest_at_one(top, 0.4) == pytest.approx(1.0)  # the likeliest alone fills it
+    assert likeliest_at_one(top, 0.6) == pytest.approx(0.5 / (0.5 + 1 / 6))

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 CRITICAL = 15.1  # chi-square, one degree of freedom: exceeded by chance once in 10,000
 COLDEST, HOTTEST = 0.02, 50.0  # where the best fit is sought
@@ -100,12 +101,74 @@ def likeliest_share(top: Sequence[float], temperature: float, nats: float) -> tu
     return least, most
 
 
+def likeliest_at_one(top: Sequence[float], top_p: float | None) -> float:
+    """The likeliest token's chance at temperature 1 under `top_p` (None: none), as far as the K
+    likeliest show the nucleus (past them, as if it held the whole vocabulary): what a server that
+    samples at 1 gives, the alternative drawn:temperature's evidence is aimed at."""
+    ps = [math.exp(v) for v in top]
+    kept = 1.0
+    if top_p is not None:
+        total = 0.0
+        for p in ps:
+            total += p
+            if total >= top_p:
+                kept = total
+                break
+    return min(1.0, ps[0] / kept)
+
+
 def mass_before(top: Sequence[float], value: float, temperature: float, nats: float) -> float:
     """The least mass, at `temperature`, of the tokens likelier than one of logprob `value`
     (more than `nats` likelier): a top_p at or below it cuts that token (temperature up to 1)."""
     heads, _, high = scaled(top, temperature)
     before = sum(h for v, h in zip(top, heads, strict=True) if v > value + nats)
     return before / (sum(heads) + high) / math.exp(2 * nats / temperature)
+
+
+@dataclass(frozen=True)
+class Counted:
+    """One sampled token, as drawn:temperature counts it."""
+
+    counted: (
+        bool  # what the temperature bounds happened (another token below 1, the likeliest above)
+    )
+    bound: float  # its chance at the temperature asked, at most
+    at_one: float  # its chance at temperature 1
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """A test martingale's value against a temperature (in logs), and what a server sampling at
+    1 would make it on average, and its spread (both in logs)."""
+
+    log_value: float
+    log_mean_at_one: float
+    log_spread_at_one: float
+
+    def shown(self, threshold: float) -> bool:
+        """Whether a server sampling at 1 takes it past `threshold` in 99 runs of 100 (a normal
+        approximation of its log: the mean less 2.33 standard deviations)."""
+        low = self.log_mean_at_one - 2.33 * math.sqrt(self.log_spread_at_one)
+        return low > math.log(threshold)
+
+
+def evidence_against(steps: Sequence[Counted]) -> Evidence:
+    """The product over the steps of each one's likelihood ratio of temperature 1 to the
+    temperature asked at its bound: (at_one / bound) where counted, else the same of what was
+    not. Where the server samples as asked, each step's chance of being counted is the bound at
+    most, so each ratio is 1 on average at most, and the product past 1/chance with odds `chance`
+    at most (Ville's inequality); a step whose chance at 1 is not above its bound says nothing
+    (ratio 1)."""
+    value = mean = spread = 0.0
+    for s in steps:
+        q, p = min(max(s.bound, 1e-12), 1 - 1e-12), min(s.at_one, 1 - 1e-12)
+        if p <= q:
+            continue
+        yes, no = math.log(p / q), math.log((1 - p) / (1 - q))
+        value += yes if s.counted else no
+        mean += p * yes + (1 - p) * no
+        spread += p * (1 - p) * (yes - no) ** 2
+    return Evidence(value, mean, spread)
 
 
 def freedman(variance: float, chance: float) -> float:
