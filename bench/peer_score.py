@@ -287,6 +287,20 @@ VERDICTS = {
     "2**64 - 1 bytes of a chunk it was told of)",
     "not exactly one usage chunk": "true: usage on every chunk",
     ": not refused": "true: accepted",
+    # llama.cpp (llama-cpp-python 0.3.36): a default repeat_penalty of 1.1 (the API's
+    # repetition_penalty defaults to 1) and a sampler chain that cuts top_k and top_p before it
+    # applies the temperature (vLLM applies it first)
+    "with top_k 2 a sampled token is not among": "true: its default repetition penalty (1.1, the "
+    "API's is 1) reranks the tokens it samples from",
+    "at temperature 0.25 with top_k 5": "true: its default repetition penalty reranks the tokens, "
+    "and its temperature comes after the cut",
+    "tokens sampled with a top_p are past it": "true: its top_p cuts before the temperature "
+    "(llama.cpp's sampler order), after its default repetition penalty",
+    "choice 0: the streamed text differs": "true: echo left out of the stream",
+    "drawn probes with ignore_eos are not max_tokens long": "true: one token past max_tokens in "
+    "its rows (its usage's + 1)",
+    "drawn stop strings did not stop their answer": "true: a stop string that holds a character of "
+    "several bytes is not matched",
 }
 
 
