@@ -20,7 +20,9 @@ PROFILES = ("quick", "full")
 # The most tokens a full run may make the deployment generate, counted from the
 # usage the server reports (streams the suite closes early count what arrived).
 # A check whose upper bound would pass the ceiling is skipped, with the reason.
-DEFAULT_TOKEN_CEILING = 2900  # the full profile plans 2,799 for a server that does not conform
+# the full profile's plan for a conforming server, 3,693 to 3,772 over the seeds' draws (the
+# drawn probes of issue 63 about 1,000 of it; 2,799 before them), and a little room
+DEFAULT_TOKEN_CEILING = 3900
 
 # How far a body's `created` may lie outside the suite's clock window of its request:
 # the deployment's clock and the suite's may differ (NTP keeps them far closer than this).
