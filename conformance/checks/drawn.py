@@ -36,6 +36,7 @@ from conformance.checks.helpers.agree import difference
 from conformance.checks.helpers.common import open_stream
 from conformance.checks.helpers.tempered import (
     Counted,
+    cut_share,
     evidence_against,
     likeliest_at_one,
     likeliest_share,
@@ -89,12 +90,15 @@ def probe_body(ctx: Context, probe: Probe) -> dict[str, Any]:
     }
     if probe.top_p is not None:
         body["top_p"] = probe.top_p
+    if probe.top_k is not None:
+        body["top_k"] = probe.top_k
     return body
 
 
 def _said(probe: Probe) -> str:
     kind = f"temperature {probe.temperature}"
     kind += "" if probe.top_p is None else f", top_p {probe.top_p}"
+    kind += "" if probe.top_k is None else f", top_k {probe.top_k}"
     return f"max_tokens {probe.max_tokens}, {kind}, a prompt of {len(probe.prompt)} characters"
 
 
@@ -370,8 +374,9 @@ def _seeded(ctx: Context) -> list[tuple[Probe, list[tuple[list[float], float]]]]
     effects=("temperature",),
 )
 def temperature(ctx: Context) -> None:
-    """The probes (temperatures of 0.25 to 2, no top_k) sample the likeliest token as often as
-    their temperatures allow, as the rows bound it (helpers/tempered.py: each row's K likeliest
+    """The probes (temperatures of 0.25 to 2; a top_k from 1.125 to 1.5625, where the rows show
+    all it samples from) sample the likeliest token as often as their temperatures allow, as the
+    rows bound it (helpers/tempered.py: each row's K likeliest
     say how much mass the rest holds): below 1 another token at most so often (a top_p only
     makes it rarer), above 1 the likeliest at most so often. Held by a test martingale against sampling at 1
     (helpers/tempered.py, `evidence_against`): each probe's own, and all steps together, the
@@ -387,14 +392,17 @@ def temperature(ctx: Context) -> None:
         for top, value in rows_seen:
             if top[1] >= top[0] - 2 * nats:
                 continue  # a near tie: which is the likeliest cannot show
-            least, most = likeliest_share(top, probe.temperature, nats)
+            if probe.top_k is not None:  # the rows show all it samples from: the share exactly
+                least, most = cut_share(top[: probe.top_k], probe.temperature, nats)
+            else:
+                least, most = likeliest_share(top, probe.temperature, nats)
             hit = value >= top[0] - nats
             # what is counted: below 1, another token than the likeliest (a top_p only makes it
             # rarer: the bound holds); above 1 (no top_p), the likeliest
             if probe.temperature < 1:
                 steps.append(Counted(not hit, 1 - least, 1 - likeliest_at_one(top, probe.top_p)))
             else:
-                steps.append(Counted(hit, most, math.exp(top[0])))
+                steps.append(Counted(hit, most, likeliest_at_one(top, None, probe.top_k)))
         probes.append((probe, steps))
     if not probes:
         ctx.skip("no probe at a temperature other than 1")
@@ -413,9 +421,10 @@ def temperature(ctx: Context) -> None:
     steps = groups[best]
     ctx.expect(
         mean < 1 / CHANCE,
-        f"the probes without top_k sampled as at temperature 1, not as asked: the "
-        f"evidence against their temperatures is {mean:.3g} (a mean of {len(found)} test "
-        f"martingales; past {1 / CHANCE:.0f} by chance once in {1 / CHANCE:.0f} runs at most), "
+        f"the probes sampled the likeliest token more or less often than their temperatures "
+        f"allow (as at temperature 1, or another): the evidence against them is {mean:.3g} (a "
+        f"mean of {len(found)} test martingales; past {1 / CHANCE:.0f} by chance once in "
+        f"{1 / CHANCE:.0f} runs at most), "
         f"most in {what}: {sum(s.counted for s in steps)} of {len(steps)} steps counted where "
         f"the temperature allows {sum(s.bound for s in steps):.0f} at most on average and "
         f"temperature 1 gives {sum(s.at_one for s in steps):.0f}",

@@ -43,6 +43,10 @@ TEMPERATURES_DRAWN = (0.25, 2.0)
 # that token at either temperature: nothing shows)
 TOP_P_TEMPERATURES = (0.6875, 1.0)
 TOP_P = (0.3, 0.95)
+# the probes at a temperature in this stretch (the third quarter) ask a top_k of TOP_K: the
+# temperature held with a top_k too, where the rows show the whole of what is sampled from
+TOP_K_TEMPERATURES = (1.125, 1.5625)
+TOP_K = (2, 20)
 STOP_CHARS = (2, 16)  # a stop string's characters, taken from a probe's own answer
 STOP_WITHIN = 32  # characters: where in that answer a stop string starts (it stops early: cheap)
 DEFAULT_ROOM = (17, 40)  # tokens a max_model_len prompt leaves to the default max_tokens: past
@@ -71,6 +75,7 @@ class Probe:
     temperature: float
     seed: int
     top_p: float | None  # asked by the probes at TOP_P_TEMPERATURES
+    top_k: int | None  # asked by the probes at TOP_K_TEMPERATURES
     stop_chars: int  # the stop string's length (checks/drawn.py takes it from the answer)
     stop_at: int  # where in the answer's first STOP_WITHIN characters it starts
     stream_stop: bool  # the stopped request is streamed
@@ -81,6 +86,7 @@ def _probes(rng: random.Random) -> tuple[Probe, ...]:
     chars = stratified(rng, *PROMPT_CHARS, log=True)
     temperatures = [round(t, 2) for t in stratified(rng, *TEMPERATURES_DRAWN)]
     top_ps = stratified(rng, *TOP_P)
+    top_ks = stratified(rng, TOP_K[0], TOP_K[1] + 1)
     stops = stratified(rng, STOP_CHARS[0], STOP_CHARS[1] + 1)
     starts = rng.sample(range(len(sentences())), PROBES)
     return tuple(
@@ -92,6 +98,11 @@ def _probes(rng: random.Random) -> tuple[Probe, ...]:
             top_p=(
                 round(top_ps[i], 3)
                 if TOP_P_TEMPERATURES[0] <= temperatures[i] <= TOP_P_TEMPERATURES[1]
+                else None
+            ),
+            top_k=(
+                int(top_ks[i])
+                if TOP_K_TEMPERATURES[0] <= temperatures[i] < TOP_K_TEMPERATURES[1]
                 else None
             ),
             stop_chars=int(stops[i]),

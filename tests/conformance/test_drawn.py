@@ -12,6 +12,7 @@ import pytest
 from conformance.checks.drawn import probe_body, rows, stop_string, stop_tokens
 from conformance.checks.helpers.tempered import (
     Counted,
+    cut_share,
     evidence_against,
     freedman,
     likeliest_at_one,
@@ -118,6 +119,10 @@ def test_probes_cover_the_range_of_each_dimension_and_change_with_the_seed() -> 
     for d in seen:
         assert all((p.top_p is not None) == (low <= p.temperature <= high) for p in d.probes)
         assert sum(p.top_p is not None for p in d.probes) >= 2
+        k_low, k_high = draws.TOP_K_TEMPERATURES
+        assert all((p.top_k is not None) == (k_low <= p.temperature < k_high) for p in d.probes)
+    top_ks = {p.top_k for d in seen for p in d.probes if p.top_k is not None}
+    assert top_ks == set(range(draws.TOP_K[0], draws.TOP_K[1] + 1))
     top_ps = [p.top_p for d in seen for p in d.probes if p.top_p is not None]
     assert min(top_ps) < 0.35 and max(top_ps) > 0.9
     assert Draws.of(1).probes != Draws.of(2).probes
@@ -144,6 +149,7 @@ def _probe(**kw: object) -> Probe:
         "temperature": 0.5,
         "seed": 1,
         "top_p": None,
+        "top_k": None,
         "stop_chars": 4,
         "stop_at": 3,
         "stream_stop": False,
@@ -252,6 +258,14 @@ def test_the_evidence_against_a_temperature_stays_low_where_it_was_kept() -> Non
     assert wrong.log_value > math.log(1e4) and wrong.shown(1e4)
     # a step whose chance at 1 is no more than its bound says nothing
     assert evidence_against([Counted(True, 0.5, 0.4)] * 50).log_value == 0
+
+
+def test_with_a_top_k_the_share_is_exact() -> None:
+    top = _zipf(20)
+    least, most = cut_share(top[:4], 1.5, 0.0)
+    heads = [math.exp(v / 1.5) for v in top[:4]]
+    assert least == most == pytest.approx(heads[0] / sum(heads))
+    assert likeliest_at_one(top, None, 4) == pytest.approx(0.5 / sum(math.exp(v) for v in top[:4]))
 
 
 def test_the_likeliest_share_at_one_follows_the_nucleus_the_rows_show() -> None:

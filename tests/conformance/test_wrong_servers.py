@@ -58,13 +58,22 @@ EXPECTED: dict[str, tuple[set[str], set[str]]] = {
     "rows one short": ({"logprobs:consistent"}, SAMPLING_ROWS | {"shape:stream_joins_to_whole"}),
     "rows of the sampled token": (
         {"logprobs:consistent"},
-        SAMPLING_ROWS | {"shape:stream_joins_to_whole", "golden:range.logprobs.maximum.at"},
+        SAMPLING_ROWS
+        | {"shape:stream_joins_to_whole", "golden:range.logprobs.maximum.at"}
+        | {"drawn:max_tokens", "drawn:beside_stream"},
     ),
-    "any top_k as 1": ({"effects:top_k.sampled"}, {"effects:temperature.scale"}),
-    "temperature clamped to 1": ({"effects:temperature.scale"}, set()),
+    # the drawn probes with a top_k sample the likeliest token every time
+    "any top_k as 1": (
+        {"effects:top_k.sampled"},
+        {"effects:temperature.scale", "drawn:temperature"},
+    ),
+    "temperature clamped to 1": ({"effects:temperature.scale", "drawn:temperature"}, set()),
     # every answer's rows are held to the logprobs asked (conformance/wire/rows.py), the golden
     # case that asks for the most among them
-    "logprobs capped at 5": ({"golden:range.logprobs.maximum.at"}, set()),
+    "logprobs capped at 5": (
+        {"golden:range.logprobs.maximum.at", "drawn:max_tokens", "drawn:beside_stream"},
+        set(),
+    ),
     # numbers that are not one model's (tests/broken/numbers.py, issue 43): each its model:
     # check; an echo one late is also what lm-eval's arithmetic reads, and rows, layers, a
     # capture or choices that are wrong show in the checks that read them too
@@ -210,7 +219,8 @@ def test_a_server_loose_beside_a_stream_fails_the_drawn_probes_sent_beside_one()
     found = failed(report)
     assert set(found) == {"drawn:beside_stream"}, found
     assert re.fullmatch(
-        r"a drawn probe \(max_tokens \d+, (greedy|temperature [\d.]+), a prompt of \d+ characters\) "
+        r"a drawn probe \(max_tokens \d+, temperature [\d.]+(, top_[pk] [\d.]+)?, a prompt of \d+ "
+        r"characters\) "
         r"sent while a stream was open is not its answer alone: its logprob rows show \d+ tokens",
         found["drawn:beside_stream"][0],
     ), found

@@ -101,11 +101,22 @@ def likeliest_share(top: Sequence[float], temperature: float, nats: float) -> tu
     return least, most
 
 
-def likeliest_at_one(top: Sequence[float], top_p: float | None) -> float:
-    """The likeliest token's chance at temperature 1 under `top_p` (None: none), as far as the K
-    likeliest show the nucleus (past them, as if it held the whole vocabulary): what a server that
-    samples at 1 gives, the alternative drawn:temperature's evidence is aimed at."""
+def cut_share(top: Sequence[float], temperature: float, nats: float) -> tuple[float, float]:
+    """likeliest_share() where `top` is all that is sampled from (a top_k of its length): the
+    likeliest's share at `temperature` exactly, moved by what a batch may move its logprobs."""
+    heads = [math.exp(v / temperature) for v in top]
+    share = heads[0] / sum(heads)
+    move = math.exp(2 * nats / temperature)
+    return share / move, min(1.0, share * move)
+
+
+def likeliest_at_one(top: Sequence[float], top_p: float | None, top_k: int | None = None) -> float:
+    """The likeliest token's chance at temperature 1 under `top_p` or `top_k` (None: none), as
+    far as the K likeliest show the nucleus (past them, as if it held the whole vocabulary): what
+    a server that samples at 1 gives, the alternative drawn:temperature's evidence is aimed at."""
     ps = [math.exp(v) for v in top]
+    if top_k is not None:
+        return ps[0] / sum(ps[:top_k])
     kept = 1.0
     if top_p is not None:
         total = 0.0
