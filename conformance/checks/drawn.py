@@ -6,16 +6,16 @@ run's seed (draws.py says how they are sized: a server wrong on a quarter of a r
 least 99 runs in 100):
 
 - max_tokens: PROBES prompts cut from the shipped corpus (12 to 320 tokens), each with a
-  max_tokens from 17 to 128 and ignore_eos, seeded at a temperature of 0.25 to 2 (every other
-  one up to 1 with a top_p): each answer shows exactly max_tokens tokens (its logprob rows) and
-  finish_reason "length", and its usage says so;
+  max_tokens from 17 to 128 and ignore_eos, seeded at a temperature of 0.25 to 2 (those of 0.69
+  to 1 with a top_p, those of 1.125 to 1.56 with a top_k): each answer shows exactly max_tokens
+  tokens (its logprob rows) and finish_reason "length", and its usage says so;
 - default_max_tokens: a prompt of max_model_len less a few token ids and no max_tokens generates
   exactly those few (the documented default, not a server's own);
 - stop: a stop string of 2 to 16 characters taken from each probe's own answer, early in it, sent
   with the same request: the answer is the probe's text up to the stop string, finish_reason
   "stop" (half of them streamed);
-- temperature, top_p: the probes' rows hold what they sampled to the temperature (no top_k) and
-  the top_p (0.3 to 0.95) asked;
+- temperature, top_p: the probes' rows hold what they sampled to the temperature and the top_p
+  (0.3 to 0.95) asked;
 - beside_stream: two probes sent again while a longer one is open as a stream: each is its
   answer alone.
 
@@ -67,8 +67,8 @@ def _probe_tokens(config: RunConfig) -> int:
 
 
 def _drawn_tokens(config: RunConfig) -> int:
-    """The one spend the three probe checks share (whichever runs first asks the probes, which
-    the others read again): the probes, their stopped twins, the requests beside a stream."""
+    """The one spend the probe checks share (whichever runs first asks the probes, which the
+    others read again): the probes, their stopped twins, the requests beside a stream."""
     return _probe_tokens(config) + _stop_tokens(config) + _beside_tokens(config)
 
 
