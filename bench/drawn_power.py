@@ -15,6 +15,7 @@ how the probes are sized: a way wrong on a quarter of a range fails at least 99 
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -130,3 +131,7 @@ def main(argv: list[str] | None = None) -> int:
     write_report(args.out, "\n".join(lines))
     print("\n".join(lines))
     return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -20,9 +20,10 @@ PROFILES = ("quick", "full")
 # The most tokens a full run may make the deployment generate, counted from the
 # usage the server reports (streams the suite closes early count what arrived).
 # A check whose upper bound would pass the ceiling is skipped, with the reason.
-# the full profile's plan for a conforming server, 3,693 to 3,772 over the seeds' draws (the
-# drawn probes of issue 63 about 1,000 of it; 2,799 before them), and a little room
-DEFAULT_TOKEN_CEILING = 3900
+# the full profile's plan for a server that does not conform but honours the end tokens, 4,201 to
+# 4,280 over the seeds' draws (the drawn probes of issue 63 about 1,340 of it; 2,799 before them;
+# 3,689 to 3,768 for one that conforms), and a little room
+DEFAULT_TOKEN_CEILING = 4400
 
 # How far a body's `created` may lie outside the suite's clock window of its request:
 # the deployment's clock and the suite's may differ (NTP keeps them far closer than this).

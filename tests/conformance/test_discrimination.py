@@ -103,7 +103,14 @@ CAUGHT_BY: dict[str, tuple[tuple[str, ...], set[str]]] = {
 # (but a shape: check that reads the same field).
 EXACTLY: dict[str, set[str]] = {
     "other_model": {"semantics:model", "semantics:stream.model"},
-    "stop_for_length": {"semantics:finish_reason.length", "semantics:stream.finish_reason.length"},
+    # and the drawn probes, each of which runs to its max_tokens under ignore_eos
+    "stop_for_length": {
+        "semantics:finish_reason.length",
+        "semantics:stream.finish_reason.length",
+        "drawn:max_tokens",
+        "drawn:default_max_tokens",
+        "drawn:beside_stream",
+    },
     "fresh_ids": {"semantics:id", "semantics:stream.id"},
     "wrong_created": {"semantics:created", "semantics:stream.created"},
     "stop_reason_lost": {
@@ -122,7 +129,7 @@ EXACTLY: dict[str, set[str]] = {
         "semantics:stream.usage_token_ids",
         "shape:token_ids",
     },
-    "stop_string_kept": {"semantics:stop_string", "semantics:stream.stop_string"},
+    "stop_string_kept": {"semantics:stop_string", "semantics:stream.stop_string", "drawn:stop"},
     "stop_string_dropped": {
         "semantics:stop_string.included",
         "semantics:stream.stop_string.included",
