@@ -352,6 +352,35 @@ class Leaking:
         return [body]
 
 
+def paced(chunks: Iterable[bytes], step_s: float, leave: Callable[[], None]) -> Iterator[bytes]:
+    """The chunks, one a step_s; `leave` is called once, when the last chunk is made and before
+    it is written (the client may send its next request as soon as it reads it), or when the
+    answer is closed early."""
+    left = False
+
+    def once() -> None:
+        nonlocal left
+        if not left:
+            left = True
+            leave()
+
+    try:
+        it = iter(chunks)
+        chunk = next(it, None)
+        while chunk is not None:
+            time.sleep(step_s)
+            following = next(it, None)
+            if following is None:
+                once()
+            yield chunk
+            chunk = following
+    finally:
+        once()
+        close = getattr(chunks, "close", None)
+        if close is not None:
+            close()
+
+
 class SteersInFlight:
     """The app behind an engine whose batch shares one steering state: every request that
     arrives while a steered one is in flight is steered by its vectors too. Steered answers come
@@ -384,35 +413,11 @@ class SteersInFlight:
             return self.app(environ, start_response)
         with self._lock:
             self._in_flight.append(vectors)
-        return self._paced(self.app(environ, start_response), vectors)
+        return paced(self.app(environ, start_response), self.STEP_S, lambda: self._leave(vectors))
 
-    def _paced(self, chunks: Iterable[bytes], vectors: Any) -> Iterator[bytes]:
-        """The chunks at the pace; the request leaves the batch with its last chunk made, before
-        it is written (the client may send its next request as soon as it reads it)."""
-        done = False
-
-        def leave() -> None:
-            nonlocal done
-            if not done:
-                done = True
-                with self._lock:
-                    self._in_flight.remove(vectors)
-
-        try:
-            it = iter(chunks)
-            chunk = next(it, None)
-            while chunk is not None:
-                time.sleep(self.STEP_S)
-                following = next(it, None)
-                if following is None:
-                    leave()
-                yield chunk
-                chunk = following
-        finally:
-            leave()
-            close = getattr(chunks, "close", None)
-            if close is not None:
-                close()
+    def _leave(self, vectors: Any) -> None:
+        with self._lock:
+            self._in_flight.remove(vectors)
 
 
 class LooseInFlight:
@@ -448,30 +453,8 @@ class LooseInFlight:
             return self.app(environ, start_response)
         with self._lock:
             self.streams += 1
-        return self._paced(self.app(environ, start_response))
+        return paced(self.app(environ, start_response), self.STEP_S, self._leave)
 
-    def _paced(self, chunks: Iterable[bytes]) -> Iterator[bytes]:
-        done = False
-
-        def leave() -> None:
-            nonlocal done
-            if not done:
-                done = True
-                with self._lock:
-                    self.streams -= 1
-
-        try:
-            it = iter(chunks)
-            chunk = next(it, None)
-            while chunk is not None:
-                time.sleep(self.STEP_S)
-                following = next(it, None)
-                if following is None:
-                    leave()
-                yield chunk
-                chunk = following
-        finally:
-            leave()
-            close = getattr(chunks, "close", None)
-            if close is not None:
-                close()
+    def _leave(self) -> None:
+        with self._lock:
+            self.streams -= 1
