@@ -51,8 +51,12 @@ PARTS = (
     ("sample_token", "sample_choice, temperature 1", "token"),
     ("deltas_token", "FakeEngine.generate's deltas, less sampling", "token"),
     ("assemble_token", "Assembler.feed + chunk: the SSE event", "token"),
-    ("clock_token", "RequestClock.see_batch: the step's time", "token"),
-    ("itl_token", "vLLM's metrics for a paced stream, less the step's time", "token"),
+    (
+        "clock_token",
+        "Recording.see, untimed: a step's counts, less its inter-token latency",
+        "token",
+    ),
+    ("itl_token", "vLLM's metrics for a paced stream, less the step's counts", "token"),
     ("pacing_token", "the pacing (latency.stepped_batches), less a bare sleep a token", "token"),
 )
 PACED = 500  # streams paced at once, each in its own greenlet
@@ -93,7 +97,7 @@ def _measure(rounds: int) -> dict[str, float]:
     from contract import Contract, spec
     from mock_server.fake_engine import FakeEngine, causal_model
     from mock_server.latency import fixed, stepped_batches
-    from mock_server.metered import Metered, RequestClock
+    from mock_server.metered import Metered, Recording, RequestClock
     from mock_server.metrics import VllmMetrics
     from mock_server.sampler import sample_choice
 
@@ -101,7 +105,7 @@ def _measure(rounds: int) -> dict[str, float]:
     model = api.models[api.default_model]
     contract = Contract(api)
     engine = FakeEngine(api, [model])
-    metrics = VllmMetrics(new_registry(), [model.name])
+    metrics = VllmMetrics(new_registry(), [model], api.metrics)
     cm = causal_model(model, engine.eos_rate)
 
     def request(tokens: int, greedy: bool, stream: bool) -> Any:
@@ -131,9 +135,9 @@ def _measure(rounds: int) -> dict[str, float]:
 
     def clocked(tokens: int) -> Callable[[], object]:
         def one() -> None:
-            clock = RequestClock(timed=True)
+            rec = Recording(metrics.model(model.name), long, RequestClock(loaded=True))
             for delta in deltas[:tokens]:
-                clock.see_batch([delta])
+                rec.see((delta,), time.monotonic())
 
         return one
 

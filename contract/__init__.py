@@ -33,6 +33,7 @@ from contract.errors import (
     UnsupportedMediaType,
     UnsupportedTransferCoding,
 )
+from contract.metrics import MetricsContract, one_two_five
 from contract.request import CompletionRequest, parse_json
 from contract.spec import ModelInfo, Spec, SpecError, load_spec, spec
 from contract.tensors import SteeringVector, encode_tensor
@@ -55,6 +56,7 @@ __all__ = [
     "InvalidRequest",
     "InvalidType",
     "Message",
+    "MetricsContract",
     "MethodNotAllowed",
     "MissingField",
     "ModelInfo",
@@ -73,5 +75,6 @@ __all__ = [
     "hold",
     "load_spec",
     "parse_json",
+    "one_two_five",
     "spec",
 ]

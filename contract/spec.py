@@ -18,6 +18,8 @@ from typing import Any
 
 import yaml
 
+from contract.metrics import MetricsContract
+
 SPEC_ENV = "ACS_OPENAPI"
 # A checkout's (and an editable install's) spec: the top-level file people edit.
 CHECKOUT_PATH = Path(__file__).resolve().parent.parent / "openapi.yaml"
@@ -233,6 +235,11 @@ class Spec:
     def mock_faults(self) -> dict[str, Any]:
         """x-mock-faults: the statuses and messages of the mock's faults ({} without)."""
         return self.raw.get("x-mock-faults", {})
+
+    @cached_property
+    def metrics(self) -> MetricsContract:
+        """x-metrics: the vLLM families a deployment's /metrics must hold, and the mock's KV cache."""
+        return MetricsContract.from_raw(self.raw["x-metrics"])
 
     @cached_property
     def mock_cassette(self) -> dict[str, Any]:

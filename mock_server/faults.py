@@ -206,7 +206,9 @@ class Faults:
         asked = self.asked(headers, req)
         faults = asked.stream
         # from when the server took the request up: a load tool's TTFT counts the stack's queue
-        clock = RequestClock(config.loaded or bool(asked.ttft_s or asked.tpot_s), received())
+        clock = RequestClock(
+            config.loaded or bool(asked.ttft_s or asked.tpot_s), received(), config.loaded
+        )
         if config.loaded:
             engine = Loaded(engine, self.scheduler, asked.ttft_s, asked.tpot_s, clock)
             if faults:

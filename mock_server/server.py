@@ -34,7 +34,11 @@ def create_app(
     if engine is None:
         engine = FakeEngine(api, served.values(), config.eos_rate)
     registry = new_registry()
-    hook = Faults(config, api, None if config.disable_log_stats else VllmMetrics(registry, served))
+    hook = Faults(
+        config,
+        api,
+        None if config.disable_log_stats else VllmMetrics(registry, served.values(), api.metrics),
+    )
     app = create_api_app(config, engine, models, hook, api, registry)
 
     def reset_fail_counts() -> tuple[str, int]:

@@ -6,7 +6,8 @@ metrics by name: a renamed one breaks them silently. The contract is a real vLLM
 say what vLLM says, not what someone wrote down:
 
 - metrics:vllm_families: every `vllm:` family the deployment exports is one of vLLM's, with
-  its type, labels and buckets; the families gateways read are there;
+  its type, labels and buckets; the families x-metrics requires (vLLM's dashboard's, the
+  gateways') are there;
 - metrics:counters_move: the counters move with the requests this check sends (requests
   finished, prompt and generation tokens), by at least what their usage says.
 """
@@ -20,9 +21,10 @@ import httpx
 
 from conformance.engine.context import Context
 from conformance.engine.registry import register
-from conformance.spec.metrics import GATEWAY, counter_totals, families, load
+from conformance.spec.metrics import counter_totals, families, load
 from conformance.wire.client import IDENTITY, BoundedTransport, answer_bounds
 from conformance.wire.secrets import SECRETS
+from contract import one_two_five
 
 TAGS = ("metrics",)
 T = TypeVar("T")
@@ -65,11 +67,13 @@ def scrape(ctx: Context, read: Callable[[str], T]) -> T:
 
 @register("metrics:vllm_families", tags=TAGS)
 def vllm_families(ctx: Context) -> None:
-    """Each `vllm:` family exported is vLLM's, with its type, labels and buckets; the families
-    gateways and autoscalers read are exported."""
+    """Each `vllm:` family exported is vLLM's, with its type, labels and buckets (a token-count
+    family's from the model's max_model_len, as vLLM builds them); every family x-metrics
+    requires (what vLLM's own dashboard and the gateways read) is exported."""
     theirs = scrape(ctx, families)
     contract = load()
     known, vllm = contract["families"], contract["recorded_from"]
+    rules = ctx.api.metrics
     for name, got in sorted(theirs.items()):
         want = known.get(name)
         if want is None:
@@ -79,6 +83,8 @@ def vllm_families(ctx: Context) -> None:
                 received=name,
             )
             continue
+        if name in rules.token_buckets:
+            want = {**want, "buckets": token_buckets(ctx, got.get("buckets"))}
         for part in ("type", "labels", "buckets"):
             if want.get(part) is not None and got.get(part) != want[part]:
                 ctx.fail(
@@ -86,13 +92,24 @@ def vllm_families(ctx: Context) -> None:
                     expected=want[part],
                     received=got.get(part),
                 )
-    missing = [name for name in GATEWAY if name not in theirs]
+    missing = [name for name in rules.required if name not in theirs]
     ctx.expect(
         not missing,
-        f"families gateways and autoscalers read are not exported: {', '.join(missing)}",
-        expected=list(GATEWAY),
+        f"families vLLM's dashboard, gateways and autoscalers read are not exported: "
+        f"{', '.join(missing)}",
+        expected=list(rules.required),
         received=sorted(theirs),
     )
+
+
+def token_buckets(ctx: Context, got: list[float] | None) -> list[float]:
+    """A token-count family's buckets as vLLM builds them: 1, 2, 5, 10, ... up to the model's
+    max_model_len; where the deployment did not say its max_model_len, up to any length (the
+    series of `got`'s top bucket), so that a length the gate cannot know is no finding."""
+    model = ctx.config.model
+    if "max_model_len" in ctx.server.given.get(model, frozenset()) or not got:
+        return one_two_five(ctx.max_model_len)
+    return one_two_five(int(got[-1]))
 
 
 COUNTERS = {

@@ -3,22 +3,21 @@
 
 from __future__ import annotations
 
-import re
-from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from typing import Any
 
 import httpx
 import pytest
 
 from conformance.checks import REGISTRY
+from conformance.checks.metrics import COUNTERS
 from conformance.engine.config import RunConfig
 from conformance.engine.registry import select
 from conformance.engine.results import Outcome, RunReport
 from conformance.engine.runner import run
-from conformance.spec.metrics import GATEWAY, families, load
-from mock_server import MockConfig, create_app
-from tests.support.wsgi import Environ, StartResponse, serve, whole_response
+from conformance.spec.metrics import families, load
+from contract import one_two_five, spec
+from tests.broken.metrics import fixed_buckets, frozen, renamed, scraped, unlabelled, without
 
 CHECKS = ("metrics:vllm_families", "metrics:counters_move")
 
@@ -30,33 +29,17 @@ def gate(url: str, metrics_url: str | None, key: str = "metrics-test-key") -> di
     return {r.id: r for r in report.results}
 
 
-class Scraped:
-    """The mock with its /metrics text rewritten by `change` (None: as it is)."""
-
-    def __init__(self, change: Callable[[str], str] | None = None) -> None:
-        self.app, self.change = create_app(MockConfig()), change
-
-    def __call__(self, environ: Environ, start_response: StartResponse) -> Iterable[bytes]:
-        status, headers, body = whole_response(self.app, environ)
-        if environ.get("PATH_INFO") == "/metrics" and self.change is not None:
-            body = self.change(body.decode()).encode()
-            headers = [(k, v) for k, v in headers if k.lower() != "content-length"] + [
-                ("Content-Length", str(len(body)))
-            ]
-        start_response(status, headers)
-        return [body]
-
-
-@contextmanager
-def mock(change: Callable[[str], str] | None = None) -> Iterator[str]:
-    with serve(Scraped(change)) as url:
-        yield url
-
-
-def test_the_contract_is_a_real_vllm_scrape_with_what_gateways_read() -> None:
-    contract = load()
+def test_the_contract_is_a_real_vllm_scrape_and_x_metrics_names_each_family_once() -> None:
+    contract, rules = load(), spec().metrics
     assert contract["recorded_from"].startswith("vLLM ")
-    assert set(GATEWAY) <= set(contract["families"])
+    named = [*rules.required, *(n for names in rules.optional.values() for n in names)]
+    assert sorted(named) == sorted(contract["families"])  # each once, required or optional
+    # what gateways and autoscalers read is required
+    assert {"vllm:num_requests_waiting", "vllm:num_requests_running"} <= set(rules.required)
+    # the token-count families' recorded buckets are vLLM's series up to its max_model_len
+    for name in rules.token_buckets:
+        recorded = contract["families"][name]["buckets"]
+        assert recorded == one_two_five(int(recorded[-1]) * 2 - 1), name
     assert contract["families"]["vllm:request_success"]["labels"] == [
         "engine",
         "finished_reason",
@@ -65,7 +48,7 @@ def test_the_contract_is_a_real_vllm_scrape_with_what_gateways_read() -> None:
 
 
 def test_the_mock_passes_the_metrics_checks() -> None:
-    with mock() as url:
+    with scraped() as url:
         found = gate(url, url + "/metrics")
     assert all(found[c].outcome is Outcome.PASSED for c in CHECKS), {
         c: found[c].findings for c in CHECKS
@@ -73,7 +56,7 @@ def test_the_mock_passes_the_metrics_checks() -> None:
 
 
 def test_without_metrics_url_the_checks_skip_saying_so() -> None:
-    with mock() as url:
+    with scraped() as url:
         found = gate(url, None)
     assert all(
         found[c].outcome is Outcome.SKIPPED and "--metrics-url" in found[c].reason for c in CHECKS
@@ -85,37 +68,35 @@ def test_without_metrics_url_the_checks_skip_saying_so() -> None:
     [
         # the mock's name before this contract: vLLM 0.32 has no such family
         (
-            lambda t: t.replace(
+            renamed(
                 "vllm:request_time_per_output_token_seconds", "vllm:time_per_output_token_seconds"
             ),
             "vllm:time_per_output_token_seconds is not a metric of vLLM",
         ),
-        (lambda t: re.sub(r',?engine="0"', "", t), "its labels differs"),
+        (unlabelled("engine"), "its labels differs"),
+        *((without(name), f"read are not exported: {name}") for name in spec().metrics.required),
         (
-            lambda t: re.sub(
-                r"^vllm:kv_cache_usage_perc.*\n|^# (HELP|TYPE) vllm:kv_cache_usage_perc.*\n",
-                "",
-                t,
-                flags=re.M,
-            ),
-            "not exported: vllm:kv_cache_usage_perc",
+            fixed_buckets("vllm:request_prompt_tokens", 2000),
+            "vllm:request_prompt_tokens: its buckets differs",
         ),
     ],
 )
 def test_a_renamed_relabelled_or_missing_metric_fails_vllm_families(
     change: Callable[[str], str], says: str
 ) -> None:
-    with mock(change) as url:
+    with scraped(change) as url:
         found = gate(url, url + "/metrics")
     result = found["metrics:vllm_families"]
     assert result.outcome is Outcome.FAILED and any(says in f.message for f in result.findings), [
         f.message for f in result.findings
     ]
-    assert found["metrics:counters_move"].outcome is Outcome.PASSED
+    # counters_move reads three counters: one of them missing fails it too, nothing else does
+    read = any(f"{name} " in says or says.endswith(name) for name in COUNTERS)
+    assert found["metrics:counters_move"].outcome is (Outcome.FAILED if read else Outcome.PASSED)
 
 
 def test_a_metrics_page_that_is_not_prometheus_text_is_a_finding_not_a_tool_error() -> None:
-    with mock(lambda t: 'vllm:num_requests_running{model_name="x" 1\n') as url:
+    with scraped(lambda t: 'vllm:num_requests_running{model_name="x" 1\n') as url:
         found = gate(url, url + "/metrics")  # gate() asserts no tool error
     for check in CHECKS:
         assert found[check].outcome is Outcome.FAILED
@@ -124,13 +105,7 @@ def test_a_metrics_page_that_is_not_prometheus_text_is_a_finding_not_a_tool_erro
 
 def test_counters_that_do_not_move_fail_counters_move() -> None:
     """A /metrics that always answers its first scrape (a cache in front, a stale exporter)."""
-    first: list[str] = []
-
-    def frozen(text: str) -> str:
-        first[:] = first or [text]
-        return first[0]
-
-    with mock(frozen) as url:
+    with scraped(frozen()) as url:
         found = gate(url, url + "/metrics")
     result = found["metrics:counters_move"]
     assert result.outcome is Outcome.FAILED

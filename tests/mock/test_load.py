@@ -179,7 +179,11 @@ def test_running_and_waiting_in_vllms_gauges() -> None:
 # -- the timing, without a server -------------------------------------------------------------
 def scheduler(clock: Any = time.monotonic, **settings: Any) -> Scheduler:
     config = MockConfig(**settings)
-    return Scheduler(lambda: config, VllmMetrics(new_registry(), [spec().default_model]), clock)
+    return Scheduler(
+        lambda: config,
+        VllmMetrics(new_registry(), [spec().models[spec().default_model]], spec().metrics),
+        clock,
+    )
 
 
 def request(prompt: str) -> Any:
