@@ -33,7 +33,7 @@ from contract.errors import (
     UnsupportedMediaType,
     UnsupportedTransferCoding,
 )
-from contract.metrics import MetricsContract, one_two_five
+from contract.metrics import MetricsContract
 from contract.request import CompletionRequest, parse_json
 from contract.spec import ModelInfo, Spec, SpecError, load_spec, spec
 from contract.tensors import SteeringVector, encode_tensor
@@ -75,6 +75,5 @@ __all__ = [
     "hold",
     "load_spec",
     "parse_json",
-    "one_two_five",
     "spec",
 ]

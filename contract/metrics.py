@@ -27,19 +27,20 @@ class MetricsContract(NamedTuple):
             dict(raw["mock_leaves_out"]),
         )
 
+    @staticmethod
+    def one_two_five(cap: int) -> list[float]:
+        """1, 2, 5, 10, 20, 50, ... up to `cap`: a token-count family's buckets, as vLLM builds
+        them from max_model_len (vllm/v1/metrics/buckets.py, build_1_2_5_buckets)."""
+        out: list[float] = []
+        scale = 1
+        while True:
+            for m in (1, 2, 5):
+                if m * scale > cap:
+                    return out
+                out.append(float(m * scale))
+            scale *= 10
+
     @property
     def families(self) -> frozenset[str]:
         """Every family named here, required or optional."""
         return frozenset(self.required).union(*self.optional.values())
-
-
-def one_two_five(cap: int) -> list[float]:
-    """1, 2, 5, 10, 20, 50, ... up to `cap` (vLLM's build_1_2_5_buckets(max_model_len))."""
-    out: list[float] = []
-    scale = 1
-    while True:
-        for m in (1, 2, 5):
-            if m * scale > cap:
-                return out
-            out.append(float(m * scale))
-        scale *= 10

@@ -13,7 +13,7 @@ from typing import Any, NamedTuple
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from contract import MetricsContract, ModelInfo, one_two_five
+from contract import MetricsContract, ModelInfo
 from mock_server.kv_cache import KvCache
 
 TTFT_BUCKETS = (
@@ -111,7 +111,7 @@ class VllmMetrics:
         gauge: dict[str, Any] = {"registry": registry, "multiprocess_mode": "livesum"}
         # set once and never moved: the most recent write of any worker (as vLLM marks them)
         fixed: dict[str, Any] = {"registry": registry, "multiprocess_mode": "mostrecent"}
-        tokens = [float(b) for b in one_two_five(max((m.max_model_len for m in models), default=1))]
+        tokens = kv.one_two_five(max((m.max_model_len for m in models), default=1))
 
         def histogram(name: str, doc: str, buckets: Iterable[float]) -> Histogram:
             return Histogram(name, doc, LABELS, registry=registry, buckets=tuple(buckets))

@@ -24,7 +24,6 @@ from conformance.engine.registry import register
 from conformance.spec.metrics import counter_totals, families, load
 from conformance.wire.client import IDENTITY, BoundedTransport, answer_bounds
 from conformance.wire.secrets import SECRETS
-from contract import one_two_five
 
 TAGS = ("metrics",)
 T = TypeVar("T")
@@ -108,8 +107,8 @@ def token_buckets(ctx: Context, got: list[float] | None) -> list[float]:
     series of `got`'s top bucket), so that a length the gate cannot know is no finding."""
     model = ctx.config.model
     if "max_model_len" in ctx.server.given.get(model, frozenset()) or not got:
-        return one_two_five(ctx.max_model_len)
-    return one_two_five(int(got[-1]))
+        return ctx.api.metrics.one_two_five(ctx.max_model_len)
+    return ctx.api.metrics.one_two_five(int(got[-1]))
 
 
 COUNTERS = {

@@ -16,7 +16,7 @@ from api_server.app import METRICS_PATH
 from api_server.engine import ChoiceDelta, Engine, Event, Usage
 from api_server.metrics import new_registry
 from conformance.spec.metrics import families, load
-from contract import CompletionRequest, Contract, one_two_five, spec
+from contract import CompletionRequest, Contract, spec
 from mock_server import MockConfig, create_app
 from mock_server.metered import Metered, RequestClock
 from mock_server.metrics import VllmMetrics
@@ -100,7 +100,7 @@ def test_every_family_a_mock_can_mean_is_vllms_from_the_start() -> None:
     assert set(got) == set(want)
     for name, family in want.items():
         if name in KV.token_buckets:
-            family = {**family, "buckets": one_two_five(API.models[MODEL].max_model_len)}
+            family = {**family, "buckets": KV.one_two_five(API.models[MODEL].max_model_len)}
         if family["labels"] is None:  # an _info family: its labels are its configuration
             family = {**family, "labels": got[name]["labels"]}
         assert got[name] == family, name
