@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import secrets
 
-from conformance.checks.routes import MODELS, REFUSED_WORST, minimal
+from conformance.checks.helpers.common import MODELS, REFUSED_WORST, minimal
 from conformance.engine.context import Context
 from conformance.engine.registry import register
 from conformance.spec.bodies import error_body, message

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from conformance.checks.stream import agree_with, agreeing_body, seeded_body, texts
+from conformance.checks.helpers.answers import agree_with, agreeing_body, seeded_body, texts
 from conformance.engine.context import Context
 from conformance.engine.registry import register
 

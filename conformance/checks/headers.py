@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from conformance.checks.routes import MODELS, UNKNOWN_PATH
+from conformance.checks.helpers.common import MODELS, UNKNOWN_PATH
 from conformance.engine.context import Context
 from conformance.engine.registry import register
 

@@ -30,12 +30,12 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from conformance.checks.effects.sampling import post
-from conformance.checks.effects.steering import norm, strong
 from conformance.checks.helpers.agree import LOGPROBS, difference
+from conformance.checks.helpers.answers import choices
 from conformance.checks.helpers.capture import SLACK, tensor_values
 from conformance.checks.helpers.claims import confirm, shrink
-from conformance.checks.stream import choices
+from conformance.checks.helpers.common import post
+from conformance.checks.helpers.steer import norm, strong
 from conformance.engine.context import Context
 from conformance.engine.registry import register
 

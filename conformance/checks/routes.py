@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
+from conformance.checks.helpers.common import MODELS, REFUSED_WORST, UNKNOWN_PATH
 from conformance.engine.context import Context
 from conformance.engine.registry import register
 from conformance.spec.bodies import error_body, message
 from contract import Spec
-
-MODELS = "/v1/models"
-UNKNOWN_PATH = "/v1/conformance-unknown-route"
 
 
 def _allowed(api: Spec, path: str) -> list[str]:
@@ -19,15 +17,6 @@ def _unused_method(api: Spec, path: str) -> str:
     return next(
         m for m in ("DELETE", "PUT", "PATCH", "GET", "POST") if m not in _allowed(api, path)
     )
-
-
-# A request that expects a refusal still asks for one token of one sequence: a server
-# that wrongly accepts it writes one token, not its max_model_len.
-REFUSED_WORST = 1
-
-
-def minimal(ctx: Context) -> dict:
-    return {"model": ctx.config.model, "prompt": [0], "max_tokens": 1, "n": 1}
 
 
 @register("routes:unknown_route", tags=("routes", "http"))

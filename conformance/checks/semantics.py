@@ -25,8 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from conformance.checks.helpers.common import open_stream, prompt_ids_returned
-from conformance.checks.stream import PROMPTS
+from conformance.checks.helpers.common import PROMPTS, open_stream, prompt_ids_returned
 from conformance.engine.config import CLOCK_SLACK_S
 from conformance.engine.context import Context
 from conformance.engine.registry import register

@@ -3,7 +3,13 @@
 
 from __future__ import annotations
 
-from conformance.checks.stream import PROMPTS, N, expected_usage, many_choices_body, usage_numbers
+from conformance.checks.helpers.common import (
+    PROMPTS,
+    N,
+    expected_usage,
+    many_choices_body,
+    usage_numbers,
+)
 from conformance.engine.context import Context
 from conformance.engine.registry import register
 from conformance.engine.shapes import schema_errors

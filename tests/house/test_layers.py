@@ -385,3 +385,44 @@ def test_no_test_module_imports_another() -> None:
         if module.startswith("tests.") and module.rsplit(".", 1)[-1].startswith("test_")
     ]
     assert wrong == []
+
+
+def group_imports(root: Path) -> list[str]:
+    """Imports from one check group into another (conformance/checks/__init__.py: what groups
+    share lives in helpers/, every group's)."""
+    checks = root / "conformance" / "checks"
+    wrong = []
+    for path in sorted(checks.rglob("*.py")):
+        group = path.relative_to(checks).parts[0].removesuffix(".py")
+        if group in ("__init__", "helpers"):
+            continue
+        for module, names in imports(path):
+            targets = (
+                [f"{module}.{n}" for n in names] if module == "conformance.checks" else [module]
+            )
+            for target in targets:
+                parts = target.split(".")
+                inside = parts[:2] == ["conformance", "checks"] and len(parts) > 2
+                if inside and parts[2] not in (group, "helpers"):
+                    wrong.append(f"{path.relative_to(root)}: {target}")
+    return wrong
+
+
+def test_no_check_group_imports_another() -> None:
+    assert group_imports(ROOT) == []
+
+
+def test_an_import_between_check_groups_is_found(tmp_path: Path) -> None:
+    for rel, text in {
+        "conformance/checks/usage.py": "from conformance.checks.stream import PROMPTS\n",
+        "conformance/checks/auth.py": "def f():\n    from conformance.checks import routes\n",
+        "conformance/checks/robust/echo.py": "from conformance.checks.robust.raw import post\n",
+        "conformance/checks/effects/x.py": "from conformance.checks.helpers.steer import norm\n",
+        "conformance/checks/helpers/y.py": "from conformance.checks.helpers.agree import LOGPROBS\n",
+    }.items():
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text(text)
+    assert group_imports(tmp_path) == [
+        "conformance/checks/auth.py: conformance.checks.routes",
+        "conformance/checks/usage.py: conformance.checks.stream",
+    ]

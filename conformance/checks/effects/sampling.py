@@ -27,7 +27,7 @@ from __future__ import annotations
 from typing import Any
 
 from conformance.checks.helpers.agree import LOGPROBS, difference
-from conformance.checks.helpers.common import prompt_ids_returned, usage_of
+from conformance.checks.helpers.common import memo_post, post, prompt_ids_returned, usage_of
 from conformance.checks.helpers.tempered import (
     CRITICAL,
     Step,
@@ -51,26 +51,6 @@ TOP_P_ONE = 1e-6  # a top_p that the likeliest token always fills
 PROBES = ("a", "b")  # strings of one token whose text is itself (any byte-level BPE)
 TRUNCATED = [0, 1, 2, 3, 4]
 KEEP = 2
-
-
-def post(ctx: Context, body: dict[str, Any]) -> tuple[Reply, dict[str, Any]]:
-    """The reply and its one choice (a 200 with one choice, or the check stops)."""
-    reply = ctx.client.post(ctx.api.completions_path, {"model": ctx.config.model, **body})
-    ctx.expect_status(reply, 200, fatal=True)
-    choices = reply.data.get("choices") if isinstance(reply.data, dict) else None
-    if not (isinstance(choices, list) and len(choices) == 1 and isinstance(choices[0], dict)):
-        ctx.stop(
-            "not exactly one choice for one prompt", expected=1, received=reply.data, reply=reply
-        )
-    return reply, choices[0]
-
-
-def memo_post(ctx: Context, key: str, body: dict[str, Any]) -> tuple[Reply, dict[str, Any]]:
-    """post(), once per run for each key (several checks read the same request)."""
-    if key not in ctx.memo:
-        ctx.memo[key] = post(ctx, body)
-    reply, choice = ctx.memo[key]
-    return reply, choice
 
 
 def below_likeliest(

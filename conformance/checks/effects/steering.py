@@ -34,12 +34,12 @@ from conformance.checks.effects.sampling import (
     REPEATS,
     agree_all,
     allowed_tokens_honoured,
-    memo_post,
-    post,
 )
 from conformance.checks.helpers.agree import LOGPROBS, difference
 from conformance.checks.helpers.capture import SLACK, decode_capture
 from conformance.checks.helpers.claims import shrink
+from conformance.checks.helpers.common import memo_post, post
+from conformance.checks.helpers.steer import Vector, direction, layer, norm, strong, vector
 from conformance.engine.context import Context
 from conformance.engine.registry import register
 from conformance.wire import tensors
@@ -47,44 +47,11 @@ from conformance.wire.client import Reply
 
 PROMPT = [0, 1, 2, 3, 4]  # token ids: shorter than a KV block, so no prompt is ever cached
 TOKENS = 2  # of a greedy continuation
-STRONG = 64.0  # a strong vector's values: its norm, 64 x sqrt(hidden), is far above the stream's
 DECODE = 2  # tokens generated in effects:steering.decoding
 SCALE = 4.0  # the scale effects:steering.layer_and_scale sends (the others leave it out:
 # one field's effect per check)
 POSITION = 2  # the prompt position position_indices names
 NORM_SMALL = 2**-8  # a norm_match vector's norm, as a share of the stream's (it must not matter)
-Vector = dict[str, Any]
-
-
-def layer(ctx: Context) -> int:
-    """The middle layer, which has one below it."""
-    middle = ctx.model.num_layers // 2
-    if middle < 1:
-        shrink(
-            ctx,
-            "num_layers",
-            f"the model has {ctx.model.num_layers} layer: no layer below the steered one",
-        )
-    return middle
-
-
-def direction(hidden: int) -> list[float]:
-    """+-1 in a fixed pattern: no special direction of any model."""
-    return [1.0 if math.sin(i + 1) >= 0 else -1.0 for i in range(hidden)]
-
-
-def vector(ctx: Context, values: list[float], **fields: Any) -> Vector:
-    """A vector at the middle layer: [1, hidden], or [1, positions, hidden] with position_indices."""
-    shape = (
-        [1, len(values) // ctx.model.hidden_size, ctx.model.hidden_size]
-        if "position_indices" in fields
-        else [1, ctx.model.hidden_size]
-    )
-    return {
-        "activations": tensors.encode_float32(values, shape),
-        "layer_indices": [layer(ctx)],
-        **fields,
-    }
 
 
 # -- the greedy continuation ----------------------------------------------------------
@@ -105,10 +72,6 @@ def greedy(ctx: Context, vectors: list[Vector] | None) -> dict[str, Any]:
 def _answer(ctx: Context, key: str, vectors: list[Vector] | None) -> tuple[Reply, dict[str, Any]]:
     reply, choice = memo_post(ctx, key, greedy(ctx, vectors))
     return reply, choice
-
-
-def strong(ctx: Context) -> list[Vector]:
-    return [vector(ctx, [STRONG * x for x in direction(ctx.model.hidden_size)])]
 
 
 def steering_shows(ctx: Context) -> None:
@@ -251,10 +214,6 @@ def plain_capture(ctx: Context, **fields: Any) -> list[list[list[float]]]:
         ctx.memo[key] = capture(ctx, None, **fields)[1]
     stream: list[list[list[float]]] = ctx.memo[key]
     return stream
-
-
-def norm(v: list[float]) -> float:
-    return math.hypot(*v)
 
 
 def expect_added(

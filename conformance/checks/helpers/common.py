@@ -81,3 +81,74 @@ def usage_of(ctx: Context, reply: Reply) -> dict[str, Any]:
     JSON object (Context.expect_object)."""
     usage = ctx.expect_object(reply).get("usage")
     return usage if isinstance(usage, dict) else {}
+
+
+MODELS = "/v1/models"
+
+
+UNKNOWN_PATH = "/v1/conformance-unknown-route"
+
+
+# A request that expects a refusal still asks for one token of one sequence: a server
+# that wrongly accepts it writes one token, not its max_model_len.
+REFUSED_WORST = 1
+
+
+def minimal(ctx: Context) -> dict:
+    return {"model": ctx.config.model, "prompt": [0], "max_tokens": 1, "n": 1}
+
+
+PROMPTS = [[0, 1, 2], [3, 4]]  # two token-id prompts of known lengths
+
+
+N, MAX_TOKENS = 2, 3
+
+
+def many_choices_body(ctx: Context, **extra: Any) -> dict[str, Any]:
+    """Two prompts x n = 2, max_tokens 3, ignore_eos: exactly 12 tokens in 4 choices."""
+    return {
+        "model": ctx.config.model,
+        "prompt": PROMPTS,
+        "n": N,
+        "max_tokens": MAX_TOKENS,
+        "ignore_eos": True,
+        "seed": ctx.draws.seed,
+        **extra,
+    }
+
+
+def expected_usage() -> dict[str, int]:
+    prompt = sum(len(p) for p in PROMPTS)
+    completion = len(PROMPTS) * N * MAX_TOKENS
+    return {
+        "prompt_tokens": prompt,
+        "completion_tokens": completion,
+        "total_tokens": prompt + completion,
+    }
+
+
+def usage_numbers(usage: Any) -> Any:
+    """The counts of a usage object (expected_usage's keys); other keys the schema allows
+    (vLLM's and LiteLLM's `completion_tokens_details: null`) are no part of the arithmetic,
+    and stream:event_schema and usage:arithmetic's schema check judge them."""
+    return {k: usage.get(k) for k in expected_usage()} if isinstance(usage, dict) else usage
+
+
+def post(ctx: Context, body: dict[str, Any]) -> tuple[Reply, dict[str, Any]]:
+    """The reply and its one choice (a 200 with one choice, or the check stops)."""
+    reply = ctx.client.post(ctx.api.completions_path, {"model": ctx.config.model, **body})
+    ctx.expect_status(reply, 200, fatal=True)
+    choices = reply.data.get("choices") if isinstance(reply.data, dict) else None
+    if not (isinstance(choices, list) and len(choices) == 1 and isinstance(choices[0], dict)):
+        ctx.stop(
+            "not exactly one choice for one prompt", expected=1, received=reply.data, reply=reply
+        )
+    return reply, choices[0]
+
+
+def memo_post(ctx: Context, key: str, body: dict[str, Any]) -> tuple[Reply, dict[str, Any]]:
+    """post(), once per run for each key (several checks read the same request)."""
+    if key not in ctx.memo:
+        ctx.memo[key] = post(ctx, body)
+    reply, choice = ctx.memo[key]
+    return reply, choice
