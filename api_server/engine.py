@@ -7,9 +7,9 @@ request captured the residual stream, the activations (Activations). The app
 builds both the Completion and the stream from the same events, so the text
 of a stream equals the text without stream by construction.
 
-The fake engine (mock_server/fake_engine.py) and the reference implementation's
+The fake engine (mock_server/engine/fake_engine.py) and the reference implementation's
 vLLM engine implement this protocol; the mock's simulated latency and stream errors
-are an engine too (mock_server/faults.py's Simulated, wrapping the app's engine for
+are an engine too (mock_server/hook/faults.py's Simulated, wrapping the app's engine for
 one request), and tests/conformance/test_third_engine.py writes a third in a few lines.
 """
 

@@ -1,7 +1,7 @@
 """What a server may add to a request besides the API: the hook `create_app` takes.
 
 A hook picks the engine that runs each validated request: the app's, or one that
-wraps it. The mock's (mock_server/faults.py) wraps it in its simulated latency and
+wraps it. The mock's (mock_server/hook/faults.py) wraps it in its simulated latency and
 stream errors, and answers a forced status instead. A server of the real API passes
 none, so a client of a real deployment cannot make it fake anything: the code that
 fakes is not there.

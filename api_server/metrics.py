@@ -4,7 +4,7 @@ documentation shows.
 Counted at the edge, where statuses and codes are known: every response by route,
 status and error code; open streams; tokens generated; the Budget's tokens spent and
 requests refused. A server may add its own metrics to the same registry (the mock:
-vLLM's names for what it simulates, mock_server/metrics.py).
+vLLM's names for what it simulates, mock_server/hook/metrics.py).
 
 Under gunicorn the client runs in its multiprocess mode: the entry point sets
 PROMETHEUS_MULTIPROC_DIR, a directory wiped at start, before anything imports the client
@@ -15,7 +15,7 @@ transports) the app's own registry is read.
 
 The rule that follows, stated here once: prometheus_client picks its mode when it is first
 imported, so no module a server's __main__ imports may import it (or this module, or
-mock_server/metrics.py) at module level; create_app imports them when it runs, after
+mock_server/hook/metrics.py) at module level; create_app imports them when it runs, after
 serve.prepare, and others name them under TYPE_CHECKING only. tests/house/test_layers.py
 holds every server's entry to it.
 """

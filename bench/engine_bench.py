@@ -31,7 +31,7 @@ ALLOWED_OUT = ROOT / "bench" / "results" / "engine-allowed.md"
 SCRIPT = r"""
 import json, random, statistics, sys, time
 from contract import Contract, spec
-from mock_server.fake_engine import FakeEngine
+from mock_server.engine.fake_engine import FakeEngine
 api = spec()
 model = api.models[api.default_model]
 contract = Contract(api)

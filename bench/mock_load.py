@@ -11,7 +11,7 @@ profile's numbers give (bench/results/mock_load.png, made with matplotlib) and w
 table to bench/results/mock_load.md. `--max-num-seqs` is lower than the profile's (vLLM's
 1,024) so that the queue shows on two CPU cores: past S streams, requests wait in waves.
 
-Expected, from the load model (mock_server/load.py): a prompt's prefill work W = prompt
+Expected, from the load model (mock_server/hook/load.py): a prompt's prefill work W = prompt
 tokens x prefill per token, on one timeline, so the k-th of streams that arrive together
 has its first token after ttft + k x W; TPOT = tpot x (1 + (F - 1)(c - 1)/(L - 1)) with c
 running and L the profile's full_load_seqs. With c > S the streams run in waves of S: the
@@ -35,7 +35,7 @@ from bench import harness
 from bench.harness import ROOT, command_line
 from bench.report import write_report
 from contract import Contract, spec
-from mock_server.profiles import PROFILES
+from mock_server.hook.profiles import PROFILES
 
 RESULTS = ROOT / "bench" / "results"
 PROMPT = "The sky is blue because " * 25  # 127 prompt tokens: a prefill that shows

@@ -152,7 +152,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "The fit takes no prefill time per token (vLLM's first point cannot tell it from the fixed "
         "part), so where vLLM's TTFT grows with the streams that arrive together (its prefills share "
         "one engine step after another) the mock's stays flat until the queue: `--prefill-ms-per-token` "
-        "(one prefill timeline, mock_server/load.py) is the mock's way to show it.",
+        "(one prefill timeline, mock_server/hook/load.py) is the mock's way to show it.",
     ]
     write_report(args.out, "\n".join(lines) + "\n")
     print("\n".join(lines))

@@ -95,11 +95,11 @@ def _measure(rounds: int) -> dict[str, float]:
     from api_server.metrics import new_registry
     from api_server.responses import Assembler, Meta
     from contract import Contract, spec
-    from mock_server.fake_engine import FakeEngine, causal_model
-    from mock_server.latency import fixed, stepped_batches
-    from mock_server.metered import Metered, Recording, RequestClock
-    from mock_server.metrics import VllmMetrics
-    from mock_server.sampler import sample_choice
+    from mock_server.engine.fake_engine import FakeEngine, causal_model
+    from mock_server.engine.sampler import sample_choice
+    from mock_server.hook.latency import fixed, stepped_batches
+    from mock_server.hook.metered import Metered, Recording, RequestClock
+    from mock_server.hook.metrics import VllmMetrics
 
     api = spec()
     model = api.models[api.default_model]

@@ -24,7 +24,7 @@ from api_server.serve import PORT, add_arguments, options_of, prepare, serve
 from api_server.state import state_of
 from contract.version import VersionAction
 from mock_server.config import MockConfig
-from mock_server.profiles import PROFILES
+from mock_server.hook.profiles import PROFILES
 
 
 def _env(name: str, default: str | None = None) -> str | None:
@@ -77,7 +77,7 @@ def parser() -> argparse.ArgumentParser:
     load.add_argument(
         "--load-profile",
         choices=sorted(PROFILES),
-        help="a named profile's numbers (mock_server/profiles.py); the options below override them",
+        help="a named profile's numbers (mock_server/hook/profiles.py); the options below override them",
     )
     load.add_argument(
         "--max-num-seqs",
@@ -108,7 +108,7 @@ def parser() -> argparse.ArgumentParser:
         "--jitter", type=float, help="each wait varies by up to this fraction of itself"
     )
     load.add_argument("--load-seed", type=int, help="the jitter's seed")
-    tape = p.add_argument_group("record and replay (mock_server/cassette.py)")
+    tape = p.add_argument_group("record and replay (mock_server/cassettes/cassette.py)")
     tape.add_argument(
         "--record",
         metavar="UPSTREAM",
@@ -218,7 +218,7 @@ def tape_app(args: argparse.Namespace, config: MockConfig, create_app: Any) -> A
     app = create_app(config)
     if not (args.record or args.replay):
         return app
-    from mock_server.cassette import Recorder, Replayer
+    from mock_server.cassettes.cassette import Recorder, Replayer
 
     api = state_of(app).contract.api  # the mock's own
     if args.record:

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import ClassVar, TypeVar
 
 from api_server.config import AT_LEAST_0, FRACTION, Bound, ConfigError, ServerConfig
-from mock_server.profiles import PROFILES
+from mock_server.hook.profiles import PROFILES
 
 ENV_PREFIX = "MOCK_"
 M = TypeVar("M", bound="MockConfig")

@@ -13,7 +13,7 @@ from typing import Any
 from api_server.engine import Dropped
 from api_server.responses import REQUEST_ID, dumps
 from contract import ApiError, Errors, Spec
-from mock_server.faults import GATEWAY, invalid
+from mock_server.hook.faults import GATEWAY, invalid
 
 WSGIApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
 

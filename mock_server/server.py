@@ -11,9 +11,9 @@ from api_server import Engine, served_models
 from api_server import create_app as create_api_app
 from contract import ModelInfo, Spec, spec
 from mock_server.config import MockConfig
-from mock_server.fake_engine import FakeEngine
-from mock_server.faults import Faults
+from mock_server.engine.fake_engine import FakeEngine
 from mock_server.gateway import Gateway
+from mock_server.hook.faults import Faults
 
 
 def create_app(
@@ -26,7 +26,7 @@ def create_app(
     fake one, `models` the spec's models (config.max_model_len still applies on top)."""
     # Imported now, after serve.prepare: api_server/metrics.py says why.
     from api_server.metrics import new_registry
-    from mock_server.metrics import VllmMetrics
+    from mock_server.hook.metrics import VllmMetrics
 
     config = config if config is not None else MockConfig.from_env()
     api = api if api is not None else spec()

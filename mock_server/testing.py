@@ -233,7 +233,7 @@ def transport(
     --replay-miss and --replay-speed)."""
     app = _app(config, settings)
     if replay is not None:
-        from mock_server.cassette import Replayer
+        from mock_server.cassettes.cassette import Replayer
 
         if replay_miss not in ("error", "engine"):
             raise ValueError(f"replay_miss: 'error' or 'engine', not {replay_miss!r}")

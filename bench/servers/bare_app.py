@@ -99,7 +99,7 @@ def completions():
 
 
 def _stream(count, tpot_s=0.0):
-    # As the mock paces (mock_server/latency.py) with its default time to first token, 0:
+    # As the mock paces (mock_server/hook/latency.py) with its default time to first token, 0:
     # the first chunk at once, each later one after tpot_s.
     for i in range(count):
         if tpot_s and i:

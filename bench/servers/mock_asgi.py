@@ -4,7 +4,7 @@ measured (uvicorn on uvloop and httptools) carry the mock's paced streams for le
 The face keeps Flask's API: each request's WSGI environ is built from the ASGI scope and a body
 read to at most x-caps.max_body_bytes + 1 bytes (the app's own read answers 413 past the cap),
 and the app runs in the request's task, its response's chunks sent as they come. The mock's only
-waits are its pacing's (mock_server/latency.py): there they await asyncio.sleep through greenback's
+waits are its pacing's (mock_server/hook/latency.py): there they await asyncio.sleep through greenback's
 portal (the sync code hands the task an awaitable on a greenlet switch and gets its result back).
 
 Like mock_wsgi.py it is a measurement, not a deployment: none of api_server/serve.py's gunicorn
@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 import greenback
 
-import mock_server.latency
+import mock_server.hook.latency
 from bench.servers.bare_asgi import not_http
 from contract import spec
 from mock_server import create_app
@@ -43,7 +43,7 @@ def _sleep(seconds: float) -> None:
 
 
 # The pacing's waits (latency._on_time's time.sleep), the only ones a fake-engine stream makes.
-mock_server.latency.time = types.SimpleNamespace(sleep=_sleep, monotonic=time.monotonic)  # type: ignore[assignment]
+mock_server.hook.latency.time = types.SimpleNamespace(sleep=_sleep, monotonic=time.monotonic)  # type: ignore[assignment]
 
 flask_app = create_app()
 _LIMIT = spec().caps["max_body_bytes"] + 1

@@ -48,12 +48,14 @@ def test_a_served_profiles_sample_goes_to_its_innermost_known_component() -> Non
 
     names = [name for name, _ in COMPONENTS]
     flask = "Flask.wsgi_app (flask/app.py:1511)"
-    engine = "sample_choice (mock_server/sampler.py:240)"
+    engine = "sample_choice (mock_server/engine/sampler.py:240)"
     prom = "MmapedValue.inc (prometheus_client/values.py:60)"
     rules = "Rules.check (contract/rules.py:36)"
     assert component_of([flask, engine]) == names[0]
-    assert component_of([flask, engine, "mix (mock_server/model.py:20)"]) == names[0]
-    assert component_of([flask, "Metered._observe (mock_server/metered.py:9)", prom]) == names[1]
+    assert component_of([flask, engine, "mix (mock_server/engine/model.py:20)"]) == names[0]
+    assert (
+        component_of([flask, "Metered._observe (mock_server/hook/metered.py:9)", prom]) == names[1]
+    )
     assert component_of([flask, rules, "<genexpr> (re/__init__.py:3)"]) == names[3]
     assert component_of(["main (x.py:1)", "loads (json/decoder.py:337)"]) == names[5]
     assert component_of([flask]) == names[6]

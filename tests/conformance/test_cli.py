@@ -315,7 +315,7 @@ def test_checks_that_need_the_mocks_headers_skip_where_they_are_ignored() -> Non
     from conformance.engine.results import Outcome
     from conformance.engine.runner import run
     from contract import spec
-    from mock_server.fake_engine import FakeEngine
+    from mock_server.engine.fake_engine import FakeEngine
 
     app = api_server.create_app(
         api_server.ServerConfig(), FakeEngine(spec(), spec().models.values())

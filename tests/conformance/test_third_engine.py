@@ -26,8 +26,8 @@ from conformance.engine.results import Outcome
 from conformance.engine.runner import run
 from contract import CompletionRequest, InferenceUnavailable, spec
 from mock_server.config import MockConfig
-from mock_server.fake_engine import FakeEngine
-from mock_server.faults import Faults
+from mock_server.engine.fake_engine import FakeEngine
+from mock_server.hook.faults import Faults
 from tests.support.contract import CONTRACT
 from tests.support.wsgi import serve
 

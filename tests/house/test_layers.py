@@ -79,8 +79,8 @@ EXTRA: dict[str, set[str]] = {
         "anyio",
         "pytest",
     },  # client developers' transports and fixture
-    "mock_server/cassette.py": {"httpx"},  # --record's client to the upstream
-    "mock_server/tape.py": {
+    "mock_server/cassettes/cassette.py": {"httpx"},  # --record's client to the upstream
+    "mock_server/cassettes/tape.py": {
         "fastjsonschema"
     },  # a cassette's lines against x-mock-cassette's schemas
     "conformance/spec/metrics.py": {"prometheus_client"},  # its parser reads a /metrics scrape
@@ -426,3 +426,16 @@ def test_an_import_between_check_groups_is_found(tmp_path: Path) -> None:
         "conformance/checks/auth.py: conformance.checks.routes",
         "conformance/checks/usage.py: conformance.checks.stream",
     ]
+
+
+def test_the_mocks_top_holds_its_wiring_and_its_rooms() -> None:
+    """mock_server/'s top is the server's wiring (at most 10 modules); the rest lives in rooms
+    (engine/, hook/, cassettes/), each a package that says what it holds."""
+    top = sorted(p.name for p in (ROOT / "mock_server").glob("*.py"))
+    assert len(top) <= 10, top
+    rooms = sorted(p.parent.name for p in (ROOT / "mock_server").glob("*/__init__.py"))
+    assert rooms == ["cassettes", "engine", "hook"]
+    for room in rooms:
+        assert ast.get_docstring(
+            ast.parse((ROOT / "mock_server" / room / "__init__.py").read_text())
+        )

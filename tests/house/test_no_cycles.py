@@ -17,7 +17,7 @@ from werkzeug.test import EnvironBuilder
 
 from contract import ApiError, spec
 from mock_server import MockConfig, create_app
-from mock_server.faults import STATUS, STREAM_ERROR_AFTER
+from mock_server.hook.faults import STATUS, STREAM_ERROR_AFTER
 from tests.support.mock import AUTH
 from tests.support.wsgi import whole_response
 

@@ -22,8 +22,8 @@ from api_server.state import state_of
 from conformance.engine.shapes import schema_errors
 from contract import ApiError, CompletionRequest, InferenceUnavailable, InternalError, hold, spec
 from mock_server import MockConfig, create_app
-from mock_server.fake_engine import FakeEngine
-from mock_server.faults import STATUS, STREAM_ERROR_AFTER, TPOT_MS, TTFT_MS
+from mock_server.engine.fake_engine import FakeEngine
+from mock_server.hook.faults import STATUS, STREAM_ERROR_AFTER, TPOT_MS, TTFT_MS
 from tests.support.contract import CONTRACT
 from tests.support.mock import AUTH, completion_body, parse_sse
 

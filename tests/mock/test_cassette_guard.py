@@ -1,7 +1,7 @@
 """Cassettes that keep no secret and trust no line (issue 44, point 5): a recording proxy in front
 of an upstream that quotes whatever it is sent, then replays behind the API's own preflight, each
-served in this process (mock_server/cassette.py's apps under a real HTTP server); a cassette's
-lines checked at load with their line numbers (mock_server/tape.py)."""
+served in this process (mock_server/cassettes/cassette.py's apps under a real HTTP server); a cassette's
+lines checked at load with their line numbers (mock_server/cassettes/tape.py)."""
 
 from __future__ import annotations
 
@@ -18,8 +18,8 @@ import pytest
 from api_server.config import ConfigError
 from contract import spec
 from mock_server import MockConfig, create_app
-from mock_server.cassette import Recorder, Replayer
-from mock_server.tape import data_of, load
+from mock_server.cassettes.cassette import Recorder, Replayer
+from mock_server.cassettes.tape import data_of, load
 from tests.support.wsgi import Environ, StartResponse, serve
 
 API = spec()
@@ -289,7 +289,7 @@ def test_a_replay_answers_behind_the_apis_auth_and_serves_its_own_gets(tmp_path:
 def test_a_stream_recorded_cut_replays_cut(tmp_path: Path) -> None:
     """Issue 55, item 5: a stream the upstream dropped (curl's exit 18) and one its client left
     are written with how they ended, and replay cut after their last chunk, never whole."""
-    from mock_server.faults import DROP_AFTER
+    from mock_server.hook.faults import DROP_AFTER
 
     body = {"model": "llama-8b", "prompt": "x", "max_tokens": 6, "stream": True, "ignore_eos": True}
     auth = {"Authorization": f"Bearer {KEY}"}
@@ -378,7 +378,7 @@ def test_a_bad_cassette_at_start_is_one_line_without_the_usage(tmp_path: Path) -
 def test_a_secret_spelled_in_pieces_is_masked_once_in_its_span(
     pieces: list[str], expected: list[str] | None
 ) -> None:
-    from mock_server.pieces import masked_pieces
+    from mock_server.cassettes.pieces import masked_pieces
 
     assert masked_pieces(pieces, ["sk-replay"], MASK) == expected
 

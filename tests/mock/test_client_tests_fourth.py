@@ -21,7 +21,7 @@ from api_server.config import ConfigError
 from api_server.serve import DEFAULT_GRACEFUL_TIMEOUT
 from contract import spec
 from mock_server import MockConfig, create_app
-from mock_server.cassette import Recorder, Replayer
+from mock_server.cassettes.cassette import Recorder, Replayer
 from mock_server.testing import URL, live_mock, transport
 from tests.support.wsgi import Environ, StartResponse, serve
 

@@ -17,7 +17,7 @@ import pytest
 from openai import AsyncOpenAI, OpenAI
 
 from contract import spec
-from mock_server.faults import DROP_AFTER, FAIL_FIRST, FAIL_KEY, STALL_AFTER, STALL_MS, TTFT_MS
+from mock_server.hook.faults import DROP_AFTER, FAIL_FIRST, FAIL_KEY, STALL_AFTER, STALL_MS, TTFT_MS
 from mock_server.testing import BASE_URL, LiveMock, acs_mock, async_transport, transport
 
 __all__ = ["acs_mock"]

@@ -13,7 +13,7 @@ from api_server.pacing import Pump
 from contract import spec
 from mock_server.__main__ import config_from, parser
 from mock_server.config import MockConfig
-from mock_server.latency import paced
+from mock_server.hook.latency import paced
 
 MODEL = spec().default_model
 

@@ -1,4 +1,4 @@
-"""Live control (mock_server/control.py): a running mock's latency, faults and load model
+"""Live control (mock_server/hook/control.py): a running mock's latency, faults and load model
 changed by writing its --control-file, without a restart."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import pytest
 from api_server.config import ConfigError
 from contract import spec
 from mock_server.config import MockConfig
-from mock_server.control import Control, apply
+from mock_server.hook.control import Control, apply
 from mock_server.testing import transport
 from tests.support.mock import AUTH, MockProcess, completion_body
 
@@ -114,7 +114,7 @@ def test_a_batch_raised_live_admits_those_waiting_at_once() -> None:
     (3 waited 2.8 s with 3 slots free), and new arrivals queued behind them."""
     import dataclasses
 
-    from mock_server.load import Scheduler
+    from mock_server.hook.load import Scheduler
 
     current = [MockConfig(max_num_seqs=1)]
     scheduler = Scheduler(lambda: current[0], None)

@@ -14,8 +14,8 @@ from api_server.engine import Activations, ChoiceDelta, Event, Usage
 from api_server.responses import Assembler, Meta
 from contract import spec
 from contract.tokens import decode
-from mock_server.fake_engine import FakeEngine
-from mock_server.vocab import vocab
+from mock_server.engine.fake_engine import FakeEngine
+from mock_server.engine.vocab import vocab
 from tests.support.contract import CONTRACT
 
 MODEL = spec().models[spec().default_model]
@@ -311,7 +311,7 @@ def test_a_vocabulary_of_allowed_ids_samples_as_one_token_at_a_time_would(
     they apply, vLLM's masking of the end tokens before min_tokens); 100,000 of them answered."""
     import random
 
-    from mock_server.sampler import _Step
+    from mock_server.engine.sampler import _Step
 
     fast = _Step._among_allowed
     compared = []

@@ -13,7 +13,7 @@ from openai import OpenAI
 
 from conformance.wire.sse import parse_text
 from contract import spec
-from mock_server.faults import (
+from mock_server.hook.faults import (
     DROP_AFTER,
     FAIL_FIRST,
     FAIL_KEY,

@@ -25,7 +25,7 @@ from contract import (
     UnsupportedTransferCoding,
     spec,
 )
-from mock_server.faults import STREAM_ERROR_AFTER, TTFT_MS
+from mock_server.hook.faults import STREAM_ERROR_AFTER, TTFT_MS
 from tests.support.contract import CONTRACT
 from tests.support.mock import (
     AUTH,

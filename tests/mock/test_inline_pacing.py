@@ -12,8 +12,8 @@ import pytest
 
 from api_server.engine import ChoiceDelta, Event, Usage
 from api_server.pacing import BATCH, FLUSH, batched
-from mock_server import latency
-from mock_server.latency import paced_batches, stepped_batches
+from mock_server.hook import latency
+from mock_server.hook.latency import paced_batches, stepped_batches
 
 
 class Clock:

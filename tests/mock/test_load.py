@@ -1,4 +1,4 @@
-"""The mock's load model (mock_server/load.py): vLLM's running batch and waiting queue,
+"""The mock's load model (mock_server/hook/load.py): vLLM's running batch and waiting queue,
 prefill per prompt token, decode steps that slow with the batch, profiles. Order and
 counts, never wall-clock limits."""
 
@@ -14,9 +14,9 @@ import pytest
 from api_server.metrics import new_registry
 from contract import InferenceUnavailable, spec
 from mock_server.config import MockConfig
-from mock_server.load import Scheduler
-from mock_server.metrics import VllmMetrics
-from mock_server.profiles import PROFILES
+from mock_server.hook.load import Scheduler
+from mock_server.hook.metrics import VllmMetrics
+from mock_server.hook.profiles import PROFILES
 from mock_server.testing import transport
 from tests.support.contract import CONTRACT
 from tests.support.metrics import value

@@ -9,8 +9,8 @@ import random
 import pytest
 
 from contract import spec
-from mock_server.fake_engine import causal_model
-from mock_server.sampler import Cut, Settings, _Step, rank_cdf, sample_choice
+from mock_server.engine.fake_engine import causal_model
+from mock_server.engine.sampler import Cut, Settings, _Step, rank_cdf, sample_choice
 
 MODEL = next(iter(spec().models.values()))
 

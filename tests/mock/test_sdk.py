@@ -13,7 +13,7 @@ from openai import AsyncOpenAI, OpenAI
 
 from contract import ApiError, spec
 from mock_server import MockConfig, create_app
-from mock_server.faults import STATUS, STREAM_ERROR_AFTER
+from mock_server.hook.faults import STATUS, STREAM_ERROR_AFTER
 from tests.support.contract import CONTRACT
 from tests.support.mock import KEY
 

@@ -20,7 +20,7 @@ import pytest
 
 from api_server.budget.sqlite import BudgetStore
 from contract import InvalidRequest, spec
-from mock_server.faults import TPOT_MS
+from mock_server.hook.faults import TPOT_MS
 from tests.support.contract import CONTRACT
 from tests.support.mock import (
     AUTH,

@@ -13,8 +13,8 @@ import pytest
 from openai import AsyncOpenAI, OpenAI
 
 from contract import spec
-from mock_server.faults import STATUS
-from mock_server.profiles import PROFILES
+from mock_server.hook.faults import STATUS
+from mock_server.hook.profiles import PROFILES
 from mock_server.testing import BASE_URL, URL, LiveMock, acs_mock, async_transport, transport
 from tests.support.metrics import value
 
@@ -132,7 +132,7 @@ def test_a_dropped_stream_in_process_raises_as_over_a_socket() -> None:
     """Issue 32: through the in-process transports a drop raised the app's own
     ConnectionResetError, which the SDK does not know; over a socket it is httpx's
     RemoteProtocolError, and the SDK's APIConnectionError."""
-    from mock_server.faults import DROP_AFTER
+    from mock_server.hook.faults import DROP_AFTER
     from mock_server.testing import CUT_BODY
 
     with OpenAI(

@@ -18,8 +18,8 @@ from api_server.metrics import new_registry
 from conformance.spec.metrics import families, load
 from contract import CompletionRequest, Contract, spec
 from mock_server import MockConfig, create_app
-from mock_server.metered import Metered, RequestClock
-from mock_server.metrics import VllmMetrics
+from mock_server.hook.metered import Metered, RequestClock
+from mock_server.hook.metrics import VllmMetrics
 from tests.support.metrics import value
 from tests.support.mock import AUTH, completion_body
 from tests.support.wsgi import serve

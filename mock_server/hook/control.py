@@ -21,7 +21,7 @@ from typing import Any
 
 from api_server.config import ConfigError
 from mock_server.config import MockConfig
-from mock_server.profiles import PROFILES
+from mock_server.hook.profiles import PROFILES
 
 log = logging.getLogger("mock_server")
 

@@ -36,11 +36,11 @@ from typing import TYPE_CHECKING
 from api_server.engine import Engine, Event
 from contract import CompletionRequest, InferenceUnavailable
 from mock_server.config import MockConfig
-from mock_server.latency import Paced, Steps, paced_steps, stepped_batches
-from mock_server.metered import RequestClock
+from mock_server.hook.latency import Paced, Steps, paced_steps, stepped_batches
+from mock_server.hook.metered import RequestClock
 
 if TYPE_CHECKING:  # (imported by create_app: api_server/metrics.py says why)
-    from mock_server.metrics import VllmMetrics
+    from mock_server.hook.metrics import VllmMetrics
 
 
 class Ticket:

@@ -15,7 +15,7 @@ import numpy as np
 
 from contract import ModelInfo
 from contract.tokens import encode, token_bytes
-from mock_server.words import WORDS
+from mock_server.engine.words import WORDS
 
 _SPECIAL = re.compile(rb"<\|[a-z0-9_]+\|>")
 

@@ -10,8 +10,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from contract import Spec
-from mock_server.model import CausalModel, row
-from mock_server.vocab import Vocab
+from mock_server.engine.model import CausalModel, row
+from mock_server.engine.vocab import Vocab
 
 
 def max_top(api: Spec) -> int:

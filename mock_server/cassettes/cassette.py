@@ -44,9 +44,9 @@ from api_server.state import STATE, state_of
 from contract import ApiError, Contract, Message, Spec
 from contract.errors import error_class
 from mock_server import gateway
-from mock_server.pieces import masked_answer
-from mock_server.replayed import asked_of, counted, faulted, paced, played
-from mock_server.tape import (
+from mock_server.cassettes.pieces import masked_answer
+from mock_server.cassettes.replayed import asked_of, counted, faulted, paced, played
+from mock_server.cassettes.tape import (
     Secrets,
     data_of,
     differing,

@@ -17,7 +17,7 @@ from api_server.engine import Dropped
 from api_server.responses import sse
 from api_server.state import State
 from contract import ApiError, Errors
-from mock_server.faults import Asked, Faults
+from mock_server.hook.faults import Asked, Faults
 
 if TYPE_CHECKING:  # imported by create_app when it runs: api_server/metrics.py says why
     from api_server.metrics import ApiMetrics

@@ -21,12 +21,12 @@ from typing import Any
 from api_server.engine import Activations, ChoiceDelta, Engine, Event, LogprobsDelta, Usage
 from contract import CompletionRequest, ModelInfo, Spec
 from contract.tokens import decode
-from mock_server.activations import capture, warm
-from mock_server.logprobs import Ranked, prompt_logprob, ranked, top_logprobs, trim
-from mock_server.model import CausalModel
-from mock_server.sampler import Choice, Cut, Settings, sample_choice
-from mock_server.steered import Steer, additions, steerer
-from mock_server.vocab import Vocab, vocab
+from mock_server.engine.activations import capture, warm
+from mock_server.engine.logprobs import Ranked, prompt_logprob, ranked, top_logprobs, trim
+from mock_server.engine.model import CausalModel
+from mock_server.engine.sampler import Choice, Cut, Settings, sample_choice
+from mock_server.engine.steered import Steer, additions, steerer
+from mock_server.engine.vocab import Vocab, vocab
 
 _MODELS: dict[tuple[str, int, float], CausalModel] = {}
 

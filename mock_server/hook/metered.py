@@ -25,7 +25,7 @@ from api_server.engine import Batches, ChoiceDelta, Engine, Event, StreamEvent, 
 from contract import CompletionRequest
 
 if TYPE_CHECKING:  # (imported by create_app: api_server/metrics.py says why)
-    from mock_server.metrics import ModelMetrics, VllmMetrics
+    from mock_server.hook.metrics import ModelMetrics, VllmMetrics
 
 
 class RequestClock:

@@ -24,8 +24,8 @@ import numpy as np
 
 from contract import ModelInfo
 from contract.tensors import SteeringVector
-from mock_server.activations import float32_values, nominal_norm
-from mock_server.model import mix
+from mock_server.engine.activations import float32_values, nominal_norm
+from mock_server.engine.model import mix
 
 EPS = 1e-6  # vllm-lens's norm_match: steering * (|residual| / (|steering| + eps))
 

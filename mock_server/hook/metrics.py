@@ -14,7 +14,7 @@ from typing import Any, NamedTuple
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from contract import MetricsContract, ModelInfo
-from mock_server.kv_cache import KvCache
+from mock_server.hook.kv_cache import KvCache
 
 TTFT_BUCKETS = (
     0.001,

@@ -32,7 +32,7 @@ from functools import lru_cache
 import numpy as np
 
 from contract import ModelInfo
-from mock_server.vocab import Vocab
+from mock_server.engine.vocab import Vocab
 
 MASK64 = (1 << 64) - 1
 START, WORD, AFTER_PERIOD, AFTER_NEWLINE, AFTER_COMMA = range(5)

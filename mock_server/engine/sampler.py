@@ -19,7 +19,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from mock_server.model import CausalModel, mix
+from mock_server.engine.model import CausalModel, mix
 
 # A top_p at or below the likeliest rank's probability keeps that token alone (model.py's
 # profile gives rank 0 one half).

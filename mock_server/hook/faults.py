@@ -24,14 +24,14 @@ from api_server.hooks import Headers
 from contract import ApiError, CompletionRequest, InvalidRequest, Spec
 from contract.errors import Message, error_class
 from mock_server.config import MockConfig
-from mock_server.control import Control
-from mock_server.counts import SeenCounts
-from mock_server.latency import Paced, paced, paced_batches
-from mock_server.load import Loaded, Scheduler
-from mock_server.metered import Metered, RequestClock
+from mock_server.hook.control import Control
+from mock_server.hook.counts import SeenCounts
+from mock_server.hook.latency import Paced, paced, paced_batches
+from mock_server.hook.load import Loaded, Scheduler
+from mock_server.hook.metered import Metered, RequestClock
 
 if TYPE_CHECKING:  # (imported by create_app: api_server/metrics.py says why)
-    from mock_server.metrics import VllmMetrics
+    from mock_server.hook.metrics import VllmMetrics
 
 STATUS = "X-Mock-Status"
 STREAM_ERROR_AFTER = "X-Mock-Stream-Error-After"
