@@ -67,7 +67,7 @@ EXTRA: dict[str, set[str]] = {
         "gevent",
     },  # vLLM's answers parsed in C; gevent's loop timer
     "reference_impl/front.py": {"yaml"},  # ingress-nginx's manifests (pyyaml: contract's own)
-    "conformance/golden/generate.py": {"numpy"},  # writes steering vectors' wire form
+    "conformance/golden/lens.py": {"numpy"},  # writes steering vectors' wire form
     # schemathesis's transport (its 429s sent again); the ledger's negative bodies validated
     "conformance/checks/schema.py": {"requests", "jsonschema_rs"},
     "conformance/wire/sdk.py": {
@@ -203,7 +203,7 @@ def test_conformance_reads_only_spec_data_from_contract() -> None:
         rel = path.relative_to(ROOT).as_posix()
         submodules = (
             GENERATOR_CONTRACT_MODULES
-            if rel == "conformance/golden/generate.py"
+            if rel == "conformance/golden/lens.py"
             else CONFORMANCE_CONTRACT_MODULES
         )
         for module, names in imports(path):

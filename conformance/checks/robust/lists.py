@@ -1,7 +1,7 @@
 """robust:lists.* — every list a request may hold, one item past its bound (maxItems in
 openapi.yaml): refused with the exact 400 before any item costs work (a million bad words are a
 million tokenizations). The bounds too large for a readable golden case are this group's
-(conformance/golden/generate.py, GOLDEN_LIST_ITEMS); the small ones (stop's) are golden."""
+(conformance/golden/cases.py, GOLDEN_LIST_ITEMS); the small ones (stop's) are golden."""
 
 from __future__ import annotations
 
