@@ -29,13 +29,6 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
-def mock() -> Iterator[tuple[Breaker, str]]:
-    app = Breaker(create_app(MockConfig()))
-    with serve(app) as url:
-        yield app, url
-
-
-@pytest.fixture(scope="module")
 def keyed_mock() -> Iterator[str]:
     """A deployment with keys configured: only KEY is accepted."""
     with serve(create_app(MockConfig(keys=(KEY,)))) as url:

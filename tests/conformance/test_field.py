@@ -40,13 +40,6 @@ def cli(*args: str) -> tuple[int, str]:
     return code, out.getvalue()
 
 
-@pytest.fixture(scope="module")
-def mock() -> Iterator[tuple[Breaker, str]]:
-    app = Breaker(create_app(MockConfig()))
-    with serve(app) as url:
-        yield app, url
-
-
 def run(
     url: str,
     report: Path,

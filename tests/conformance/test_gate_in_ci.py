@@ -9,7 +9,6 @@ import io
 import json
 import time
 import xml.etree.ElementTree as ET
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -35,13 +34,6 @@ from tests.support.wsgi import serve
 
 KEY = "sk-gate-in-ci-0123456789abcdef"
 REPORTS = ("json", "xml", "html", "md")
-
-
-@pytest.fixture(scope="module")
-def mock() -> Iterator[tuple[Breaker, str]]:
-    app = Breaker(create_app(MockConfig()))
-    with serve(app) as url:
-        yield app, url
 
 
 @pytest.fixture()

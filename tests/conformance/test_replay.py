@@ -9,7 +9,6 @@ import json
 import os
 import shutil
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -17,20 +16,11 @@ from rich.console import Console
 
 from conformance.cli.main import main
 from conformance.wire.exchange import BODIES, CURL_INLINE_BYTES, ENV_API_KEY
-from mock_server import MockConfig, create_app
 from tests.broken.breaker import Breaker
-from tests.support.wsgi import serve
 
 KEY = "replay-test-key"
 BROKEN = "missing_param"  # Breaker: every 400 without its param
 CHECKS = ("caps:max_tokens.without_stream.limit+1", "caps:context.limit+1")
-
-
-@pytest.fixture(scope="module")
-def mock() -> Iterator[tuple[Breaker, str]]:
-    app = Breaker(create_app(MockConfig()))
-    with serve(app) as url:
-        yield app, url
 
 
 def cli(*args: str) -> tuple[int, str]:
