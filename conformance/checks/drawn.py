@@ -495,10 +495,10 @@ def _beside_tokens(config: RunConfig) -> int:
     effects=("seed", "max_tokens"),
 )
 def beside_stream(ctx: Context) -> None:
-    """A probe held open as a stream while the two shortest others are sent beside it: each is
-    its answer alone (the same tokens, or a near tie a batch may turn: agree.py). Where the
-    stream's last event came before the last of them was sent, nothing may have been in flight
-    beside them: not proven, never a pass."""
+    """A probe held open as a stream while the two shortest others are sent beside it, together
+    as its first event comes: each is its answer alone (the same tokens, or a near tie a batch
+    may turn: agree.py). Where the stream's last event came before the last of them was sent,
+    nothing may have been in flight beside them: not proven, never a pass."""
     held, *others = _beside(ctx.config)
     alone = {i: answered(ctx, i) for i in others}
     first, last = threading.Event(), [0.0]
@@ -508,16 +508,23 @@ def beside_stream(ctx: Context) -> None:
         first.set()
 
     body = {**probe_body(ctx, ctx.draws.probes[held]), "stream": True}
-    with ThreadPoolExecutor(1) as pool:
+    sent: list[float] = []
+
+    def post(i: int) -> Reply:
+        sent.append(time.monotonic())
+        return ctx.client.post(ctx.api.completions_path, probe_body(ctx, ctx.draws.probes[i]))
+
+    with ThreadPoolExecutor(1 + len(others)) as pool:
         streaming = pool.submit(
             ctx.client.stream, ctx.api.completions_path, body, on_event=on_event
         )
         while not first.wait(0.05) and not streaming.done():
             pass
-        beside, sent = [], 0.0
-        for i in others:
-            sent = time.monotonic()
-            reply = ctx.client.post(ctx.api.completions_path, probe_body(ctx, ctx.draws.probes[i]))
+        # all at once, as the stream's first event comes: each is sent while it is in flight
+        replies = [(i, pool.submit(post, i)) for i in others]
+        beside = []
+        for i, future in replies:
+            reply = future.result()
             ctx.expect_status(reply, 200, fatal=True)
             beside.append((i, reply, _one_choice(ctx, reply)))
         stream_reply = streaming.result()
@@ -535,9 +542,9 @@ def beside_stream(ctx: Context) -> None:
             f"alone: {why}",
             reply=reply,
         )
-    if not wrong and last[0] <= sent:
+    if not wrong and last[0] <= max(sent):
         ctx.unproven(
             f"the stream of {ctx.draws.probes[held].max_tokens} tokens ended "
-            f"{(sent - last[0]) * 1000:.0f} ms before the last request beside it was sent: they "
-            "may have run alone"
+            f"{(max(sent) - last[0]) * 1000:.0f} ms before the last request beside it was sent: "
+            "they may have run alone"
         )

@@ -180,6 +180,12 @@ def test_a_usage_one_past_max_tokens_fails_each_usage_check(breaker: tuple[Break
         app.mode = None
 
 
+# Checks whose requests are drawn per run and meet a mode only in some runs: model:n.children's
+# n is one of 2-3, 4-8 and 9-16 each run, and an n of 4 is four choices, which choices_n_first
+# reorders too (a wrong order of one prompt's children: a true finding, on the runs that meet it).
+MAY_ALSO: dict[str, set[str]] = {"choices_n_first": {"model:n.children"}}
+
+
 @pytest.mark.parametrize("mode", list(EXACTLY))
 def test_a_broken_meaning_fails_its_own_checks_and_nothing_else(
     mode: str, breaker: tuple[Breaker, str]
@@ -200,7 +206,8 @@ def test_a_broken_meaning_fails_its_own_checks_and_nothing_else(
         report = run_suite(url, *patterns)
     finally:
         app.mode = None
-    assert failed_ids(report) == EXACTLY[mode], {
+    found = failed_ids(report)
+    assert EXACTLY[mode] <= found <= EXACTLY[mode] | MAY_ALSO.get(mode, set()), {
         r.id: [f.message for f in r.findings] for r in report.failed
     }
     assert exit_code(report) == 1

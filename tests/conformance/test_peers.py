@@ -116,16 +116,16 @@ def test_a_server_that_ignores_max_tokens_is_found_by_the_premise_for_three_toke
 
 def test_a_server_past_max_tokens_only_without_stream_is_charged_what_its_usage_says() -> None:
     """Its answers are text alone, which proves no overspend; the meter charges its usage, which
-    is more than the price, and usage:arithmetic finds it."""
+    is more than the price, and usage:arithmetic finds it. The answer's counted twin, drawn for
+    half the eligible plain answers (conformance/wire/twins.py), overspends alike and is charged
+    its usage too."""
     with peer("max_tokens x4 unstreamed") as (_, url):
         report = gate(url, "usage:arithmetic", "routes:*")
     found = outcomes(report)["usage:arithmetic"]
     assert found.outcome is Outcome.FAILED and found.findings[0].message == "the usage differs"
-    assert (
-        found.tokens
-        == found.findings[0].received["completion_tokens"]
-        > found.findings[0].expected["completion_tokens"]
-    )
+    said = found.findings[0].received["completion_tokens"]
+    assert said > found.findings[0].expected["completion_tokens"]
+    assert found.tokens in (said, 2 * said)
 
 
 # -- 3: no false findings ---------------------------------------------------------------------

