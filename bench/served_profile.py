@@ -45,13 +45,16 @@ BIN = Path(sys.executable).parent
 COMPONENTS = (
     (
         "the fake engine (sampling, the model)",
-        r"mock_server/(fake_engine|sampler|model|vocab|words)",
+        r"mock_server/engine/",
     ),
     (
         "vLLM's metrics (prometheus_client, metered)",
-        r"prometheus_client/|mock_server/(metered|metrics)",
+        r"prometheus_client/|mock_server/hook/(metered|metrics|kv_cache)",
     ),
-    ("the mock's faults and headers", r"mock_server/(faults|latency|load|control|counts)"),
+    (
+        "the mock's faults and headers",
+        r"mock_server/hook/(faults|latency|load|profiles|control|counts)",
+    ),
     ("validation and errors (contract/)", r"(^|/)contract/"),
     ("the API layer (api_server/; the bare app's view)", r"(^|/)api_server/|servers/bare_app"),
     ("JSON (the stdlib's json)", r"(^|/)json/"),
