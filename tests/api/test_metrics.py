@@ -168,12 +168,15 @@ def test_each_phase_and_each_step_is_timed_as_vllm_times_it() -> None:
     steps = (first_tokens - 1) + (tokens - 1)
     runs_s = 2 * ttft_s + steps * tpot_s
     assert got("inter_token_latency_seconds")[0] == steps  # a step each, stream or not
-    assert got("inter_token_latency_seconds")[1] >= steps * tpot_s
+    # A step's wait is kept to one schedule from the request's start (latency.Schedule): a first
+    # token seen late leaves less of the next wait, so each request may be short by one step
+    # (CI, 2026-12-07: 0.548 s where 14 steps of 40 ms are 0.56).
+    assert got("inter_token_latency_seconds")[1] >= (steps - 2) * tpot_s
     assert got("request_queue_time_seconds")[0] == 2
     # the second waited the rest of the first's decode, at least half of it
     assert got("request_queue_time_seconds")[1] >= (first_tokens - 1) * tpot_s / 2
     assert got("request_prefill_time_seconds")[1] >= 2 * ttft_s
-    assert got("request_decode_time_seconds")[1] >= steps * tpot_s
+    assert got("request_decode_time_seconds")[1] >= (steps - 2) * tpot_s  # (as above)
     assert got("request_inference_time_seconds")[1] >= runs_s
     decode, prefill, inference = (
         got(f"request_{n}_time_seconds")[1] for n in ("decode", "prefill", "inference")
