@@ -72,9 +72,11 @@ def check_logprobs(
             received=top,
             reply=reply,
         )
-    # vLLM writes a token that ends inside a UTF-8 character as "bytes:\\x..": such tokens
-    # do not join to the text, so the text checks apply only without them.
-    if any(not isinstance(t, str) or t.startswith("bytes:") for t in toks):
+    # vLLM writes a token that ends inside a UTF-8 character as "bytes:\\x..", or as "" (and the
+    # text then holds U+FFFD for the bytes no later token completed: seed 279302780 on the tiny
+    # model): such tokens do not join to the text, so the text checks apply only without them.
+    broken = any(not isinstance(t, str) or t.startswith("bytes:") or t == "" for t in toks)
+    if broken or (isinstance(text, str) and "\ufffd" in text):
         return
     # a special token (the end of text sampled under ignore_eos, a reserved one sampled by a
     # small model) is in the tokens and left out of the text (skip_special_tokens), as
