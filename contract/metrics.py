@@ -39,8 +39,3 @@ class MetricsContract(NamedTuple):
                     return out
                 out.append(float(m * scale))
             scale *= 10
-
-    @property
-    def families(self) -> frozenset[str]:
-        """Every family named here, required or optional."""
-        return frozenset(self.required).union(*self.optional.values())

@@ -6,7 +6,7 @@ real vLLM's /metrics, not written by hand.
 `--metrics-url` (conformance/checks/metrics.py) holds a deployment's /metrics to it: a family
 of vLLM's that the deployment exports has vLLM's type, labels and buckets; a `vllm:` family
 that vLLM does not have is a renamed one (a dashboard built on it shows nothing on vLLM);
-and the families that gateways and autoscalers read (GATEWAY) are there. The exposition is
+and the families openapi.yaml's x-metrics requires are there. The exposition is
 parsed by prometheus_client's own parser. An `_info` family's labels are its configuration,
 so only its name and type are kept; a counter's `_created` samples are not families.
 """
@@ -24,9 +24,6 @@ from prometheus_client.parser import text_string_to_metric_families
 
 CONTRACT = Path(__file__).with_name("vllm_metrics.json")
 PREFIX = "vllm:"
-# What the Gateway API Inference Extension's model-server protocol reads (queue, batch, KV
-# cache), and what an autoscaler keyed on vLLM reads; LoRA's info only where LoRA is on.
-GATEWAY = ("vllm:num_requests_waiting", "vllm:num_requests_running", "vllm:kv_cache_usage_perc")
 
 
 def families(text: str) -> dict[str, dict[str, Any]]:
