@@ -52,12 +52,15 @@ IGNORED: dict[str, set[str]] = {
 }
 
 
-# the drawn probes that read the field too: drawn:top_p holds the nucleus at the temperature
-# asked, so a temperature ignored shows there as well
+# the drawn probes that read the field too
 DRAWN: dict[str, set[str]] = {
-    "temperature": {"drawn:temperature", "drawn:top_p"},
+    "temperature": {"drawn:temperature"},
     "top_p": {"drawn:top_p"},
 }
+# and those that may: drawn:top_p holds the nucleus at the temperature asked, so a temperature
+# ignored shows there where a token sampled at 1 falls between the two nuclei (most runs, not
+# every one: the probes are drawn per run)
+MAY_ALSO: dict[str, set[str]] = {"temperature": {"drawn:top_p"}}
 
 
 @pytest.fixture(scope="module")
@@ -104,7 +107,8 @@ def test_a_field_ignored_fails_exactly_the_checks_of_its_effect(
         report = run_suite(url, *SUITE)
     finally:
         app.field = None
-    assert set(failed(report)) == IGNORED[field] | DRAWN.get(field, set()), failed(report)
+    must = IGNORED[field] | DRAWN.get(field, set())
+    assert must <= set(failed(report)) <= must | MAY_ALSO.get(field, set()), failed(report)
 
 
 def test_a_deployment_that_samples_at_temperature_0_fails_the_sampling_check(
