@@ -45,6 +45,16 @@ the server's own count that the gate's token promise is held to.
 - the ways of DRAWN (issue 63): wrong only where the gate's fixed points never looked (long
   prompts, max_tokens past 16, the default max_tokens, long stop strings, temperatures without
   top_k, top_p of [0.01, 1)), each the request rewrite of tests/broken/wrong.py's way of that name.
+- the ways of ELSEWHERE (issue 63): wrong where a fixed point looked too little (n of 4 or more,
+  a logprobs row past 5), each tests/broken/wrong.py's way of that name;
+- "loose beside a stream": tests/broken/wrong.py's LooseInFlight behind the liar (`gallery_app`):
+  while a stream is in flight, a plain request's seed dropped and its max_tokens run 8 past;
+- "twin shows the plain text": "ignores max_tokens in plain answers", and each answer that
+  shows its token ids (the counted twin) honest in its ids and its usage but for its text, the
+  long text the same request's plain answer had;
+- "429 after generating a quarter" / "429 after generating every first attempt": each distinct
+  request (a quarter of them, by a seeded coin, or every one) generated whole, then answered
+  429 with Retry-After 0 (a gateway that meters after the engine ran); ARGS: the gate paced.
 CHECKS names the checks a way is held to where its whole run would cost more than it shows (the
 gallery runs those only); the others run the full profile.
 """
@@ -63,10 +73,14 @@ from collections.abc import Iterable, Iterator
 from typing import Any
 
 from conformance.engine.draws import Draws
+from conformance.engine.runner import OVERSPEND
 from contract import spec
+from mock_server import create_app
+from mock_server.config import MockConfig
 from tests.broken.breaker import _known_fields
 from tests.broken.effects import _valid
-from tests.broken.wrong import WRONGS
+from tests.broken.wrong import WRONGS, LooseInFlight
+from tests.support.paced import PACED_TPOT_MS
 from tests.support.wsgi import Environ, StartResponse
 
 WAYS: tuple[str, ...] = (
@@ -99,7 +113,54 @@ DRAWN = {
     "samples at 1 without top_k": ("temperature 1 without top_k", "drawn:temperature"),
     "drops top_p": ("top_p dropped in [0.01, 1)", "drawn:top_p"),
 }
-WAYS += tuple(DRAWN) + ("twin says stop", "inflates schemathesis's max_tokens")
+# issue 63's servers wrong where a fixed point looked too little: the same, held to the check
+ELSEWHERE = {
+    "copies n of 4 or more": ("n of 4 or more copied", "model:n.children"),
+    "caps logprobs at 5": ("logprobs capped at 5", "golden:range.logprobs.maximum.at"),
+}
+LATE_429 = {"429 after generating a quarter": 0.25, "429 after generating every first attempt": 1.0}
+WAYS += (
+    *DRAWN,
+    *ELSEWHERE,
+    "twin says stop",
+    "twin shows the plain text",
+    "inflates schemathesis's max_tokens",
+    "loose beside a stream",
+    "429 after generating every first attempt",
+)
+# not in the gallery: a 429 within the run's retry bound is a rate limit's answer, which the gate
+# waits out and counts (tests/conformance/test_liars.py holds its ceiling)
+QUARTER_429 = "429 after generating a quarter"
+# the gate's options a way is run with besides the gallery's own
+ARGS = dict.fromkeys(LATE_429, ("--rate-limit", "50"))
+# way -> (a failed check's id glob, the start of one of its findings): the finding that names what
+# the way does. A way not here is not proven (exit 3): its claim kept the checks from running.
+DEFECT: dict[str, tuple[str, str]] = {
+    "ignores max_tokens": ("premise:max_tokens", "the server wrote"),
+    "ignores max_tokens, lies in usage": ("premise:max_tokens", "the server wrote"),
+    "resets first attempts": ("*", "the connection was closed before an answer"),
+    "500 under a version header": ("*", "status 500, expected 4"),
+    "quotes the Authorization header": ("auth:malformed_key", "status 200, expected 401"),
+    "drops the seed": ("determinism:seed", "the same seed"),
+    "accepts unknown fields": ("golden:unknown.*", ""),
+    "quotes the key across the cuts": ("golden:*", "the body differs"),
+    "echoes the key in other forms": ("golden:*", "the body differs"),
+    "claims a million once": ("premise:end_tokens", "the usage claims 1000000"),
+    "429 on first attempts": ("*", "status 429, expected"),
+    "silent when slowed": ("stream:keepalive", "the stream went silent"),
+    "seed at temperature 1 only": ("determinism:seed", "the same seed"),
+    "streams drop the seed": ("stream:text_equals_non_stream", "streamed:"),
+    "ignores max_tokens in plain answers": ("*", OVERSPEND),
+    "drops the seed for the SDK": ("determinism:seed", "the same seed"),
+    "claims one layer": ("lens:layer_out_of_range", "status 200, expected 400"),
+    "keys on last run's seeds": ("determinism:seed", "the same seed"),
+    **{way: (check, "") for way, (_, check) in {**DRAWN, **ELSEWHERE}.items()},
+    "twin says stop": ("*", OVERSPEND),
+    "twin shows the plain text": ("*", OVERSPEND),
+    "inflates schemathesis's max_tokens": ("schema:*", OVERSPEND),
+    "loose beside a stream": ("isolation:*", ""),
+    "429 after generating every first attempt": ("*", "status 429, expected"),
+}
 # what makes an answer show its count: the fields a plain answer has none of
 COUNTED = ("stream", "logprobs", "prompt_logprobs", "return_token_ids", "echo")
 CHECKS = {
@@ -136,6 +197,16 @@ def _tokens(chunk: bytes) -> int:
     return count
 
 
+TWINS = ("twin says stop", "twin shows the plain text")  # plain answers past max_tokens, twinned
+
+
+def gallery_app(way: str) -> Any:
+    """The app a way's liar stands in front of: the mock, or the mock behind a wrong batch."""
+    if way == "loose beside a stream":  # paced, so a stream is in flight when others come
+        return LooseInFlight(create_app(MockConfig(tpot_ms=PACED_TPOT_MS)))
+    return create_app(MockConfig())
+
+
 LAST_RUN = 2  # the run seed "keys on last run's seeds" learnt its seeds from
 
 
@@ -149,12 +220,13 @@ class Liar:
     """`app` (the mock) doing `way`; `generated` what the mock wrote for it, every request."""
 
     def __init__(self, app: Any, way: str, coin: int = 0) -> None:
-        assert way in WAYS, way
+        assert way in (*WAYS, QUARTER_429), way
         self.app, self.way = app, way
         self.rng = random.Random(coin)
         self.generated = 0
         self._seen: set[bytes] = set()
         self._echoes = 0  # refusals that echoed the key (echoes the key in other forms)
+        self._texts: dict[str, list[Any]] = {}  # plain answers' texts (twin shows the plain text)
         self._lock = threading.Lock()
 
     # -- the request -------------------------------------------------------------------------
@@ -162,9 +234,9 @@ class Liar:
     def _rewrite(self, body: dict[str, Any]) -> dict[str, Any]:
         limit = body.get("max_tokens")
         plain = all(body.get(field) is None or body.get(field) is False for field in COUNTED)
-        plain_only = ("ignores max_tokens in plain answers", "twin says stop")
+        plain_only = ("ignores max_tokens in plain answers", *TWINS)
         if (
-            (self.way.startswith("ignores max_tokens") or self.way == "twin says stop")
+            (self.way.startswith("ignores max_tokens") or self.way in TWINS)
             and (plain or self.way not in plain_only)
             and type(limit) is int
             and limit > 0
@@ -188,9 +260,9 @@ class Liar:
             body = {k: v for k, v in body.items() if k != "seed"}
         if self.way == "claims one layer":
             body = {k: v for k, v in body.items() if k != "apply_steering_vectors"}
-        if self.way in DRAWN and _valid(body):
-            rewrite = WRONGS[DRAWN[self.way][0]][0]
-            assert rewrite is not None
+        wrong = {**DRAWN, **ELSEWHERE}.get(self.way)
+        rewrite = WRONGS[wrong[0]][0] if wrong else None
+        if rewrite is not None and _valid(body):
             body = rewrite(body, spec().models[body["model"]])
         return body
 
@@ -228,7 +300,8 @@ class Liar:
                     and limit > 0
                 ):
                     sent = {**sent, "max_tokens": 40 * limit + 200}
-                raw = json.dumps(sent).encode()
+                if sent != json.loads(raw):  # as sent where unchanged: its size the gate's
+                    raw = json.dumps(sent).encode()
         environ["wsgi.input"], environ["CONTENT_LENGTH"] = _Body(raw), str(len(raw))
         if (
             self.way == "silent when slowed"
@@ -238,16 +311,19 @@ class Liar:
         ):
             start_response("200 OK", [("Content-Type", "text/event-stream")])
             return _silence(SILENCE_S)
-        if self.way in ("resets first attempts", "429 on first attempts") and method == "POST":
+        firsts = ("resets first attempts", "429 on first attempts", *LATE_429)
+        if self.way in firsts and method == "POST":
             key = path.encode() + b" " + raw
             with self._lock:
-                first = key not in self._seen
+                first = key not in self._seen and self.rng.random() < LATE_429.get(self.way, 1)
                 self._seen.add(key)
-            if first and self.way == "429 on first attempts":
+            if first and self.way == "resets first attempts":
+                return self._reset(environ)
+            if first:
+                if self.way in LATE_429:  # the engine ran first
+                    self._generated(*self._inner(environ))
                 start_response("429 Too Many Requests", [("Retry-After", "0")])
                 return [b'{"error": {"message": "slow down", "type": "rate_limit"}}']
-            if first:
-                return self._reset(environ)
         status, headers, chunks = self._inner(environ)
         code = int(status.split()[0])
         if path == "/v1/models" and self.way == "500 under a version header":
@@ -336,7 +412,7 @@ class Liar:
             in (
                 "ignores max_tokens, lies in usage",
                 "ignores max_tokens in plain answers",
-                "twin says stop",
+                *TWINS,
             )
             and isinstance(asked, dict)
         ):
@@ -354,6 +430,12 @@ class Liar:
         ):
             for choice in data.get("choices") or []:
                 choice["finish_reason"] = "stop"
+        if code == 200 and self.way == "twin shows the plain text" and isinstance(asked, dict):
+            data = self._plain_text(asked, data)
+        wrong = ELSEWHERE.get(self.way)
+        answers = WRONGS[wrong[0]][1] if wrong else None
+        if code == 200 and answers is not None and isinstance(asked, dict) and _valid(asked):
+            data = answers(asked, data)
         if code == 200 and self.way == "claims a million once" and isinstance(data, dict):
             usage = data.get("usage")
             with self._lock:
@@ -383,15 +465,37 @@ class Liar:
                 return json.dumps(data).replace(PLACE, form).encode(), code
         return json.dumps(data).encode(), code
 
-    def _reset(self, environ: Environ) -> list[bytes]:
-        """Generate the whole answer, then reset the connection without a byte of it."""
-        status, headers, chunks = self._inner(environ)
+    def _plain_text(self, asked: dict[str, Any], data: Any) -> Any:
+        """A plain answer's texts kept; a twin's (the same request with its ids) made them."""
+        if not isinstance(data, dict) or not isinstance(data.get("choices"), list):
+            return data
+        key = json.dumps(
+            {k: v for k, v in asked.items() if k != "return_token_ids"}, sort_keys=True
+        )
+        if asked.get("return_token_ids"):
+            with self._lock:
+                texts = self._texts.get(key)
+            for choice, text in zip(data["choices"], texts or (), strict=False):
+                choice["text"] = text
+        elif all(asked.get(field) in (None, False) for field in COUNTED):
+            with self._lock:
+                self._texts[key] = [c.get("text") for c in data["choices"]]
+        return data
+
+    def _generated(
+        self, status: str, headers: list[tuple[str, str]], chunks: Iterator[bytes]
+    ) -> None:
+        """The whole answer generated and counted, and not a byte of it sent."""
         body = b"".join(chunks)
         if "text/event-stream" in dict(headers).get("Content-Type", ""):
             with self._lock:
                 self.generated += _tokens(body)
         else:
             self._count_json(body, int(status.split()[0]))
+
+    def _reset(self, environ: Environ) -> list[bytes]:
+        """Generate the whole answer, then reset the connection without a byte of it."""
+        self._generated(*self._inner(environ))
         sock = environ.get("werkzeug.socket")
         assert isinstance(sock, socket.socket), (
             "the reset needs the connection's socket (werkzeug's server)"
