@@ -440,6 +440,9 @@ def load_spec(path: str | os.PathLike[str] | None = None) -> Spec:
             f"{p}: x-rules {sorted(set(ids) - set(entries))} have no entry in "
             f"{REQUEST_SCHEMA}'s allOf, and {sorted(set(entries) - set(ids))} no x-rules entry"
         )
+    bare = [r["id"] for r in raw["x-rules"] if not (r.get("examples") or {}).get("refused")]
+    if bare:
+        raise SpecError(f"{p}: x-rules {bare} carry no refused example (examples.refused)")
     problem = _check_order(raw["x-check-order"])
     props = raw["components"]["schemas"][REQUEST_SCHEMA]["properties"]
     kinds = {f: v.get(KIND_KEY, {}) for f, v in props.items()} | raw.get(LAX_KEY, {})

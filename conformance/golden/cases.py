@@ -4,11 +4,14 @@ templates and numbers, not by calling the core."""
 
 from __future__ import annotations
 
+import copy
 import json
 from typing import Any
 
+import jsonschema
+
 from conformance.spec.bodies import REQUEST_ID_MASK
-from contract.spec import Spec
+from contract.spec import REQUEST_SCHEMA, Spec
 
 PROMPT = "The sky is"
 FILLER = 791  # an ordinary token of the vocabulary (" The"): prompts of a chosen length
@@ -17,6 +20,80 @@ FILLER = 791  # an ordinary token of the vocabulary (" The"): prompts of a chose
 # A list bound past this is held by robust:lists.past_bound, which builds its bodies at run time:
 # a golden case of a thousand items would be a page no reviewer reads.
 GOLDEN_LIST_ITEMS = 16
+
+
+def satisfy(api: Spec, body: dict[str, Any], keep: str | None = None) -> dict[str, Any]:
+    """`body` with what the spec's cross-field rules need of it filled in: each entry of
+    CompletionRequest's allOf whose `if` the body meets and whose `then` it breaks has its
+    `then` met (its required fields given a value, its consts set, its minima reached, a field
+    it types null left out, into nested objects). `keep`, the field a case is about, is never
+    changed: where the `then` is on it, the `if` is left unmet instead (by the consts of what
+    it must not meet). What no filling meets is left broken, for the generator's own check of
+    its accepted cases to name (generate.py)."""
+    body = copy.deepcopy(body)
+    request = api.schema(REQUEST_SCHEMA)
+    entries = [e for e in request.get("allOf", []) if "if" in e]
+    for _ in range(len(entries) + 1):
+        broken = next(
+            (e for e in entries if _holds(e["if"], body) and not _holds(e["then"], body)), None
+        )
+        if broken is None:
+            break
+        before = copy.deepcopy(body)
+        _fill(broken["then"], body, keep, request["properties"])
+        if _holds(broken["if"], body) and not _holds(broken["then"], body):
+            _fill(broken["if"].get("not", {}), body, keep, request["properties"])
+        if body == before:
+            break
+    return body
+
+
+def _holds(schema: dict[str, Any], body: Any) -> bool:
+    return jsonschema.Draft202012Validator(schema).is_valid(body)
+
+
+def _fill(
+    schema: dict[str, Any], target: dict[str, Any], keep: str | None, fields: dict[str, Any]
+) -> None:
+    props = schema.get("properties", {})
+    for name in schema.get("required", []):
+        if name not in target and name != keep:
+            target[name] = _value(props.get(name, {}), fields.get(name, {}))
+    for name, sub in props.items():
+        value = target.get(name)
+        if name == keep:
+            continue
+        if "const" in sub:
+            target[name] = sub["const"]
+        elif sub.get("type") == "null":
+            target.pop(name, None)
+        elif isinstance(value, (int, float)) and not isinstance(value, bool):
+            if "minimum" in sub and value < sub["minimum"]:
+                target[name] = sub["minimum"]
+        elif isinstance(value, dict):
+            _fill(sub, value, None, fields.get(name, {}).get("properties", {}))
+
+
+def _value(sub: dict[str, Any], field: dict[str, Any]) -> Any:
+    """A value for a field a rule requires: the rule's const or minimum, else the field's own
+    default or minimum."""
+    for schema, key in ((sub, "const"), (sub, "minimum"), (field, "x-default"), (field, "minimum")):
+        if schema.get(key) is not None:
+            return schema[key]
+    return True if field.get("type") in ("boolean", ["boolean", "null"]) else 1
+
+
+def generates(body: dict[str, Any]) -> int:
+    """The tokens an accepted case generates at most: prompts x n x max_tokens."""
+    n = body.get("n", 1) if isinstance(body.get("n", 1), int) else 1
+    prompt = body.get("prompt")
+    prompts = (
+        len(prompt)
+        if isinstance(prompt, list) and prompt and isinstance(prompt[0], (str, list))
+        else 1
+    )
+    mt = body.get("max_tokens") if isinstance(body.get("max_tokens"), int) else 1
+    return n * prompts * int(mt or 1)
 
 
 def error(code: str, message: str, param: str | None, api: Spec) -> dict[str, Any]:

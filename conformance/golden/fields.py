@@ -5,9 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-import jsonschema
-
-from conformance.golden.cases import GOLDEN_LIST_ITEMS, Cases, case, show
+from conformance.golden.cases import GOLDEN_LIST_ITEMS, Cases, case, generates, satisfy, show
 
 
 class FieldCases(Cases):
@@ -235,37 +233,13 @@ class FieldCases(Cases):
 
     def _with(self, name: str, value: Any) -> tuple[dict[str, Any], int]:
         """The base body with one field set, plus what the spec's cross-field rules then need
-        (each `if`/`then` of CompletionRequest's allOf, met by the consts it names: its `then`'s,
-        or, where `then` is on `name` itself, those of the `if` it must not meet)."""
-        body = {**self.base, name: value}
-        for rule in self.api.schema("CompletionRequest").get("allOf", []):
-            if "if" in rule and _holds(rule["if"], body) and not _holds(rule["then"], body):
-                body.update(_consts(rule["then"], name) or _consts(rule["if"].get("not", {}), name))
+        of the others (cases.satisfy)."""
+        body = satisfy(self.api, {**self.base, name: value}, keep=name)
         if (
             name == "min_tokens"
         ):  # x-token-rules' min_tokens_above_max_tokens: arithmetic no schema states
             body["max_tokens"] = max(1, value if isinstance(value, int) else 1)
-        n = body.get("n", 1) if isinstance(body.get("n", 1), int) else 1
-        prompts = (
-            len(body["prompt"])
-            if isinstance(body["prompt"], list)
-            and body["prompt"]
-            and isinstance(body["prompt"][0], (str, list))
-            else 1
-        )
-        mt = body["max_tokens"] if isinstance(body["max_tokens"], int) else 1
-        return body, n * prompts * mt
-
-
-def _holds(schema: dict[str, Any], body: dict[str, Any]) -> bool:
-    return jsonschema.Draft202012Validator(schema).is_valid(body)
-
-
-def _consts(schema: dict[str, Any], name: str) -> dict[str, Any]:
-    """The fields other than `name` that `schema` fixes to a const."""
-    return {
-        k: v["const"] for k, v in schema.get("properties", {}).items() if k != name and "const" in v
-    }
+        return body, generates(body)
 
 
 def _num(x: float) -> float | int:

@@ -2,7 +2,10 @@
 module a family: fields.py, rules.py, caps.py, lens.py, http_cases.py; cases.py what they share).
 
 Expected bodies are built here from the spec's templates and numbers, not by
-calling the core, so running the cases through the core checks the core.
+calling the core, so running the cases through the core checks the core. What the
+generator asserts of itself is narrower: every case it calls accepted passes the core's
+validation, and every rule's refused example is refused for that rule (`_held`), so a spec
+whose examples or rules disagree fails where the cases are written, naming the case.
 `python -m conformance.golden` rewrites the files; a test checks they are fresh.
 """
 
@@ -13,12 +16,14 @@ from typing import Any
 
 import yaml
 
-from conformance.golden import HERE
+from conformance.golden import HERE, expand
 from conformance.golden.caps import CapCases
+from conformance.golden.cases import generates, satisfy
 from conformance.golden.fields import FieldCases
 from conformance.golden.http_cases import HttpCases
 from conformance.golden.lens import LensCases
 from conformance.golden.rules import RuleCases
+from contract import ApiError, Contract, SpecError
 from contract.spec import Spec, spec
 
 GENERATED_FILES = ("fields.yaml", "rules.yaml", "caps.yaml", "lens.yaml", "http.yaml")
@@ -33,7 +38,57 @@ def generate(api: Spec | None = None) -> dict[str, list[dict[str, Any]]]:
         "lens.yaml": list(LensCases(api).lens()),
         "http.yaml": list(HttpCases(api).http()),
     }
+    files = {name: [_met(api, c) for c in cases] for name, cases in files.items()}
+    _held(api, [c for cases in files.values() for c in cases])
     return {name: [tagged(case, api) for case in cases] for name, cases in files.items()}
+
+
+def _met(api: Spec, case: dict[str, Any]) -> dict[str, Any]:
+    """An accepted completion case with what the spec's cross-field rules need of its body,
+    whichever family wrote it (cases.satisfy), and what it generates then."""
+    request, expect = case["request"], case["expect"]
+    body = request.get("body")
+    if expect["status"] != 200 or request["path"] != api.completions_path:
+        return case
+    if not isinstance(body, dict):
+        return case
+    met = satisfy(api, body)
+    if met == body:
+        return case
+    return {
+        **case,
+        "request": {**request, "body": met},
+        "expect": {**expect, "generates": generates(met)},
+    }
+
+
+def _held(api: Spec, cases: list[dict[str, Any]]) -> None:
+    """Each accepted completion case passes the core's validation, and each rule's refused
+    example is refused by that rule (its message, param and code); SpecError names the first
+    that does not."""
+    contract = Contract(api)
+    rules = {f"rule.{r['id']}": r for r in api.rules}
+    for c in cases:
+        request, expect = c["request"], c["expect"]
+        body = request.get("body")
+        if request["path"] != api.completions_path or not isinstance(body, dict):
+            continue
+        rule = rules.get(c["id"]) or rules.get(c["id"].rpartition(".")[0])
+        refused = expect["status"] != 200
+        if refused and rule is None:
+            continue
+        try:
+            contract.validate_completion(expand(body))
+        except ApiError as exc:
+            said = contract.errors.body(exc, "golden")["error"]
+            if refused and said == expect["body"]["error"]:
+                continue
+            other = " for another rule" if refused else ""
+            raise SpecError(
+                f"golden case {c['id']}: the core refuses it{other}: {said['message']}"
+            ) from None
+        if rule is not None and refused:
+            raise SpecError(f"golden case {c['id']}: the core accepts what {rule['id']} refuses")
 
 
 def features(body: Any, api: Spec) -> list[str]:

@@ -94,8 +94,12 @@ CONFORMANCE_CONTRACT_NAMES = {"spec", "Spec", "ModelInfo", "SpecError"}
 # counts a plain answer's text (the gate's meter: conformance/wire/meter.py)
 CONFORMANCE_CONTRACT_MODULES = {"contract.spec", "contract.version", "contract.tokens"}
 GENERATOR_CONTRACT_MODULES = {"contract.spec", "contract.tensors"}  # encode_tensor
-# golden/cheap.py (offline, like generate.py) asks the core which refusals stay the same when cheap
-GENERATOR_CONTRACT_NAMES = {"conformance/golden/cheap.py": {"ApiError", "Contract"}}
+# golden/cheap.py (offline, like generate.py) asks the core which refusals stay the same when
+# cheap; generate.py asks it whether each accepted case, and each rule's refused example, is so
+GENERATOR_CONTRACT_NAMES = {
+    "conformance/golden/cheap.py": {"ApiError", "Contract"},
+    "conformance/golden/generate.py": {"ApiError", "Contract"},
+}
 PYTEST_MODULES = {"conformance/pytest_plugin.py", "conformance/pytest_suite.py"}
 
 
