@@ -37,7 +37,7 @@ SHORT, LONG = 2, 40
 # (key, what it is, per "request" or "token")
 PARTS = (
     ("validate", "validate_completion: the schema, the rules, the caps, the tokenizer", "request"),
-    ("settings", "FakeEngine.settings: the sampling settings", "request"),
+    ("plan", "FakeEngine.plan: the request planned once (sampling and output)", "request"),
     ("seed", "a fresh generator seeded from os.urandom (an unseeded sampled request)", "request"),
     ("generate_greedy", "FakeEngine.generate: a 16-token greedy completion, whole", "request"),
     ("sample_greedy", "... of it, sample_choice", "request"),
@@ -121,7 +121,7 @@ def _measure(rounds: int) -> dict[str, float]:
     deltas = [e for e in engine.generate(long, "req_bench") if isinstance(e, ChoiceDelta)]
 
     def sample(req: Any) -> Callable[[], object]:
-        settings = engine.settings(req)
+        settings = engine.plan(req).settings
         return lambda: sample_choice(cm, prompt, random.Random(1).random, settings)
 
     def drain(req: Any) -> Callable[[], object]:
@@ -187,7 +187,7 @@ def _measure(rounds: int) -> dict[str, float]:
 
     timers: dict[str, tuple[Callable[[], object], int]] = {
         "validate": (lambda: contract.validate_completion(body), 2000),
-        "settings": (lambda: engine.settings(completion), 2000),
+        "plan": (lambda: engine.plan(completion), 2000),
         "seed": (lambda: random.Random(os.urandom(16)).random, 2000),
         "generate_greedy": (drain(completion), 2000),
         "sample_greedy": (sample(completion), 2000),
@@ -209,9 +209,7 @@ def _measure(rounds: int) -> dict[str, float]:
     def per_token(key: str) -> float:
         return (t[f"{key}_{LONG}"] - t[f"{key}_{SHORT}"]) / (LONG - SHORT)
 
-    out = {
-        key: t[key] for key in ("validate", "settings", "seed", "generate_greedy", "sample_greedy")
-    }
+    out = {key: t[key] for key in ("validate", "plan", "seed", "generate_greedy", "sample_greedy")}
     out |= {key: value for key, value in t.items() if key.startswith("app_")}
     out["sample_token"] = per_token("sample")
     out["deltas_token"] = per_token("drain") - out["sample_token"]

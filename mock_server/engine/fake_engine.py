@@ -24,7 +24,8 @@ from contract.tokens import decode
 from mock_server.engine.activations import capture, warm
 from mock_server.engine.logprobs import Ranked, prompt_logprob, ranked, top_logprobs, trim
 from mock_server.engine.model import CausalModel
-from mock_server.engine.sampler import Choice, Cut, Settings, sample_choice
+from mock_server.engine.plan import Output, Plan, plan_request
+from mock_server.engine.sampler import Choice, sample_choice
 from mock_server.engine.steered import Steer, additions, steerer
 from mock_server.engine.vocab import Vocab, vocab
 
@@ -38,16 +39,6 @@ def causal_model(model: ModelInfo, eos_rate: float) -> CausalModel:
     if built is None:
         built = _MODELS.setdefault(key, CausalModel(model, vocab(model), eos_rate))
     return built
-
-
-def _is_greedy(req: CompletionRequest, greedy_below: float) -> bool:
-    """Whether sampling keeps only the likeliest token: a temperature below the spec's
-    threshold, top_k 1 or min_p 1."""
-    return (
-        req.option("temperature") < greedy_below
-        or req.option("top_k") == 1
-        or req.option("min_p") >= 1
-    )
 
 
 class FakeEngine(Engine):
@@ -67,50 +58,30 @@ class FakeEngine(Engine):
             causal_model(model, eos_rate)
             warm(model, self.wire_dtypes[model.dtype])
 
-    def settings(self, req: CompletionRequest) -> Settings:
-        body, model = req.body, req.model
-        greedy = _is_greedy(req, self.greedy_below)
-        return Settings(
-            max_tokens=req.max_tokens,
-            min_tokens=req.option("min_tokens"),
-            eos_token_id=None if req.option("ignore_eos") else model.eos_token_ids[0],
-            stop_token_ids=tuple(body.get("stop_token_ids", ())),
-            stop=(body["stop"],)
-            if isinstance(body.get("stop"), str)
-            else tuple(body.get("stop", ())),
-            include_stop_str_in_output=req.option("include_stop_str_in_output"),
-            skip_special_tokens=req.option("skip_special_tokens"),
-            allowed_token_ids=tuple(body.get("allowed_token_ids", ())),
-            bad_words=frozenset(w.strip() for w in body.get("bad_words", ())),
-            greedy=greedy,
-            cut=Cut(
-                req.option("top_k"),
-                req.option("min_p"),
-                req.option("top_p"),
-                req.option("temperature") if not greedy else 1.0,
-            ),
-            presence_penalty=req.option("presence_penalty"),
-            frequency_penalty=req.option("frequency_penalty"),
-            repetition_penalty=req.option("repetition_penalty"),
-        )
+    def plan(self, req: CompletionRequest) -> Plan:
+        """What the engine does with the request, decided once (plan.py)."""
+        return plan_request(req, self.greedy_below)
 
     def generate(self, req: CompletionRequest, request_id: str) -> Iterator[Event]:
-        body, model = req.body, req.model
+        yield from self.run(self.plan(req))
+
+    def run(self, plan: Plan) -> Iterator[Event]:
+        """The plan's events: its choices' deltas, its usage, its capture."""
+        model, settings, seed, n = plan.model, plan.settings, plan.seed, plan.n
         cm = causal_model(model, self.eos_rate)
-        settings = self.settings(req)
-        seed = body.get("seed")
-        n = req.n
         # Without stream nobody sees the pieces: each choice is one delta holding all its
         # tokens (the app merges deltas, so the Completion is the same).
-        whole = not req.stream
+        whole = not plan.stream
         deltas: list[Iterator[ChoiceDelta]] = []  # one per choice, in index order
         choices: list[Choice] = []
-        for p, prompt in enumerate(req.prompts):
-            text = req.prompt_texts[p] if req.prompt_texts else None
+        for p, prompt in enumerate(plan.prompts):
+            text = plan.prompt_texts[p] if plan.prompt_texts else None
             steer = (
-                steerer(req.steering, model, len(prompt) + req.max_tokens) if req.steering else None
+                steerer(plan.steering, model, len(prompt) + settings.max_tokens)
+                if plan.steering
+                else None
             )
-            head = _echo(req, cm, prompt, text, steer)
+            head = _echo(plan, cm, prompt, text, steer)
             for j in range(n):
                 # vLLM's children: seed + index; unseeded, fresh entropy. A greedy choice draws
                 # none: no generator is seeded for it (the process's, should one be drawn)
@@ -122,7 +93,7 @@ class FakeEngine(Engine):
                 at = None if steer is None else _generation_steps(steer, len(prompt))
                 choice = sample_choice(cm, prompt, draw, settings, at)
                 choices.append(choice)
-                deltas.append(_choice_deltas(req, cm, p * n + j, head, choice, whole))
+                deltas.append(_choice_deltas(plan.output, cm, p * n + j, head, choice, whole))
         if len(deltas) == 1:
             yield from deltas[0]
         # Choices advance together, one token each per step, as in a batch.
@@ -136,16 +107,17 @@ class FakeEngine(Engine):
             deltas = alive
             if len(deltas) == 1:
                 yield from deltas[0]
-        yield Usage(sum(req.prompt_token_counts), sum(len(c.token_ids) for c in choices))
-        if req.layers:
+        yield Usage(sum(plan.prompt_token_counts), sum(len(c.token_ids) for c in choices))
+        if plan.layers:
             generated = choices[0].token_ids
-            layers = sorted(req.layers)  # ascending, as vllm-lens returns them; rows follow
+            layers = sorted(plan.layers)  # ascending, as vllm-lens returns them; rows follow
+            vectors = plan.steering
             steered = (
                 (
-                    [layer for v in req.steering for layer in v.layer_indices],
-                    lambda layer, residual: additions(req.steering, layer, residual),
+                    [layer for v in vectors for layer in v.layer_indices],
+                    lambda layer, residual: additions(vectors, layer, residual),
                 )
-                if req.steering
+                if vectors
                 else None
             )
             yield Activations(
@@ -154,7 +126,7 @@ class FakeEngine(Engine):
                     model,
                     self.wire_dtypes[model.dtype],
                     layers,
-                    req.prompts[0] + generated[:-1],
+                    plan.prompts[0] + generated[:-1],
                     steered,
                 ),
             )
@@ -189,36 +161,34 @@ def _prompt_rows(cm: CausalModel, prompt: list[int], top: int, steer: Steer | No
 
 
 def _echo(
-    req: CompletionRequest,
+    plan: Plan,
     cm: CausalModel,
     prompt: list[int],
     prompt_text: str | None,
     steer: Steer | None,
 ) -> _Echo:
-    body = req.body
-    k = body.get("logprobs")
-    echo = bool(body.get("echo"))
-    rows: list[Ranked] = []
-    if (echo and k is not None) or "prompt_logprobs" in body:
-        shown = max(k or 0, body.get("prompt_logprobs", 0))
-        rows = _prompt_rows(cm, prompt, shown, steer)
+    out = plan.output
+    shown = out.prompt_rows
+    rows = [] if shown is None else _prompt_rows(cm, prompt, shown, steer)
     voc = cm.vocab
-    texts = [voc.texts[t] for t in prompt] if echo else []
+    texts = [voc.texts[t] for t in prompt] if out.echo else []
     # A string prompt is echoed as sent; token ids as vLLM decodes them (special tokens kept).
     text = (
-        "" if not echo else (prompt_text if prompt_text is not None else decode(req.model, prompt))
+        ""
+        if not out.echo
+        else (prompt_text if prompt_text is not None else decode(plan.model, prompt))
     )
     extra: dict[str, Any] = {}
-    if body.get("return_token_ids"):
+    if out.token_ids:
         extra["prompt_token_ids"] = list(prompt)
-    if "prompt_logprobs" in body:
-        top = body["prompt_logprobs"]
+    if out.prompt_logprobs is not None:
+        top = out.prompt_logprobs
         extra["prompt_logprobs"] = [None] + [prompt_logprob(trim(r, top), voc) for r in rows]
-    return _Echo(echo, text, texts, rows, extra)
+    return _Echo(out.echo, text, texts, rows, extra)
 
 
 def _choice_deltas(
-    req: CompletionRequest,
+    out: Output,
     cm: CausalModel,
     index: int,
     head: _Echo,
@@ -226,7 +196,7 @@ def _choice_deltas(
     whole: bool = False,
 ) -> Iterator[ChoiceDelta]:
     """The choice's deltas: one per token, or with `whole` one holding every token."""
-    k = req.body.get("logprobs")
+    k = out.logprobs
     ids = choice.token_ids
     if not ids:
         return
