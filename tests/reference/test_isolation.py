@@ -27,6 +27,7 @@ from conformance.wire.tensors import encode_float32
 from contract import ModelInfo, spec
 from reference_impl.__main__ import api_config
 from reference_impl.engine import VllmEngine
+from tests.support.reference import LOAD_UNPROVEN
 
 pytestmark = pytest.mark.vllm
 
@@ -51,15 +52,20 @@ def isolation_run(base_url: str, transport: httpx.BaseTransport | None = None) -
 
 
 def test_the_reference_passes_every_isolation_check(reference: Any) -> None:
+    """Every one passes, but that a loaded host may leave same_batch's overlap unproven, for
+    that reason alone (tests/support/reference.py's LOAD_UNPROVEN, as the full profile's test
+    takes it): never a finding."""
     report = isolation_run(reference.url)
-    assert (
-        sorted(
-            r.id
-            for r in report.results
-            if r.outcome is Outcome.PASSED and not r.id.startswith("premise:")
-        )
-        == ISOLATION
-    ), problems(report)
+    load = {
+        r.id
+        for r in report.results
+        if r.outcome is Outcome.UNPROVEN and LOAD_UNPROVEN.get(r.id, "\0") in r.reason
+    }
+    assert sorted(
+        r.id
+        for r in report.results
+        if r.outcome is Outcome.PASSED and not r.id.startswith("premise:")
+    ) == [c for c in ISOLATION if c not in load], problems(report)
 
 
 def test_without_its_salt_the_reference_fails_the_leak_check(
