@@ -31,6 +31,6 @@ GROUPS = (
     "robust",
     "schema",
 )
-REGISTRY.load(__name__, GROUPS)
+REGISTRY.defer(__name__, GROUPS)  # imported when the registry is first looked at
 
 __all__ = ["GROUPS", "REGISTRY"]

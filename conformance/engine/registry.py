@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import fnmatch
 import functools
+import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from importlib import import_module
@@ -68,8 +69,15 @@ class Check:
 
 
 class Registry:
+    """The checks by id. Built on demand: `defer` names the group modules, and the first look at
+    the registry (iterating it, its length, its ids) imports them, in the order given, so
+    importing the package that defers them loads no check (nor what a group's module brings in,
+    schemathesis's hook among them) until a run, a listing or a test asks for them."""
+
     def __init__(self) -> None:
         self._checks: dict[str, Check] = {}
+        self._pending: list[tuple[str, tuple[str, ...]]] = []
+        self._lock = threading.RLock()
 
     def _add(self, check: Check) -> Check:
         if check.id in self._checks:
@@ -116,6 +124,11 @@ class Registry:
 
         return wrap
 
+    def defer(self, package: str, groups: Sequence[str]) -> None:
+        """Load `package`'s group modules (`load`) when the registry is first looked at."""
+        with self._lock:
+            self._pending.append((package, tuple(groups)))
+
     def load(self, package: str, groups: Sequence[str]) -> None:
         """Import each group's module of `package`, in the order given: the order a run follows.
         A group's module registers its own group's checks and no other's, so the order stated is
@@ -129,14 +142,31 @@ class Registry:
                     f"{package}.{group} registered checks of another group: {strays}"
                 )
 
+    def _loaded(self) -> dict[str, Check]:
+        """The checks, every deferred package's modules imported first (once: a look from a
+        module being loaded sees what is registered so far, as an import-time look did)."""
+        if self._pending:
+            with self._lock:
+                order: list[str] = []
+                while self._pending:
+                    package, groups = self._pending.pop(0)
+                    self.load(package, groups)
+                    order += groups
+                # a group's module imported before the first look (for a constant of its own)
+                # registered its checks then: each group in its place, its checks in their order
+                rank = {group: i for i, group in enumerate(order)}
+                ranked = sorted(self._checks.values(), key=lambda c: rank.get(c.group, len(rank)))
+                self._checks = {c.id: c for c in ranked}
+        return self._checks
+
     def __iter__(self) -> Iterator[Check]:
-        return iter(self._checks.values())
+        return iter(self._loaded().values())
 
     def __len__(self) -> int:
-        return len(self._checks)
+        return len(self._loaded())
 
     def ids(self) -> list[str]:
-        return list(self._checks)
+        return list(self._loaded())
 
 
 REGISTRY = Registry()

@@ -443,3 +443,22 @@ def test_the_mocks_top_holds_its_wiring_and_its_rooms() -> None:
         assert ast.get_docstring(
             ast.parse((ROOT / "mock_server" / room / "__init__.py").read_text())
         )
+
+
+def test_the_registry_is_built_when_first_looked_at_not_on_import() -> None:
+    """`import conformance.checks` imports no group's module (nor schemathesis, which the
+    schema group's module brings with its global hook); the first look at the registry imports
+    them all, and a group's module imported first for a constant of its own keeps its place."""
+    code = (
+        "import sys\n"
+        "import conformance.checks as c\n"
+        "loaded = [g for g in c.GROUPS if f'conformance.checks.{g}' in sys.modules]\n"
+        "print(loaded, 'schemathesis' in sys.modules)\n"
+        "import conformance.checks.isolation\n"
+        "groups = list(dict.fromkeys(check.group for check in c.REGISTRY))\n"
+        "print(groups == list(c.GROUPS), 'schemathesis' in sys.modules)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True
+    )
+    assert out.stdout.splitlines() == ["[] False", "True True"], out.stderr
