@@ -10,7 +10,9 @@ from typing import Any
 
 import jsonschema
 
+from conformance.golden import expand
 from conformance.spec.bodies import REQUEST_ID_MASK
+from conformance.wire.token_cost import CostModel
 from contract.spec import REQUEST_SCHEMA, Spec
 
 PROMPT = "The sky is"
@@ -83,17 +85,11 @@ def _value(sub: dict[str, Any], field: dict[str, Any]) -> Any:
     return True if field.get("type") in ("boolean", ["boolean", "null"]) else 1
 
 
-def generates(body: dict[str, Any]) -> int:
-    """The tokens an accepted case generates at most: prompts x n x max_tokens."""
-    n = body.get("n", 1) if isinstance(body.get("n", 1), int) else 1
-    prompt = body.get("prompt")
-    prompts = (
-        len(prompt)
-        if isinstance(prompt, list) and prompt and isinstance(prompt[0], (str, list))
-        else 1
-    )
-    mt = body.get("max_tokens") if isinstance(body.get("max_tokens"), int) else 1
-    return n * prompts * int(mt or 1)
+def generates(api: Spec, body: dict[str, Any]) -> int:
+    """The tokens an accepted case generates at most: what the gate prices it at (prompts x n
+    x max_tokens, and any field the spec says multiplies sequences)."""
+    model = api.models[body.get("model", api.default_model)]
+    return CostModel.of(api, model.max_model_len).body(expand(body))
 
 
 def error(code: str, message: str, param: str | None, api: Spec) -> dict[str, Any]:

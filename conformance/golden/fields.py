@@ -239,7 +239,7 @@ class FieldCases(Cases):
             name == "min_tokens"
         ):  # x-token-rules' min_tokens_above_max_tokens: arithmetic no schema states
             body["max_tokens"] = max(1, value if isinstance(value, int) else 1)
-        return body, generates(body)
+        return body, generates(self.api, body)
 
 
 def _num(x: float) -> float | int:

@@ -58,7 +58,7 @@ def _met(api: Spec, case: dict[str, Any]) -> dict[str, Any]:
     return {
         **case,
         "request": {**request, "body": met},
-        "expect": {**expect, "generates": generates(met)},
+        "expect": {**expect, "generates": generates(api, met)},
     }
 
 

@@ -29,7 +29,7 @@ class RuleCases(Cases):
                     t,
                     {**b, **body},
                     200,
-                    generates=generates({**b, **body}),
+                    generates=generates(self.api, {**b, **body}),
                 )
         yield case(
             "model.unknown",

@@ -149,6 +149,15 @@ def test_the_reference_forwards_the_new_fields_to_vllm(api: Spec) -> None:
     assert (sent[BEAMS], sent[BANNED]) == (2, [7])
 
 
+def test_a_golden_case_of_a_field_that_multiplies_sequences_expects_them_all(api: Spec) -> None:
+    """What an accepted case may generate is what the gate prices it at: beams x max_tokens."""
+    cases = {c["id"]: c for found in generate(api).values() for c in found}
+    most = api.schema("CompletionRequest")["properties"][BEAMS]["maximum"]
+    at = cases[f"range.{BEAMS}.maximum.at"]
+    assert at["request"]["body"][BEAMS] == most
+    assert at["expect"]["generates"] == most * at["request"]["body"]["max_tokens"]
+
+
 def test_golden_cases_cover_the_new_fields_and_tag_them_by_feature(
     api: Spec, tmp_path: Path
 ) -> None:
