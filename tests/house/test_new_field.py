@@ -31,6 +31,20 @@ BEAMS, BANNED = "beams", "banned_token_ids"
 LISTED, RULE, ROW = "logprob_token_ids", "listed_needs_logprobs", "listed_logprobs"
 
 
+def token_id_list(observed: str, most: int) -> dict[str, Any]:
+    """A vLLM field that is a list of token ids (x-kind token_ids), its effect as observed."""
+    return {
+        "x-effect": {"observed": observed},
+        "x-kind": {"token_ids": True},
+        "type": ["array", "null"],
+        "minItems": 1,
+        "maxItems": most,
+        "items": {"type": "integer", "minimum": 0},
+        "x-origin": "vllm",
+        "x-expected": "an array of token ids",
+    }
+
+
 def with_new_fields(raw: dict[str, Any]) -> dict[str, Any]:
     """openapi.yaml with `beams` (x-kind tokens: sequences) and `banned_token_ids` (x-kind
     token_ids), each saying its effect as every field does."""
@@ -46,26 +60,12 @@ def with_new_fields(raw: dict[str, Any]) -> dict[str, Any]:
         "x-origin": "vllm",
         "x-expected": "an integer",
     }
-    request["properties"][BANNED] = {
-        "x-effect": {"observed": "no banned token is sampled (effects:banned)"},
-        "x-kind": {"token_ids": True},
-        "type": ["array", "null"],
-        "minItems": 1,
-        "maxItems": most,
-        "items": {"type": "integer", "minimum": 0},
-        "x-origin": "vllm",
-        "x-expected": "an array of token ids",
-    }
-    request["properties"][LISTED] = {
-        "x-effect": {"observed": "each row shows the listed ids (effects:logprob_token_ids)"},
-        "x-kind": {"token_ids": True},
-        "type": ["array", "null"],
-        "minItems": 1,
-        "maxItems": most,
-        "items": {"type": "integer", "minimum": 0},
-        "x-origin": "vllm",
-        "x-expected": "an array of token ids",
-    }
+    request["properties"][BANNED] = token_id_list(
+        "no banned token is sampled (effects:banned)", most
+    )
+    request["properties"][LISTED] = token_id_list(
+        "each row shows the listed ids (effects:logprob_token_ids)", most
+    )
     last_rule = max(i for i, e in enumerate(request["allOf"]) if "x-rule" in e)
     request["allOf"].insert(
         last_rule + 1,
