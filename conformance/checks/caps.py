@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from conformance.checks.helpers.claims import shrink
-from conformance.checks.helpers.common import first_chunk_accepted
+from conformance.checks.helpers.common import first_chunk_accepted, shown_end_tokens
 from conformance.engine.config import RunConfig
 from conformance.engine.context import Context
 from conformance.engine.registry import register
@@ -137,12 +137,12 @@ def generated_past(ctx: Context) -> None:
     """max_tokens one past the generated-token cap's split: 400 invalid_request, param max_tokens."""
     n, max_tokens = _split(ctx)
     cap = ctx.api.caps["max_generated_tokens"]
-    # a stream, closed after its first event should a server wrongly accept it
-    reply = ctx.client.stream(
-        ctx.api.completions_path,
-        _body(ctx, 1, n=n, max_tokens=max_tokens + 1, stream=True),
-        stop_after_events=1,
-    )
+    # a stream, closed after its first event should a server wrongly accept it, and stopped by
+    # the end tokens where the server has shown it stops there: no tail past the close
+    body = _body(ctx, 1, n=n, max_tokens=max_tokens + 1, stream=True)
+    if end_tokens := shown_end_tokens(ctx):
+        body["allowed_token_ids"] = sorted(end_tokens)
+    reply = ctx.client.stream(ctx.api.completions_path, body, stop_after_events=1)
     ctx.expect_error(
         reply,
         token_rule_body(

@@ -27,7 +27,11 @@ from functools import cache, partial
 from typing import Any
 
 from conformance.checks.helpers.claims import shrink
-from conformance.checks.helpers.common import first_chunk_accepted
+from conformance.checks.helpers.common import (
+    HOLDS_THE_END,
+    cheap_by_end_tokens,
+    first_chunk_accepted,
+)
 from conformance.engine.config import RunConfig
 from conformance.engine.context import Context
 from conformance.engine.registry import register
@@ -77,16 +81,19 @@ def refusal_body(case: Case) -> bytes | None:
     return None if body is None else json.dumps(body).encode()
 
 
-def _accepted_body(case: Case, model_eos: list[int]) -> tuple[dict[str, Any], bool]:
-    """(the body an accepted case is sent with, whether its stream is closed after one event)."""
+def _accepted_body(
+    case: Case, model_eos: list[int], cost: CostModel
+) -> tuple[dict[str, Any], bool]:
+    """(the body an accepted case is sent with, whether its stream is closed after one event):
+    a stream as first_chunk_accepted sends it, a body without stream with the end tokens added."""
     body = json.loads(case.body or b"{}")
-    if case.generates > CHEAP_TOKENS and body.get("stream") is True:
+    if case.generates <= CHEAP_TOKENS:
+        return body, False
+    if body.get("stream") is True:
+        if cheap_by_end_tokens(body, cost.end_tokens):
+            return {**body, "allowed_token_ids": sorted(cost.end_tokens)}, False
         return body, True
-    if case.generates > CHEAP_TOKENS and not {
-        "allowed_token_ids",
-        "min_tokens",
-        "ignore_eos",
-    } & set(body):
+    if not HOLDS_THE_END & set(body):
         body["allowed_token_ids"] = model_eos
     return body, False
 
@@ -97,7 +104,7 @@ def worst_case(case: Case, cost: CostModel, config: RunConfig) -> int:
         return 0
     if case.expect_status == 200:
         body, closed_early = _accepted_body(
-            case, list(config.api.models[config.model].eos_token_ids)
+            case, list(config.api.models[config.model].eos_token_ids), cost
         )
         return min(cost.body(body), CHEAP_TOKENS) if closed_early else cost.body(body)
     refused, closed_early = refusal_request(case)
@@ -152,7 +159,7 @@ def _accepted(case: Case, ctx: Context, auth: str) -> None:
     if case.generates > CHEAP_TOKENS and body.get("stream") is True:
         return first_chunk_accepted(ctx, body, path=case.path, headers=case.headers, auth=auth)
     if case.generates > CHEAP_TOKENS:
-        if {"allowed_token_ids", "min_tokens", "ignore_eos"} & set(body):
+        if HOLDS_THE_END & set(body):
             ctx.skip(f"it would generate {case.generates} tokens and cannot be made cheap")
         body["allowed_token_ids"] = list(ctx.model.eos_token_ids)
     reply = ctx.client.request(case.method, case.path, body=body, headers=case.headers, auth=auth)

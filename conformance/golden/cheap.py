@@ -6,7 +6,9 @@ sequence when the case leaves `max_tokens` out. So the suite sends such a case
 with `max_tokens: 1` and `n: 1` added where its body has neither, or, when it
 needs `max_tokens` missing or large, as a stream it closes after the first event
 (`stream: true` added, if absent), or with `allowed_token_ids` set to the end
-tokens; each only where the contract refuses the changed request exactly as the
+tokens, or both (a server that has shown it stops at the end tokens and wrongly
+accepts the stream then writes one token a sequence, not a tail past the close);
+each only where the contract refuses the changed request exactly as the
 original one (same code, param and message).
 
 The contract decides that here, offline, so the suite (conformance/checks) never
@@ -96,12 +98,18 @@ def derive(case: Case, api: Spec) -> dict[str, Any] | None:
     add = next((e for e in (missing, *({k: v} for k, v in missing.items())) if e and alike(e)), {})
     close = False
     end_tokens: dict[str, Any] = {"allowed_token_ids": list(_model(api, body).eos_token_ids)}
+    free_end = "allowed_token_ids" not in body
     if CostModel.of(api, _model(api, body).max_model_len).body({**body, **add}) > 1 and completions:
         if body.get("stream") is True:
             close = True
         elif "stream" not in body and alike({**add, **STREAM_FIELD}):
             add, close = {**add, **STREAM_FIELD}, True
-        elif "allowed_token_ids" not in body and alike({**add, **end_tokens}):
+        elif free_end and alike({**add, **end_tokens}):
+            add = {**add, **end_tokens}
+        # a stream closed early with the end tokens too: where the server has shown it stops
+        # there, one that wrongly accepts it writes a token a sequence, not a tail the meter
+        # cannot see after the close
+        if close and free_end and alike({**add, **end_tokens}):
             add = {**add, **end_tokens}
     if not add and not close:
         return None

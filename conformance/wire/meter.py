@@ -14,7 +14,8 @@ the tokens an answer shows, and takes the claim only where it is larger.
   5 more at most, at 16 and at 256 tokens), so only text past its price by RETOKENIZE_SLACK
   (`slack`) is evidence of a server that went past max_tokens.
 - A stream counts its chunks: each carries at least one token (one with text), or as many
-  as its `token_ids` or rows show.
+  as its `token_ids` or rows show; each choice that ended with "stop" is charged one token more
+  (`stopped`: the end token or stop string that ended it shows no text).
 
 `understated` is where an exact count is above the usage's claim: a server's usage that
 hides tokens it generated, reported on the check that sent the request.
@@ -113,6 +114,19 @@ def stream_count(parsed: Parsed, body: Any) -> int:
                 text = choice.get("text")
                 counted += max(shown(choice, echo) or 0, 1 if isinstance(text, str) and text else 0)
     return counted
+
+
+def stopped(parsed: Parsed) -> int:
+    """The choices a stream ended with finish_reason "stop": each generated one token its chunks
+    may not show (an end token's text is empty; a stop string's tokens are held back), which
+    the charge adds (never the evidence of a request past its price)."""
+    return sum(
+        1
+        for event in parsed.events
+        if event.kind == "content"
+        for choice in event.payload.get("choices") or ()
+        if isinstance(choice, dict) and choice.get("finish_reason") == "stop"
+    )
 
 
 def stream(parsed: Parsed, body: Any) -> Metered:

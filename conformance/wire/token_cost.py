@@ -174,6 +174,12 @@ class CostModel:
         """Worst case of a JSON body sent to a generating route."""
         return worst_case(body, self.max_model_len, self.fields, self.end_tokens)
 
+    def stops_at_once(self, body: Any) -> bool:
+        """Whether the body allows only the end tokens the server has shown it stops at: each
+        sequence one token, which may show no text (an end token's)."""
+        body = _json(body)
+        return isinstance(body, dict) and _stops_at_once(body, self.end_tokens)
+
     def sequence(self, body: Any) -> int:
         """The longest one sequence of a JSON body may be: a choice's price."""
         return sequence_bound(body, self.max_model_len, self.fields, self.end_tokens)
