@@ -37,7 +37,6 @@ from bench import harness
 from bench.harness import ROOT, Server, command_line, percentile
 from bench.report import write_report
 from contract import Contract, spec
-from tests.support.redis_server import RedisServer, missing
 
 OUT = ROOT / "bench" / "results" / "budget.md"
 BODY = {"model": "llama-8b", "prompt": "The sky is", "max_tokens": 16, "temperature": 0}
@@ -119,11 +118,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seconds", type=float, default=3.0, help="per cell")
     ap.add_argument("--rounds", type=int, default=3, help="HTTP rounds, servers interleaved")
     args = ap.parse_args(argv)
-    reason = missing()
+    reason = harness.redis_missing()
     if reason:
         print(f"budget_bench: {reason}", file=sys.stderr)
         return 2
-    redis_server = RedisServer().start()
+    redis_server = harness.RedisServer().start()
     budget_dir = tempfile.mkdtemp(prefix="bench-budget-")
     logs = Path(tempfile.mkdtemp(prefix="bench-budget-logs-"))
     servers: dict[str, Server] = {}

@@ -31,8 +31,8 @@ from conformance.engine.runner import run
 from contract import ModelInfo
 from mock_server import create_app
 from mock_server.config import MockConfig
+from mock_server.testing import served
 from tests.broken.wrong import WRONGS, Wrong
-from tests.support.wsgi import serve
 
 DEFAULT_OUT = ROOT / "bench" / "results" / "drawn_power.md"
 CHECKS = ("drawn:*", "model:n.children")
@@ -93,7 +93,7 @@ def measure(runs: int) -> list[tuple[str, dict[str, int], float]]:
     ways |= {name: WRONGS[name] for name in NAMED}
     ways |= {name: (rewrite, None) for name, rewrite in QUARTERS.items()}
     out = []
-    with serve(app) as url:
+    with served(app) as url:
         for name, way in ways.items():
             app.set(way)
             counts: dict[str, int] = {}

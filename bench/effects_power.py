@@ -114,13 +114,15 @@ def loaded_run(target: harness.Endpoint, report: Path, log: Path) -> dict[str, s
 def power(vllm_url: str, runs: int) -> list[tuple[str, str, int, int]]:
     """(way, check, runs it failed, runs) for each wrong way and each check that must fail it."""
     from api_server import create_app
+    from conformance.checks import REGISTRY
+    from conformance.engine.config import RunConfig
+    from conformance.engine.registry import select
+    from conformance.engine.runner import run
+    from mock_server.testing import served as serving
     from reference_impl.__main__ import api_config
     from reference_impl.deployment import deployment_models, read_model_config, upstream_models
     from reference_impl.engine import VllmEngine
     from tests.broken.wrong import WRONGS, Way, Wrong, dropping
-    from tests.conformance.test_wrong_servers import EXPECTED, HALF
-    from tests.support.suite import run_suite
-    from tests.support.wsgi import serve
 
     served = spec().default_model
     models = deployment_models(
@@ -131,21 +133,24 @@ def power(vllm_url: str, runs: int) -> list[tuple[str, str, int, int]]:
     )
     engine = VllmEngine(vllm_url, served, api=spec())
     app = Wrong(create_app(api_config(), engine, models), models)
+    # the checks that must fail each way: those that say they catch it (Check.catches)
+    must = REGISTRY.catching("wrong")
     ways: list[tuple[str, Way, list[str], float | None]] = [
-        (name, WRONGS[name], sorted(EXPECTED[name][0]), None) for name in WRONGS
+        (name, WRONGS[name], sorted(must[name]), None) for name in WRONGS
     ]
     ways += [
         (f"{field} dropped on half", dropping(field), sorted(checks), 0.5)
-        for field, checks in HALF.items()
+        for field, checks in REGISTRY.catching("half").items()
     ]
     out = []
     try:
-        with serve(app) as url:
+        with serving(app) as url:
             for name, way, checks, share in ways:
                 fails = dict.fromkeys(checks, 0)
                 for i in range(runs):
                     app.set(way, seed=i if share else None, share=share or 1.0)
-                    report = run_suite(url, *checks)
+                    config = RunConfig(url, "bench-key", profile="full", select=tuple(checks))
+                    report = run(config, select(REGISTRY, config))
                     for r in report.results:
                         fails[r.id] += r.outcome.value == "failed"
                 out += [(name, check, n, runs) for check, n in fails.items()]

@@ -44,9 +44,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import orjson
+import redis
 import uvloop
 
-from api_server.children import free_port, wait_ready
+from api_server.children import free_port, stop_process, wait_ready
 
 ROOT = Path(__file__).resolve().parent.parent
 BENCH = ROOT / "bench"
@@ -588,3 +589,85 @@ def streams(
 ) -> tuple[list[Stream], float]:
     """`count` streams of `body` opened at once, on uvloop: each one's, and the wall time."""
     return uvloop.run(gather_streams(target.port, request_bytes(target, body, headers), count))
+
+
+# -- redis-server (Debian's; scripts/setup_redis.sh) ------------------------------------------
+
+REDIS_START_TIMEOUT_S = 30.0
+
+
+def redis_missing() -> str | None:
+    """Why no redis-server can start here, or None."""
+    if shutil.which("redis-server") is None:
+        return "no redis-server (run as root: bash scripts/setup_redis.sh)"
+    return None
+
+
+class RedisServer:
+    """`redis-server` on 127.0.0.1 and a free port, with its data in a temp directory: an
+    append-only file synced on every write, as DEPLOY.md advises, so a server killed and started
+    again on the same directory has every Budget it had (the Budget's bench and its tests)."""
+
+    def __init__(self) -> None:
+        self.port = free_port()
+        self.url = f"redis://127.0.0.1:{self.port}/0"
+        self.dir = Path(tempfile.mkdtemp(prefix="redis-test-"))
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> RedisServer:
+        reason = redis_missing()
+        if reason:
+            raise ServerFailed(reason)
+        with open(self.dir / "redis.log", "ab") as log:
+            self.proc = subprocess.Popen(
+                [
+                    "redis-server",
+                    "--bind",
+                    "127.0.0.1",
+                    "--port",
+                    str(self.port),
+                    "--dir",
+                    str(self.dir),
+                    "--save",
+                    "",
+                    "--appendonly",
+                    "yes",
+                    "--appendfsync",
+                    "always",
+                    "--daemonize",
+                    "no",
+                ],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
+        client = redis.Redis.from_url(self.url, socket_connect_timeout=1)
+        deadline = time.monotonic() + REDIS_START_TIMEOUT_S
+        try:
+            while True:
+                try:
+                    client.ping()
+                    break
+                except redis.exceptions.BusyLoadingError:
+                    pass
+                except redis.ConnectionError:
+                    if self.proc.poll() is not None or time.monotonic() > deadline:
+                        raise RuntimeError(f"redis-server did not start: {self.log()}") from None
+                time.sleep(0.05)
+        finally:
+            client.close()
+        return self
+
+    def kill(self) -> None:
+        """SIGKILL, as a crash: no shutdown save (the append-only file has every write)."""
+        if self.proc is not None:
+            self.proc.kill()
+            self.proc.wait()
+            self.proc = None
+
+    def log(self) -> str:
+        return (self.dir / "redis.log").read_text(errors="replace")[-3000:]
+
+    def close(self) -> None:
+        stop_process(self.proc, timeout=10)
+        self.proc = None
+        shutil.rmtree(self.dir, ignore_errors=True)

@@ -28,7 +28,9 @@ conftest.py, or `pytest -p mock_server.testing`): a live mock on a free port
 
 `--port N` among the options picks the port (a client whose configuration names one; one
 another server holds raises RuntimeError);
-`live_mock(*options)` starts one with other options, for a block.
+`live_mock(*options)` starts one with other options, for a block; `served(app)` serves the mock,
+or any WSGI app in front of it (a test's own middleware), over a real socket in this process,
+for a block, without a process of its own.
 This module needs httpx (the [mock] extra) and, for the fixture alone, pytest: without
 pytest it imports, with its transports and without `acs_mock`.
 """
@@ -374,6 +376,31 @@ def _owned(port: int) -> None:
             raise RuntimeError(
                 f"the mock cannot have port {port}: {exc.strerror or exc} (another server holds it)"
             ) from exc
+
+
+@contextmanager
+def served(
+    app: Callable[[dict[str, Any], Callable[..., Any]], Any] | None = None,
+    config: MockConfig | None = None,
+    **settings: Any,
+) -> Iterator[str]:
+    """`app` (the mock of `config` or its fields as keywords, by default) on a free port of
+    127.0.0.1, werkzeug's threaded server in a thread of this process, until the block ends;
+    yields its URL. A client that cannot take a transport (another library, a subprocess) talks
+    to it over a socket, and a middleware of the test's own stands in front of the mock."""
+    from werkzeug.serving import make_server
+
+    server = make_server(
+        "127.0.0.1", free_port(), app if app is not None else _app(config, settings), threaded=True
+    )
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_port}"
+    finally:
+        server.shutdown()
+        thread.join(timeout=10)
+        server.server_close()
 
 
 @contextmanager

@@ -40,7 +40,13 @@ def seed_reproduces(ctx: Context) -> None:
         agree_with(ctx, f"the same seed at temperature {temperature}", replies[0], replies[1:])
 
 
-@register("determinism:seed.differs", tags=("determinism",), tokens=5 * 8, effects=("seed",))
+@register(
+    "determinism:seed.differs",
+    tags=("determinism",),
+    tokens=5 * 8,
+    effects=("seed",),
+    catches=("wrong:constant seed",),
+)
 def seed_differs(ctx: Context) -> None:
     """Other seeds, other texts: of three seeds at temperature 1, not all give the same texts
     (a server that samples every request with one seed, whatever it asks, gives them)."""

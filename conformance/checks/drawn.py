@@ -149,6 +149,7 @@ def _length_finding(probe: Probe, reply: Reply, choice: dict[str, Any]) -> str |
     tokens=_drawn_tokens,
     shares="drawn",
     effects=("max_tokens", "ignore_eos"),
+    catches=("wrong:logprobs capped at 5", "wrong:long prompts unbounded", "wrong:cut at 16"),
 )
 def max_tokens(ctx: Context) -> None:
     """Each drawn probe (a corpus prompt, max_tokens 17 to 128, ignore_eos, seeded)
@@ -179,6 +180,7 @@ def _default_prompt(ctx: Context) -> int:
     tags=TAGS,
     tokens=lambda config: _draws(config.seed or 0).default_room,
     effects=("max_tokens",),
+    catches=("wrong:default max_tokens 16",),
 )
 def default_max_tokens(ctx: Context) -> None:
     """A prompt of max_model_len less a drawn few token ids (17 to 40), ignore_eos and no
@@ -266,7 +268,14 @@ def _text(reply: Reply) -> tuple[str, Any]:
     return text, reason
 
 
-@register("drawn:stop", tags=TAGS, tokens=_drawn_tokens, shares="drawn", effects=("stop",))
+@register(
+    "drawn:stop",
+    tags=TAGS,
+    tokens=_drawn_tokens,
+    shares="drawn",
+    effects=("stop",),
+    catches=("wrong:long prompts unbounded", "wrong:long stops dropped"),
+)
 def stop(ctx: Context) -> None:
     """Each probe sent again with a stop string of its answer (2 to 16 characters, early in it):
     the answer is the text before the stop string's first place, finish_reason "stop"; half of
@@ -372,6 +381,11 @@ def _seeded(ctx: Context) -> list[tuple[Probe, list[tuple[list[float], float]]]]
     tokens=_drawn_tokens,
     shares="drawn",
     effects=("temperature",),
+    catches=(
+        "wrong:temperature clamped to 1",
+        "wrong:temperature 1 without top_k",
+        "ignored:temperature",
+    ),
 )
 def temperature(ctx: Context) -> None:
     """The probes (temperatures of 0.25 to 2; a top_k from 1.125 to 1.5625, where the rows show
@@ -438,7 +452,14 @@ def temperature(ctx: Context) -> None:
         )
 
 
-@register("drawn:top_p", tags=TAGS, tokens=_drawn_tokens, shares="drawn", effects=("top_p",))
+@register(
+    "drawn:top_p",
+    tags=TAGS,
+    tokens=_drawn_tokens,
+    shares="drawn",
+    effects=("top_p",),
+    catches=("wrong:top_p dropped in [0.01, 1)", "ignored:top_p"),
+)
 def top_p(ctx: Context) -> None:
     """Each token of a probe with a top_p (0.3 to 0.95, at a temperature up to 1) is
     within the nucleus: the tokens likelier than it hold less than top_p of the mass at that
@@ -493,6 +514,7 @@ def _beside_tokens(config: RunConfig) -> int:
     tokens=_drawn_tokens,
     shares="drawn",
     effects=("seed", "max_tokens"),
+    catches=("wrong:logprobs capped at 5",),
 )
 def beside_stream(ctx: Context) -> None:
     """A probe held open as a stream while the two shortest others are sent beside it, together

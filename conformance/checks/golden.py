@@ -171,6 +171,9 @@ def _case_worst(case: Case, config: RunConfig, cost: CostModel) -> int:
     return worst_case(case, cost, config)
 
 
+# The wrong deployments a golden case must fail (Check.catches), by case id.
+CATCHES = {"range.logprobs.maximum.at": ("wrong:logprobs capped at 5",)}
+
 _cheap_table()  # read as the cases register: a missing table fails the import, not a check
 for _case in load_cases():
     register(
@@ -180,4 +183,5 @@ for _case in load_cases():
         doc=_case.doc,
         tokens=_token_bound(_case),
         worst=partial(_case_worst, _case),
+        catches=CATCHES.get(_case.id, ()),
     )(partial(run_case, _case))

@@ -87,7 +87,13 @@ def check_logprobs(
     ctx.equal(f"{where}: text_offset", starts, offsets, reply)
 
 
-@register("logprobs:consistent", tags=("logprobs",), tokens=2 * MAX_TOKENS, effects=("logprobs",))
+@register(
+    "logprobs:consistent",
+    tags=("logprobs",),
+    tokens=2 * MAX_TOKENS,
+    effects=("logprobs",),
+    catches=("wrong:rows one short", "wrong:rows of the sampled token"),
+)
 def consistent(ctx: Context) -> None:
     """Without stream, sampled and greedy: one entry per generated token, joined tokens = text,
     offsets follow the text. The greedy answer's every row must hold the `logprobs` likeliest

@@ -117,6 +117,7 @@ def _greedy_step(ctx: Context, ids: list[int]) -> tuple[int, str, float, dict[st
     tags=TAGS,
     tokens=3,
     effects=("echo", "prompt_logprobs"),
+    catches=("wrong:prompt_logprobs one early", "wrong:echo one late"),
 )
 def three_ways(ctx: Context) -> None:
     """The next token's distribution after a context asked three ways agrees: the token generated
@@ -213,6 +214,7 @@ def _rows(entries: Any) -> list[dict[str, Any]] | None:
     tags=TAGS,
     tokens=2,
     effects=("prompt_logprobs", "echo", "output_residual_stream"),
+    catches=("wrong:capture sees later tokens",),
 )
 def causal_prompt(ctx: Context) -> None:
     """A prompt's values do not change with what follows it (a causal model reads each position
@@ -279,7 +281,13 @@ def causal_prompt(ctx: Context) -> None:
                 break
 
 
-@register("model:probability.total", tags=TAGS, tokens=CONTINUATIONS, effects=("echo", "logprobs"))
+@register(
+    "model:probability.total",
+    tags=TAGS,
+    tokens=CONTINUATIONS,
+    effects=("echo", "logprobs"),
+    catches=("wrong:continuations the likeliest",),
+)
 def probability_total(ctx: Context) -> None:
     """The likeliest one-token continuations of a context (its prompt_logprobs' last entry), each
     scored as lm-eval scores one (its own request's echoed log probability), never hold more than
@@ -339,7 +347,12 @@ def probability_total(ctx: Context) -> None:
                 return
 
 
-@register("model:capture.layers", tags=("activations", "model"), tokens=2)
+@register(
+    "model:capture.layers",
+    tags=("activations", "model"),
+    tokens=2,
+    catches=("wrong:layers reversed",),
+)
 def capture_layers(ctx: Context) -> None:
     """A capture of two layers holds them ascending, each the same as asked alone (a layer's
     rows are its own: neither reversed nor another layer's)."""
@@ -384,7 +397,13 @@ def _children_tokens(config: RunConfig) -> int:
     return sum((2 * n - 1) * STEPS for n in Draws.of(config.seed).n)
 
 
-@register("model:n.children", tags=TAGS, tokens=_children_tokens, effects=("n", "seed"))
+@register(
+    "model:n.children",
+    tags=TAGS,
+    tokens=_children_tokens,
+    effects=("n", "seed"),
+    catches=("wrong:constant seed", "wrong:choices copied", "wrong:n of 4 or more copied"),
+)
 def n_children(ctx: Context) -> None:
     """With a seed, choice j of `n` is the sample of seed + j (vLLM's parallel sampling seeds its
     children so): independent samples, not one copied; held to each other by the batch rule. At
@@ -429,6 +448,7 @@ def _likeliest(row: Any, tie: float) -> str | None:
     tags=TAGS,
     tokens=STEPS_SCORED + 1,
     effects=("echo", "logprobs"),
+    catches=("wrong:echo one late", "wrong:generated rows shifted"),
 )
 def lm_eval_loglikelihood(ctx: Context) -> None:
     """lm-eval's loglikelihood request (echo, max_tokens 1, logprobs 1, temperature 0) over a

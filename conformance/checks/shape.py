@@ -206,7 +206,12 @@ def token_ids(ctx: Context) -> None:
     n_applied(ctx, 2, len(choices))  # what held for one choice, said; the second unseen
 
 
-@register("shape:stream_joins_to_whole", tags=("logprobs", "streaming"), tokens=2 * MAX_TOKENS)
+@register(
+    "shape:stream_joins_to_whole",
+    tags=("logprobs", "streaming"),
+    tokens=2 * MAX_TOKENS,
+    catches=("wrong:echo one late, in streams only",),
+)
 def stream_joins_to_whole(ctx: Context) -> None:
     """A stream's chunks of a choice join to the same text and logprobs as the whole response
     (echo included; text_offset runs on across the chunks)."""

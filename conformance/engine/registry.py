@@ -22,6 +22,10 @@ if TYPE_CHECKING:
     from conformance.wire.token_cost import CostModel
 
 CheckFunction = Callable[["Context"], None]
+# The galleries of wrong deployments a check's `catches` names (each in tests/broken): a field's
+# effect applied wrongly (wrong.py), a field dropped on half the requests (wrong.py's dropping),
+# a field ignored (effects.py).
+CATCHES_GALLERIES = ("wrong", "half", "ignored")
 TokenBound = int | Callable[["RunConfig"], int]
 # The longest silence a check must sit through for its verdict (a keepalive's interval): a
 # --timeout shorter than it is a usage error, not the server's finding.
@@ -43,6 +47,9 @@ class Check:
     effects: tuple[str, ...] = ()  # request fields whose documented effect it observes (x-effect)
     premise: bool = False  # what the ledger relies on: run first wherever checks may generate
     waits: Waits = None  # the silence its verdict sits through, in seconds (None: none)
+    # The wrong deployments it must fail, `gallery:way` (CATCHES_GALLERIES): the tests hold each
+    # named way's server to failing it, and a way's failures to the checks that name it.
+    catches: tuple[str, ...] = ()
 
     def silence(self, config: RunConfig) -> float:
         return self.waits(config) if self.waits is not None else 0.0
@@ -80,6 +87,9 @@ class Registry:
         self._lock = threading.RLock()
 
     def _add(self, check: Check) -> Check:
+        strays = [c for c in check.catches if c.split(":", 1)[0] not in CATCHES_GALLERIES]
+        if strays:
+            raise ValueError(f"{check.id} catches ways of no gallery: {strays}")
         if check.id in self._checks:
             raise ValueError(f"check id registered twice: {check.id}")
         if ":" not in check.id:
@@ -99,6 +109,7 @@ class Registry:
         effects: Iterable[str] = (),
         premise: bool = False,
         waits: Waits = None,
+        catches: Iterable[str] = (),
     ) -> Callable[[CheckFunction], CheckFunction]:
         """The one way a check is registered: a decorator, or called on a function built in a loop
         over data (golden cases, schemathesis's checks). Without `doc`, the function's docstring is
@@ -118,11 +129,22 @@ class Registry:
                     tuple(effects),
                     premise,
                     waits,
+                    tuple(catches),
                 )
             )
             return func
 
         return wrap
+
+    def catching(self, gallery: str) -> dict[str, set[str]]:
+        """Each way of `gallery` a check names in `catches`, with the checks that name it."""
+        out: dict[str, set[str]] = {}
+        for check in self:
+            for name in check.catches:
+                kind, _, way = name.partition(":")
+                if kind == gallery:
+                    out.setdefault(way, set()).add(check.id)
+        return out
 
     def defer(self, package: str, groups: Sequence[str]) -> None:
         """Load `package`'s group modules (`load`) when the registry is first looked at."""

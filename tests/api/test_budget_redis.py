@@ -6,7 +6,6 @@ against two replicas. Without redis-server these tests skip themselves (tests/su
 from __future__ import annotations
 
 import io
-import itertools
 import json
 import logging
 import re
@@ -30,7 +29,7 @@ from api_server.config import ServerConfig
 from conformance.cli.main import main
 from contract import ApiError, InferenceUnavailable, hold, spec
 from tests.support.contract import CONTRACT
-from tests.support.mock import MockProcess, completion_body, free_port, parse_sse
+from tests.support.mock import MockProcess, RoundRobin, completion_body, free_port, parse_sse
 from tests.support.paced import PACED
 from tests.support.redis_server import RedisServer
 
@@ -41,13 +40,6 @@ HOLD = hold(REQ.prompt_token_counts, REQ.n, REQ.max_tokens, None).amount
 UNAVAILABLE = spec().error_codes["inference_unavailable"]
 QUOTA = spec().error_codes["insufficient_quota"]
 CLAMPED = "x-acs-max-tokens-clamped"
-
-
-@pytest.fixture(scope="module")
-def redis_server() -> Iterator[RedisServer]:
-    server = RedisServer().start()
-    yield server
-    server.close()
 
 
 @pytest.fixture(params=["sqlite", "redis"])
@@ -302,21 +294,6 @@ def test_redis_down_is_503_then_recovers_after_a_restart(tmp_path: Path) -> None
 
 
 # -- the conformance suite against two replicas ----------------------------------------------
-class RoundRobin(httpx.HTTPTransport):
-    """Each request to the next replica in turn, as a load balancer in front of them would."""
-
-    def __init__(self, urls: list[str]) -> None:
-        super().__init__()
-        self.ports = itertools.cycle([httpx.URL(u).port for u in urls])
-        self.sent: dict[int, int] = defaultdict(int)
-
-    def handle_request(self, request: httpx.Request) -> httpx.Response:
-        port = next(self.ports)
-        self.sent[port] += 1
-        request.url = request.url.copy_with(port=port)
-        return super().handle_request(request)
-
-
 def test_full_profile_against_two_replicas_sharing_redis(
     redis_server: RedisServer, tmp_path: Path
 ) -> None:

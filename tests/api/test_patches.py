@@ -105,17 +105,6 @@ def test_the_date_header_is_gunicorns() -> None:
     assert patches.http_date(0) == "Thu, 01 Jan 1970 00:00:00 GMT"
 
 
-@pytest.fixture
-def restored(monkeypatch: pytest.MonkeyPatch) -> pytest.MonkeyPatch:
-    """gunicorn's names as they were, after the test (patch_gunicorn replaces them)."""
-    from gunicorn import util
-    from gunicorn.http import wsgi
-
-    for module, name in ((wsgi, "Response"), (util, "http_date"), (wsgi, "WSGIErrorsWrapper")):
-        monkeypatch.setattr(module, name, getattr(module, name))
-    return monkeypatch
-
-
 def created(request: bytes = GET) -> tuple[object, dict[str, object], Sock]:
     from gunicorn.http import wsgi
 

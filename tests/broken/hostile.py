@@ -11,8 +11,11 @@ from __future__ import annotations
 import argparse
 import io
 import json
+import os
 import re
 import socketserver
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -20,7 +23,10 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from contract import InferenceUnavailable, InternalError
+import yaml
+
+from api_server.children import free_port, stop_process, wait_ready
+from contract import InferenceUnavailable, InternalError, spec
 from tests.support.contract import CONTRACT
 
 Environ = dict[str, Any]
@@ -274,6 +280,59 @@ def main() -> None:
     app = create_app(MockConfig())
     app.wsgi_app = HostileBreaker(app.wsgi_app, args.mode_file)  # type: ignore[method-assign]
     serve(app, gunicorn_options("127.0.0.1", args.port, 1, 8))
+
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+class Breakable:
+    """This module's server, the mock under gunicorn, in a process of its own, its mode set through
+    a file; the spec's body-read timeout shortened to `body_read_seconds`."""
+
+    def __init__(self, tmp: Path, body_read_seconds: float) -> None:
+        raw = yaml.safe_load(spec().path.read_text())
+        raw["x-caps"]["body_read_seconds"] = body_read_seconds
+        (tmp / "openapi.yaml").write_text(yaml.safe_dump(raw, sort_keys=False, allow_unicode=True))
+        self.mode_file = tmp / "mode"
+        self.mode_file.write_text("")
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        env = {**os.environ, "ACS_OPENAPI": str(tmp / "openapi.yaml")}
+        self.log = (tmp / "server.log").open("wb")
+        self.proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "tests.broken.hostile",
+                "--port",
+                str(self.port),
+                "--mode-file",
+                str(self.mode_file),
+            ],
+            cwd=ROOT,
+            env=env,
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+        )
+        try:
+            wait_ready(
+                self.url,
+                self.proc,
+                60,
+                name="the breakable mock",
+                log=tmp / "server.log",
+                interval=0.1,
+            )
+        except RuntimeError:
+            self.close()
+            raise
+
+    def mode(self, mode: str | None) -> None:
+        self.mode_file.write_text(mode or "")
+
+    def close(self) -> None:
+        stop_process(self.proc)
+        self.log.close()
 
 
 if __name__ == "__main__":

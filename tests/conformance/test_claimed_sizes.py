@@ -5,13 +5,8 @@ capture declaring 32 GiB was decompressed up to its claim)."""
 
 from __future__ import annotations
 
-import gzip
-import io
-import json
 import math
 import time
-import zlib
-from collections.abc import Iterable, Iterator
 from typing import Any
 
 import pytest
@@ -26,32 +21,12 @@ from conformance.wire import tensors
 from conformance.wire.client import Client, answer_bounds
 from conformance.wire.sdk import client_headers
 from contract import spec
-from mock_server import create_app
-from mock_server.config import MockConfig
+from tests.broken.answers import ClaimsPast, Coded, Endless
 from tests.support.mock import KEY
-from tests.support.wsgi import Environ, StartResponse, serve, whole_response
+from tests.support.wsgi import serve
 
 MODEL = spec().default_model
-BOUNDS = spec().schema("Model")["properties"]
 MOST = spec().caps["capture_elements"]
-
-
-class ClaimsPast:
-    """The mock with each of its model's numbers in GET /v1/models `past` its schema bound."""
-
-    def __init__(self, past: int) -> None:
-        self.app, self.past = create_app(MockConfig()), past
-
-    def __call__(self, environ: Environ, start_response: StartResponse) -> Iterable[bytes]:
-        status, headers, body = whole_response(self.app, environ)
-        if environ.get("PATH_INFO") == "/v1/models" and status.startswith("200"):
-            listed = json.loads(body)
-            for entry in listed["data"]:
-                entry.update({n: BOUNDS[n]["maximum"] + self.past for n in DEPLOYMENT_NUMBERS})
-            body = json.dumps(listed).encode()
-        headers = [(k, v) for k, v in headers if k.lower() != "content-length"]
-        start_response(status, [*headers, ("Content-Length", str(len(body)))])
-        return [body]
 
 
 @pytest.mark.parametrize("past", [1, 10**4000], ids=["one past", "4,000 digits past"])
@@ -143,37 +118,6 @@ def test_a_dtype_that_is_not_a_number_type_is_refused_without_quoting_it(dtype: 
 
 
 # -- answers that never end ------------------------------------------------------------------
-class Endless:
-    """The mock, but a completion's answer never ends (a whole one; every one with `streams`):
-    `chunk` bytes at a time, `pause` seconds apart."""
-
-    def __init__(self, chunk: bytes, pause: float = 0.0, streams: bool = False) -> None:
-        self.app, self.chunk, self.pause, self.streams = (
-            create_app(MockConfig()),
-            chunk,
-            pause,
-            streams,
-        )
-
-    def __call__(self, environ: Environ, start_response: StartResponse) -> Iterable[bytes]:
-        if environ.get("PATH_INFO") != spec().completions_path:
-            return self.app(environ, start_response)
-        raw = environ["wsgi.input"].read(int(environ.get("CONTENT_LENGTH") or 0))
-        stream = bool(json.loads(raw).get("stream"))
-        if stream and not self.streams:
-            environ["wsgi.input"] = io.BytesIO(raw)
-            return self.app(environ, start_response)
-        media = "text/event-stream" if stream else "application/json"
-        start_response("200 OK", [("Content-Type", media)])
-        return self._forever()
-
-    def _forever(self) -> Iterator[bytes]:
-        yield b'{"id": "'
-        while True:
-            time.sleep(self.pause)
-            yield self.chunk
-
-
 def test_an_endless_answer_is_a_finding_of_its_check_read_to_the_bound() -> None:
     most_bytes, _ = answer_bounds(spec().caps, RunConfig("http://x", "k").timeout)
     with serve(Endless(b"a" * (1 << 20))) as url:
@@ -214,31 +158,6 @@ def test_a_trickling_answer_is_cut_at_the_deadline_and_a_flood_at_the_byte_bound
             )
             assert reply.error is not None and words in reply.error, reply.error
             assert time.monotonic() - started < bounds[1] + 5  # cut, not read to the timeout
-
-
-class Coded:
-    """The mock, its answers coded (Content-Encoding) whatever the request accepts; `pad` bytes of
-    spaces after the JSON (a bomb: they compress a thousandfold)."""
-
-    def __init__(self, coding: str, pad: int = 0) -> None:
-        self.app, self.coding, self.pad = create_app(MockConfig()), coding, pad
-        self.accepted: list[str | None] = []
-
-    def __call__(self, environ: Environ, start_response: StartResponse) -> Iterable[bytes]:
-        self.accepted.append(environ.get("HTTP_ACCEPT_ENCODING"))
-        status, headers, body = whole_response(self.app, environ)
-        body += b" " * self.pad
-        packed = {
-            "gzip": gzip.compress,
-            "deflate": zlib.compress,
-            "zstd": zstandard.ZstdCompressor().compress,
-        }[self.coding](body)
-        headers = [(k, v) for k, v in headers if k.lower() != "content-length"]
-        start_response(
-            status,
-            [*headers, ("Content-Encoding", self.coding), ("Content-Length", str(len(packed)))],
-        )
-        return [packed]
 
 
 def _post_to(app: Coded) -> Any:

@@ -18,7 +18,7 @@ from contract import spec
 from mock_server import create_app
 from mock_server.config import MockConfig
 from tests.broken.breaker import Breaker
-from tests.support.wsgi import serve
+from tests.support.wsgi import Counting, serve
 
 KEY = "diff-test-key"
 SELECT = [
@@ -158,17 +158,6 @@ def test_an_unreachable_deployment_is_exit_code_2(servers: tuple[str, Breaker, s
         == 2
     )
     assert main(["diff", "--base-url", a, "--api-key", KEY], console=console) == 2  # no --other-url
-
-
-class Counting:
-    """WSGI middleware that counts the requests that reach the wrapped app."""
-
-    def __init__(self, app) -> None:
-        self.app, self.requests = app, 0
-
-    def __call__(self, environ, start_response):
-        self.requests += 1
-        return self.app(environ, start_response)
 
 
 def test_a_dry_run_diff_lists_the_checks_and_sends_nothing(tmp_path: Path) -> None:

@@ -22,41 +22,12 @@ from tests.support.wsgi import serve
 
 REGISTRY_BY_ID = {c.id: c for c in REGISTRY}
 EFFECTS = sorted({c.id for c in REGISTRY if c.group == "effects"})
-STEERED = {
-    "effects:steering.changes",
-    "effects:steering.layer_and_scale",
-    "effects:steering.norm_match",
-    "effects:steering.position_indices",
-    "effects:steering.decoding",
-}
-# field left out after validation -> the only checks that fail: those that send it at other
-# than its default (effects:temperature.sampling sends temperature 1, the default). Every field
-# an effects: check observes, but the vectors' layer_indices (required: no vector steers without).
-IGNORED: dict[str, set[str]] = {
-    "temperature": {"effects:temperature.greedy", "effects:temperature.scale"},
-    "top_k": {"effects:top_k.greedy", "effects:top_k.sampled"},
-    "top_p": {"effects:top_p.greedy"},
-    "min_p": {"effects:min_p.greedy"},
-    "ignore_eos": {"effects:ignore_eos"},
-    "skip_special_tokens": {"effects:skip_special_tokens"},
-    "bad_words": {"effects:bad_words"},
-    "truncate_prompt_tokens": {"effects:truncate_prompt_tokens"},
-    "add_special_tokens": {"effects:add_special_tokens"},
-    "apply_steering_vectors": STEERED,  # a proxy that forgets vllm_xargs, a vLLM without vllm-lens
-    "apply_steering_vectors.scale": {
-        "effects:steering.scale_zero",
-        "effects:steering.layer_and_scale",
-    },
-    "apply_steering_vectors.norm_match": {"effects:steering.norm_match"},
-    "apply_steering_vectors.position_indices": {"effects:steering.position_indices"},
-}
-
-
-# the drawn probes that read the field too
-DRAWN: dict[str, set[str]] = {
-    "temperature": {"drawn:temperature"},
-    "top_p": {"drawn:top_p"},
-}
+# field left out after validation -> the only checks that fail: those that say they catch it
+# (`catches=("ignored:<field>",)`), which send it at other than its default
+# (effects:temperature.sampling sends temperature 1, the default), the drawn probes that read it
+# among them. Every field an effects: check observes, but the vectors' layer_indices (required: no
+# vector steers without).
+IGNORED = REGISTRY.catching("ignored")
 # and those that may: drawn:top_p holds the nucleus at the temperature asked, so a temperature
 # ignored shows there where a token sampled at 1 falls between the two nuclei (most runs, not
 # every one: the probes are drawn per run)
@@ -89,7 +60,12 @@ def test_every_field_an_effect_check_observes_is_ignored_once() -> None:
             any(f == field or f.startswith(f"{field}.") for f in REGISTRY_BY_ID[c].effects)
             for c in checks
         ), field
-    assert set().union(*IGNORED.values()) == set(EFFECTS) - {
+    caught = set().union(*IGNORED.values())
+    assert {c for c in caught if not c.startswith("effects:")} == {
+        "drawn:temperature",
+        "drawn:top_p",
+    }
+    assert {c for c in caught if c.startswith("effects:")} == set(EFFECTS) - {
         "effects:temperature.sampling",
         "effects:steering.zero",
         "effects:steering.repeatable",
@@ -107,7 +83,7 @@ def test_a_field_ignored_fails_exactly_the_checks_of_its_effect(
         report = run_suite(url, *SUITE)
     finally:
         app.field = None
-    must = IGNORED[field] | DRAWN.get(field, set())
+    must = IGNORED[field]
     assert must <= set(failed(report)) <= must | MAY_ALSO.get(field, set()), failed(report)
 
 

@@ -37,11 +37,10 @@ from conformance.wire.exchange import QUOTE_LIMIT_BYTES, Exchange, quote
 from conformance.wire.ledger import CHEAP_TOKENS, OverCeiling
 from conformance.wire.token_cost import CostModel, TokenFields, generating_paths, worst_case
 from contract import spec
+from tests.broken.lax import EOS, SERVED_LEN, DropsFirst, LaxServer
 
 MODEL = spec().default_model
-EOS = frozenset(spec().models[MODEL].eos_token_ids)
 COMPLETIONS = "/v1/completions"
-SERVED_LEN = 300  # the fake deployment's max_model_len (GET /v1/models)
 
 
 # -- the worst case of one request ------------------------------------------------------------
@@ -118,42 +117,6 @@ def test_only_posts_with_a_json_body_can_generate() -> None:
 
 
 # -- a server that conforms to nothing -------------------------------------------------------
-
-
-def generated(body: dict[str, Any]) -> int:
-    """What the fake server writes: everything the request allows (one token if only end tokens)."""
-    per = body.get("max_tokens") or SERVED_LEN - 1
-    if body.get("allowed_token_ids") and set(body["allowed_token_ids"]) <= EOS:
-        per = 1
-    prompts = body.get("prompt")
-    count = (
-        len(prompts)
-        if isinstance(prompts, list) and prompts and isinstance(prompts[0], list)
-        else 1
-    )
-    return count * int(body.get("n") or 1) * per
-
-
-class LaxServer:
-    def __init__(self) -> None:
-        self.posts: list[dict[str, Any]] = []
-
-    def __call__(self, request: httpx.Request) -> httpx.Response:
-        if request.method == "GET":
-            return httpx.Response(200, json={"data": [{"id": MODEL, "max_model_len": SERVED_LEN}]})
-        body = json.loads(request.content)
-        self.posts.append(body)
-        written = generated(body)
-        if body.get("stream"):  # a chunk a token, as vLLM streams
-            chunk = {"choices": [{"index": 0, "text": "x"}]}
-            events = [f"data: {json.dumps(chunk)}\n\n"] * written + ["data: [DONE]\n\n"]
-            return httpx.Response(
-                200, content="".join(events).encode(), headers={"Content-Type": "text/event-stream"}
-            )
-        choice = {"index": 0, "text": "x" * written, "token_ids": [0] * written}
-        return httpx.Response(
-            200, json={"choices": [choice], "usage": {"completion_tokens": written}}
-        )
 
 
 def _post(body: dict[str, Any]) -> Any:
@@ -646,24 +609,6 @@ def test_a_request_past_its_price_by_its_own_token_ids_is_a_finding_and_prices_t
         "not run: the server generated 270 tokens for a request priced at 30, past even the "
         "price the overshoot seen before gives it (133)"
     )
-
-
-class DropsFirst(LaxServer):
-    """Generates all a request allows, then drops the connection without a byte; the same
-    request again is answered."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.seen: set[bytes] = set()
-        self.written = 0
-
-    def __call__(self, request: httpx.Request) -> httpx.Response:
-        if request.method == "POST":
-            self.written += generated(json.loads(request.content))
-            if request.content not in self.seen:
-                self.seen.add(request.content)
-                raise httpx.RemoteProtocolError("Server disconnected without sending a response.")
-        return super().__call__(request)
 
 
 def test_a_stream_lost_before_a_byte_is_charged_all_it_allows_not_the_early_close() -> None:

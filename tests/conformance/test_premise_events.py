@@ -6,9 +6,6 @@ token early."""
 
 from __future__ import annotations
 
-import io
-import json
-from collections.abc import Iterable
 from typing import Any
 
 import httpx
@@ -21,33 +18,10 @@ from conformance.engine.registry import select
 from conformance.engine.results import Outcome
 from conformance.engine.runner import run
 from contract import spec
-from mock_server import create_app
-from mock_server.config import MockConfig
+from tests.broken.answers import ScriptedStream
 from tests.support.mock import KEY
-from tests.support.wsgi import Environ, StartResponse
 
 MODEL = spec().default_model
-
-
-def _chunk(text: str, finish: str | None) -> bytes:
-    choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": finish}
-    event = {"id": "cmpl-1", "object": "text_completion", "created": 1, "model": MODEL}
-    return b"data: " + json.dumps({**event, "choices": [choice]}).encode() + b"\n\n"
-
-
-class Scripted:
-    """The mock, but a streamed completion is `chunks` (then [DONE])."""
-
-    def __init__(self, chunks: list[tuple[str, str | None]]) -> None:
-        self.app, self.chunks = create_app(MockConfig()), chunks
-
-    def __call__(self, environ: Environ, start_response: StartResponse) -> Iterable[bytes]:
-        raw = environ["wsgi.input"].read(int(environ.get("CONTENT_LENGTH") or 0))
-        environ["wsgi.input"] = io.BytesIO(raw)
-        if environ.get("PATH_INFO") != spec().completions_path or not json.loads(raw).get("stream"):
-            return self.app(environ, start_response)
-        start_response("200 OK", [("Content-Type", "text/event-stream")])
-        return [*(_chunk(t, f) for t, f in self.chunks), b"data: [DONE]\n\n"]
 
 
 def _premise(chunks: list[tuple[str, str | None]]) -> Any:
@@ -59,7 +33,7 @@ def _premise(chunks: list[tuple[str, str | None]]) -> Any:
         select=("premise:max_tokens",),
     ).validate()
     report = run(
-        config, select(REGISTRY, config), transport=httpx.WSGITransport(app=Scripted(chunks))
+        config, select(REGISTRY, config), transport=httpx.WSGITransport(app=ScriptedStream(chunks))
     )
     return next(r for r in report.results if r.id == "premise:max_tokens")
 

@@ -10,26 +10,18 @@ robust:http.stalled_body runs in a second or two.
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
-import yaml
 
-from api_server.children import free_port, stop_process, wait_ready
 from conformance.checks import REGISTRY
 from conformance.engine.results import Outcome, RunReport
-from contract import spec
 from mock_server import MockConfig, create_app
-from tests.broken.hostile import MODES, not_http_server, smuggling_server
+from tests.broken.hostile import MODES, Breakable, not_http_server, smuggling_server
 from tests.support.mock import AUTH
 from tests.support.suite import failed_ids, run_suite
 from tests.support.wsgi import serve
 
-ROOT = Path(__file__).resolve().parents[2]
 KEY = "robust-test-key"
 BODY_READ_SECONDS = 1
 STALL_WAIT = 6.0  # how long robust:http.stalled_body waits; above BODY_READ_SECONDS
@@ -47,58 +39,9 @@ def run_robust(url: str, *patterns: str, strict: bool = False) -> RunReport:
     )
 
 
-class Breakable:
-    """The mock under gunicorn (tests.broken.hostile), its mode set through a file."""
-
-    def __init__(self, tmp: Path) -> None:
-        raw = yaml.safe_load(spec().path.read_text())
-        raw["x-caps"]["body_read_seconds"] = BODY_READ_SECONDS
-        (tmp / "openapi.yaml").write_text(yaml.safe_dump(raw, sort_keys=False, allow_unicode=True))
-        self.mode_file = tmp / "mode"
-        self.mode_file.write_text("")
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        env = {**os.environ, "ACS_OPENAPI": str(tmp / "openapi.yaml")}
-        self.log = (tmp / "server.log").open("wb")
-        self.proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "tests.broken.hostile",
-                "--port",
-                str(self.port),
-                "--mode-file",
-                str(self.mode_file),
-            ],
-            cwd=ROOT,
-            env=env,
-            stdout=self.log,
-            stderr=subprocess.STDOUT,
-        )
-        try:
-            wait_ready(
-                self.url,
-                self.proc,
-                60,
-                name="the breakable mock",
-                log=tmp / "server.log",
-                interval=0.1,
-            )
-        except RuntimeError:
-            self.close()
-            raise
-
-    def mode(self, mode: str | None) -> None:
-        self.mode_file.write_text(mode or "")
-
-    def close(self) -> None:
-        stop_process(self.proc)
-        self.log.close()
-
-
 @pytest.fixture(scope="module")
 def breakable(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Breakable]:
-    server = Breakable(tmp_path_factory.mktemp("robust"))
+    server = Breakable(tmp_path_factory.mktemp("robust"), BODY_READ_SECONDS)
     yield server
     server.close()
 

@@ -12,13 +12,12 @@ wrap the fake one, and the full profile runs the same checks as against the mock
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 
 import pytest
 
 import api_server
-from api_server import Engine, Event, ServerConfig
+from api_server import Event, ServerConfig
 from conformance.checks import REGISTRY
 from conformance.engine.config import RunConfig
 from conformance.engine.registry import select
@@ -28,29 +27,11 @@ from contract import CompletionRequest, InferenceUnavailable, spec
 from mock_server.config import MockConfig
 from mock_server.engine.fake_engine import FakeEngine
 from mock_server.hook.faults import Faults
+from tests.broken.engines import Down, Replay
 from tests.support.contract import CONTRACT
 from tests.support.wsgi import serve
 
 KEY = "conformance-test-key"
-
-
-class Replay(Engine):
-    """What `source` answered the first time a request came, played back after."""
-
-    def __init__(self, source: Engine) -> None:
-        self.source = source
-        self.tapes: dict[str, list[Event]] = {}
-
-    def generate(self, req: CompletionRequest, request_id: str) -> Iterator[Event]:
-        # The body, and the max_tokens it runs with (the Budget may have clamped it).
-        key = json.dumps([req.body, req.max_tokens], sort_keys=True)
-        tape = self.tapes.get(key)
-        if tape is None:  # a source's error is not recorded: it reaches the app as raised
-            tape = self.tapes[key] = list(self.source.generate(req, request_id))
-        return iter(tape)
-
-    def ready(self) -> bool:
-        return self.source.ready()
 
 
 def test_the_full_profile_passes_against_a_third_engine() -> None:
@@ -73,11 +54,6 @@ def test_the_full_profile_passes_against_a_third_engine() -> None:
     # only what needs a configured deployment (keys, a spent Budget), as against the mock
     assert skipped == {"auth:wrong_key", "budget:exhausted_key", "schema:ignored_auth"}
     assert report.count(Outcome.PASSED) > 250
-
-
-class Down(Replay):
-    def ready(self) -> bool:
-        return False
 
 
 def test_health_is_the_engines_readiness() -> None:

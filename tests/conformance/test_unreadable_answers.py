@@ -7,9 +7,8 @@ Python's int-to-str limit in a reason)."""
 
 from __future__ import annotations
 
-import json
 import sys
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from typing import Any
 
 import httpx
@@ -26,34 +25,11 @@ from conformance.wire import jsontext
 from contract import spec
 from mock_server import create_app
 from mock_server.config import MockConfig
+from tests.broken.answers import Rewrites
 from tests.support.mock import KEY
-from tests.support.wsgi import Environ, StartResponse, whole_response
 
 MODEL = spec().default_model
 READ = "an answer is not the API's shape, and the check could not read it"
-
-
-class Rewrites:
-    """The mock, each whole 200 completion rewritten by `change` (its parsed body)."""
-
-    def __init__(self, change: Callable[[dict[str, Any]], None] | None) -> None:
-        self.app, self.change = create_app(MockConfig()), change
-
-    def __call__(self, environ: Environ, start_response: StartResponse) -> Iterable[bytes]:
-        status, headers, body = whole_response(self.app, environ)
-        media = {k.lower(): v for k, v in headers}.get("content-type", "")
-        if (
-            self.change
-            and status.startswith("200")
-            and media.startswith("application/json")
-            and environ.get("PATH_INFO") == spec().completions_path
-        ):
-            data = json.loads(body)
-            self.change(data)
-            body = json.dumps(data).encode()
-        headers = [(k, v) for k, v in headers if k.lower() != "content-length"]
-        start_response(status, [*headers, ("Content-Length", str(len(body)))])
-        return [body]
 
 
 def _choices_not_objects(data: dict[str, Any]) -> None:

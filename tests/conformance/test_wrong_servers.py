@@ -40,76 +40,37 @@ SAMPLING_ROWS = {
     "effects:temperature.sampling",
     "effects:temperature.scale",
 }
-# way -> (the checks that must fail, the checks that may fail beside them)
-EXPECTED: dict[str, tuple[set[str], set[str]]] = {
+# The checks that must fail each way are those that say they catch it (`catches=("wrong:<way>",)`
+# beside their registration); here, the checks that may fail beside them, and why.
+MUST = REGISTRY.catching("wrong")
+MAY: dict[str, set[str]] = {
     # every capture's addition doubles, the replayed one's too
-    "scale x 2": (
-        {"effects:steering.layer_and_scale"},
-        CAPTURED | {"effects:steering.layers_above"},
-    ),
-    "layer + 1": (CAPTURED, set()),
-    # the captures one layer below or at the steered one see nothing of it: only the replay shows
-    "every layer above": ({"effects:steering.layers_above"}, set()),
-    "layer - 1": (CAPTURED, set()),
-    "prompt only": ({"effects:steering.decoding"}, set()),
-    # the server's seed for every request: its children are not seed + index either
-    "constant seed": ({"determinism:seed.differs", "model:n.children"}, set()),
+    "scale x 2": CAPTURED | {"effects:steering.layers_above"},
     # the rows' own check, and those that read rows, saying that their premise failed
-    "rows one short": ({"logprobs:consistent"}, SAMPLING_ROWS | {"shape:stream_joins_to_whole"}),
-    "rows of the sampled token": (
-        {"logprobs:consistent"},
-        SAMPLING_ROWS
-        | {"shape:stream_joins_to_whole", "golden:range.logprobs.maximum.at"}
-        | {"drawn:max_tokens", "drawn:beside_stream"},
-    ),
+    "rows one short": SAMPLING_ROWS | {"shape:stream_joins_to_whole"},
+    "rows of the sampled token": SAMPLING_ROWS
+    | {"shape:stream_joins_to_whole", "golden:range.logprobs.maximum.at"}
+    | {"drawn:max_tokens", "drawn:beside_stream"},
     # the drawn probes with a top_k sample the likeliest token every time
-    "any top_k as 1": (
-        {"effects:top_k.sampled"},
-        {"effects:temperature.scale", "drawn:temperature"},
-    ),
-    "temperature clamped to 1": ({"effects:temperature.scale", "drawn:temperature"}, set()),
-    # every answer's rows are held to the logprobs asked (conformance/wire/rows.py), the golden
-    # case that asks for the most among them
-    "logprobs capped at 5": (
-        {"golden:range.logprobs.maximum.at", "drawn:max_tokens", "drawn:beside_stream"},
-        set(),
-    ),
-    # numbers that are not one model's (tests/broken/numbers.py, issue 43): each its model:
-    # check; an echo one late is also what lm-eval's arithmetic reads, and rows, layers, a
+    "any top_k as 1": {"effects:temperature.scale", "drawn:temperature"},
+    # numbers that are not one model's (tests/broken/numbers.py, issue 43): rows, layers, a
     # capture or choices that are wrong show in the checks that read them too
-    "prompt_logprobs one early": ({"model:next_token.three_ways"}, set()),
-    "echo one late": ({"model:next_token.three_ways", "model:lm_eval.loglikelihood"}, set()),
-    # right in whole bodies, which the model: group reads; the stream is held to the whole
-    "echo one late, in streams only": ({"shape:stream_joins_to_whole"}, set()),
-    "generated rows shifted": (
-        {"model:lm_eval.loglikelihood"},
-        {
-            "logprobs:consistent",
-            "logprobs:stream",
-            "shape:top_logprobs_hold_the_token",
-            *SAMPLING_ROWS,
-        },
-    ),
-    "layers reversed": ({"model:capture.layers"}, CAPTURED),
-    "capture sees later tokens": (
-        {"model:causal.prompt"},
-        CAPTURED | {"effects:steering.layers_above"},
-    ),
-    "choices copied": ({"model:n.children"}, {"stream:text_equals_non_stream"}),
+    "generated rows shifted": {
+        "logprobs:consistent",
+        "logprobs:stream",
+        "shape:top_logprobs_hold_the_token",
+        *SAMPLING_ROWS,
+    },
+    "layers reversed": CAPTURED,
+    "capture sees later tokens": CAPTURED | {"effects:steering.layers_above"},
+    "choices copied": {"stream:text_equals_non_stream"},
     # issue 63: wrong only where the gate's fixed points never looked; the drawn probes go there
-    "long prompts unbounded": ({"drawn:max_tokens", "drawn:stop"}, {"drawn:beside_stream"}),
-    "cut at 16": ({"drawn:max_tokens"}, {"drawn:beside_stream"}),
-    "default max_tokens 16": ({"drawn:default_max_tokens"}, set()),
-    "long stops dropped": ({"drawn:stop"}, set()),
-    "n of 4 or more copied": ({"model:n.children"}, set()),
+    "long prompts unbounded": {"drawn:beside_stream"},
+    "cut at 16": {"drawn:beside_stream"},
     # the probes with top_p are held to the nucleus at the temperature asked: a server that samples
     # at another one leaves it too
-    "temperature 1 without top_k": ({"drawn:temperature"}, {"drawn:top_p"}),
-    "top_p dropped in [0.01, 1)": ({"drawn:top_p"}, set()),
-    "continuations the likeliest": (
-        {"model:probability.total"},
-        {"model:lm_eval.loglikelihood", "model:next_token.three_ways"},
-    ),
+    "temperature 1 without top_k": {"drawn:top_p"},
+    "continuations the likeliest": {"model:lm_eval.loglikelihood", "model:next_token.three_ways"},
 }
 
 
@@ -120,8 +81,10 @@ def wrong() -> Iterator[tuple[Wrong, str]]:
         yield app, url
 
 
-def test_every_way_of_being_wrong_is_expected() -> None:
-    assert set(EXPECTED) == set(WRONGS)
+def test_every_way_of_being_wrong_is_caught_by_a_check_that_says_so() -> None:
+    assert set(MUST) == set(WRONGS)
+    assert set(MAY) <= set(WRONGS)
+    assert set(REGISTRY.catching("half")) == set(HALF)
 
 
 @pytest.mark.parametrize("way", WRONGS)
@@ -134,7 +97,7 @@ def test_a_field_applied_wrongly_fails_the_check_of_its_effect(
         found = failed(run_suite(url, *SUITE))
     finally:
         app.set(None)
-    must, may = EXPECTED[way]
+    must, may = MUST[way], MAY.get(way, set())
     assert must <= set(found) <= must | may, found
     for check in set(found) - must:  # where a premise failed, the finding says so
         if way.startswith("rows"):
@@ -143,13 +106,10 @@ def test_a_field_applied_wrongly_fails_the_check_of_its_effect(
             )
 
 
-# A server that drops the field on half its requests, by a seeded coin: each check of the
-# field fails in at least 29 of 30 runs (issue 30: "now and then").
-HALF: dict[str, set[str]] = {
-    "apply_steering_vectors": {"effects:steering.changes", "effects:steering.repeatable"},
-    "apply_steering_vectors.scale": {"effects:steering.scale_zero"},
-    "temperature": {"effects:temperature.greedy"},
-}
+# A server that drops the field on half its requests, by a seeded coin: each check that says it
+# catches that (`catches=("half:<field>",)`) fails in at least 29 of 30 runs (issue 30: "now
+# and then").
+HALF = REGISTRY.catching("half")
 RUNS = 30
 
 

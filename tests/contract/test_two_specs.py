@@ -7,14 +7,11 @@ answers with its own spec's caps, statuses and messages.
 
 from __future__ import annotations
 
-import copy
 import json
-from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
-import yaml
 from flask.testing import FlaskClient
 
 from api_server.state import state_of
@@ -24,43 +21,9 @@ from conformance.engine.registry import select
 from conformance.engine.results import Outcome
 from conformance.engine.runner import run
 from conformance.golden import padded_body
-from contract import ApiError, Contract, Spec, load_spec
-from mock_server import MockConfig, create_app
+from contract import ApiError, Contract, Spec
+from tests.support.contract import TOKEN_RULE
 from tests.support.mock import AUTH, KEY, completion_body
-
-TOKEN_RULE = "generated_tokens_cap"
-
-
-def smaller(raw: dict[str, Any]) -> dict[str, Any]:
-    """A copy of a spec with smaller caps, and its own words for two errors."""
-    raw = copy.deepcopy(raw)
-    caps = raw["x-caps"]
-    caps["max_body_bytes"] //= 2
-    caps["keepalive_seconds"] *= 2
-    caps["body_read_seconds"] //= 2
-    caps["max_generated_tokens"] //= 4
-    caps["max_tokens_without_stream"] = min(
-        caps["max_tokens_without_stream"], caps["max_generated_tokens"] // 2
-    )
-    raw["x-messages"]["request_too_large"] = "Over {limit} bytes: the small spec's own words."
-    rule = next(r for r in raw["x-token-rules"] if r["id"] == TOKEN_RULE)
-    rule["message"] = "The small spec caps generated tokens at {cap}; this request asks {total}."
-    return raw
-
-
-@pytest.fixture(scope="module")
-def specs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Spec, Spec]:
-    default = load_spec()
-    path: Path = tmp_path_factory.mktemp("small") / "openapi.yaml"
-    path.write_text(yaml.safe_dump(smaller(default.raw), sort_keys=False), encoding="utf-8")
-    return default, load_spec(path)
-
-
-@pytest.fixture(scope="module")
-def clients(specs: tuple[Spec, Spec]) -> tuple[FlaskClient, FlaskClient]:
-    # Both built before either answers: neither app's checks may come from the other's spec.
-    apps = [create_app(MockConfig(), api=s) for s in specs]
-    return apps[0].test_client(), apps[1].test_client()
 
 
 def post(client: FlaskClient, data: bytes) -> Any:

@@ -78,7 +78,8 @@ EXTRA: dict[str, set[str]] = {
         "httpx",
         "anyio",
         "pytest",
-    },  # client developers' transports and fixture
+        "werkzeug",
+    },  # client developers' transports, fixture and in-process server (Flask's own)
     "mock_server/cassettes/cassette.py": {"httpx"},  # --record's client to the upstream
     "mock_server/cassettes/tape.py": {
         "fastjsonschema"
@@ -389,6 +390,71 @@ def test_no_test_module_imports_another() -> None:
         if module.startswith("tests.") and module.rsplit(".", 1)[-1].startswith("test_")
     ]
     assert wrong == []
+
+
+def test_every_test_room_has_its_conftest() -> None:
+    """tests/conftest.py's rule: a room's own fixtures are in its conftest.py."""
+    rooms = {p.parent for p in (ROOT / "tests").rglob("test_*.py")}
+    assert (
+        rooms
+        and sorted(str(r.relative_to(ROOT)) for r in rooms if not (r / "conftest.py").exists())
+        == []
+    )
+
+
+# What makes a class a server a test stands up: a base of a server's kind, or a WSGI app's call.
+SERVER_BASES = {"Engine", "FakeEngine", "UpstreamServer", "BaseHTTPRequestHandler", "HTTPTransport"}
+
+
+def servers_in_test_modules(root: Path) -> list[str]:
+    """Module-level classes of test modules that serve: a WSGI app (`__call__(environ,
+    start_response)`), an engine, an upstream, a request handler or a transport."""
+    found = []
+    for path in sorted(root.rglob("test_*.py")):
+        for node in ast.parse(path.read_text()).body:
+            if not isinstance(node, ast.ClassDef):
+                continue
+            bases = {
+                b.attr if isinstance(b, ast.Attribute) else getattr(b, "id", "") for b in node.bases
+            }
+            wsgi = any(
+                isinstance(f, ast.FunctionDef)
+                and f.name == "__call__"
+                and [a.arg for a in f.args.args[1:3]] == ["environ", "start_response"]
+                for f in node.body
+            )
+            if wsgi or bases & SERVER_BASES:
+                found.append(f"{path.relative_to(root)}: {node.name}")
+    return found
+
+
+def test_the_fake_servers_live_in_tests_broken_or_support() -> None:
+    """A test module holds tests: a server it stands up is in tests/broken (wrong on purpose) or
+    tests/support (right), where the next test finds it."""
+    assert servers_in_test_modules(ROOT / "tests") == []
+
+
+def test_a_server_in_a_test_module_is_found(tmp_path: Path) -> None:
+    (tmp_path / "test_x.py").write_text(
+        "class App:\n    def __call__(self, environ, start_response):\n        return []\n\n"
+        "class E(api_server.Engine):\n    pass\n\nclass Plain:\n    pass\n"
+    )
+    assert servers_in_test_modules(tmp_path) == ["test_x.py: App", "test_x.py: E"]
+
+
+# The power benches measure the gate against the gallery of wrong servers (tests/broken/wrong.py),
+# which the tests hold each check to: the one thing of tests bench reads.
+BENCH_READS_OF_TESTS = {"tests.broken.wrong"}
+
+
+def test_bench_imports_nothing_of_tests_but_the_wrong_servers() -> None:
+    read = {
+        module
+        for path in sorted((ROOT / "bench").glob("*.py"))
+        for module, _ in imports(path)
+        if module == "tests" or module.startswith("tests.")
+    }
+    assert read <= BENCH_READS_OF_TESTS, read - BENCH_READS_OF_TESTS
 
 
 def group_imports(root: Path) -> list[str]:

@@ -14,11 +14,9 @@ import json
 import os
 import re
 import shlex
-import shutil
 import subprocess
 import sys
 import tomllib
-import venv
 import xml.etree.ElementTree as ET
 import zipfile
 from pathlib import Path
@@ -32,6 +30,7 @@ from api_server.children import free_port, stop_process, wait_ready
 from contract import load_spec, spec
 from contract.spec import CHECKOUT_PATH, SPEC_ENV
 from contract.version import DISTRIBUTION, describe, package_version, versions
+from tests.support.wheel import PIP_TIMEOUT_S, Venv, dockerignore, ignored
 
 ROOT = Path(__file__).resolve().parents[2]
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
@@ -40,50 +39,8 @@ EXTRAS = PYPROJECT["project"]["optional-dependencies"]
 DOCKERFILES = sorted((ROOT / "docker").glob("*.Dockerfile"))
 # What a CI gate must not pull in: the servers and their web framework.
 SERVER_MODULES = {"flask", "werkzeug", "gunicorn", "mock_server", "reference_impl", "api_server"}
-# Bounds, not assertions: a hung install or server fails the test instead of hanging CI.
-PIP_TIMEOUT_S = 900
+# A bound, not an assertion: a hung server fails the test instead of hanging CI.
 RUN_TIMEOUT_S = 300
-
-
-# -- .dockerignore, read as Docker reads it -----------------------------------------------
-
-
-def dockerignore() -> list[re.Pattern[str]]:
-    """The rules as regexes over context-relative paths (Go's filepath.Match, plus **)."""
-    rules = [line.strip() for line in (ROOT / ".dockerignore").read_text().splitlines()]
-    rules = [r for r in rules if r and not r.startswith("#")]
-    assert not any(r.startswith("!") for r in rules), "exceptions are not supported here"
-    out = []
-    for rule in rules:
-        rx = "".join(
-            ".*"
-            if tok == "**"
-            else "[^/]*"
-            if tok == "*"
-            else "[^/]"
-            if tok == "?"
-            else re.escape(tok)
-            for tok in re.split(r"(\*\*|\*|\?)", rule.strip("/"))
-        )
-        out.append(re.compile(rx.replace(".*/", "(?:.*/)?")))
-    return out
-
-
-def ignored(rel: str, rules: list[re.Pattern[str]]) -> bool:
-    parts = rel.split("/")
-    return any(r.fullmatch("/".join(parts[:i])) for i in range(1, len(parts) + 1) for r in rules)
-
-
-def copy_context(dest: Path) -> Path:
-    """The repository as a Docker build context: what .dockerignore leaves."""
-    rules = dockerignore()
-
-    def skip(directory: str, names: list[str]) -> list[str]:
-        rel = Path(directory).relative_to(ROOT).as_posix()
-        return [n for n in names if ignored(n if rel == "." else f"{rel}/{n}", rules)]
-
-    shutil.copytree(ROOT, dest, ignore=skip, symlinks=True)
-    return dest
 
 
 def test_dockerignore_rules_read_as_docker_reads_them() -> None:
@@ -113,31 +70,6 @@ def test_dockerignore_rules_read_as_docker_reads_them() -> None:
 
 
 # -- the wheel -----------------------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """`pip wheel --no-deps .` in a copy of the build context, as the images' first stage does."""
-    work = tmp_path_factory.mktemp("wheel")
-    src = copy_context(work / "src")
-    subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pip",
-            "wheel",
-            "--quiet",
-            "--no-deps",
-            "--wheel-dir",
-            str(work / "dist"),
-            str(src),
-        ],
-        check=True,
-        cwd=work,
-        timeout=PIP_TIMEOUT_S,
-    )
-    (built,) = (work / "dist").glob("*.whl")
-    return built
 
 
 def test_the_wheel_carries_the_top_level_spec_unchanged_and_the_commands(wheel: Path) -> None:
@@ -177,30 +109,6 @@ def test_the_wheel_carries_every_file_the_packages_read(wheel: Path) -> None:
 PACKAGES = tuple(
     p.rstrip("*") for p in PYPROJECT["tool"]["setuptools"]["packages"]["find"]["include"]
 )
-Venv = tuple[Path, dict[str, str]]  # its bin/ and the environment to run it with
-
-
-def fresh_venv(home: Path, requirement: str) -> Venv:
-    """A new venv in `home` (outside the repository) with `requirement` installed."""
-    venv.create(home / "venv", with_pip=True)
-    env = {k: v for k, v in os.environ.items() if k not in (SPEC_ENV, "PYTHONPATH", "VIRTUAL_ENV")}
-    bin_dir = home / "venv" / "bin"
-    env["PATH"] = f"{bin_dir}{os.pathsep}{env.get('PATH', '')}"
-    # pip's cache stays on: PyPI's wheels are fetched once per machine.
-    subprocess.run(
-        [str(bin_dir / "python"), "-m", "pip", "install", "--quiet", requirement],
-        check=True,
-        cwd=home,
-        env=env,
-        timeout=PIP_TIMEOUT_S,
-    )
-    return bin_dir, env
-
-
-@pytest.fixture(scope="module")
-def gate(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Venv:
-    """What a deployment's CI installs: the wheel's [conformance] extra only."""
-    return fresh_venv(tmp_path_factory.mktemp("gate"), f"{wheel}[conformance]")
 
 
 def run(installed: Venv, *args: str, cwd: Path) -> subprocess.CompletedProcess[str]:

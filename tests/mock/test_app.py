@@ -6,8 +6,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
-import threading
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -20,10 +18,11 @@ from api_server.config import ConfigError
 from api_server.responses import KEEPALIVE
 from api_server.state import state_of
 from conformance.engine.shapes import schema_errors
-from contract import ApiError, CompletionRequest, InferenceUnavailable, InternalError, hold, spec
+from contract import ApiError, InferenceUnavailable, InternalError, hold, spec
 from mock_server import MockConfig, create_app
 from mock_server.engine.fake_engine import FakeEngine
 from mock_server.hook.faults import STATUS, STREAM_ERROR_AFTER, TPOT_MS, TTFT_MS
+from tests.broken.engines import BrokenEngine, BrokenFakeEngine, GatedEngine
 from tests.support.contract import CONTRACT
 from tests.support.mock import AUTH, completion_body, parse_sse
 
@@ -201,15 +200,6 @@ def test_validation_errors_are_the_cores(client: FlaskClient, fields: dict[str, 
 
 
 # -- the engine's failures ------------------------------------------------------------
-class BrokenEngine(Engine):
-    def __init__(self, error: Exception, after: int = 0) -> None:
-        self.error, self.after = error, after
-
-    def generate(self, req: CompletionRequest, request_id: str) -> Iterator[Any]:
-        yield from list(FakeEngine(spec()).generate(req, request_id))[: self.after]
-        raise self.error
-
-
 @pytest.mark.parametrize("stream", [False, True])
 @pytest.mark.parametrize(
     "error",
@@ -237,18 +227,6 @@ def test_a_stream_that_fails_at_once_settles_its_hold(tmp_path: Any) -> None:
     r = app.test_client().post("/v1/completions", json=body, headers=AUTH)
     assert_error(r, InferenceUnavailable.from_template("inference_unavailable"))
     assert state_of(app).budget.remaining(AUTH["Authorization"].split()[1]) == 1000 - prompt_tokens
-
-
-class GatedEngine(Engine):
-    """The fake engine, held before its first event until `go` is set (a slow first token)."""
-
-    def __init__(self) -> None:
-        self.go = threading.Event()
-
-    def generate(self, req: CompletionRequest, request_id: str) -> Iterator[Any]:
-        if not self.go.wait(60):
-            raise RuntimeError("the test never let the engine go")
-        yield from FakeEngine(spec()).generate(req, request_id)
 
 
 def test_a_slow_first_token_still_gets_its_keepalive_first() -> None:
@@ -286,19 +264,6 @@ def test_an_engine_error_mid_stream_is_an_error_event_then_done() -> None:
         CONTRACT.errors.body(InternalError.from_template("internal_error"), rid),
         "[DONE]",
     ]
-
-
-class BrokenFakeEngine(FakeEngine):
-    """A FakeEngine, so the route runs it in the request's thread (no latency): an error
-    still becomes an HTTP error before the first event and an error event after it."""
-
-    def __init__(self, error: Exception, after: int = 0) -> None:
-        super().__init__(spec())
-        self.error, self.after = error, after
-
-    def generate(self, req: CompletionRequest, request_id: str) -> Iterator[Any]:
-        yield from list(super().generate(req, request_id))[: self.after]
-        raise self.error
 
 
 def test_the_in_thread_engine_fails_at_once_with_an_http_error() -> None:

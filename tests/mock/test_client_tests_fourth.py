@@ -23,7 +23,7 @@ from contract import spec
 from mock_server import MockConfig, create_app
 from mock_server.cassettes.cassette import Recorder, Replayer
 from mock_server.testing import URL, live_mock, transport
-from tests.support.wsgi import Environ, StartResponse, serve
+from tests.support.wsgi import Environ, RecordsHeaders, StartResponse, serve
 
 API = spec()
 COMPLETIONS = API.completions_path
@@ -147,23 +147,11 @@ def test_a_gateways_pages_and_a_reset_before_the_headers() -> None:
 # -- record and replay -------------------------------------------------------------------------------
 
 
-class Upstream:
-    """The mock as an upstream that remembers the headers each request came with."""
-
-    def __init__(self) -> None:
-        self.app = create_app(MockConfig())
-        self.headers: list[dict[str, str]] = []
-
-    def __call__(self, environ: Environ, start_response: StartResponse) -> Iterable[bytes]:
-        self.headers.append({k: str(v) for k, v in environ.items() if k.startswith("HTTP_")})
-        return self.app(environ, start_response)
-
-
 @pytest.fixture()
-def cassette(tmp_path: Path) -> Iterator[tuple[Path, Upstream]]:
+def cassette(tmp_path: Path) -> Iterator[tuple[Path, RecordsHeaders]]:
     """A cassette of a plain answer and a stream, recorded from the mock through Recorder."""
     path = tmp_path / "tape.jsonl"
-    upstream = Upstream()
+    upstream = RecordsHeaders()
     with serve(upstream) as url:
         proxy = Recorder(url, path, API, create_app(MockConfig()))
         with httpx.Client(transport=httpx.WSGITransport(app=proxy), base_url=URL) as c:
@@ -177,7 +165,7 @@ def replayed(path: Path, **settings: Any) -> httpx.Client:
 
 
 def test_the_mocks_headers_mean_the_same_replayed_as_live(
-    cassette: tuple[Path, Upstream],
+    cassette: tuple[Path, RecordsHeaders],
 ) -> None:
     path, _ = cassette
     with replayed(path) as tape, httpx.Client(transport=transport(), base_url=URL) as live:
@@ -203,7 +191,7 @@ def test_the_mocks_headers_mean_the_same_replayed_as_live(
 
 
 def test_recording_applies_the_mocks_headers_and_never_sends_them_upstream(
-    cassette: tuple[Path, Upstream],
+    cassette: tuple[Path, RecordsHeaders],
 ) -> None:
     path, upstream = cassette
     lines = path.read_text().splitlines()
@@ -219,7 +207,7 @@ def test_recording_applies_the_mocks_headers_and_never_sends_them_upstream(
     assert not any(k.startswith("HTTP_X_MOCK") for k in upstream.headers[seen])
 
 
-def test_replayed_answers_are_counted_in_metrics(cassette: tuple[Path, Upstream]) -> None:
+def test_replayed_answers_are_counted_in_metrics(cassette: tuple[Path, RecordsHeaders]) -> None:
     path, _ = cassette
     with replayed(path) as tape:
         for _ in range(3):
@@ -235,7 +223,7 @@ def test_replayed_answers_are_counted_in_metrics(cassette: tuple[Path, Upstream]
 
 
 def test_a_cassettes_times_are_bounded_scaled_and_a_cut_last_line_survives(
-    cassette: tuple[Path, Upstream], caplog: pytest.LogCaptureFixture
+    cassette: tuple[Path, RecordsHeaders], caplog: pytest.LogCaptureFixture
 ) -> None:
     path, _ = cassette
     lines = path.read_text().splitlines()
@@ -262,7 +250,7 @@ def test_a_cassettes_times_are_bounded_scaled_and_a_cut_last_line_survives(
 
 def test_a_query_secret_is_masked_by_its_name(tmp_path: Path) -> None:
     path = tmp_path / "tape.jsonl"
-    with serve(Upstream()) as url:
+    with serve(RecordsHeaders()) as url:
         proxy = Recorder(url, path, API, create_app(MockConfig()))
         with httpx.Client(transport=httpx.WSGITransport(app=proxy), base_url=URL) as c:
             c.get("/v1/models?sig=sigvalue123456&code=codevalue98765&page=2")

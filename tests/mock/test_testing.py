@@ -4,7 +4,9 @@ and async, over the in-process transports, and the `acs_mock` fixture's live moc
 from __future__ import annotations
 
 import asyncio
+import json
 import time
+import urllib.request
 from typing import Any
 
 import httpx
@@ -15,7 +17,15 @@ from openai import AsyncOpenAI, OpenAI
 from contract import spec
 from mock_server.hook.faults import STATUS
 from mock_server.hook.profiles import PROFILES
-from mock_server.testing import BASE_URL, URL, LiveMock, acs_mock, async_transport, transport
+from mock_server.testing import (
+    BASE_URL,
+    URL,
+    LiveMock,
+    acs_mock,
+    async_transport,
+    served,
+    transport,
+)
 from tests.support.metrics import value
 
 __all__ = ["acs_mock"]  # the fixture, imported as a client developer's conftest.py imports it
@@ -109,6 +119,28 @@ def test_the_acs_mock_fixture_is_a_live_mock(acs_mock: LiveMock) -> None:
         c = client.completions.create(model=MODEL, prompt="The sky is", max_tokens=3)
     assert c.object == "text_completion" and acs_mock.base_url.startswith("http://127.0.0.1:")
     assert httpx.get(acs_mock.url + "/health").json() == {"status": "ok"}
+
+
+def test_the_mock_served_in_process_over_a_socket_answers_as_in_process() -> None:
+    """`served()`: a client that takes no transport (urllib here) reaches the mock over a real
+    socket, the same seeded request answered as over the in-process transport; its settings
+    apply (max_model_len, in GET /v1/models)."""
+    body = {"model": MODEL, "prompt": "Once", "max_tokens": 6, "seed": 4}
+    with httpx.Client(transport=transport(), base_url=URL) as http:
+        expected = http.post("/v1/completions", json=body, headers={"Authorization": "Bearer k"})
+    with served() as url:
+        request = urllib.request.Request(
+            url + "/v1/completions",
+            data=json.dumps(body).encode(),
+            headers={"Authorization": "Bearer k", "Content-Type": "application/json"},
+        )
+        with urllib.request.urlopen(request, timeout=30) as answer:
+            got = json.loads(answer.read())
+    assert got["choices"] == expected.json()["choices"] and got["usage"] == expected.json()["usage"]
+    with served(max_model_len={MODEL: 64}) as url:
+        listed = urllib.request.Request(url + "/v1/models", headers={"Authorization": "Bearer k"})
+        models = json.loads(urllib.request.urlopen(listed, timeout=30).read())
+    assert {m["id"]: m["max_model_len"] for m in models["data"]}[MODEL] == 64
 
 
 def test_the_transports_import_without_pytest() -> None:

@@ -6,20 +6,18 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
-from typing import Any
 
 import httpx
 from prometheus_client import generate_latest
 
 from api_server.app import METRICS_PATH
-from api_server.engine import ChoiceDelta, Engine, Event, Usage
 from api_server.metrics import new_registry
 from conformance.spec.metrics import families, load
-from contract import CompletionRequest, Contract, spec
+from contract import Contract, spec
 from mock_server import MockConfig, create_app
 from mock_server.hook.metered import Metered, RequestClock
 from mock_server.hook.metrics import VllmMetrics
+from tests.broken.engines import Stepped
 from tests.support.metrics import value
 from tests.support.mock import AUTH, completion_body
 from tests.support.wsgi import serve
@@ -31,38 +29,13 @@ KV = API.metrics
 COMPLETIONS = API.completions_path
 
 
-class Scripted(Engine):
-    """Choices of the given lengths, one token each a step, round robin, as a batch would."""
-
-    never_waits = True
-
-    def __init__(self, lengths: list[int]) -> None:
-        self.lengths = lengths
-
-    def generate(self, req: CompletionRequest, request_id: str) -> Iterator[Event]:
-        for step in range(max(self.lengths)):
-            for j, k in enumerate(self.lengths):
-                if step < k:
-                    yield ChoiceDelta(j, "x", [7], finish_reason="stop" if step == k - 1 else None)
-        yield Usage(sum(req.prompt_token_counts), sum(self.lengths))
-
-    def stream(self, req: CompletionRequest, request_id: str, interval: float) -> Iterator[Any]:
-        batch: list[Event] = []
-        for event in self.generate(req, request_id):
-            batch.append(event)
-            if isinstance(event, ChoiceDelta) and event.index == len(self.lengths) - 1:
-                yield batch  # a step's tokens leave together
-                batch = []
-        yield batch
-
-
 def scripted(lengths: list[int], stream: bool) -> str:
     registry = new_registry()
     metrics = VllmMetrics(registry, [API.models[MODEL]], KV)
     req = Contract(API).validate_completion(
         {"model": MODEL, "prompt": "The sky is", "n": len(lengths), "max_tokens": 30}
     )
-    engine = Metered(Scripted(lengths), metrics, MODEL, RequestClock(timed=True))
+    engine = Metered(Stepped(lengths), metrics, MODEL, RequestClock(timed=True))
     events = engine.stream(req, "r", 60.0) if stream else engine.generate(req, "r")
     for _ in events:
         pass

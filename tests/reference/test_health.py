@@ -3,8 +3,6 @@ server or a router for vLLM), asked with a short timeout and cached, so probes s
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import httpx
 import pytest
 
@@ -13,22 +11,9 @@ from api_server.state import state_of
 from contract import InferenceUnavailable, spec
 from reference_impl.engine import VllmEngine
 from reference_impl.health import CACHE_S, HEALTH_PATH, UpstreamHealth
+from tests.broken.vllm import Health
 from tests.support.contract import CONTRACT
-from tests.support.upstream import UpstreamServer, closed_port
-
-
-class Upstream(UpstreamServer):
-    """A fake upstream's /health: `status` (or `error`, raised: no answer), and every path asked."""
-
-    def __init__(self) -> None:
-        self.status, self.error, self.asked = 200, None, []
-        super().__init__(self.handle)
-
-    def handle(self, request: httpx.Request) -> httpx.Response:
-        self.asked.append(request.url.path)
-        if self.error is not None:
-            raise self.error
-        return httpx.Response(self.status)
+from tests.support.upstream import closed_port
 
 
 class Clock:
@@ -39,13 +24,7 @@ class Clock:
         return self.now
 
 
-@pytest.fixture
-def upstream() -> Iterator[Upstream]:
-    with Upstream() as served:
-        yield served
-
-
-def test_one_answer_stands_for_cache_seconds(upstream: Upstream) -> None:
+def test_one_answer_stands_for_cache_seconds(upstream: Health) -> None:
     clock = Clock()
     health = UpstreamHealth(upstream.url, clock=clock)
     assert [health.ready(), health.ready()] == [True, True]
@@ -62,9 +41,7 @@ def test_one_answer_stands_for_cache_seconds(upstream: Upstream) -> None:
     [httpx.ConnectError("refused"), httpx.ReadTimeout("slow")],
     ids=["unreachable", "too-slow"],
 )
-def test_an_upstream_that_does_not_answer_is_not_ready(
-    upstream: Upstream, error: Exception
-) -> None:
+def test_an_upstream_that_does_not_answer_is_not_ready(upstream: Health, error: Exception) -> None:
     assert UpstreamHealth(upstream.url).ready() is True
     upstream.error = error
     assert UpstreamHealth(upstream.url).ready() is False
@@ -75,7 +52,7 @@ def test_an_upstream_that_is_not_there_is_not_ready() -> None:
     assert UpstreamHealth(f"http://127.0.0.1:{closed_port()}").ready() is False
 
 
-def test_the_apis_health_follows_the_upstream(upstream: Upstream) -> None:
+def test_the_apis_health_follows_the_upstream(upstream: Health) -> None:
     app = create_app(ServerConfig(), VllmEngine(upstream.url, "m", api=spec()))
     client = app.test_client()
     ok = client.get("/health")

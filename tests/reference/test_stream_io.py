@@ -22,7 +22,8 @@ from contract import spec
 from reference_impl.engine import VllmEngine, vllm_json
 from reference_impl.errors import UpstreamError
 from reference_impl.events import SseData
-from tests.support.vllm_stream import AUTH, BODY, KEY, MODEL, SKY, ApiClient, completion, events
+from tests.broken.vllm import ChunkedVllm
+from tests.support.vllm_stream import AUTH, BODY, KEY, MODEL, SKY, ApiClient, events
 
 # SKY's data lines, and SKY as vLLM sends it: one event per chunk of its body.
 SKY_DATA = [
@@ -114,36 +115,6 @@ def test_an_upstream_that_goes_on_after_done_is_cut_off() -> None:
     with api_over(upstream) as c:
         got = events(c.post("/v1/completions", json={**BODY, "stream": True}).text)
     assert got[-1] == "[DONE]" and not upstream.finished and upstream.closed
-
-
-class ChunkedVllm(http.server.BaseHTTPRequestHandler):
-    """vLLM over real HTTP/1.1: keep-alive, a stream as one chunk per event (uvicorn's way)."""
-
-    protocol_version = "HTTP/1.1"
-    connections = 0
-
-    def setup(self) -> None:
-        type(self).connections += 1
-        super().setup()
-
-    def do_POST(self) -> None:
-        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        self.send_response(200)
-        if body["stream"]:
-            self.send_header("Content-Type", "text/event-stream")
-            self.send_header("Transfer-Encoding", "chunked")
-            self.end_headers()
-            for event in [*SKY_EVENTS, b""]:
-                self.wfile.write(b"%x\r\n%s\r\n" % (len(event), event))
-        else:
-            whole = json.dumps(completion(SKY)).encode()
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(whole)))
-            self.end_headers()
-            self.wfile.write(whole)
-
-    def log_message(self, *args: object) -> None:
-        pass
 
 
 def test_streams_one_after_another_share_one_connection_to_vllm() -> None:

@@ -10,49 +10,18 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
-import pytest
-from werkzeug.wrappers import Request, Response
 
 from api_server.children import free_port, stop_process, wait_ready
 from contract import InferenceUnavailable, spec
 from reference_impl.health import CACHE_S
+from tests.broken.vllm import Router
 from tests.support.contract import CONTRACT
-from tests.support.wsgi import serve
 
 ROOT = Path(__file__).resolve().parents[2]
 SERVED = spec().default_model
-
-
-class Router:
-    """The router's GET /health (`healthy` decides 200 or 503) and GET /v1/models."""
-
-    def __init__(self) -> None:
-        self.healthy = True
-
-    def __call__(self, environ: dict, start_response: object) -> object:
-        request = Request(environ)
-        if request.path == "/health":
-            response = Response(status=200 if self.healthy else 503)
-        elif request.path == "/v1/models":  # production-stack's ModelCard: no max_model_len
-            response = Response(
-                '{"object": "list", "data": [{"id": "%s", "object": "model", "created": 0, '
-                '"owned_by": "vllm", "parent": null}]}' % SERVED,
-                content_type="application/json",
-            )
-        else:
-            response = Response(status=404)
-        return response(environ, start_response)
-
-
-@pytest.fixture
-def router() -> Iterator[tuple[Router, str]]:
-    app = Router()
-    with serve(app) as url:
-        yield app, url
 
 
 def start(upstream: str, *args: str) -> tuple[subprocess.Popen[bytes], str, Path]:

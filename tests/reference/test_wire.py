@@ -9,14 +9,12 @@ uvicorn does (a stream in chunked encoding, one chunk per event).
 from __future__ import annotations
 
 import json
-import shutil
 import socket
 import ssl
 import subprocess
 import sys
-import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -27,6 +25,7 @@ import pytest
 from api_server import ServerConfig, create_app
 from contract import spec
 from reference_impl.engine import VllmEngine
+from tests.broken.vllm import Script, Vllm
 from tests.support.contract import CONTRACT
 from tests.support.upstream import UpstreamServer
 from tests.support.vllm_stream import (
@@ -69,65 +68,6 @@ def whole(status: int, payload: Any) -> bytes:
         len(body),
         body,
     )
-
-
-Script = Callable[
-    [socket.socket, dict[str, Any], int], None
-]  # (connection, request body, request's number on it)
-
-
-class Vllm:
-    """A scripted vLLM: each request on each connection is answered by `script`."""
-
-    def __init__(self, script: Script) -> None:
-        self.script = script
-        self.connections = 0
-        self.requests: list[dict[str, Any]] = []
-        self.closed_by_client = threading.Event()
-        self.server = socket.create_server(("127.0.0.1", 0))
-        self.url = f"http://127.0.0.1:{self.server.getsockname()[1]}"
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def _accept(self) -> None:
-        while True:
-            try:
-                conn, _ = self.server.accept()
-            except OSError:
-                return
-            self.connections += 1
-            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
-
-    def _serve(self, conn: socket.socket) -> None:
-        buffer = b""
-        number = 0
-        with conn:
-            try:
-                while True:
-                    while b"\r\n\r\n" not in buffer:
-                        data = conn.recv(65536)
-                        if not data:
-                            self.closed_by_client.set()
-                            return
-                        buffer += data
-                    head, buffer = buffer.split(b"\r\n\r\n", 1)
-                    length = int(
-                        next(
-                            line.split(b":")[1]
-                            for line in head.split(b"\r\n")
-                            if line.lower().startswith(b"content-length")
-                        )
-                    )
-                    while len(buffer) < length:
-                        buffer += conn.recv(65536)
-                    body, buffer = json.loads(buffer[:length]), buffer[length:]
-                    self.requests.append(body)
-                    number += 1
-                    self.script(conn, body, number)
-            except OSError:  # the client closed the connection while we wrote
-                self.closed_by_client.set()
-
-    def close(self) -> None:
-        self.server.close()
 
 
 @contextmanager
@@ -429,38 +369,6 @@ def test_generate_streams_over_the_same_client_and_closing_it_closes_vllms_strea
 
 
 # -- an https:// upstream ------------------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def certificate(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
-    """A self-signed certificate for 127.0.0.1 (openssl's command), and its key."""
-    if shutil.which("openssl") is None:
-        pytest.skip("needs the openssl command")
-    folder = tmp_path_factory.mktemp("tls")
-    cert, key = folder / "cert.pem", folder / "key.pem"
-    subprocess.run(
-        [
-            "openssl",
-            "req",
-            "-x509",
-            "-newkey",
-            "rsa:2048",
-            "-nodes",
-            "-days",
-            "1",
-            "-subj",
-            "/CN=127.0.0.1",
-            "-addext",
-            "subjectAltName=IP:127.0.0.1",
-            "-keyout",
-            str(key),
-            "-out",
-            str(cert),
-        ],
-        check=True,
-        capture_output=True,
-    )
-    return cert, key
 
 
 def sky_answer(request: httpx.Request) -> httpx.Response:

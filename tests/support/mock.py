@@ -1,9 +1,11 @@
-"""Helpers for the mock's tests: a real server process, raw requests, SSE parsing (the mock
-room's fixtures, in tests/mock/conftest.py, start one server for the session)."""
+"""Helpers for the mock's tests: a real server process, raw requests, SSE parsing, a load
+balancer's round robin over replicas (the mock room's fixtures, in tests/mock/conftest.py, start
+one server for the session)."""
 
 from __future__ import annotations
 
 import http.client
+import itertools
 import json
 import os
 import re
@@ -11,9 +13,12 @@ import socket
 import subprocess
 import sys
 import tempfile
+from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import httpx
 
 from api_server.children import free_port, stop_process, wait_ready
 from conformance.wire.sse import parse_text
@@ -164,3 +169,18 @@ def read_http_response(sock: socket.socket) -> tuple[bytes, bytes]:
             break
     head, _, body = reply.partition(b"\r\n\r\n")
     return head, body
+
+
+class RoundRobin(httpx.HTTPTransport):
+    """Each request to the next replica in turn, as a load balancer in front of them would."""
+
+    def __init__(self, urls: list[str]) -> None:
+        super().__init__()
+        self.ports = itertools.cycle([httpx.URL(u).port for u in urls])
+        self.sent: dict[int, int] = defaultdict(int)
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        port = next(self.ports)
+        self.sent[port] += 1
+        request.url = request.url.copy_with(port=port)
+        return super().handle_request(request)

@@ -1,33 +1,20 @@
-"""A WSGI app served for real in-process, and an app's answer read whole: what every broken
-server and every test that runs the suite against one stands on."""
+"""A WSGI app served for real in-process (the mock's own `served`, which client developers use
+too), an app's answer read whole, and two middlewares: what every broken server and every test
+that runs the suite against one stands on."""
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterable
 from typing import Any
 
-from werkzeug.serving import make_server
+from mock_server import create_app
+from mock_server.config import MockConfig
+from mock_server.testing import served as serve
 
-from api_server.children import free_port
+__all__ = ["Counting", "Environ", "RecordsHeaders", "StartResponse", "serve", "whole_response"]
 
 Environ = dict[str, Any]
 StartResponse = Callable[..., Any]
-
-
-@contextmanager
-def serve(app: Callable[[Environ, StartResponse], Iterable[bytes]]) -> Iterator[str]:
-    """A real HTTP server (werkzeug, a thread per request) on a free port; yields its URL."""
-    server = make_server("127.0.0.1", free_port(), app, threaded=True)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_port}"
-    finally:
-        server.shutdown()
-        thread.join(timeout=10)
-        server.server_close()
 
 
 def whole_response(
@@ -46,3 +33,26 @@ def whole_response(
     finally:
         getattr(chunks, "close", lambda: None)()
     return captured["status"], captured["headers"], body
+
+
+class Counting:
+    """WSGI middleware that counts the requests that reach the wrapped app."""
+
+    def __init__(self, app: Callable[[Environ, StartResponse], Iterable[bytes]]) -> None:
+        self.app, self.requests = app, 0
+
+    def __call__(self, environ: Environ, start_response: StartResponse) -> Iterable[bytes]:
+        self.requests += 1
+        return self.app(environ, start_response)
+
+
+class RecordsHeaders:
+    """The mock, remembering the headers each request came with (as an upstream would see them)."""
+
+    def __init__(self) -> None:
+        self.app = create_app(MockConfig())
+        self.headers: list[dict[str, str]] = []
+
+    def __call__(self, environ: Environ, start_response: StartResponse) -> Iterable[bytes]:
+        self.headers.append({k: str(v) for k, v in environ.items() if k.startswith("HTTP_")})
+        return self.app(environ, start_response)

@@ -172,7 +172,11 @@ GREEDY_BOUND = REPEATS * GREEDY_TOKENS
 
 
 @register(
-    "effects:temperature.greedy", tags=("sampling",), tokens=GREEDY_BOUND, effects=("temperature",)
+    "effects:temperature.greedy",
+    tags=("sampling",),
+    tokens=GREEDY_BOUND,
+    effects=("temperature",),
+    catches=("half:temperature", "ignored:temperature"),
 )
 def temperature_greedy(ctx: Context) -> None:
     """Temperature 0 (below the greedy threshold): every token is the likeliest, whatever the seed."""
@@ -186,7 +190,13 @@ def temperature_greedy(ctx: Context) -> None:
     )
 
 
-@register("effects:top_k.greedy", tags=("sampling",), tokens=GREEDY_BOUND, effects=("top_k",))
+@register(
+    "effects:top_k.greedy",
+    tags=("sampling",),
+    tokens=GREEDY_BOUND,
+    effects=("top_k",),
+    catches=("ignored:top_k",),
+)
 def top_k_greedy(ctx: Context) -> None:
     """top_k 1 at temperature 1: every token is the likeliest, whatever the seed."""
     _greedy(ctx, {"top_k": 1, "temperature": 1.0})
@@ -197,6 +207,7 @@ def top_k_greedy(ctx: Context) -> None:
     tags=("sampling",),
     tokens=(REPEATS + PREMISE) * SAMPLED_TOKENS,
     effects=("top_k",),
+    catches=("wrong:any top_k as 1", "ignored:top_k"),
 )
 def top_k_sampled(ctx: Context) -> None:
     """top_k TOP_K at temperature 1: every token is among the TOP_K likeliest of its row, and
@@ -238,13 +249,25 @@ def top_k_sampled(ctx: Context) -> None:
 # top_p and min_p: the rows alone, which is all their effect needs to show.
 
 
-@register("effects:top_p.greedy", tags=("sampling",), tokens=GREEDY_BOUND, effects=("top_p",))
+@register(
+    "effects:top_p.greedy",
+    tags=("sampling",),
+    tokens=GREEDY_BOUND,
+    effects=("top_p",),
+    catches=("ignored:top_p",),
+)
 def top_p_greedy(ctx: Context) -> None:
     """A top_p the likeliest token fills alone, at temperature 1: every token is the likeliest."""
     _greedy(ctx, {"top_p": TOP_P_ONE, "temperature": 1.0}, seeded=False)
 
 
-@register("effects:min_p.greedy", tags=("sampling",), tokens=GREEDY_BOUND, effects=("min_p",))
+@register(
+    "effects:min_p.greedy",
+    tags=("sampling",),
+    tokens=GREEDY_BOUND,
+    effects=("min_p",),
+    catches=("ignored:min_p",),
+)
 def min_p_greedy(ctx: Context) -> None:
     """min_p at its maximum (1) at temperature 1: only the likeliest token is left."""
     _greedy(
@@ -342,6 +365,7 @@ def _tempered_steps(
     tags=("sampling",),
     tokens=TEMPERED_ANSWERS * TEMPERED_TOKENS,
     effects=("temperature",),
+    catches=("wrong:temperature clamped to 1", "ignored:temperature"),
 )
 def temperature_scale(ctx: Context) -> None:
     """At temperature COLD_TEMPERATURE (0.25) and at its maximum, with top_k 5, the sampled tokens fit the asked
@@ -400,7 +424,12 @@ def allowed_tokens_honoured(ctx: Context) -> None:
         )
 
 
-@register("effects:ignore_eos", tokens=END_TOKENS + END_TOKENS, effects=("ignore_eos",))
+@register(
+    "effects:ignore_eos",
+    tokens=END_TOKENS + END_TOKENS,
+    effects=("ignore_eos",),
+    catches=("ignored:ignore_eos",),
+)
 def ignore_eos(ctx: Context) -> None:
     """ignore_eos with only end tokens allowed: the choice writes max_tokens tokens (usage),
     not ending on its first token (as it does without it: allowed_tokens_honoured)."""
@@ -423,7 +452,12 @@ def ignore_eos(ctx: Context) -> None:
     )
 
 
-@register("effects:skip_special_tokens", tokens=3 * END_TOKENS, effects=("skip_special_tokens",))
+@register(
+    "effects:skip_special_tokens",
+    tokens=3 * END_TOKENS,
+    effects=("skip_special_tokens",),
+    catches=("ignored:skip_special_tokens",),
+)
 def skip_special_tokens(ctx: Context) -> None:
     """With only the BOS token allowed (a special token that ends nothing), it is left out of
     the text by default and written (x-models special_tokens) with skip_special_tokens false."""
@@ -468,7 +502,12 @@ def token_of(ctx: Context, text: str) -> tuple[int, list[int]]:
     return ids[-1], ids
 
 
-@register("effects:bad_words", tokens=len(PROBES) * (END_TOKENS + 1), effects=("bad_words",))
+@register(
+    "effects:bad_words",
+    tokens=len(PROBES) * (END_TOKENS + 1),
+    effects=("bad_words",),
+    catches=("ignored:bad_words",),
+)
 def bad_words(ctx: Context) -> None:
     """Two one-token words allowed, one of them a bad word: every token is the other one."""
     ids = sorted(token_of(ctx, word)[0] for word in PROBES)
@@ -491,7 +530,12 @@ def bad_words(ctx: Context) -> None:
         )
 
 
-@register("effects:truncate_prompt_tokens", tokens=1, effects=("truncate_prompt_tokens",))
+@register(
+    "effects:truncate_prompt_tokens",
+    tokens=1,
+    effects=("truncate_prompt_tokens",),
+    catches=("ignored:truncate_prompt_tokens",),
+)
 def truncate_prompt_tokens(ctx: Context) -> None:
     """truncate_prompt_tokens k keeps the prompt's last k token ids (prompt_token_ids and usage)."""
     reply, choice = post(
@@ -513,7 +557,12 @@ def truncate_prompt_tokens(ctx: Context) -> None:
     )
 
 
-@register("effects:add_special_tokens", tokens=2, effects=("add_special_tokens",))
+@register(
+    "effects:add_special_tokens",
+    tokens=2,
+    effects=("add_special_tokens",),
+    catches=("ignored:add_special_tokens",),
+)
 def add_special_tokens(ctx: Context) -> None:
     """A string prompt starts with the BOS id by default, and without it with add_special_tokens false."""
     bos = ctx.model.bos_token_id

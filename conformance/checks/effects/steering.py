@@ -103,6 +103,7 @@ AGREE_BOUND = (REPEATS + 2) * TOKENS
     tags=("steering",),
     tokens=(REPEATS + 1) * TOKENS,
     effects=("apply_steering_vectors",),
+    catches=("half:apply_steering_vectors", "ignored:apply_steering_vectors"),
 )
 def changes(ctx: Context) -> None:
     """A strong vector (+-64) at the middle layer changes the greedy continuation, in each of
@@ -131,6 +132,7 @@ def changes(ctx: Context) -> None:
     tags=("steering",),
     tokens=AGREE_BOUND,
     effects=("apply_steering_vectors",),
+    catches=("half:apply_steering_vectors",),
 )
 def repeatable(ctx: Context) -> None:
     """The same vector again gives the same greedy continuation, in each of REPEATS answers."""
@@ -175,6 +177,7 @@ def zero(ctx: Context) -> None:
     tags=("steering",),
     tokens=AGREE_BOUND,
     effects=("apply_steering_vectors.scale",),
+    catches=("half:apply_steering_vectors.scale", "ignored:apply_steering_vectors.scale"),
 )
 def scale_zero(ctx: Context) -> None:
     """The strong vector at scale 0 leaves the greedy continuation as it is without steering."""
@@ -277,6 +280,13 @@ CAPTURE_BOUND = 1 + REPEATS
     tags=("steering", "activations"),
     tokens=CAPTURE_BOUND,
     effects=("apply_steering_vectors.layer_indices", "apply_steering_vectors.scale"),
+    catches=(
+        "wrong:scale x 2",
+        "wrong:layer + 1",
+        "wrong:layer - 1",
+        "ignored:apply_steering_vectors",
+        "ignored:apply_steering_vectors.scale",
+    ),
 )
 def layer_and_scale(ctx: Context) -> None:
     """At the steered layer the stream gains scale x the vector at every prompt position; one
@@ -300,6 +310,12 @@ def typical_norm(rows: list[list[float]]) -> float:
     tags=("steering", "activations"),
     tokens=CAPTURE_BOUND,
     effects=("apply_steering_vectors.norm_match",),
+    catches=(
+        "wrong:layer + 1",
+        "wrong:layer - 1",
+        "ignored:apply_steering_vectors",
+        "ignored:apply_steering_vectors.norm_match",
+    ),
 )
 def norm_match(ctx: Context) -> None:
     """With norm_match the vector is rescaled to the stream's norm at each position: a vector
@@ -324,6 +340,12 @@ def norm_match(ctx: Context) -> None:
     tags=("steering", "activations"),
     tokens=CAPTURE_BOUND,
     effects=("apply_steering_vectors.position_indices",),
+    catches=(
+        "wrong:layer + 1",
+        "wrong:layer - 1",
+        "ignored:apply_steering_vectors",
+        "ignored:apply_steering_vectors.position_indices",
+    ),
 )
 def position_indices(ctx: Context) -> None:
     """A vector for one position (position_indices) is added there and nowhere else."""
@@ -355,6 +377,7 @@ def _replayed_layers(ctx: Context) -> int:
     tags=("steering", "activations"),
     tokens=2 + REPEATS,
     effects=("apply_steering_vectors.layer_indices",),
+    catches=("wrong:every layer above",),
 )
 def layers_above(ctx: Context) -> None:
     """A vector at layer L is added there and at no layer above: its stream at L+1, given again
@@ -414,6 +437,12 @@ def layers_above(ctx: Context) -> None:
     tags=("steering", "activations"),
     tokens=DECODE * CAPTURE_BOUND + END_TOKENS,
     effects=("apply_steering_vectors",),
+    catches=(
+        "wrong:layer + 1",
+        "wrong:layer - 1",
+        "wrong:prompt only",
+        "ignored:apply_steering_vectors",
+    ),
 )
 def decoding(ctx: Context) -> None:
     """Steering goes on while decoding: with one token allowed (so the steered and unsteered
