@@ -9,20 +9,24 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+import httpx
 import pytest
 
 from conformance.checks import REGISTRY
 from conformance.engine.config import RunConfig
-from conformance.engine.registry import select, token_bound
-from conformance.engine.results import Outcome, exit_code
+from conformance.engine.registry import Check, select, token_bound
+from conformance.engine.results import CheckResult, Outcome, exit_code
 from conformance.engine.runner import run
+from conformance.wire.ledger import CHEAP_TOKENS
 from mock_server import create_app
 from mock_server.config import MockConfig
 from tests.broken.breaker import MODES, Breaker
+from tests.support.metrics import samples
 from tests.support.suite import failed_ids, run_suite
 from tests.support.wsgi import serve
 
 KEY = "conformance-test-key"
+GENERATED = "vllm:generation_tokens_total"
 
 
 @pytest.fixture(scope="module")
@@ -213,15 +217,35 @@ def test_a_broken_meaning_fails_its_own_checks_and_nothing_else(
     assert exit_code(report) == 1
 
 
+def _generated(url: str) -> float:
+    """The mock's own count of the tokens it generated, every model's (each as it leaves)."""
+    scrape = httpx.get(f"{url}/metrics", timeout=10).text
+    return sum(v for (name, _), v in samples(scrape).items() if name == GENERATED)
+
+
 def test_the_full_profile_passes_against_the_mock(breaker: tuple[Breaker, str]) -> None:
+    """... and charges every check at least what the mock generated for it, by the mock's own
+    counter (issue 63: the ceiling holds by what the server generated). The mock here is unpaced:
+    it writes the whole of a stream before it sees its client go, as a fast server does, so a
+    check that closed an accepted stream after its first event (charged at most CHEAP_TOKENS)
+    made it generate all the request allowed: 215 tokens for `golden:caps.generated.at`."""
     app, url = breaker
     app.mode = None
+    generated: dict[str, float] = {}
+
+    def progress(check: Check, result: CheckResult | None) -> None:
+        generated[check.id] = _generated(url) - (0 if result is None else generated[check.id])
+
     # robust: needs the HTTP server the mock ships with (gunicorn), not werkzeug's development
     # server: tests/conformance/test_robust_discrimination.py runs it there.
     # metrics: its own /metrics against vLLM's (conformance/vllm_metrics.json)
     config = RunConfig(url, KEY, profile="full", skip=("robust",), metrics_url=url + "/metrics")
     checks = select(REGISTRY, config)
-    report = run(config, checks)
+    report = run(config, checks, progress=progress)
+    charged = {r.id: r.tokens for r in report.results}
+    under = {i: (generated[i], charged[i]) for i in charged if generated[i] > charged[i]}
+    assert under == {}  # (the mock's count, the meter's charge)
+    assert sum(generated.values()) > 20 * CHEAP_TOKENS  # the run generated: the above could fail
     problems = {
         r.id: r.reason or [f.message for f in r.findings] for r in report.failed + report.errors
     }

@@ -35,6 +35,8 @@ from conformance.reports.junit import build
 from conformance.wire.client import Client
 from conformance.wire.exchange import QUOTE_LIMIT_BYTES, Exchange, quote
 from conformance.wire.ledger import CHEAP_TOKENS, OverCeiling
+from conformance.wire.ledger import Ledger as TokenLedger
+from conformance.wire.sse import parse_lines
 from conformance.wire.token_cost import CostModel, TokenFields, generating_paths, worst_case
 from contract import spec
 from tests.broken.lax import EOS, SERVED_LEN, DropsFirst, LaxServer
@@ -634,3 +636,31 @@ def test_a_resend_is_held_to_the_ceiling_like_any_request() -> None:
         client.post(COMPLETIONS, {"model": MODEL, "prompt": [0], "max_tokens": 200})
     assert server.written == 200 and client.ledger.tokens == 200  # the loss, and no resend
     assert [r.charged for r in client.resends] == [200]
+
+
+def _charged(events: list[dict[str, Any]], body: dict[str, Any]) -> int:
+    """What the ledger charges a stream of these chunks, read whole, for this request."""
+    ledger = TokenLedger()
+    datas = [f"data: {json.dumps(e)}" for e in events] + ["data: [DONE]"]
+    lines = [(0.0, line) for data in datas for line in (data, "")]
+    ledger.count_stream(parse_lines(lines), json.dumps(body).encode(), 0, None)
+    return ledger.tokens
+
+
+def _chunk(text: str, finish: str | None, index: int = 0) -> dict[str, Any]:
+    return {"choices": [{"index": index, "text": text, "finish_reason": finish}]}
+
+
+def test_a_stream_choice_ended_by_stop_is_charged_the_token_that_shows_no_text() -> None:
+    body = {"model": "m", "prompt": "p", "max_tokens": 8, "n": 2, "stream": True}
+    two_words = [_chunk(" a", None), _chunk(" b", None)]
+    assert _charged([*two_words, _chunk("", "length")], body) == 2
+    assert _charged([*two_words, _chunk("", "stop")], body) == 3  # its end token
+    assert _charged([*two_words, _chunk(" c", "stop")], body) == 4  # a stop string's last token
+    both = [
+        _chunk(" a", None, 0),
+        _chunk("", "stop", 0),
+        _chunk(" b", None, 1),
+        _chunk("", "stop", 1),
+    ]
+    assert _charged(both, body) == 4
