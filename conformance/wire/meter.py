@@ -14,8 +14,10 @@ the tokens an answer shows, and takes the claim only where it is larger.
   5 more at most, at 16 and at 256 tokens), so only text past its price by RETOKENIZE_SLACK
   (`slack`) is evidence of a server that went past max_tokens.
 - A stream counts its chunks: each carries at least one token (one with text), or as many
-  as its `token_ids` or rows show; each choice that ended with "stop" is charged one token more
-  (`stopped`: the end token or stop string that ended it shows no text).
+  as its `token_ids` or rows show. It is charged more (`stream_charge`): a chunk without text
+  is a token too (an end token under ignore_eos shows none; a bare finish chunk is charged one
+  token at most), and a choice that ended with "stop" on a chunk with text one more (the stop
+  string's token held back).
 
 `understated` is where an exact count is above the usage's claim: a server's usage that
 hides tokens it generated, reported on the check that sent the request.
@@ -116,17 +118,21 @@ def stream_count(parsed: Parsed, body: Any) -> int:
     return counted
 
 
-def stopped(parsed: Parsed) -> int:
-    """The choices a stream ended with finish_reason "stop": each generated one token its chunks
-    may not show (an end token's text is empty; a stop string's tokens are held back), which
-    the charge adds (never the evidence of a request past its price)."""
-    return sum(
-        1
-        for event in parsed.events
-        if event.kind == "content"
-        for choice in event.payload.get("choices") or ()
-        if isinstance(choice, dict) and choice.get("finish_reason") == "stop"
-    )
+def stream_charge(parsed: Parsed, body: Any) -> int:
+    """What a stream's chunks are charged (never the evidence of a request past its price): each
+    choice of a content chunk at least one token, as many as its token ids or rows show, text or
+    not (a token can show no text: an end token under ignore_eos; a bare finish chunk, llama.cpp's
+    or LiteLLM's, is charged too, one token a choice at most), and a choice that ended with "stop"
+    on a chunk with text one more (the stop string's token held back)."""
+    echo = isinstance(body, dict) and bool(body.get("echo"))
+    charged = 0
+    for event in parsed.events:
+        for choice in event.payload.get("choices") or () if event.kind == "content" else ():
+            if isinstance(choice, dict):
+                charged += max(shown(choice, echo) or 0, 1)
+                held = choice.get("finish_reason") == "stop" and bool(choice.get("text"))
+                charged += 1 if held else 0
+    return charged
 
 
 def stream(parsed: Parsed, body: Any) -> Metered:

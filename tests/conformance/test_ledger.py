@@ -651,12 +651,16 @@ def _chunk(text: str, finish: str | None, index: int = 0) -> dict[str, Any]:
     return {"choices": [{"index": index, "text": text, "finish_reason": finish}]}
 
 
-def test_a_stream_choice_ended_by_stop_is_charged_the_token_that_shows_no_text() -> None:
+def test_a_streams_tokens_that_show_no_text_are_charged() -> None:
+    """A chunk without text is a token too (an end token under ignore_eos), a bare finish chunk
+    charged one token at most; a stop string's token held back is charged on a "stop" with text.
+    The evidence of a request past its price counts none of them (meter.stream_count)."""
     body = {"model": "m", "prompt": "p", "max_tokens": 8, "n": 2, "stream": True}
     two_words = [_chunk(" a", None), _chunk(" b", None)]
-    assert _charged([*two_words, _chunk("", "length")], body) == 2
+    assert _charged([*two_words, _chunk("", "length")], body) == 3  # a text-less last token
     assert _charged([*two_words, _chunk("", "stop")], body) == 3  # its end token
     assert _charged([*two_words, _chunk(" c", "stop")], body) == 4  # a stop string's last token
+    assert _charged([_chunk(" a", None), _chunk("", None), _chunk(" b", "length")], body) == 3
     both = [
         _chunk(" a", None, 0),
         _chunk("", "stop", 0),
