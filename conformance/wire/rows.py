@@ -1,6 +1,7 @@
 """Every answer's logprob rows held to the size its request asked for (`logprobs: k`): a row of
 `top_logprobs` holds the k likeliest tokens and the sampled one when it is not among them, so k
-or k + 1 entries; one fewer where two tokens share a text (the row is keyed by text). Held on
+or k + 1 entries; fewer where tokens share a text (the row is keyed by text: a small model's
+byte tokens all decode to U+FFFD; real vLLM answered 18 for 20 at temperature 2), down to half. Held on
 every answer the gate gets, not only a logprobs check's: a server that caps `logprobs` at 5 fails
 the golden case that asked for 20, and every other answer with rows.
 """
@@ -14,7 +15,7 @@ from typing import Any
 
 from conformance.wire.exchange import Exchange
 
-SHARED_TEXT = 1  # entries a row may lack where tokens share a text
+SHARED_TEXT = 0.5  # the share of entries a row may lack where tokens share a text
 
 
 @dataclass(frozen=True)
@@ -65,7 +66,7 @@ class RowSizes:
             if parsed is not None and parsed.events
             else [reply.data]
         )
-        low, high = max(asked - SHARED_TEXT, 0), asked + 1
+        low, high = asked - int(asked * SHARED_TEXT), asked + 1
         for data in answers:
             for where, row in _rows(data):
                 if isinstance(row, dict) and not low <= len(row) <= high:
