@@ -27,11 +27,7 @@ from functools import cache, partial
 from typing import Any
 
 from conformance.checks.helpers.claims import shrink
-from conformance.checks.helpers.common import (
-    HOLDS_THE_END,
-    cheap_by_end_tokens,
-    first_chunk_accepted,
-)
+from conformance.checks.helpers.common import cheap_by_end_tokens, first_chunk_accepted
 from conformance.engine.config import RunConfig
 from conformance.engine.context import Context
 from conformance.engine.registry import register
@@ -54,6 +50,9 @@ DIMENSION_IDS = ("steering.", "model.layers", "caps.capture")
 def depends_on_dimensions(case: Case) -> bool:
     return bool(DIMENSION_TAGS & set(case.tags)) or case.id.startswith(DIMENSION_IDS)
 
+
+# Fields that keep a request from stopping at its end tokens: it cannot be made cheap by them.
+HOLDS_THE_END = frozenset({"allowed_token_ids", "min_tokens", "ignore_eos"})
 
 CHEAP_TABLE = HERE / "cheap_requests.json"  # written by python -m conformance.golden.cheap
 
@@ -90,7 +89,7 @@ def _accepted_body(
     if case.generates <= CHEAP_TOKENS:
         return body, False
     if body.get("stream") is True:
-        if cheap_by_end_tokens(body, cost.end_tokens):
+        if cheap_by_end_tokens(body, cost):
             return {**body, "allowed_token_ids": sorted(cost.end_tokens)}, False
         return body, True
     if not HOLDS_THE_END & set(body):

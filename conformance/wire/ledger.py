@@ -190,17 +190,15 @@ class Ledger:
         unfinished: bool = False,
     ) -> None:
         """A stream's chunks (conformance.wire.meter.stream); one unfinished (broken, or closed early
-        by the suite) at its price too: the server may write on until it sees the close; one
-        that allows only the end tokens at its price (its tokens may show no text). Charged by
+        by the suite) at its price too: the server may write on until it sees the close. Charged by
         meter.stream_charge (a chunk without text a token too); as evidence of a request past its
         price, a chunk without text (llama.cpp's last "" with its finish_reason, LiteLLM's finish
         chunk) is no token."""
         body = self._body(content)
         metered = meter.stream(parsed, body)
         self._claimed(metered.claim, body, exchange)
-        whole_price = unfinished or (self.cost is not None and self.cost.stops_at_once(body))
         charged = max(metered.tokens, meter.stream_charge(parsed, body))
-        self.add(max(charged, self.priced(worst) if whole_price else 0))
+        self.add(max(charged, self.priced(worst) if unfinished else 0))
         # past its price by evidence: the chunks, and the usage's claim too where there is one (a
         # proxy may cut one token's text in two chunks; a usage may claim what never came)
         counted = meter.stream_count(parsed, body)

@@ -25,7 +25,7 @@ hides tokens it generated, reported on the check that sent the request.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -105,17 +105,22 @@ def answer(
     )
 
 
-def stream_count(parsed: Parsed, body: Any) -> int:
-    """The tokens a stream's chunks show: each choice of a content chunk at least one where it
-    carries text, or as many as its token ids or rows."""
+def _content_choices(parsed: Parsed, body: Any) -> Iterator[tuple[dict[str, Any], int]]:
+    """Each choice of a stream's content chunks, with the tokens it shows exactly (0: none)."""
     echo = isinstance(body, dict) and bool(body.get("echo"))
-    counted = 0
     for event in parsed.events:
         for choice in event.payload.get("choices") or () if event.kind == "content" else ():
             if isinstance(choice, dict):
-                text = choice.get("text")
-                counted += max(shown(choice, echo) or 0, 1 if isinstance(text, str) and text else 0)
-    return counted
+                yield choice, shown(choice, echo) or 0
+
+
+def stream_count(parsed: Parsed, body: Any) -> int:
+    """The tokens a stream's chunks show: each choice of a content chunk at least one where it
+    carries text, or as many as its token ids or rows."""
+    return sum(
+        max(exact, 1 if isinstance(choice.get("text"), str) and choice["text"] else 0)
+        for choice, exact in _content_choices(parsed, body)
+    )
 
 
 def stream_charge(parsed: Parsed, body: Any) -> int:
@@ -124,15 +129,10 @@ def stream_charge(parsed: Parsed, body: Any) -> int:
     not (a token can show no text: an end token under ignore_eos; a bare finish chunk, llama.cpp's
     or LiteLLM's, is charged too, one token a choice at most), and a choice that ended with "stop"
     on a chunk with text one more (the stop string's token held back)."""
-    echo = isinstance(body, dict) and bool(body.get("echo"))
-    charged = 0
-    for event in parsed.events:
-        for choice in event.payload.get("choices") or () if event.kind == "content" else ():
-            if isinstance(choice, dict):
-                charged += max(shown(choice, echo) or 0, 1)
-                held = choice.get("finish_reason") == "stop" and bool(choice.get("text"))
-                charged += 1 if held else 0
-    return charged
+    return sum(
+        max(exact, 1) + (choice.get("finish_reason") == "stop" and bool(choice.get("text")))
+        for choice, exact in _content_choices(parsed, body)
+    )
 
 
 def stream(parsed: Parsed, body: Any) -> Metered:

@@ -1,9 +1,9 @@
 """Every answer's logprob rows held to the size its request asked for (`logprobs: k`): a row of
 `top_logprobs` holds the k likeliest tokens and the sampled one when it is not among them, so k
 or k + 1 entries; fewer where tokens share a text (the row is keyed by text: a small model's
-byte tokens all decode to U+FFFD; real vLLM answered 18 for 20 at temperature 2), down to half. Held on
-every answer the gate gets, not only a logprobs check's: a server that caps `logprobs` at 5 fails
-the golden case that asked for 20, and every other answer with rows.
+byte tokens all decode to U+FFFD; real vLLM answered 18 for 20 at temperature 2), down to half.
+Held on every answer the gate gets, not only a logprobs check's: a server that caps `logprobs`
+at 5 fails the golden case that asked for 20, and every other answer with rows.
 """
 
 from __future__ import annotations

@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import json
 import xml.etree.ElementTree as ET
+from types import SimpleNamespace
 from typing import Any
 
 import httpx
@@ -25,6 +26,7 @@ from conformance.reports.junit import build
 from conformance.spec.bodies import error_body, request_id_re
 from conformance.wire.client import Client
 from conformance.wire.exchange import QUOTE_LIMIT_BYTES, Exchange, quote
+from conformance.wire.rows import RowSizes
 from conformance.wire.sse import parse_lines
 from contract import spec
 from tests.support.contract import CONTRACT
@@ -539,3 +541,18 @@ def test_the_reference_tests_take_only_the_load_unproven_as_conformant() -> None
     assert not conformant(3, [*ok, load, {"id": "c", "outcome": "unproven", "reason": "r"}])
     assert not conformant(1, [*ok, load, {"id": "c", "outcome": "failed"}])
     assert not conformant(3, [*ok, {"id": "c", "outcome": "error"}, load])
+
+
+@pytest.mark.parametrize(
+    "size, off",
+    [(21, False), (20, False), (18, False), (10, False), (9, True), (5, True), (22, True)],
+)
+def test_a_row_may_lack_half_its_entries_to_shared_texts_never_more(size: int, off: bool) -> None:
+    """logprobs 20: 20 or 21 entries, fewer where tokens share a text (real vLLM's 18 at
+    temperature 2), down to half; a server capping logprobs at 5 is off."""
+    row = {f"t{i}": -1.0 for i in range(size)}
+    data = {"choices": [{"index": 0, "logprobs": {"top_logprobs": [row]}}]}
+    reply = SimpleNamespace(status=200, parsed=None, data=data, exchange=None)
+    sizes = RowSizes()
+    sizes.observe("POST", "/v1/completions", json.dumps({"logprobs": 20}).encode(), reply)
+    assert [(o.asked, o.size) for o in sizes.off] == ([(20, size)] if off else [])

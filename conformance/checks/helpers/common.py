@@ -6,6 +6,7 @@ from typing import Any
 
 from conformance.engine.context import Context
 from conformance.wire.client import AUTH_DEFAULT, Reply, StreamReply
+from conformance.wire.token_cost import CostModel
 
 
 def end_layers(ctx: Context) -> list[int]:
@@ -27,14 +28,15 @@ def open_stream(ctx: Context, body: dict[str, Any], **kw: Any) -> StreamReply:
     return reply
 
 
-# Fields that keep a request from stopping at its end tokens: it cannot be made cheap by them.
-HOLDS_THE_END = frozenset({"allowed_token_ids", "min_tokens", "ignore_eos"})
-
-
-def cheap_by_end_tokens(body: dict[str, Any], end_tokens: frozenset[int]) -> bool:
-    """Whether `body` is made cheap by allowing only the end tokens: the server has shown it
-    stops there (premise:end_tokens put them in the cost model) and the body leaves the end free."""
-    return bool(end_tokens) and not HOLDS_THE_END & set(body)
+def cheap_by_end_tokens(body: dict[str, Any], cost: CostModel | None) -> bool:
+    """Whether `body` is made cheap by allowing only the end tokens: the body allows any token,
+    and with the end tokens alone the cost model prices it at one token a sequence (the server
+    has shown it stops there, premise:end_tokens, and nothing in the body holds the end off)."""
+    return (
+        cost is not None
+        and "allowed_token_ids" not in body
+        and cost.stops_at_once({**body, "allowed_token_ids": sorted(cost.end_tokens)})
+    )
 
 
 def shown_end_tokens(ctx: Context) -> frozenset[int]:
@@ -57,7 +59,7 @@ def first_chunk_accepted(
     wrote. Otherwise the suite hangs up after the first event: a server that writes on to the end
     of a closed stream generates a tail the meter cannot see (conformance/README.md)."""
     end_tokens = shown_end_tokens(ctx)
-    whole = cheap_by_end_tokens(body, end_tokens)
+    whole = cheap_by_end_tokens(body, ctx.client.ledger.cost)
     reply = ctx.client.stream(
         path or ctx.api.completions_path,
         {**body, "stream": True, **({"allowed_token_ids": sorted(end_tokens)} if whole else {})},
