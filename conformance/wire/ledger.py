@@ -179,7 +179,8 @@ class Ledger:
         price = self.cost.sequence(body) if self.cost is not None else worst
         metered = meter.answer(data, body, price, worst, self.count_text)
         self._claimed(metered.claim, body, exchange)
-        self._spend(metered, worst, exchange)
+        echoed = self.cost.prompt_text(body) if self.cost is not None else 0
+        self._spend(metered, worst, exchange, echoed)
 
     def count_stream(
         self,
@@ -246,11 +247,14 @@ class Ledger:
                 "that could generate is sent"
             )
 
-    def _spend(self, metered: meter.Metered, priced: int, exchange: Exchange | None) -> None:
+    def _spend(
+        self, metered: meter.Metered, priced: int, exchange: Exchange | None, echoed: int = 0
+    ) -> None:
         """Count what the meter says; past `priced` by the answer's exact count an Overspend, usage
         below it an understatement (each a finding of the check that sent it). A claim alone
         proves no overspend: the meter charges it, and one past all the request allows is
-        `_claimed`'s."""
+        `_claimed`'s. Re-tokenized text is evidence only past the slack and the prompt text
+        (`echoed`: CostModel.prompt_text) a conforming server may write into it."""
         self.add(metered.tokens)
         shown = metered.exact or 0
         # text alone, re-tokenized: evidence only past the slack re-tokenizing needs
@@ -258,7 +262,7 @@ class Ledger:
         with self._lock:
             if self.cost is not None and shown > priced:
                 self._overspent(Overspend(exchange, priced, shown))
-            elif self.cost is not None and read > priced + meter.slack(priced):
+            elif self.cost is not None and read > priced + meter.slack(priced) + echoed:
                 self._overspent(Overspend(exchange, priced, read))
             if metered.understated:
                 self.understated.append(Overspend(exchange, metered.claim or 0, metered.exact or 0))

@@ -92,6 +92,22 @@ def _prompts(body: dict[str, Any]) -> tuple[int, int]:
     return 1, 0
 
 
+def _prompt_ids(body: dict[str, Any]) -> int:
+    """The token ids of the prompts given as ids, all together (an id may be written 790.0: a
+    JSON integer to the contract)."""
+    prompt = body.get("prompt")
+    if not isinstance(prompt, list):
+        return 0
+    if not any(isinstance(p, (list, str)) for p in prompt):
+        return len(prompt)
+    return sum(len(p) for p in prompt if isinstance(p, list))
+
+
+def _sequences(body: dict[str, Any], fields: TokenFields) -> int:
+    """The sequences a body asks of each prompt (n, best_of: the largest), read as a lax server may."""
+    return max([1] + [v for v in (lax_int(body.get(f)) for f in fields.sequences) if v is not None])
+
+
 def _length(body: dict[str, Any], fields: TokenFields) -> int | float:
     """The longest sequence the length fields allow, read as a lax server may: one it cannot
     read as a positive integer (0, negative, null, a fraction, a word) bounds nothing, as
@@ -148,10 +164,9 @@ def worst_case(
     if not isinstance(body, dict):
         return 0
     prompts, _ = _prompts(body)
-    sequences = max(
-        [1] + [v for v in (lax_int(body.get(f)) for f in fields.sequences) if v is not None]
+    return (
+        prompts * _sequences(body, fields) * sequence_bound(body, max_model_len, fields, end_tokens)
     )
-    return prompts * sequences * sequence_bound(body, max_model_len, fields, end_tokens)
 
 
 @dataclass(frozen=True)
@@ -183,6 +198,17 @@ class CostModel:
     def sequence(self, body: Any) -> int:
         """The longest one sequence of a JSON body may be: a choice's price."""
         return sequence_bound(body, self.max_model_len, self.fields, self.end_tokens)
+
+    def prompt_text(self, body: Any) -> int:
+        """The most tokens of prompt text a choice's text may carry without echo: the prompts
+        given as token ids, once per sequence. vLLM 0.32's detokenizer writes a prompt's whole
+        text before the first generated token when the prompt's ids end inside a character (a
+        lone byte token): 4 tokens generated, 120 in the text of a 117-token prompt. Text prompts
+        are whole characters, so none of theirs comes back."""
+        body = _json(body)
+        if not isinstance(body, dict):
+            return 0
+        return _prompt_ids(body) * _sequences(body, self.fields)
 
     def request(
         self,

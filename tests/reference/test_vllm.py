@@ -20,7 +20,11 @@ import zstandard
 
 from api_server import ServerConfig
 from api_server.budget.sqlite import BudgetStore
+from conformance.wire.ledger import Ledger
+from conformance.wire.token_cost import CostModel
 from contract import ModelInfo, encode_tensor, spec
+from contract.tokens import decode as decode_ids
+from contract.tokens import encode, token_bytes
 from tests.support.mock import parse_sse
 
 pytestmark = pytest.mark.vllm
@@ -190,6 +194,38 @@ def test_echo_and_logprobs_as_vllm_gives_them(reference: Reference) -> None:
             vllm_direct(reference, body)["choices"][0],
         )
         assert (ours["text"], ours["logprobs"]) == (direct["text"], direct["logprobs"]), prompt
+
+
+def test_a_prompt_of_ids_ending_inside_a_character_comes_back_in_the_text_and_is_no_finding(
+    reference: Reference,
+) -> None:
+    """vLLM 0.32's detokenizer writes such a prompt's whole text before the first token, without
+    echo; the gate's ledger charges what the text holds and finds no request past its price (it
+    did, on a schemathesis body in CI: 13 tokens for 4)."""
+    model = spec().models[SERVED]
+    words = encode(model, "The quick brown fox jumps over the lazy dog. " * 8, False)
+    lone_byte = next(
+        t
+        for t in range(256)
+        if len(token_bytes(model, t)) == 1 and token_bytes(model, t)[0] >= 0x80
+    )
+    body = {
+        "model": SERVED,
+        "prompt": [*words, lone_byte],
+        "max_tokens": 4,
+        "return_token_ids": True,
+    }
+    choice = post(reference, body).json()["choices"][0]
+    assert len(choice["token_ids"]) == 4
+    assert choice["text"].startswith(decode_ids(model, words))
+    ledger = Ledger()
+    ledger.cost = CostModel.of(spec(), reference.models()[SERVED].max_model_len)
+    ledger.count_text = lambda text: len(encode(model, text, False))
+    read = ledger.count_text(choice["text"])
+    assert read > 4 + len(words) // 2  # the prompt's text is in it
+    plain = {**body, "return_token_ids": False}
+    ledger.count({"choices": [{"text": choice["text"]}]}, json.dumps(plain).encode(), 4, None)
+    assert (ledger.tokens, ledger.overspends) == (read, [])
 
 
 def test_prompt_logprobs_without_stream(reference: Reference) -> None:
