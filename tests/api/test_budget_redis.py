@@ -28,9 +28,9 @@ from api_server.budget.sqlite import FILE_NAME, BudgetStore
 from api_server.config import ServerConfig
 from conformance.cli.main import main
 from contract import ApiError, InferenceUnavailable, hold, spec
+from gallery.support import PACED
 from tests.support.contract import CONTRACT
 from tests.support.mock import MockProcess, RoundRobin, completion_body, free_port, parse_sse
-from tests.support.paced import PACED
 from tests.support.redis_server import RedisServer
 
 KEY = "redis-test-key"

@@ -1,5 +1,5 @@
 """The conformance room's fixtures: the mock served in process behind a Breaker, which a test
-sets to break one thing at a time (tests/broken/breaker.py); one a module."""
+sets to break one thing at a time (gallery/breaker.py); one a module."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from collections.abc import Iterator
 
 import pytest
 
+from gallery.breaker import Breaker
 from mock_server import MockConfig, create_app
-from tests.broken.breaker import Breaker
 from tests.support.wsgi import serve
 
 

@@ -1,12 +1,12 @@
-"""tests/broken's one registry of modes: every mode builds its family's middleware around the
+"""gallery/'s one registry of modes: every mode builds its family's middleware around the
 mock, with that mode on, and the middleware serves."""
 
 from __future__ import annotations
 
 import pytest
 
+from gallery import FAMILIES, MODES, broken
 from mock_server import MockConfig, create_app
-from tests.broken import FAMILIES, MODES, broken
 from tests.support.wsgi import whole_response
 
 APP = create_app(MockConfig())

@@ -21,7 +21,7 @@ from conformance.wire import tensors
 from conformance.wire.client import Client, answer_bounds
 from conformance.wire.sdk import client_headers
 from contract import spec
-from tests.broken.answers import ClaimsPast, Coded, Endless
+from gallery.answers import ClaimsPast, Coded, Endless
 from tests.support.mock import KEY
 from tests.support.wsgi import serve
 

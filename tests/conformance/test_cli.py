@@ -18,9 +18,9 @@ from api_server.children import free_port
 from conformance.cli.main import main
 from contract import spec
 from contract.version import describe, versions
+from gallery.breaker import Breaker
 from mock_server import create_app
 from mock_server.config import MockConfig
-from tests.broken.breaker import Breaker
 from tests.support.suite import run_embedded
 from tests.support.wsgi import serve
 

@@ -1,5 +1,5 @@
 """`python -m conformance diff` between the mock and the mock broken in a known way
-(the Breaker of tests/broken/breaker.py): exactly the answers the break
+(the Breaker of gallery/breaker.py): exactly the answers the break
 touches are reported, in exactly the field it changes."""
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ from conformance.cli.main import main
 from conformance.engine.diff import shape, where_differs
 from conformance.wire.volatile import masked
 from contract import spec
+from gallery.breaker import Breaker
 from mock_server import create_app
 from mock_server.config import MockConfig
-from tests.broken.breaker import Breaker
 from tests.support.wsgi import Counting, serve
 
 KEY = "diff-test-key"

@@ -1,6 +1,6 @@
 """Proof that the suite discriminates: it passes against the mock and fails against broken mocks.
 
-The mock runs in-process behind `Breaker` (tests/broken/breaker.py), served
+The mock runs in-process behind `Breaker` (gallery/breaker.py), served
 by a real HTTP server thread. Each broken mode must be caught by the named
 checks; the baseline must pass every check of the full profile.
 """
@@ -18,9 +18,9 @@ from conformance.engine.registry import Check, select, token_bound
 from conformance.engine.results import CheckResult, Outcome, exit_code
 from conformance.engine.runner import run
 from conformance.wire.ledger import CHEAP_TOKENS
+from gallery.breaker import MODES, Breaker
 from mock_server import create_app
 from mock_server.config import MockConfig
-from tests.broken.breaker import MODES, Breaker
 from tests.support.metrics import samples
 from tests.support.suite import failed_ids, run_suite
 from tests.support.wsgi import serve

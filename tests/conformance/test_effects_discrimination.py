@@ -1,7 +1,7 @@
 """The effects: checks discriminate: a deployment that ignores one field fails exactly the
 checks that observe that field's effect, and a conforming one under batch effects passes them.
 
-Both are the mock behind a middleware (tests/broken/effects.py), served by a real
+Both are the mock behind a middleware (gallery/effects.py), served by a real
 HTTP server thread, as in test_conformance_discrimination.py.
 """
 
@@ -13,10 +13,10 @@ import pytest
 
 from conformance.checks import REGISTRY
 from conformance.engine.results import Outcome
+from gallery.effects import Batched, Ignoring
+from gallery.support import PACED_TPOT_MS
 from mock_server import create_app
 from mock_server.config import MockConfig
-from tests.broken.effects import Batched, Ignoring
-from tests.support.paced import PACED_TPOT_MS
 from tests.support.suite import failed, run_suite
 from tests.support.wsgi import serve
 

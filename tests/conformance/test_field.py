@@ -16,9 +16,9 @@ from conformance.cli.main import main
 from conformance.wire.client import RETRY_EVERY, RETRY_FLOOR
 from conformance.wire.volatile import masked
 from contract import spec
+from gallery.breaker import Breaker, EveryKth, RateLimited
 from mock_server import create_app
 from mock_server.config import MockConfig
-from tests.broken.breaker import Breaker, EveryKth, RateLimited
 from tests.support.wsgi import serve
 
 KEY = "field-test-key"

@@ -27,8 +27,8 @@ from conformance.wire.client import Client
 from conformance.wire.secrets import PIECE
 from conformance.wire.who_answered import FRONT_GUIDE, who_answered
 from contract import spec
+from gallery.breaker import Breaker
 from mock_server import MockConfig, create_app
-from tests.broken.breaker import Breaker
 from tests.support.suite import run_embedded
 from tests.support.wsgi import serve
 

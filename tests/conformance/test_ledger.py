@@ -39,7 +39,7 @@ from conformance.wire.ledger import Ledger as TokenLedger
 from conformance.wire.sse import parse_lines
 from conformance.wire.token_cost import CostModel, TokenFields, generating_paths, worst_case
 from contract import spec
-from tests.broken.lax import EOS, SERVED_LEN, DropsFirst, LaxServer
+from gallery.lax import EOS, SERVED_LEN, DropsFirst, LaxServer
 
 MODEL = spec().default_model
 COMPLETIONS = "/v1/completions"

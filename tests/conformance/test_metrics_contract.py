@@ -17,7 +17,7 @@ from conformance.engine.results import Outcome, RunReport
 from conformance.engine.runner import run
 from conformance.spec.metrics import families, load
 from contract import spec
-from tests.broken.metrics import fixed_buckets, frozen, renamed, scraped, unlabelled, without
+from gallery.metrics import fixed_buckets, frozen, renamed, scraped, unlabelled, without
 
 CHECKS = ("metrics:vllm_families", "metrics:counters_move")
 

@@ -1,6 +1,6 @@
 """The gate on servers no one here wrote (issue 31): each defect it showed on llama.cpp's server
 and LiteLLM's proxy, reproduced with a server of ours that behaves as the peer did
-(tests/broken/peers.py), and the gate's promises held there: its token ceiling, no false
+(gallery/peers.py), and the gate's promises held there: its token ceiling, no false
 finding, each finding on the check that caused it."""
 
 from __future__ import annotations
@@ -22,9 +22,9 @@ from conformance.engine.runner import RESENT, run
 from conformance.wire.ledger import CHEAP_TOKENS
 from conformance.wire.token_cost import CostModel
 from contract import spec
+from gallery.peers import CONTEXT, RESETS_PATH, Peer, live_peer
 from mock_server import create_app
 from mock_server.config import MockConfig
-from tests.broken.peers import CONTEXT, RESETS_PATH, Peer, live_peer
 from tests.support.wsgi import serve
 
 MODEL = spec().default_model

@@ -18,7 +18,7 @@ from conformance.engine.registry import select
 from conformance.engine.results import Outcome
 from conformance.engine.runner import run
 from contract import spec
-from tests.broken.answers import ScriptedStream
+from gallery.answers import ScriptedStream
 from tests.support.mock import KEY
 
 MODEL = spec().default_model

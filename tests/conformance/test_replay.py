@@ -16,7 +16,7 @@ from rich.console import Console
 
 from conformance.cli.main import main
 from conformance.wire.exchange import BODIES, CURL_INLINE_BYTES, ENV_API_KEY
-from tests.broken.breaker import Breaker
+from gallery.breaker import Breaker
 
 KEY = "replay-test-key"
 BROKEN = "missing_param"  # Breaker: every 400 without its param

@@ -1,7 +1,7 @@
 """The robust: group passes against the mock under gunicorn, as it ships, and each of its
 checks fails against a server broken in its way (the pattern of
 test_conformance_discrimination.py): the mock with HostileBreaker in front
-(tests/broken/hostile.py), the werkzeug development server (HTML error pages, no
+(gallery/hostile.py), the werkzeug development server (HTML error pages, no
 pipelining), and a toy server that lets a request hide in a chunked body.
 
 The server's spec is the project's with x-caps.body_read_seconds lowered, so that
@@ -16,8 +16,8 @@ import pytest
 
 from conformance.checks import REGISTRY
 from conformance.engine.results import Outcome, RunReport
+from gallery.hostile import MODES, Breakable, not_http_server, smuggling_server
 from mock_server import MockConfig, create_app
-from tests.broken.hostile import MODES, Breakable, not_http_server, smuggling_server
 from tests.support.mock import AUTH
 from tests.support.suite import failed_ids, run_suite
 from tests.support.wsgi import serve

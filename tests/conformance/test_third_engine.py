@@ -24,10 +24,10 @@ from conformance.engine.registry import select
 from conformance.engine.results import Outcome
 from conformance.engine.runner import run
 from contract import CompletionRequest, InferenceUnavailable, spec
+from gallery.engines import Down, Replay
 from mock_server.config import MockConfig
 from mock_server.engine.fake_engine import FakeEngine
 from mock_server.hook.faults import Faults
-from tests.broken.engines import Down, Replay
 from tests.support.contract import CONTRACT
 from tests.support.wsgi import serve
 

@@ -23,9 +23,9 @@ from conformance.engine.runner import connect, run, run_check
 from conformance.engine.shapes import schema_errors
 from conformance.wire import jsontext
 from contract import spec
+from gallery.answers import Rewrites
 from mock_server import create_app
 from mock_server.config import MockConfig
-from tests.broken.answers import Rewrites
 from tests.support.mock import KEY
 
 MODEL = spec().default_model

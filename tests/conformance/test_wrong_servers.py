@@ -1,6 +1,6 @@
 """The suite fails deployments that apply a field wrongly, now and then, or across requests,
 each on the check of what it got wrong (issue 30), and not a conforming one under batch
-effects. The deployments are the mock behind tests/broken/wrong.py's middleware.
+effects. The deployments are the mock behind gallery/wrong.py's middleware.
 """
 
 from __future__ import annotations
@@ -14,10 +14,10 @@ from conformance.checks import REGISTRY
 from conformance.checks.isolation import BLOCK_SIZES, HELD, LONGER, PROMPT_TOKENS
 from conformance.engine.results import Outcome
 from contract import spec
+from gallery.support import PACED_TPOT_MS
+from gallery.wrong import WRONGS, Leaking, LooseInFlight, SteersInFlight, Wrong, dropping
 from mock_server import create_app
 from mock_server.config import MockConfig
-from tests.broken.wrong import WRONGS, Leaking, LooseInFlight, SteersInFlight, Wrong, dropping
-from tests.support.paced import PACED_TPOT_MS
 from tests.support.suite import failed, run_suite
 from tests.support.wsgi import serve
 
@@ -53,7 +53,7 @@ MAY: dict[str, set[str]] = {
     | {"drawn:max_tokens", "drawn:beside_stream"},
     # the drawn probes with a top_k sample the likeliest token every time
     "any top_k as 1": {"effects:temperature.scale", "drawn:temperature"},
-    # numbers that are not one model's (tests/broken/numbers.py, issue 43): rows, layers, a
+    # numbers that are not one model's (gallery/numbers.py, issue 43): rows, layers, a
     # capture or choices that are wrong show in the checks that read them too
     "generated rows shifted": {
         "logprobs:consistent",
@@ -190,7 +190,7 @@ def test_a_server_loose_beside_a_stream_fails_the_drawn_probes_sent_beside_one()
 
 def test_a_server_that_ignores_steering_passes_no_check_that_steering_leaves_a_text_alone() -> None:
     """Not proven, saying why (the server's doing), and their effects not counted as observed."""
-    from tests.broken.effects import Ignoring
+    from gallery.effects import Ignoring
 
     app = Ignoring(create_app(MockConfig()))
     app.field = "apply_steering_vectors"

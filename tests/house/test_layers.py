@@ -381,7 +381,7 @@ def test_an_upward_import_of_the_gate_is_found(tmp_path: Path) -> None:
 
 
 def test_no_test_module_imports_another() -> None:
-    """What tests share lives in tests/support/ (or tests/broken/, the broken servers): a test
+    """What tests share lives in tests/support/ (or gallery/, the broken servers): a test
     module imported by another runs its module-level set-up twice and hides what it shares."""
     wrong = [
         f"{path.relative_to(ROOT)}: {module}"
@@ -428,8 +428,8 @@ def servers_in_test_modules(root: Path) -> list[str]:
     return found
 
 
-def test_the_fake_servers_live_in_tests_broken_or_support() -> None:
-    """A test module holds tests: a server it stands up is in tests/broken (wrong on purpose) or
+def test_the_fake_servers_live_in_the_gallery_or_support() -> None:
+    """A test module holds tests: a server it stands up is in gallery/ (wrong on purpose) or
     tests/support (right), where the next test finds it."""
     assert servers_in_test_modules(ROOT / "tests") == []
 
@@ -442,19 +442,25 @@ def test_a_server_in_a_test_module_is_found(tmp_path: Path) -> None:
     assert servers_in_test_modules(tmp_path) == ["test_x.py: App", "test_x.py: E"]
 
 
-# The power benches measure the gate against the gallery of wrong servers (tests/broken/wrong.py),
-# which the tests hold each check to: the one thing of tests bench reads.
-BENCH_READS_OF_TESTS = {"tests.broken.wrong"}
-
-
-def test_bench_imports_nothing_of_tests_but_the_wrong_servers() -> None:
-    read = {
+def reads_of_tests(folder: Path) -> set[str]:
+    """The modules of tests/ that the modules under `folder` import."""
+    return {
         module
-        for path in sorted((ROOT / "bench").glob("*.py"))
+        for path in sorted(folder.rglob("*.py"))
         for module, _ in imports(path)
         if module == "tests" or module.startswith("tests.")
     }
-    assert read <= BENCH_READS_OF_TESTS, read - BENCH_READS_OF_TESTS
+
+
+def test_bench_and_the_gallery_import_nothing_of_tests() -> None:
+    """The power benches measure the gate against the gallery of wrong servers (gallery/), which
+    the tests hold each check to: both read it, and neither bench nor the gallery reads tests/."""
+    assert (reads_of_tests(ROOT / "bench"), reads_of_tests(ROOT / "gallery")) == (set(), set())
+
+
+def test_a_read_of_tests_is_found(tmp_path: Path) -> None:
+    (tmp_path / "x.py").write_text("from tests.support.wsgi import serve\nimport gallery.wrong\n")
+    assert reads_of_tests(tmp_path) == {"tests.support.wsgi"}
 
 
 def group_imports(root: Path) -> list[str]:

@@ -19,10 +19,10 @@ from api_server.responses import KEEPALIVE
 from api_server.state import state_of
 from conformance.engine.shapes import schema_errors
 from contract import ApiError, InferenceUnavailable, InternalError, hold, spec
+from gallery.engines import BrokenEngine, BrokenFakeEngine, GatedEngine
 from mock_server import MockConfig, create_app
 from mock_server.engine.fake_engine import FakeEngine
 from mock_server.hook.faults import STATUS, STREAM_ERROR_AFTER, TPOT_MS, TTFT_MS
-from tests.broken.engines import BrokenEngine, BrokenFakeEngine, GatedEngine
 from tests.support.contract import CONTRACT
 from tests.support.mock import AUTH, completion_body, parse_sse
 

@@ -14,10 +14,10 @@ from api_server.app import METRICS_PATH
 from api_server.metrics import new_registry
 from conformance.spec.metrics import families, load
 from contract import Contract, spec
+from gallery.engines import Stepped
 from mock_server import MockConfig, create_app
 from mock_server.hook.metered import Metered, RequestClock
 from mock_server.hook.metrics import VllmMetrics
-from tests.broken.engines import Stepped
 from tests.support.metrics import value
 from tests.support.mock import AUTH, completion_body
 from tests.support.wsgi import serve

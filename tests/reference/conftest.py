@@ -1,5 +1,5 @@
 """The reference room's fixtures: fake upstreams (a /health that answers as told, a router's
-health and models: tests/broken/vllm.py) and a self-signed certificate for TLS to vLLM."""
+health and models: tests/support/fake_vllm.py) and a self-signed certificate for TLS to vLLM."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.broken.vllm import Health, Router
+from tests.support.fake_vllm import Health, Router
 from tests.support.wsgi import serve
 
 

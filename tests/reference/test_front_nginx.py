@@ -23,6 +23,7 @@ from contract import (
     RequestTooLarge,
     spec,
 )
+from gallery.support import PACED
 from reference_impl.front import ingress_nginx, nginx_errors
 from tests.support.contract import CONTRACT
 from tests.support.mock import (
@@ -34,7 +35,6 @@ from tests.support.mock import (
     read_http_response,
 )
 from tests.support.nginx import SHIPPED, NginxFront
-from tests.support.paced import PACED
 from tests.support.reference import conformant
 
 KEEPALIVE_S = 0.2

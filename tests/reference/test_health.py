@@ -11,8 +11,8 @@ from api_server.state import state_of
 from contract import InferenceUnavailable, spec
 from reference_impl.engine import VllmEngine
 from reference_impl.health import CACHE_S, HEALTH_PATH, UpstreamHealth
-from tests.broken.vllm import Health
 from tests.support.contract import CONTRACT
+from tests.support.fake_vllm import Health
 from tests.support.upstream import closed_port
 
 

@@ -22,7 +22,7 @@ from contract import spec
 from reference_impl.engine import VllmEngine, vllm_json
 from reference_impl.errors import UpstreamError
 from reference_impl.events import SseData
-from tests.broken.vllm import ChunkedVllm
+from tests.support.fake_vllm import ChunkedVllm
 from tests.support.vllm_stream import AUTH, BODY, KEY, MODEL, SKY, ApiClient, events
 
 # SKY's data lines, and SKY as vLLM sends it: one event per chunk of its body.

@@ -17,8 +17,8 @@ import httpx
 from api_server.children import free_port, stop_process, wait_ready
 from contract import InferenceUnavailable, spec
 from reference_impl.health import CACHE_S
-from tests.broken.vllm import Router
 from tests.support.contract import CONTRACT
+from tests.support.fake_vllm import Router
 
 ROOT = Path(__file__).resolve().parents[2]
 SERVED = spec().default_model

@@ -25,8 +25,8 @@ import pytest
 from api_server import ServerConfig, create_app
 from contract import spec
 from reference_impl.engine import VllmEngine
-from tests.broken.vllm import Script, Vllm
 from tests.support.contract import CONTRACT
+from tests.support.fake_vllm import Script, Vllm
 from tests.support.upstream import UpstreamServer
 from tests.support.vllm_stream import (
     AUTH,

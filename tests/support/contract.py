@@ -7,9 +7,9 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from contract import Contract, spec
+from gallery.support import CONTRACT
 
-CONTRACT = Contract(spec())
+__all__ = ["CONTRACT", "TOKEN_RULE", "smaller"]
 
 TOKEN_RULE = "generated_tokens_cap"
 

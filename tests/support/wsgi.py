@@ -5,34 +5,13 @@ that runs the suite against one stands on."""
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from typing import Any
 
+from gallery.support import Environ, StartResponse, whole_response
 from mock_server import create_app
 from mock_server.config import MockConfig
 from mock_server.testing import served as serve
 
 __all__ = ["Counting", "Environ", "RecordsHeaders", "StartResponse", "serve", "whole_response"]
-
-Environ = dict[str, Any]
-StartResponse = Callable[..., Any]
-
-
-def whole_response(
-    app: Callable[[Environ, StartResponse], Iterable[bytes]], environ: Environ
-) -> tuple[str, list[tuple[str, str]], bytes]:
-    """`app`'s answer to `environ`, read whole: its status, headers and body."""
-    captured: dict[str, Any] = {}
-
-    def capture(status: str, headers: list[tuple[str, str]], exc_info: Any = None) -> Any:
-        captured["status"], captured["headers"] = status, headers
-        return lambda data: None
-
-    chunks = app(environ, capture)
-    try:
-        body = b"".join(chunks)
-    finally:
-        getattr(chunks, "close", lambda: None)()
-    return captured["status"], captured["headers"], body
 
 
 class Counting:

@@ -9,7 +9,7 @@ import threading
 from collections.abc import Iterator
 from typing import Any
 
-from api_server.engine import ChoiceDelta, Engine, Event, Usage
+from api_server.engine import Batches, ChoiceDelta, Engine, Event, Usage
 from contract import CompletionRequest, spec
 from mock_server.engine.fake_engine import FakeEngine
 
@@ -87,7 +87,7 @@ class Stepped(Engine):
                     yield ChoiceDelta(j, "x", [7], finish_reason="stop" if step == k - 1 else None)
         yield Usage(sum(req.prompt_token_counts), sum(self.lengths))
 
-    def stream(self, req: CompletionRequest, request_id: str, interval: float) -> Iterator[Any]:
+    def stream(self, req: CompletionRequest, request_id: str, interval: float) -> Batches:
         batch: list[Event] = []
         for event in self.generate(req, request_id):
             batch.append(event)

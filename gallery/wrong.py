@@ -22,11 +22,10 @@ import numpy as np
 
 from contract import ModelInfo
 from contract.tensors import decode_vector, encode_tensor
-from tests.broken import numbers
-from tests.broken.breaker import Breaker
-from tests.broken.effects import _valid, _without
-from tests.support.contract import CONTRACT
-from tests.support.wsgi import Environ, StartResponse, whole_response
+from gallery import numbers
+from gallery.breaker import Breaker
+from gallery.effects import _valid, _without
+from gallery.support import CONTRACT, Environ, StartResponse, whole_response
 
 App = Callable[[Environ, StartResponse], Iterable[bytes]]
 Body = dict[str, Any]

@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from tests.broken import breaker, effects, hostile, liars, peers, wrong
+from gallery import breaker, effects, hostile, liars, peers, wrong
 
 App = Callable[..., Iterable[bytes]]
 

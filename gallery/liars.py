@@ -44,10 +44,10 @@ the server's own count that the gate's token promise is held to.
   schemathesis's X-Schemathesis-TestCaseId header (the gate's fuzzing told apart);
 - the ways of DRAWN (issue 63): wrong only where the gate's fixed points never looked (long
   prompts, max_tokens past 16, the default max_tokens, long stop strings, temperatures without
-  top_k, top_p of [0.01, 1)), each the request rewrite of tests/broken/wrong.py's way of that name.
+  top_k, top_p of [0.01, 1)), each the request rewrite of gallery/wrong.py's way of that name.
 - the ways of ELSEWHERE (issue 63): wrong where a fixed point looked too little (n of 4 or more,
-  a logprobs row past 5), each tests/broken/wrong.py's way of that name;
-- "loose beside a stream": tests/broken/wrong.py's LooseInFlight behind the liar (`gallery_app`):
+  a logprobs row past 5), each gallery/wrong.py's way of that name;
+- "loose beside a stream": gallery/wrong.py's LooseInFlight behind the liar (`gallery_app`):
   while a stream is in flight, a plain request's seed dropped and its max_tokens run 8 past;
 - "twin shows the plain text": "ignores max_tokens in plain answers", and each answer that
   shows its token ids (the counted twin) honest in its ids and its usage but for its text, the
@@ -75,13 +75,12 @@ from typing import Any
 from conformance.engine.draws import Draws
 from conformance.engine.runner import OVERSPEND
 from contract import spec
+from gallery.breaker import _known_fields
+from gallery.effects import _valid
+from gallery.support import PACED_TPOT_MS, Environ, StartResponse
+from gallery.wrong import WRONGS, LooseInFlight
 from mock_server import create_app
 from mock_server.config import MockConfig
-from tests.broken.breaker import _known_fields
-from tests.broken.effects import _valid
-from tests.broken.wrong import WRONGS, LooseInFlight
-from tests.support.paced import PACED_TPOT_MS
-from tests.support.wsgi import Environ, StartResponse
 
 WAYS: tuple[str, ...] = (
     "ignores max_tokens",
@@ -104,7 +103,7 @@ WAYS: tuple[str, ...] = (
     "claims a long context",
     "keys on last run's seeds",
 )
-# issue 63's servers: the liar's way -> tests/broken/wrong.py's way, and the check that names it
+# issue 63's servers: the liar's way -> gallery/wrong.py's way, and the check that names it
 DRAWN = {
     "ignores long prompts' bounds": ("long prompts unbounded", "drawn:max_tokens"),
     "cuts at 16 tokens": ("cut at 16", "drawn:max_tokens"),

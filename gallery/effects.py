@@ -23,9 +23,8 @@ import zstandard
 from conformance.checks import REGISTRY
 from contract import ApiError
 from contract.spec import ModelInfo
-from tests.broken.breaker import Breaker
-from tests.support.contract import CONTRACT
-from tests.support.wsgi import Environ, StartResponse, whole_response
+from gallery.breaker import Breaker
+from gallery.support import CONTRACT, Environ, StartResponse, whole_response
 
 App = Callable[[Environ, StartResponse], Iterable[bytes]]
 

@@ -8,8 +8,9 @@ import re
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 
+from gallery.support import Environ, StartResponse, whole_response
 from mock_server import MockConfig, create_app
-from tests.support.wsgi import Environ, StartResponse, serve, whole_response
+from mock_server.testing import served as serve
 
 Change = Callable[[str], str]
 

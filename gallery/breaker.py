@@ -18,7 +18,7 @@ from typing import Any
 
 from conformance.wire.sse import parse_text
 from contract import spec
-from tests.support.wsgi import Environ, StartResponse, whole_response
+from gallery.support import Environ, StartResponse, whole_response
 
 
 def _known_fields() -> set[str]:

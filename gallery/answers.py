@@ -17,9 +17,9 @@ import zstandard
 
 from conformance.engine.runner import DEPLOYMENT_NUMBERS
 from contract import spec
+from gallery.support import Environ, StartResponse, whole_response
 from mock_server import create_app
 from mock_server.config import MockConfig
-from tests.support.wsgi import Environ, StartResponse, whole_response
 
 BOUNDS = spec().schema("Model")["properties"]
 
@@ -85,7 +85,7 @@ class Coded:
         self.accepted.append(environ.get("HTTP_ACCEPT_ENCODING"))
         status, headers, body = whole_response(self.app, environ)
         body += b" " * self.pad
-        packed = {
+        packed: bytes = {  # type: ignore[operator]  # zstandard ships no types
             "gzip": gzip.compress,
             "deflate": zlib.compress,
             "zstd": zstandard.ZstdCompressor().compress,

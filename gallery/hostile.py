@@ -1,7 +1,7 @@
 """For the robust: group's tests: the mock under gunicorn, broken one way at a time, and a
 toy server that frames a body by Transfer-Encoding and keeps the connection (smuggling).
 
-`python -m tests.broken.hostile --port P --mode-file F` serves the mock under gunicorn
+`python -m gallery.hostile --port P --mode-file F` serves the mock under gunicorn
 (one worker) with `HostileBreaker` in front; the mode is read from F on every request,
 so one process serves every mode. An empty file: the mock untouched.
 """
@@ -27,7 +27,7 @@ import yaml
 
 from api_server.children import free_port, stop_process, wait_ready
 from contract import InferenceUnavailable, InternalError, spec
-from tests.support.contract import CONTRACT
+from gallery.support import CONTRACT
 
 Environ = dict[str, Any]
 StartResponse = Callable[..., Any]
@@ -303,7 +303,7 @@ class Breakable:
             [
                 sys.executable,
                 "-m",
-                "tests.broken.hostile",
+                "gallery.hostile",
                 "--port",
                 str(self.port),
                 "--mode-file",

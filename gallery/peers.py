@@ -29,8 +29,8 @@ from contextlib import contextmanager
 from typing import Any
 
 from api_server.children import free_port, wait_ready
-from tests.broken.wrong import App
-from tests.support.wsgi import Environ, StartResponse, whole_response
+from gallery.support import Environ, StartResponse, whole_response
+from gallery.wrong import App
 
 WAYS = (
     "zero unlimited",
@@ -191,7 +191,7 @@ class Peer:
 
 
 def app(*ways: str) -> Peer:
-    """The peer as gunicorn loads it (`tests.broken.peers:app("reset after 500")`): werkzeug's
+    """The peer as gunicorn loads it (`gallery.peers:app("reset after 500")`): werkzeug's
     development server closes every connection, and a dropped kept-alive one needs one kept."""
     from contract import spec
     from mock_server import create_app
@@ -204,7 +204,7 @@ def app(*ways: str) -> Peer:
 def live_peer(*ways: str) -> Iterator[str]:
     """The peer under gunicorn (one gthread worker, connections kept alive) on a free port."""
     port = free_port()
-    factory = "tests.broken.peers:app(" + ", ".join(json.dumps(w) for w in ways) + ")"
+    factory = "gallery.peers:app(" + ", ".join(json.dumps(w) for w in ways) + ")"
     proc = subprocess.Popen(
         [
             sys.executable,
