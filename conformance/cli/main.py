@@ -281,17 +281,6 @@ def selected(config: RunConfig) -> list[Any]:
     return chosen
 
 
-def _write(
-    reports: Sequence[tuple[str | None, Callable[[Any, str], None]]], report: Any, errors: list[str]
-) -> None:
-    for path, write in reports:
-        if path:
-            try:
-                write(report, path)
-            except OSError as exc:
-                errors.append(f"cannot write {path}: {exc}")
-
-
 def _cache_outside_the_working_directory() -> None:
     """schemathesis's hypothesis keeps caches in `.hypothesis/` of the working directory: a
     gate run from a deployment's repository must not leave one there. The command puts them
@@ -331,9 +320,11 @@ def _writers() -> dict[str, Callable[[Any, str], None]]:
     }
 
 
-def _write_all(args: argparse.Namespace, report: Any) -> None:
-    writers = _writers()
-    _write([(getattr(args, n, None), w) for n, w in writers.items()], report, report.run_errors)
+def _files(args: argparse.Namespace) -> Any:
+    """The report files the command line asked for (conformance.reports.files.ReportFiles)."""
+    from conformance.reports.files import ReportFiles
+
+    return ReportFiles([(getattr(args, n, None), w) for n, w in _writers().items()])
 
 
 def _refused(args: argparse.Namespace, api: Spec | None, message: str) -> Any:
@@ -376,7 +367,7 @@ def main(
         )
     from conformance.engine import baseline
     from conformance.engine.runner import run
-    from conformance.reports.console import ProgressDisplay, print_dry_run, print_summary
+    from conformance.reports.console import ProgressDisplay, Summary, print_dry_run
 
     console = console or Console()
     err = Console(stderr=True)
@@ -395,17 +386,15 @@ def main(
         if args.dry_run:
             print_dry_run(checks, config, console)
             return int(ExitCode.CONFORMANT)
-        show = not args.no_progress
-        with ProgressDisplay(len(checks), err, enabled=show) as progress:
-            report = run(config, checks, progress=progress, transport=transport)
-        if known is not None:
-            report.baseline = baseline.compare(report, known, args.baseline, config.api)
+        compared = [baseline.Compared(known, args.baseline, config.api)] if known else []
+        with ProgressDisplay(len(checks), err, enabled=not args.no_progress) as progress:
+            # the report compared, then written, then summed up: each a handler of the run's end
+            handlers = [progress, *compared, _files(args), Summary(console)]
+            report = run(config, checks, handlers=handlers, transport=transport)
     except (ConfigError, SpecError, OSError) as exc:
         err.print(f"[magenta]error:[/] {exc}", highlight=False)
-        _write_all(args, _refused(args, api, f"not run: {exc}"))
+        _files(args).write(_refused(args, api, f"not run: {exc}"))
         return int(exit_code(None))
-    _write_all(args, report)
-    print_summary(report, console)
     return int(exit_code(report))
 
 
@@ -421,6 +410,7 @@ def diff_main(
     from conformance.engine.diff import run_diff
     from conformance.reports import write_diff_html, write_diff_json
     from conformance.reports.console import print_diff, print_dry_run
+    from conformance.reports.files import ReportFiles
 
     console = console or Console()
     err = Console(stderr=True)
@@ -449,7 +439,7 @@ def diff_main(
         err.print(f"[magenta]error:[/] {exc}", highlight=False)
         return int(ExitCode.USAGE)
     errors: list[str] = []
-    _write(((args.json, write_diff_json), (args.html, write_diff_html)), report, errors)
+    ReportFiles([(args.json, write_diff_json), (args.html, write_diff_html)]).write(report, errors)
     for error in errors:
         err.print(f"[magenta]error:[/] {error}", highlight=False)
     print_diff(report, console)

@@ -25,6 +25,7 @@ from typing import Any
 
 from conformance.engine.config import ConfigError
 from conformance.engine.context import SAYS
+from conformance.engine.events import Event, RunFinished
 from conformance.engine.results import Outcome, RunReport
 from conformance.wire.volatile import MASK, masked
 from contract import Spec
@@ -169,3 +170,15 @@ def compare(
             f for f in baseline if f["check"] in ran and _key(api, f["check"], f) not in current
         ],
     }
+
+
+class Compared:
+    """A handler of the run's events: on RunFinished, the report compared with the baseline
+    (`report.baseline`), before the handlers that write or print it."""
+
+    def __init__(self, baseline: list[dict[str, Any]], path: str, api: Spec) -> None:
+        self.baseline, self.path, self.api = baseline, path, api
+
+    def __call__(self, event: Event) -> None:
+        if isinstance(event, RunFinished):
+            event.report.baseline = compare(event.report, self.baseline, self.path, self.api)

@@ -28,6 +28,7 @@ from typing import Any
 import httpx
 
 from conformance.engine.config import RunConfig
+from conformance.engine.events import Event, ExchangeSeen
 from conformance.engine.results import ExitCode
 from conformance.engine.runner import run
 from conformance.wire.client import Reply, StreamReply
@@ -165,9 +166,12 @@ class Recorder:
     _seen: Counter[tuple[Any, ...]] = field(default_factory=Counter)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def __call__(
-        self, check: str, method: str, path: str, body: bytes | None, reply: Reply
-    ) -> None:
+    def __call__(self, event: Event) -> None:
+        """A handler of the run's events: each answer, as ExchangeSeen tells it."""
+        if isinstance(event, ExchangeSeen):
+            self.record(event.check_id, event.method, event.path, event.content, event.reply)
+
+    def record(self, check: str, method: str, path: str, body: bytes | None, reply: Reply) -> None:
         headers = sorted(
             (k.lower(), v)
             for k, v in reply.exchange.request_headers.items()
@@ -259,7 +263,7 @@ def run_diff(
     """The same checks against both deployments, one after the other."""
     recorders = Recorder(a.api), Recorder(b.api)
     for config, recorder, transport in zip((a, b), recorders, transports):
-        run(config, checks, transport=transport, observers=[recorder])
+        run(config, checks, transport=transport, handlers=[recorder])
     report = compare(*recorders, a.base_url, b.base_url)
     report.options = a.options()
     report.secrets = a.secrets + b.secrets

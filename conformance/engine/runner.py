@@ -7,14 +7,23 @@ import functools
 import re
 import time
 import traceback
-from collections.abc import Callable, Iterator, Sequence
-from typing import Any
+from collections.abc import Iterator, Sequence
 
 import httpx
 
 from conformance.engine.config import ConfigError, RunConfig
 from conformance.engine.context import LEDGER_NOTES, Context, ServerInfo, Skipped, Stop, Unproven
 from conformance.engine.coverage import Coverage
+from conformance.engine.events import (
+    CheckFinished,
+    CheckStarted,
+    Event,
+    ExchangeSeen,
+    FindingMade,
+    Handler,
+    RunFinished,
+    RunStarted,
+)
 from conformance.engine.registry import REGISTRY, Check, token_bound
 from conformance.engine.results import CheckResult, Finding, Outcome, RunReport
 from conformance.engine.shapes import off_schema
@@ -29,10 +38,6 @@ from contract.tokens import decode, encode
 from contract.version import versions
 
 MODELS_PATH = "/v1/models"
-
-Progress = Callable[[Check, CheckResult | None], None]  # None: the check is starting
-# Called with (check id, method, path, request body, reply) for every answer of the run.
-Observer = Callable[[str, str, str, bytes | None, Reply], None]
 
 
 class Unreachable(ConfigError):
@@ -423,21 +428,28 @@ def connect(config: RunConfig, transport: httpx.BaseTransport | None = None) -> 
         raise
 
 
-def _in_check(current: list[str], observer: Callable[..., None], *exchange: Any) -> None:
-    """An observer of run()'s, told the id of the check running now."""
-    observer(current[0], *exchange)
+def _exchange_seen(
+    current: list[str], emit: Handler, method: str, path: str, content: bytes | None, reply: Reply
+) -> None:
+    """The client's observer: an answer, told as an event of the check running now."""
+    emit(ExchangeSeen(current[0], method, path, content, reply))
 
 
 def run(
     config: RunConfig,
     checks: Sequence[Check],
     *,
-    progress: Progress | None = None,
+    handlers: Sequence[Handler] = (),
     transport: httpx.BaseTransport | None = None,
-    observers: Sequence[Observer] = (),
 ) -> RunReport:
-    """Run `checks` (already selected), least costly first; the report lists them in the
-    selection's order. Raise ConfigError/Unreachable before any check."""
+    """Run `checks` (already selected), least costly first, telling `handlers` each event of the
+    run (conformance.engine.events) in their order; the report lists the checks in the
+    selection's order. Raise ConfigError/Unreachable before any check (and before any event)."""
+
+    def emit(event: Event) -> None:
+        for handler in handlers:
+            handler(event)
+
     report = RunReport(
         config.base_url,
         config.model,
@@ -456,8 +468,7 @@ def run(
     ctx.client.observers.append(coverage.observe_reply)
     ctx.client.raw_observers.append(coverage.observe)
     current = [""]  # the id of the check running now
-    for observer in observers:
-        ctx.client.observers.append(functools.partial(_in_check, current, observer))
+    ctx.client.observers.append(functools.partial(_exchange_seen, current, emit))
     with ctx.client:
         report.server_max_model_len = ctx.max_model_len if ctx.given("max_model_len") else None
         report.assumed = {
@@ -466,6 +477,7 @@ def run(
         proven = premises_for(checks, ctx)
         selected = [c for c in checks if not c.premise]
         checks = [*proven, *selected]
+        emit(RunStarted(config, tuple(checks)))
         paid: set[str] = set()  # shared spends already made
 
         def order() -> Iterator[tuple[Check, int]]:
@@ -476,15 +488,15 @@ def run(
             yield from plan(selected, ctx)
 
         for check, cost in order():
-            if progress:
-                progress(check, None)
+            emit(CheckStarted(check))
             current[0] = check.id
             result = results[check.id] = execute(check, ctx, 0 if check.shares in paid else cost)
             kept_out = result.outcome is Outcome.UNPROVEN or result.reason.startswith(OVER_CEILING)
             if check.shares and not kept_out:  # a check that did not run paid nothing
                 paid.add(check.shares)
-            if progress:
-                progress(check, result)
+            for finding in result.findings:
+                emit(FindingMade(check, finding))
+            emit(CheckFinished(check, result))
         report.tokens = ctx.client.ledger.tokens
         report.token_plan = token_bound(checks, config, _cost(ctx))  # with what the premises proved
         report.overspent = [
@@ -505,4 +517,5 @@ def run(
     if skipped:
         report.ceiling_needed = report.tokens + _still_needed(skipped, results, ctx)
     report.duration = time.perf_counter() - start
+    emit(RunFinished(report))
     return report

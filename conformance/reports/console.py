@@ -18,6 +18,14 @@ from rich.table import Table
 from conformance.engine.config import RunConfig
 from conformance.engine.context import SAYS
 from conformance.engine.diff import DiffReport, where_differs
+from conformance.engine.events import (
+    CheckFinished,
+    CheckStarted,
+    Event,
+    FindingMade,
+    RunFinished,
+    RunStarted,
+)
 from conformance.engine.registry import Check, token_bound
 from conformance.engine.results import CheckResult, Outcome, RunReport, exit_code
 from conformance.reports.departures import where
@@ -78,10 +86,14 @@ class ProgressDisplay:
     def __exit__(
         self, t: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
     ) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """The bar gone and the log's lines stopped (again: nothing more)."""
         self._stop.set()
         if self._thread is not None:
             self._thread.join()
-        self._progress.__exit__(t, e, tb)
+        self._progress.stop()
 
     def line(self) -> str:
         return (
@@ -93,15 +105,41 @@ class ProgressDisplay:
         while not self._stop.wait(self.every):
             self._console.print(self.line(), highlight=False, markup=False)
 
-    def __call__(self, check: Check, result: CheckResult | None) -> None:
-        if result is None:
-            self.current = check.id
-            self._progress.update(self._task, description=check.id[:60])
-            return
-        self.done += 1
-        if result.outcome is Outcome.FAILED:
-            self.failed += 1
-        self._progress.update(self._task, advance=1, failed=self.failed)
+    def __call__(self, event: Event) -> None:
+        """A handler of the run's events: the bar (or the log's lines) follows the checks; in a
+        log a finding is a line of its own as it is made, so a long run's first failure is
+        read while the run goes on."""
+        if isinstance(event, RunStarted):
+            self.total = len(event.checks)
+            self._progress.update(self._task, total=self.total)
+        elif isinstance(event, CheckStarted):
+            self.current = event.check.id
+            self._progress.update(self._task, description=event.check.id[:60])
+        elif isinstance(event, FindingMade) and self._lines:
+            self._console.print(
+                f"conformance: {event.check.id}: {event.finding.message}",
+                highlight=False,
+                markup=False,
+            )
+        elif isinstance(event, CheckFinished):
+            self.done += 1
+            if event.result.outcome is Outcome.FAILED:
+                self.failed += 1
+            self._progress.update(self._task, advance=1, failed=self.failed)
+        elif isinstance(event, RunFinished):
+            self.close()
+
+
+class Summary:
+    """The summary table, printed when the run ends (a handler of RunFinished, after those that
+    write the report files: it names what they could not write)."""
+
+    def __init__(self, console: Console) -> None:
+        self.console = console
+
+    def __call__(self, event: Event) -> None:
+        if isinstance(event, RunFinished):
+            print_summary(event.report, self.console)
 
 
 GROUP_SHOWN = 4  # checks named in a line of findings of one cause

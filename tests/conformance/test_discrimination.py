@@ -14,8 +14,9 @@ import pytest
 
 from conformance.checks import REGISTRY
 from conformance.engine.config import RunConfig
-from conformance.engine.registry import Check, select, token_bound
-from conformance.engine.results import CheckResult, Outcome, exit_code
+from conformance.engine.events import CheckFinished, CheckStarted, Event
+from conformance.engine.registry import select, token_bound
+from conformance.engine.results import Outcome, exit_code
 from conformance.engine.runner import run
 from conformance.wire.ledger import CHEAP_TOKENS
 from gallery.breaker import MODES, Breaker
@@ -233,15 +234,18 @@ def test_the_full_profile_passes_against_the_mock(breaker: tuple[Breaker, str]) 
     app.mode = None
     generated: dict[str, float] = {}
 
-    def progress(check: Check, result: CheckResult | None) -> None:
-        generated[check.id] = _generated(url) - (0 if result is None else generated[check.id])
+    def progress(event: Event) -> None:
+        if isinstance(event, CheckStarted):
+            generated[event.check.id] = _generated(url)
+        elif isinstance(event, CheckFinished):
+            generated[event.check.id] = _generated(url) - generated[event.check.id]
 
     # robust: needs the HTTP server the mock ships with (gunicorn), not werkzeug's development
     # server: tests/conformance/test_robust_discrimination.py runs it there.
     # metrics: its own /metrics against vLLM's (conformance/vllm_metrics.json)
     config = RunConfig(url, KEY, profile="full", skip=("robust",), metrics_url=url + "/metrics")
     checks = select(REGISTRY, config)
-    report = run(config, checks, progress=progress)
+    report = run(config, checks, handlers=[progress])
     charged = {r.id: r.tokens for r in report.results}
     under = {i: (generated[i], charged[i]) for i in charged if generated[i] > charged[i]}
     assert under == {}  # (the mock's count, the meter's charge)

@@ -16,10 +16,12 @@ import pytest
 from rich.console import Console
 
 from api_server.children import free_port
+from conformance.checks import REGISTRY
 from conformance.checks import golden as golden_checks
 from conformance.cli.main import main, run_options
 from conformance.engine.config import RunConfig
-from conformance.engine.results import Outcome
+from conformance.engine.events import CheckFinished, CheckStarted, FindingMade
+from conformance.engine.results import CheckResult, Finding, Outcome
 from conformance.golden import load_cases
 from conformance.pytest_plugin import run_actions
 from conformance.reports.console import ProgressDisplay
@@ -349,12 +351,29 @@ def test_rate_limit_gives_each_pipelined_request_its_turn() -> None:
 def test_progress_is_a_line_every_few_seconds_where_the_output_is_no_terminal() -> None:
     out = io.StringIO()
     console = Console(file=out, force_terminal=False, width=200)
+    check = next(iter(REGISTRY))
     with ProgressDisplay(394, console, every=0.05) as progress:
-        progress(type("C", (), {"id": "golden:x"})(), None)  # type: ignore[arg-type]
+        progress(CheckStarted(check))
         deadline = time.monotonic() + 5
-        while "running golden:x" not in out.getvalue() and time.monotonic() < deadline:
+        while f"running {check.id}" not in out.getvalue() and time.monotonic() < deadline:
             time.sleep(0.02)
     assert "conformance: 0/394 checks, 0 failed" in out.getvalue()
+
+
+def test_a_finding_is_a_line_of_the_log_as_it_is_made_and_the_bar_stops_at_the_end() -> None:
+    """A CI log shows each finding when its check ends, not only in the summary at the end."""
+    out = io.StringIO()
+    console = Console(file=out, force_terminal=False, width=300)
+    check = next(iter(REGISTRY))
+    result = CheckResult(
+        check.id, check.tags, check.doc, Outcome.FAILED, [Finding("status 500, not 200")]
+    )
+    with ProgressDisplay(1, console, every=60) as progress:
+        progress(CheckStarted(check))
+        progress(FindingMade(check, result.findings[0]))
+        progress(CheckFinished(check, result))
+        assert out.getvalue() == f"conformance: {check.id}: status 500, not 200\n"
+        assert (progress.done, progress.failed) == (1, 1)
 
 
 def test_the_pytest_plugin_takes_every_option_of_the_command() -> None:

@@ -23,6 +23,7 @@ from conformance.checks.premise import MAX_TOKENS as PREMISE_MAX_TOKENS
 from conformance.checks.schema import Ledger, kept_by, schemathesis_spec
 from conformance.engine.config import DEFAULT_TOKEN_CEILING, RunConfig
 from conformance.engine.context import Context
+from conformance.engine.events import CheckStarted, Event
 from conformance.engine.registry import Check, select, token_bound
 from conformance.engine.results import CheckResult, ExitCode, Finding, Outcome, exit_code
 from conformance.engine.runner import OVER_CEILING, run
@@ -153,12 +154,12 @@ def checks() -> list[Check]:
 def _run(ceiling: int, order: list[str]) -> tuple[Any, LaxServer]:
     server = LaxServer()
 
-    def progress(check: Check, result: CheckResult | None) -> None:
-        if result is None:
-            order.append(check.id)
+    def progress(event: Event) -> None:
+        if isinstance(event, CheckStarted):
+            order.append(event.check.id)
 
     config = RunConfig("http://lax.test", "k", profile="full", token_ceiling=ceiling)
-    return run(config, checks(), progress=progress, transport=httpx.MockTransport(server)), server
+    return run(config, checks(), handlers=[progress], transport=httpx.MockTransport(server)), server
 
 
 def test_the_ledger_runs_the_cheap_first_and_names_what_the_ceiling_kept_out() -> None:
