@@ -282,7 +282,7 @@ def main() -> None:
     serve(app, gunicorn_options("127.0.0.1", args.port, 1, 8))
 
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 
 
 class Breakable:
